@@ -1,0 +1,40 @@
+"""Optional content fingerprints of auxiliary tensors (off by default: they read tensor memory).
+
+A CPU tensor is hashed on the spot (BLAKE2b of its bytes). A CUDA tensor is reduced on its own
+stream by ``torch.hash_tensor`` (an XOR of its 64-bit words: it tells changed values apart, not
+permutations) and the 8-byte result is read later by the recorder thread after the stream's event,
+so the engine's thread never waits for the device.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import torch
+
+__all__ = ["resolve", "start"]
+
+
+def start(tensor: torch.Tensor) -> Any:
+    """Begin a fingerprint of ``tensor`` as it is now; return a pending value for ``resolve``."""
+    if tensor.device.type == "cpu":
+        data = tensor.detach().contiguous().reshape(-1).view(torch.uint8)
+        # memoryview over a CPU tensor we own: a plain host read, no device involved.
+        return "b2:" + hashlib.blake2b(memoryview(data.numpy()), digest_size=8).hexdigest()
+    flat = tensor.detach().reshape(-1)
+    digest = torch.hash_tensor(flat)
+    done = torch.cuda.Event() if tensor.device.type == "cuda" else None
+    if done is not None:
+        done.record()
+    return (digest, done)
+
+
+def resolve(pending: Any) -> str | None:
+    """Turn a pending fingerprint into its text (called off the engine's thread)."""
+    if pending is None or isinstance(pending, str):
+        return pending
+    digest, done = pending
+    if done is not None:
+        done.synchronize()  # waits on this thread only, for work already queued
+    return f"x64:{int(digest.to('cpu')):016x}"
