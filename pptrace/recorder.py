@@ -233,7 +233,7 @@ class Recorder:
             self._dump_requested = False
             try:
                 self.flush()
-            except Exception as exc:  # the thread must survive anything
+            except BaseException as exc:  # the thread must survive anything a sink raises
                 self.internal_error("background flush", exc)
 
     def _drain(self) -> list[Raw]:
@@ -274,7 +274,7 @@ class Recorder:
                 try:
                     sink.export(events)
                     self.exported += len(events)
-                except Exception as exc:
+                except BaseException as exc:  # even a BaseException: count what was lost
                     with self._lock:
                         self.export_errors += 1
                         self.dropped += len(events)
@@ -284,7 +284,7 @@ class Recorder:
                 self._last_stats = key
                 try:
                     sink.export_stats(self.stats())
-                except Exception as exc:
+                except BaseException as exc:
                     with self._lock:
                         self.export_errors += 1
                     self.warn(f"stats export failed ({type(exc).__name__})", str(exc))
@@ -318,7 +318,7 @@ class Recorder:
                 self.flush()
                 if self._sink is not None:
                     self._sink.shutdown(max(0.1, deadline - time.monotonic()))
-            except Exception as exc:
+            except BaseException as exc:  # a sink's BaseException must not escape a thread
                 self.internal_error("shutdown", exc)
             finally:
                 done.set()
