@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import os
 import threading
 from collections.abc import Sequence
@@ -108,6 +109,13 @@ class OtlpJsonFileExporter(SpanExporter):
         self._lock = threading.Lock()
 
     def _open(self) -> IO[str]:
+        if self._file is not None and not os.path.exists(self.path):
+            # Deleted under us (file or directory): writing on would put every further line
+            # into an unlinked file, lost silently; start the file again where it was.
+            self._file.close()
+            self._file = None
+            logging.getLogger("pptrace").warning(
+                "pptrace: trace file %s was deleted; starting it again", self.path)
         if self._file is None:
             os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
             self._file = open(self.path, "a", encoding="ascii")  # noqa: SIM115
