@@ -1,0 +1,285 @@
+"""Shared pieces for the reliability, fault, crash, concurrency and fuzz tests.
+
+    mod = transport()                       # SGLang's real module (or pptrace.engine without it)
+    rec = make_recorder(Config(), ListSink())
+    attach, extract = wrap_transport(mod.add_auxiliary_output_to_pp_tensors,
+                                     mod.pop_auxiliary_output_from_pp_tensors, rec)
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import types
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from pptrace import schema
+from pptrace.config import Config
+from pptrace.record import PREFIX, Event, RankInfo, RecorderStats
+from pptrace.recorder import Recorder
+
+RANK = RankInfo(rank=0, world_size=1, pp_rank=0, pp_size=1, tp_rank=0, tp_size=1,
+                host="testhost", pid=os.getpid())
+
+
+@functools.lru_cache(maxsize=1)
+def transport() -> types.ModuleType:
+    """SGLang's real transport module when installed, else pptrace's reference engine."""
+    from pptrace.sglang_module import load_transport_module
+
+    mod = load_transport_module(allow_bare=True)
+    if mod is None:
+        import pptrace.engine as mod
+    return mod
+
+
+# --- user objects ------------------------------------------------------------------------------
+
+
+class Output:
+    """A PP-capable auxiliary output with a fixed tensor mapping."""
+
+    def __init__(self, named: dict[Any, Any]) -> None:
+        self.named = named
+
+    def to_pp_tensors(self) -> dict[Any, Any]:
+        return self.named
+
+
+class NotPP:
+    """An auxiliary output without ``to_pp_tensors`` (or observer without ``from_pp_tensors``)."""
+
+
+class Observer:
+    """A PP-capable observer returning a fixed object (or None)."""
+
+    def __init__(self, result: Any) -> None:
+        self.result = result
+        self.received: list[dict[str, Any]] = []
+
+    def from_pp_tensors(self, tensors: Any) -> Any:
+        self.received.append(dict(tensors))
+        return self.result
+
+
+class RaisingObserver:
+    """An observer whose ``from_pp_tensors`` raises its own error."""
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+    def from_pp_tensors(self, tensors: Any) -> Any:
+        raise self.exc
+
+
+# --- sinks ------------------------------------------------------------------------------------
+
+
+class ListSink:
+    """An in-memory recorder sink."""
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+        self.stats: list[RecorderStats] = []
+        self.closed = False
+
+    def export(self, events: Sequence[Event]) -> None:
+        self.events.extend(events)
+
+    def export_stats(self, stats: RecorderStats) -> None:
+        self.stats.append(stats)
+
+    def shutdown(self, timeout: float) -> None:
+        self.closed = True
+
+
+class RaisingSink(ListSink):
+    """A sink whose every call raises ``make_exc()`` (any BaseException subclass)."""
+
+    def __init__(self, make_exc: Callable[[], BaseException]) -> None:
+        super().__init__()
+        self.make_exc = make_exc
+        self.calls = 0
+
+    def export(self, events: Sequence[Event]) -> None:
+        self.calls += 1
+        raise self.make_exc()
+
+    def export_stats(self, stats: RecorderStats) -> None:
+        self.calls += 1
+        raise self.make_exc()
+
+    def shutdown(self, timeout: float) -> None:
+        raise self.make_exc()
+
+
+def make_recorder(config: Config, sink: Any = None,
+                  sink_factory: Callable[[RankInfo], Any] | None = None) -> Recorder:
+    """A recorder with a fixed rank (no torch.distributed probing) and the given sink."""
+    if sink_factory is None and sink is not None:
+        def sink_factory(rank: RankInfo) -> Any:
+            return sink
+    return Recorder(config, sink_factory=sink_factory, rank_provider=lambda: (RANK, True))
+
+
+def file_sink_factory(config: Config) -> Callable[[RankInfo], Any]:
+    """The real file sink (OTLP JSON lines through the SDK), as the recorder builds it."""
+    from pptrace.export import build_provider
+
+    return lambda rank: build_provider(config, rank)
+
+
+# --- scenarios: one call of attach or extract, built fresh each time ----------------------------
+
+SENTINEL = object()  # what observers return, so identity can be compared across runs
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    direction: str  # "attach" | "extract"
+    build: Callable[[], tuple[dict[Any, Any], Any]]
+
+
+def _t(*values: float) -> torch.Tensor:
+    return torch.tensor(values)
+
+
+# Tensors shared by both runs of a scenario, so that "same object" can be checked.
+T1, T2 = _t(1.0, 2.0), _t(3.0)
+LIST = [1.0]
+IDS = torch.tensor([7, 8])
+
+
+def scenarios() -> list[Scenario]:
+    """Every branch of attach and extract, the happy paths and each error."""
+    ids = IDS
+    P = PREFIX
+    return [
+        Scenario("attach none", "attach", lambda: ({"next_token_ids": ids}, None)),
+        Scenario("attach ok", "attach",
+                 lambda: ({"next_token_ids": ids}, Output({"a": T1, "b": T2}))),
+        Scenario("attach not pp", "attach", lambda: ({"next_token_ids": ids}, NotPP())),
+        Scenario("attach empty", "attach", lambda: ({"next_token_ids": ids}, Output({}))),
+        Scenario("attach bad name", "attach",
+                 lambda: ({"next_token_ids": ids}, Output({"a": T1, 3: T2}))),
+        Scenario("attach empty name", "attach",
+                 lambda: ({"next_token_ids": ids}, Output({"": T1}))),
+        Scenario("attach not tensor", "attach",
+                 lambda: ({"next_token_ids": ids}, Output({"a": T1, "b": LIST}))),
+        Scenario("attach duplicate", "attach",
+                 lambda: ({"next_token_ids": ids, P + "b": T2}, Output({"a": T1, "b": T2}))),
+        Scenario("extract none", "extract", lambda: ({"next_token_ids": ids}, Observer(SENTINEL))),
+        Scenario("extract ok", "extract",
+                 lambda: ({"next_token_ids": ids, P + "a": T1, P + "b": T2}, Observer(SENTINEL))),
+        Scenario("extract no observer", "extract", lambda: ({P + "a": T1}, None)),
+        Scenario("extract not pp", "extract", lambda: ({P + "a": T1}, NotPP())),
+        Scenario("extract not tensor", "extract", lambda: ({P + "a": LIST}, Observer(SENTINEL))),
+        Scenario("extract not reconstructed", "extract", lambda: ({P + "a": T1}, Observer(None))),
+        Scenario("extract observer raises", "extract",
+                 lambda: ({P + "a": T1}, RaisingObserver(ValueError("observer broke")))),
+        Scenario("extract non-str key", "extract",
+                 lambda: ({P + "a": T1, 5: T2}, Observer(SENTINEL))),
+    ]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What the engine saw from one call: the result object or the error, and the dict after."""
+
+    result: Any
+    error: tuple[type, str] | None
+    error_obj: BaseException | None
+    after: list[tuple[Any, Any]]
+
+
+def run_call(fn: Callable[[Any, Any], Any], tensors: dict[Any, Any], arg: Any) -> Outcome:
+    try:
+        result = fn(tensors, arg)
+    except Exception as exc:
+        return Outcome(None, (type(exc), str(exc)), exc, list(tensors.items()))
+    return Outcome(result, None, None, list(tensors.items()))
+
+
+def same_outcome(bare: Outcome, wrapped: Outcome) -> None:
+    """Assert two outcomes are indistinguishable to the engine (identity where it matters)."""
+    assert bare.error == wrapped.error
+    assert bare.result is wrapped.result
+    assert [k for k, _ in bare.after] == [k for k, _ in wrapped.after]
+    assert all(a is b for (_, a), (_, b) in zip(bare.after, wrapped.after, strict=True))
+
+
+# --- reading trace files before / besides pptrace.load ------------------------------------------
+
+
+def _attr_value(value: dict[str, Any]) -> Any:
+    if "stringValue" in value:
+        return value["stringValue"]
+    if "boolValue" in value:
+        return value["boolValue"]
+    if "intValue" in value:
+        return int(value["intValue"])
+    if "doubleValue" in value:
+        return float(value["doubleValue"])
+    if "arrayValue" in value:
+        return [_attr_value(v) for v in value["arrayValue"].get("values", [])]
+    return None
+
+
+def iter_spans(path: str) -> Iterator[tuple[int, dict[str, Any] | None]]:
+    """Yield (line number, span dict) for every span of an OTLP JSON lines file; a line that
+    does not parse yields (line number, None)."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                data = json.loads(line)
+            except json.JSONDecodeError:
+                yield number, None
+                continue
+            for rs in data.get("resourceSpans", []):
+                for ss in rs.get("scopeSpans", []):
+                    for span in ss.get("spans", []):
+                        yield number, span
+
+
+def read_trace_file(path: str) -> tuple[list[Event], list[RecorderStats], list[int]]:
+    """Decode a pptrace OTLP JSON lines file directly: (events, stats, unparsable line numbers)."""
+    events: list[Event] = []
+    stats: list[RecorderStats] = []
+    bad: list[int] = []
+    for number, span in iter_spans(path):
+        if span is None:
+            bad.append(number)
+            continue
+        attrs = {a["key"]: _attr_value(a.get("value", {})) for a in span.get("attributes", [])}
+        if span.get("name") == schema.SPAN_STATS:
+            stats.append(schema.attributes_to_stats(attrs))
+        elif span.get("name") in (schema.SPAN_ATTACH, schema.SPAN_EXTRACT):
+            start = int(span.get("startTimeUnixNano", 0))
+            end = int(span.get("endTimeUnixNano", start))
+            events.append(schema.attributes_to_event(attrs, start, end))
+    return events, stats, bad
+
+
+def trace_files(directory: str) -> list[str]:
+    """Every trace file under ``directory``."""
+    return sorted(
+        os.path.join(directory, n) for n in os.listdir(directory) if n.endswith(".jsonl")
+    )
+
+
+def has_module(name: str) -> bool:
+    """True when ``name`` can be imported (a part another engineer has not landed yet)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False

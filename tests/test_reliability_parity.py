@@ -1,0 +1,88 @@
+"""Recording never changes what the engine sees, in every mode and with every sink.
+
+A compact differential check (the exhaustive one is the parity suite): each scenario runs once
+through the bare engine function and once through the pptrace wrapper, on freshly built but
+identical inputs, and the two outcomes must be indistinguishable (same result object, same
+exception type and message, same dict keys holding the same objects).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from helpers_reliability import (
+    ListSink,
+    file_sink_factory,
+    make_recorder,
+    read_trace_file,
+    run_call,
+    same_outcome,
+    scenarios,
+    trace_files,
+    transport,
+)
+
+from pptrace.config import Config
+from pptrace.instrument import wrap_transport
+
+MODES = [
+    pytest.param(mode, fp, sink, id=f"{mode}-fp{int(fp)}-{sink}")
+    for mode, fp, sink in itertools.product(("stream", "flight"), (False, True), ("list", "file"))
+]
+
+
+@pytest.mark.parametrize(("mode", "fingerprint", "sink"), MODES)
+def test_wrapped_calls_are_indistinguishable_from_bare(
+    mode: str, fingerprint: bool, sink: str, tmp_path: object
+) -> None:
+    mod = transport()
+    config = Config(mode=mode, fingerprint=fingerprint, trace_dir=str(tmp_path),
+                    flush_interval=0.05)
+    listed = ListSink()
+    rec = (make_recorder(config, listed) if sink == "list"
+           else make_recorder(config, sink_factory=file_sink_factory(config)))
+    rec.start()
+    attach, extract = wrap_transport(mod.add_auxiliary_output_to_pp_tensors,
+                                     mod.pop_auxiliary_output_from_pp_tensors, rec)
+    bare = {"attach": mod.add_auxiliary_output_to_pp_tensors,
+            "extract": mod.pop_auxiliary_output_from_pp_tensors}
+    wrapped = {"attach": attach, "extract": extract}
+    cases = scenarios()
+    for case in cases:
+        want = run_call(bare[case.direction], *case.build())
+        got = run_call(wrapped[case.direction], *case.build())
+        same_outcome(want, got)
+        if got.error_obj is not None:
+            # The wrapper re-raises the engine's own exception: its traceback ends in the engine.
+            tb = got.error_obj.__traceback__
+            while tb is not None and tb.tb_next is not None:
+                tb = tb.tb_next
+            assert tb is not None and "pptrace" not in tb.tb_frame.f_code.co_filename
+    rec.request_dump()
+    rec.shutdown(timeout=5.0)
+    assert rec.recorded == len(cases)
+    assert rec.internal_errors == 0, rec.warn.counts
+    if sink == "list":
+        # Stream mode exports every call; flight mode dumps its ring (big enough for all).
+        assert len(listed.events) == len(cases)
+        assert [e.seq for e in listed.events if e.direction.value == "attach"] == list(
+            range(sum(c.direction == "attach" for c in cases)))
+    else:
+        (path,) = trace_files(str(tmp_path))
+        events, stats, bad = read_trace_file(path)
+        assert len(events) == len(cases) and not bad
+        assert stats[-1].recorded == len(cases) and stats[-1].dropped == 0
+
+
+def test_disabled_recorder_is_a_pass_through() -> None:
+    mod = transport()
+    rec = make_recorder(Config(enabled=False), ListSink())
+    attach, extract = wrap_transport(mod.add_auxiliary_output_to_pp_tensors,
+                                     mod.pop_auxiliary_output_from_pp_tensors, rec)
+    for case in scenarios():
+        fn = attach if case.direction == "attach" else extract
+        bare = (mod.add_auxiliary_output_to_pp_tensors if case.direction == "attach"
+                else mod.pop_auxiliary_output_from_pp_tensors)
+        same_outcome(run_call(bare, *case.build()), run_call(fn, *case.build()))
+    assert rec.recorded == 0
