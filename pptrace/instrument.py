@@ -8,7 +8,9 @@ The wrapped functions return the identical object and re-raise the identical exc
 contiguity: no device sync, no tensor values) and append one tuple to the recorder. A failure
 inside recording is counted by the recorder and never reaches the engine.
 
-Dict snapshots go through ``dict``'s own methods so that a dict subclass sees no extra calls.
+Dict snapshots go through ``dict``'s own methods so that a dict subclass sees no extra calls. A
+container that is not a dict is never read (any call into it could have effects the engine would
+see): its events carry no keys and no tensors.
 """
 
 from __future__ import annotations
@@ -33,10 +35,11 @@ _Tensor = torch.Tensor
 _dict_keys = dict.keys
 _dict_items = dict.items
 _dict_get = dict.__getitem__
+_startswith = str.startswith  # a str subclass key's own startswith is never called
 
 
 def _keys(d: Any) -> tuple[Any, ...]:
-    return tuple(_dict_keys(d)) if isinstance(d, dict) else tuple(d)
+    return tuple(_dict_keys(d)) if isinstance(d, dict) else ()
 
 
 def _meta(v: Any) -> Any:
@@ -89,9 +92,8 @@ def wrap_attach(fn: F, recorder: Recorder) -> F:
                 dur = mono_ns() - t0
                 after = _keys(tensors)
                 new = after[len(before):]
-                values = [_dict_get(tensors, k) for k in new] if isinstance(tensors, dict) else [
-                    tensors[k] for k in new]
-                items = tuple((k, _meta(v)) for k, v in zip(new, values))
+                values = [_dict_get(tensors, k) for k in new]
+                items = tuple((k, _meta(v)) for k, v in zip(new, values, strict=True))
                 append((attach, next(seq), wall, t0, dur, ident(), type(output), before, after,
                         items, True, (_qualname(type(exc)), str(exc)), rec.dropped, None))
                 if rec.flight:
@@ -103,9 +105,8 @@ def wrap_attach(fn: F, recorder: Recorder) -> F:
             dur = mono_ns() - t0
             after = _keys(tensors)
             new = after[len(before):]
-            values = [_dict_get(tensors, k) for k in new] if isinstance(tensors, dict) else [
-                tensors[k] for k in new]
-            items = tuple((k, _meta(v)) for k, v in zip(new, values))
+            values = [_dict_get(tensors, k) for k in new]
+            items = tuple((k, _meta(v)) for k, v in zip(new, values, strict=True))
             fps = _fingerprints(items, values) if rec.fingerprint else None
             append((attach, next(seq), wall, t0, dur, ident(), type(output), before, after,
                     items, result is None, None, rec.dropped, fps))
@@ -133,12 +134,10 @@ def wrap_extract(fn: F, recorder: Recorder, prefix: str = PREFIX) -> F:
         try:
             if isinstance(tensors, dict):
                 pairs = [(k, v) for k, v in _dict_items(tensors)
-                         if isinstance(k, str) and k.startswith(prefix)]
+                         if isinstance(k, str) and _startswith(k, prefix)]
                 before = tuple(_dict_keys(tensors))
             else:
-                before = tuple(tensors)
-                pairs = [(k, tensors[k]) for k in before
-                         if isinstance(k, str) and k.startswith(prefix)]
+                pairs, before = [], ()
             items = tuple((k, _meta(v)) for k, v in pairs)
             fps = _fingerprints(items, [v for _, v in pairs]) if rec.fingerprint else None
         except Exception as exc:
