@@ -283,3 +283,47 @@ def has_module(name: str) -> bool:
         return importlib.util.find_spec(name) is not None
     except (ImportError, ValueError):
         return False
+
+
+# --- a recording child process (crash safety) ---------------------------------------------------
+
+
+def recording_child(trace_dir: str, interval: float, how: str) -> None:
+    """Record attach/extract pairs until killed, printing "<pair> <monotonic ns>" after each.
+
+    ``how``: "recorder" (a plain Recorder with the file sink) or "startup" (``pptrace.instrument``
+    patching the engine module, which owns the exit and SIGTERM flush). Stops by itself after
+    ``PPTRACE_TEST_PAIRS`` pairs when that is set (a normal exit).
+    """
+    import sys
+    import time
+
+    config = Config(trace_dir=trace_dir, flush_interval=interval, exit_timeout=5.0)
+    mod = transport()
+    if how == "startup":
+        from pptrace.instrument import is_wrapped
+        from pptrace.startup import instrument
+
+        instrument(config)
+        attach = mod.add_auxiliary_output_to_pp_tensors
+        extract = mod.pop_auxiliary_output_from_pp_tensors
+        assert is_wrapped(attach) and is_wrapped(extract)
+    else:
+        from pptrace.export import build_provider
+        from pptrace.instrument import wrap_transport
+
+        rec = Recorder(config, sink_factory=lambda rank: build_provider(config, rank),
+                       rank_provider=lambda: (RANK, True)).start()
+        attach, extract = wrap_transport(mod.add_auxiliary_output_to_pp_tensors,
+                                         mod.pop_auxiliary_output_from_pp_tensors, rec)
+    limit = int(os.environ.get("PPTRACE_TEST_PAIRS", "0")) or None
+    print("ready", flush=True)
+    pair = 0
+    while limit is None or pair < limit:
+        d = {"next_token_ids": IDS}
+        attach(d, Output({"a": T1}))
+        extract(d, Observer(SENTINEL))
+        print(pair, time.monotonic_ns(), flush=True)
+        pair += 1
+        time.sleep(0.002)
+    sys.stdout.flush()
