@@ -20,6 +20,8 @@ __all__ = [
     "RankInfo",
     "Recorder",
     "TensorMeta",
+    "instrument",
+    "uninstrument",
     "wrap_transport",
 ]
 
@@ -30,6 +32,8 @@ _WHERE = {
     "RankInfo": "pptrace.record",
     "Recorder": "pptrace.recorder",
     "TensorMeta": "pptrace.record",
+    "instrument": "pptrace.startup",
+    "uninstrument": "pptrace.startup",
     "wrap_transport": "pptrace.instrument",
 }
 

@@ -19,7 +19,7 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import IO, Any
 
 from google.protobuf import json_format
@@ -238,8 +238,13 @@ class SpanSink:
                 flush(int(timeout * 1000))
 
 
-def build_provider(config: Config, rank: RankInfo) -> SpanSink:
-    """Build pptrace's own provider with the file (and OTLP) exporters the config names."""
+def build_provider(
+    config: Config, rank: RankInfo, on_drop: Callable[[int, str], None] | None = None
+) -> SpanSink:
+    """Build pptrace's own provider with the file (and OTLP) exporters the config names.
+
+    ``on_drop(events, cause)`` hears of spans the asynchronous OTLP exporter lost.
+    """
     provider = TracerProvider(
         resource=rank_resource(rank, config.run_id),
         span_limits=SpanLimits(max_span_attributes=256, max_attribute_length=None),
@@ -253,5 +258,5 @@ def build_provider(config: Config, rank: RankInfo) -> SpanSink:
     if "otlp" in config.exporters:
         from pptrace.otlp import otlp_processor
 
-        provider.add_span_processor(otlp_processor(config))
+        provider.add_span_processor(otlp_processor(config, on_drop=on_drop))
     return SpanSink(provider, direct, owns_provider=True)

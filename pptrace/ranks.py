@@ -2,7 +2,9 @@
 
 Order of precedence: explicit overrides (arguments or ``PPTRACE_*``), then an engine-provided
 layout (SGLang's parallel state when it is initialised), then ``torch.distributed``, then the
-launcher's environment (``RANK``, ``WORLD_SIZE``). Anything unknown stays None.
+launcher's environment (``RANK``, ``WORLD_SIZE``; ``LOCAL_RANK`` on a single node). PP and TP
+ranks missing after that are derived from the global rank and the sizes, in SGLang's layout
+(TP innermost). Anything unknown stays None.
 """
 
 from __future__ import annotations
@@ -51,6 +53,28 @@ def _from_torch() -> dict[str, int]:
     return {}
 
 
+def _derive_layout(fields: dict[str, int | None]) -> None:
+    """Fill PP/TP ranks from the global rank and the sizes, in SGLang's layout.
+
+    SGLang places TP innermost: ``rank = pp_rank * tp_size + tp_rank``. Only what is unknown is
+    filled; a size that does not divide the world is left alone.
+    """
+    rank, world = fields.get("rank"), fields.get("world_size")
+    pp_size, tp_size = fields.get("pp_size"), fields.get("tp_size")
+    if world is not None and world > 0:
+        if tp_size is None and pp_size and world % pp_size == 0:
+            fields["tp_size"] = tp_size = world // pp_size
+        if pp_size is None and tp_size and world % tp_size == 0:
+            fields["pp_size"] = pp_size = world // tp_size
+    if rank is not None and tp_size:
+        if fields.get("tp_rank") is None:
+            fields["tp_rank"] = rank % tp_size
+        if fields.get("pp_rank") is None and pp_size and rank // tp_size < pp_size:
+            fields["pp_rank"] = rank // tp_size
+    if fields.get("pp_size") == 1 and fields.get("pp_rank") is None:
+        fields["pp_rank"] = 0
+
+
 def discover_rank(
     overrides: Mapping[str, int] | None = None, env: Mapping[str, str] | None = None
 ) -> tuple[RankInfo, bool]:
@@ -60,12 +84,13 @@ def discover_rank(
         "rank": _env_int(env, "RANK"),
         "world_size": _env_int(env, "WORLD_SIZE"),
     }
+    if fields["rank"] is None and _env_int(env, "LOCAL_WORLD_SIZE") == fields["world_size"]:
+        fields["rank"] = _env_int(env, "LOCAL_RANK")  # one node: the local rank is global
     from_torch = _from_torch()
     fields.update(from_torch)
     fields.update(_from_sglang())
     fields.update(overrides or {})
-    if fields.get("pp_size") == 1 and fields.get("pp_rank") is None:
-        fields["pp_rank"] = 0
+    _derive_layout(fields)
     info = RankInfo(
         rank=fields.get("rank"),
         world_size=fields.get("world_size"),

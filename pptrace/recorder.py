@@ -180,6 +180,13 @@ class Recorder:
         self._dump_requested = True
         self._wake.set()
 
+    def exporter_dropped(self, events: int, cause: str) -> None:
+        """Count events an asynchronous exporter lost after ``export`` returned (any thread)."""
+        with self._lock:
+            self.dropped += events
+            self.export_errors += 1
+        self.warn(f"exporter dropped spans ({cause})", f"{events} events lost")
+
     # --- counters ----------------------------------------------------------------------------
 
     @property

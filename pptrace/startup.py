@@ -1,0 +1,347 @@
+"""Activation in every process: one recorder, the engine patched, flushed at exit and on SIGTERM.
+
+    import pptrace
+    pptrace.instrument()             # from code (a Config, or PPTRACE_* variables)
+    ...
+    pptrace.uninstrument()           # originals back everywhere, spans flushed
+
+``pptrace run`` (and ``PPTRACE_ENABLED=1`` with pptrace's ``sitecustomize`` on ``PYTHONPATH``)
+calls ``activate_from_env`` before the engine's code runs, in every Python process of the tree.
+Activation is cheap: it installs an import hook and nothing else. Only when the engine's
+transport module is patched does the process start its recorder thread and register its exit
+flush (atexit, SIGTERM when the handler is the default, chained otherwise) and, in flight mode,
+a SIGUSR1 dump. A process that records nothing writes nothing. Spans go through the engine's own
+SDK tracer provider when it configured one and OTLP export is asked for; otherwise through
+pptrace's provider (``pptrace.export.build_provider``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from types import FrameType
+from typing import Any
+
+from pptrace.config import Config
+from pptrace.patch import EnginePatch
+from pptrace.record import RecorderStats
+from pptrace.recorder import Recorder, Sink
+from pptrace.sglang_module import MODULE
+
+__all__ = ["activate", "activate_from_env", "active_recorder", "instrument", "uninstrument"]
+
+log = logging.getLogger("pptrace")
+_TRUE = {"1", "true", "yes", "on"}
+Handler = Callable[[int, FrameType | None], Any] | int | None
+
+
+@dataclass
+class _Active:
+    """The process's activation (mutable on purpose: it is the one global pptrace keeps)."""
+
+    config: Config
+    recorder: Recorder
+    patch: EnginePatch
+    modules: tuple[str, ...]
+    tracer_provider: Any = None
+    armed: bool = False
+    finished: bool = False
+    handlers: dict[int, tuple[Handler, Handler]] = field(default_factory=dict)  # sig: (ours, prev)
+    causes: collections.Counter[str] = field(default_factory=collections.Counter)
+
+
+_state: _Active | None = None
+_lock = threading.RLock()
+_hooks_registered = False
+
+
+def active_recorder() -> Recorder | None:
+    """The recorder of this process's activation, if any."""
+    return _state.recorder if _state is not None else None
+
+
+def activate(
+    config: Config | None = None,
+    *,
+    tracer_provider: Any = None,
+    modules: Sequence[str] = (MODULE,),
+) -> Recorder | None:
+    """Activate pptrace in this process (idempotent); return its recorder, None when disabled.
+
+    ``tracer_provider``: send spans through this provider (as the OTel instrumentor does).
+    ``modules``: the transport modules to patch (SGLang's by default).
+    """
+    global _state
+    with _lock:
+        if _state is not None:
+            return _state.recorder
+        config = config if config is not None else Config.from_env()
+        if not config.enabled:
+            return None
+        # The closures below see ``state`` once it is assigned (it is, before any call).
+        recorder = Recorder(config, sink_factory=lambda rank: _DeferredSink(
+            lambda: _make_sink(state)))
+        patch = EnginePatch(lambda a, e: _wrap(state, a, e), tuple(modules))
+        state = _Active(config, recorder, patch, tuple(modules), tracer_provider=tracer_provider)
+        _state = state
+        _register_process_hooks()
+        state.patch.apply()
+        return recorder
+
+
+def instrument(config: Config | None = None, **overrides: Any) -> Recorder | None:
+    """Patch the engine in this process and start recording (``Config`` fields as overrides)."""
+    modules = overrides.pop("modules", (MODULE,))
+    provider = overrides.pop("tracer_provider", None)
+    if overrides:
+        config = replace(config or Config.from_env(), **overrides)
+    return activate(config, tracer_provider=provider, modules=modules)
+
+
+def uninstrument() -> None:
+    """Restore the engine's functions everywhere and flush what was recorded (idempotent)."""
+    global _state
+    with _lock:
+        state, _state = _state, None
+    if state is None:
+        return
+    state.patch.restore()
+    _finish(state)
+    for signum, (ours, previous) in state.handlers.items():
+        try:
+            if signal.getsignal(signum) is ours:
+                signal.signal(signum, previous)  # type: ignore[arg-type]
+        except (ValueError, OSError, TypeError):  # not the main thread, or not restorable
+            pass
+
+
+def activate_from_env() -> Recorder | None:
+    """Activate when ``PPTRACE_ENABLED`` is set (sitecustomize); never raise into the engine."""
+    if os.environ.get("PPTRACE_ENABLED", "").strip().lower() not in _TRUE:
+        return None
+    try:
+        return activate(Config.from_env())
+    except Exception as exc:
+        print(f"pptrace: not tracing this process ({sys.executable}): "
+              f"{type(exc).__name__}: {exc}", file=sys.stderr)
+        return None
+
+
+# --- wrapping and arming ----------------------------------------------------------------------
+
+
+def _wrap(state: _Active, attach: Any, extract: Any) -> tuple[Any, Any]:
+    """Build the wrappers (imports torch, which the engine module has just loaded) and arm."""
+    from pptrace.instrument import wrap_transport
+
+    wrapped = wrap_transport(attach, extract, state.recorder)
+    _arm(state)
+    return wrapped
+
+
+def _arm(state: _Active) -> None:
+    """Start the recorder and register its exit flush: only once the engine is patched."""
+    if state.armed:
+        return
+    state.armed = True
+    state.recorder.start()
+    if threading.current_thread() is threading.main_thread():
+        _install(state, signal.SIGTERM, _on_sigterm)
+        if state.config.mode == "flight" and hasattr(signal, "SIGUSR1"):
+            _install(state, signal.SIGUSR1, _on_sigusr1)
+    mp_util = sys.modules.get("multiprocessing.util")
+    if mp_util is not None:
+        # A forked multiprocessing child leaves through os._exit: atexit never runs there.
+        mp_util.Finalize(None, _finish_active, exitpriority=0)
+
+
+def _install(state: _Active, signum: int, handler: Callable[[int, FrameType | None], None]) -> None:
+    try:
+        previous = signal.getsignal(signum)
+        if previous is signal.SIG_IGN or previous is None:
+            return  # ignored on purpose, or set outside Python: leave it be
+        signal.signal(signum, handler)
+        state.handlers[signum] = (handler, previous)
+    except (ValueError, OSError):
+        pass
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    state = _state
+    previous: Handler = signal.SIG_DFL
+    if state is not None:
+        previous = state.handlers.get(signum, (None, signal.SIG_DFL))[1]
+        _finish(state)
+    if callable(previous):
+        previous(signum, frame)
+        return
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+def _on_sigusr1(signum: int, frame: FrameType | None) -> None:
+    state = _state
+    if state is None:
+        return
+    state.recorder.request_dump()
+    previous = state.handlers.get(signum, (None, None))[1]
+    if callable(previous):
+        previous(signum, frame)
+
+
+def _register_process_hooks() -> None:
+    global _hooks_registered
+    if _hooks_registered:
+        return
+    _hooks_registered = True
+    atexit.register(_finish_active)
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_after_fork)
+
+
+def _finish_active() -> None:
+    state = _state
+    if state is not None:
+        _finish(state)
+
+
+def _finish(state: _Active) -> None:
+    """Flush within the exit timeout (once), and say what was lost."""
+    with _lock:
+        if state.finished or not state.armed:
+            return
+        state.finished = True
+    recorder = state.recorder
+    try:
+        recorder.shutdown()
+        stats = recorder.stats()
+    except Exception as exc:
+        print(f"pptrace: exit flush failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return
+    message = exit_message(stats, state.causes)
+    if message:
+        print(message, file=sys.stderr, flush=True)
+
+
+def exit_message(stats: RecorderStats, causes: collections.Counter[str]) -> str:
+    """The one line printed at exit when anything was lost (empty when all went through)."""
+    if not (stats.dropped or stats.export_errors or stats.internal_errors):
+        return ""
+    why = ", ".join(f"{n} {cause}" for cause, n in causes.most_common()) or "see the log"
+    return (f"pptrace: {stats.rank.label()} pid {stats.rank.pid}: {stats.recorded} events "
+            f"recorded, {stats.dropped} dropped, {stats.export_errors} export errors, "
+            f"{stats.internal_errors} internal errors (lost spans: {why})")
+
+
+def _after_fork() -> None:
+    """In a forked child: a fresh recorder (the parent's thread does not exist here)."""
+    global _state, _lock
+    _lock = threading.RLock()
+    state, _state = _state, None
+    if state is None:
+        return
+    try:
+        state.patch.restore()
+        activate(state.config, tracer_provider=state.tracer_provider, modules=state.modules)
+    except Exception as exc:
+        print(f"pptrace: not tracing forked process {os.getpid()}: {exc}", file=sys.stderr)
+
+
+# --- sinks ------------------------------------------------------------------------------------
+
+
+def _engine_provider() -> Any:
+    """The SDK tracer provider the engine configured in this process, or None."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+
+    provider = trace.get_tracer_provider()
+    return provider if isinstance(provider, TracerProvider) else None
+
+
+def _make_sink(state: _Active) -> Sink:
+    from pptrace.export import SpanSink, build_provider
+    from pptrace.otlp import otlp_disabled
+
+    config = state.config
+    rank = state.recorder.rank()
+
+    def on_drop(events: int, cause: str) -> None:
+        state.causes[cause] += events
+        state.recorder.exporter_dropped(events, cause)
+
+    exporters = tuple(config.exporters)
+    if "otlp" in exporters and otlp_disabled():
+        exporters = tuple(e for e in exporters if e != "otlp")
+    provider = state.tracer_provider
+    if provider is None and "otlp" in exporters:
+        provider = _engine_provider()
+    if provider is not None and "otlp" in exporters:
+        # The engine already exports spans: one pipeline, its own; files stay pptrace's.
+        sinks: list[Sink] = [SpanSink(provider)]
+        if "file" in exporters:
+            sinks.append(build_provider(replace(config, exporters=("file",)), rank))
+        return _Fanout(sinks)
+    return build_provider(replace(config, exporters=exporters or ("none",)), rank,
+                          on_drop=on_drop)
+
+
+class _Fanout:
+    """Hand the same events to several sinks; one failing does not stop the others."""
+
+    def __init__(self, sinks: Sequence[Sink]) -> None:
+        self.sinks = list(sinks)
+
+    def _each(self, call: Callable[[Sink], None]) -> None:
+        errors = []
+        for sink in self.sinks:
+            try:
+                call(sink)
+            except Exception as exc:
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+    def export(self, events: Any) -> None:
+        self._each(lambda s: s.export(events))
+
+    def export_stats(self, stats: RecorderStats) -> None:
+        self._each(lambda s: s.export_stats(stats))
+
+    def shutdown(self, timeout: float) -> None:
+        self._each(lambda s: s.shutdown(timeout))
+
+
+class _DeferredSink:
+    """Open the real sink at the first event, so a process that records nothing writes nothing.
+
+    Waiting also lets the rank settle (torch.distributed is usually up by the first event).
+    """
+
+    def __init__(self, factory: Callable[[], Sink]) -> None:
+        self._factory = factory
+        self._sink: Sink | None = None
+
+    def _open(self) -> Sink:
+        if self._sink is None:
+            self._sink = self._factory()
+        return self._sink
+
+    def export(self, events: Any) -> None:
+        if events:
+            self._open().export(events)
+
+    def export_stats(self, stats: RecorderStats) -> None:
+        if self._sink is not None or stats.dropped or stats.internal_errors:
+            self._open().export_stats(stats)
+
+    def shutdown(self, timeout: float) -> None:
+        if self._sink is not None:
+            self._sink.shutdown(timeout)

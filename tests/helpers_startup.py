@@ -1,0 +1,105 @@
+"""Shared pieces for the startup, OTLP and Jaeger tests: the real SGLang module, a consumer module
+that imports attach and extract by name (as SGLang's scheduler does), tiny user objects, and a
+child-process runner.
+
+    mod = real_module()
+    consumer = write_consumer(tmp_path, "consumer_a")   # imported, bound by name
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import subprocess
+import sys
+import types
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from pptrace.sglang_module import ATTACH, EXTRACT, MODULE, load_transport_module
+
+REPO = Path(__file__).resolve().parent.parent
+PYTHON = sys.executable
+
+CONSUMER = f"""
+from {MODULE} import {ATTACH}, {EXTRACT}
+
+
+def send(tensors, output):
+    {ATTACH}(tensors, output)
+    return tensors
+
+
+def receive(tensors, observer):
+    return {EXTRACT}(tensors, observer)
+"""
+
+# What a child script does to import SGLang's module without its GPU dependencies: register a
+# bare 'sglang' package (no pptrace code involved; see shared/domain.md section 5).
+BARE_SGLANG = """
+import importlib.util, sys, types
+_spec = importlib.util.find_spec("sglang")
+_bare = types.ModuleType("sglang")
+_bare.__path__ = list(_spec.submodule_search_locations)
+sys.modules["sglang"] = _bare
+"""
+
+
+def real_module() -> types.ModuleType:
+    """SGLang's own transport module, loaded from the installed wheel."""
+    mod = load_transport_module(allow_bare=True)
+    assert mod is not None, "SGLang's wheel must be installed (pip install --no-deps sglang)"
+    return mod
+
+
+def write_consumer(tmp_path: Path, name: str) -> types.ModuleType:
+    """Write and import a module that binds attach/extract by name."""
+    (tmp_path / f"{name}.py").write_text(CONSUMER)
+    if str(tmp_path) not in sys.path:
+        sys.path.insert(0, str(tmp_path))
+    sys.modules.pop(name, None)
+    return importlib.import_module(name)
+
+
+class Output:
+    """An auxiliary output that flattens to fixed tensors."""
+
+    def __init__(self, named: Mapping[str, Any]) -> None:
+        self.named = dict(named)
+
+    def to_pp_tensors(self) -> Mapping[str, Any]:
+        return self.named
+
+
+class Observer:
+    """A sampling observer that rebuilds an output from whatever it receives."""
+
+    def from_pp_tensors(self, tensors: Mapping[str, Any]) -> Any:
+        return Output(tensors)
+
+
+class NoPP:
+    """Neither an auxiliary output nor an observer the transport accepts."""
+
+
+def sample_output() -> Output:
+    return Output({"scores": torch.arange(6, dtype=torch.float32).reshape(2, 3),
+                   "ids": torch.tensor([1, 2], dtype=torch.int64)})
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """A child's environment: this one, minus pptrace/OTel settings, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PPTRACE_", "OTEL_")) and k != "PYTHONPATH"}
+    env.update(extra)
+    return env
+
+
+def run_pptrace(args: list[str], env: Mapping[str, str], cwd: Path,
+                timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run ``pptrace run ARGS`` in a child process."""
+    return subprocess.run([PYTHON, "-m", "pptrace.cli_run", *args], env=dict(env),
+                          cwd=str(cwd), capture_output=True, text=True, timeout=timeout)

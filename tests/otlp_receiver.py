@@ -1,0 +1,206 @@
+"""A real OTLP receiver for tests: gRPC (the official TraceService) and HTTP/protobuf.
+
+Both listen on 127.0.0.1 at a free port and collect every ``ExportTraceServiceRequest``. Modes
+stand in for a collector's failures:
+
+- ``ok``: accept and keep the spans;
+- ``down``: nothing listens on the port;
+- ``refuse``: a TCP listener that accepts and closes at once (no OTLP spoken);
+- ``error``: answer every export with HTTP 500 / gRPC INTERNAL;
+- ``hang``: accept the request and never answer (until the receiver stops).
+
+    with Receiver("grpc") as rx:
+        os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = rx.endpoint
+        ...
+        spans = rx.spans()        # [(resource attributes, span attributes, span name)]
+"""
+
+from __future__ import annotations
+
+import gzip
+import http.server
+import socket
+import threading
+import zlib
+from concurrent import futures
+from typing import Any
+
+import grpc
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+
+MODES = ("ok", "down", "refuse", "error", "hang")
+
+
+def any_value(v: AnyValue) -> Any:
+    """Decode an OTLP ``AnyValue`` to a Python value."""
+    kind = v.WhichOneof("value")
+    if kind == "array_value":
+        return [any_value(x) for x in v.array_value.values]
+    if kind == "kvlist_value":
+        return {kv.key: any_value(kv.value) for kv in v.kvlist_value.values}
+    return getattr(v, kind) if kind else None
+
+
+def attributes(items: Any) -> dict[str, Any]:
+    """Decode a list of ``KeyValue`` to a dict."""
+    return {kv.key: any_value(kv.value) for kv in items if isinstance(kv, KeyValue)}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
+    def __init__(self, receiver: Receiver) -> None:
+        self.rx = receiver
+
+    def Export(self, request: Any, context: Any) -> Any:  # noqa: N802 (the proto's name)
+        self.rx.attempts += 1
+        if self.rx.mode == "error":
+            context.abort(grpc.StatusCode.INTERNAL, "test collector: internal error")
+        if self.rx.mode == "hang":
+            self.rx.released.wait()
+            context.abort(grpc.StatusCode.UNAVAILABLE, "test collector stopped")
+        self.rx.add(request)
+        return trace_service_pb2.ExportTraceServiceResponse()
+
+
+class _HttpHandler(http.server.BaseHTTPRequestHandler):
+    rx: Receiver
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
+        return None
+
+    def do_POST(self) -> None:  # noqa: N802
+        rx = self.rx
+        rx.attempts += 1
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        rx.headers.append(dict(self.headers))
+        if rx.mode == "hang":
+            rx.released.wait()
+            return
+        if rx.mode == "error" or self.path != "/v1/traces":
+            self.send_response(500 if rx.mode == "error" else 404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        encoding = self.headers.get("Content-Encoding", "")
+        if encoding == "gzip":
+            body = gzip.decompress(body)
+        elif encoding == "deflate":
+            body = zlib.decompress(body)
+        request = trace_service_pb2.ExportTraceServiceRequest()
+        request.ParseFromString(body)
+        rx.add(request)
+        out = trace_service_pb2.ExportTraceServiceResponse().SerializeToString()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+
+
+class Receiver:
+    """One OTLP receiver (``grpc`` or ``http``) in one failure mode."""
+
+    def __init__(self, protocol: str, mode: str = "ok") -> None:
+        assert protocol in ("grpc", "http") and mode in MODES
+        self.protocol = protocol
+        self.mode = mode
+        self.requests: list[Any] = []
+        self.headers: list[dict[str, str]] = []
+        self.attempts = 0
+        self.released = threading.Event()
+        self._lock = threading.Lock()
+        self._stoppers: list[Any] = []
+        self.port = 0
+
+    @property
+    def endpoint(self) -> str:
+        """The base URL an exporter is given (HTTP appends /v1/traces itself)."""
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def env_protocol(self) -> str:
+        """The value of ``OTEL_EXPORTER_OTLP_PROTOCOL`` for this receiver."""
+        return "grpc" if self.protocol == "grpc" else "http/protobuf"
+
+    def add(self, request: Any) -> None:
+        with self._lock:
+            self.requests.append(request)
+
+    def start(self) -> Receiver:
+        if self.mode == "down":
+            self.port = free_port()
+        elif self.mode == "refuse":
+            self._start_refuser()
+        elif self.protocol == "grpc":
+            server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+            trace_service_pb2_grpc.add_TraceServiceServicer_to_server(_TraceService(self), server)
+            self.port = server.add_insecure_port("127.0.0.1:0")
+            server.start()
+            self._stoppers.append(lambda: server.stop(0))
+        else:
+            handler = type("Handler", (_HttpHandler,), {"rx": self})
+            httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+            httpd.daemon_threads = True
+            self.port = httpd.server_address[1]
+            thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+            thread.start()
+
+            def stop() -> None:
+                httpd.shutdown()
+                httpd.server_close()
+
+            self._stoppers.append(stop)
+        return self
+
+    def _start_refuser(self) -> None:
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(16)
+        sock.settimeout(0.1)
+        self.port = sock.getsockname()[1]
+        stop = threading.Event()
+
+        def loop() -> None:
+            while not stop.is_set():
+                try:
+                    conn, _ = sock.accept()
+                except OSError:
+                    continue
+                self.attempts += 1
+                conn.close()
+            sock.close()
+
+        threading.Thread(target=loop, daemon=True).start()
+        self._stoppers.append(stop.set)
+
+    def stop(self) -> None:
+        self.released.set()
+        for stop in self._stoppers:
+            stop()
+        self._stoppers.clear()
+
+    def __enter__(self) -> Receiver:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def spans(self) -> list[tuple[dict[str, Any], dict[str, Any], str]]:
+        """Every span received: (resource attributes, span attributes, span name)."""
+        out = []
+        with self._lock:
+            requests = list(self.requests)
+        for request in requests:
+            for rs in request.resource_spans:
+                resource = attributes(rs.resource.attributes)
+                for ss in rs.scope_spans:
+                    for span in ss.spans:
+                        out.append((resource, attributes(span.attributes), span.name))
+        return out
