@@ -61,6 +61,7 @@ class FindingKind(str, enum.Enum):
     LEFTOVER_KEYS = "leftover-keys"  # prefixed keys remained after a successful extract
     EXTRACT_OFF_STAGE0 = "extract-off-stage0"  # a stage other than 0 extracted aux output
     NO_PP_OBSERVER = "no-pp-observer"  # stage 0 has no PP-capable observer while attaches happen
+    MISSING_RANK = "missing-rank"  # one end of a channel has no trace at all: nothing to pair
     # Confidence.
     EVENTS_DROPPED = "events-dropped"  # the recorder dropped events: absence findings may be wrong
 
@@ -73,10 +74,51 @@ class FindingKind(str, enum.Enum):
             return Severity.INFO
         return Severity.ERROR
 
+    @property
+    def description(self) -> str:
+        """One line saying what this kind of finding means."""
+        return _DESCRIPTIONS[self]
+
 
 _WARNINGS = frozenset({FindingKind.ORDER_DIFFERS, FindingKind.ORPHAN_ATTACH,
-                       FindingKind.EVENTS_DROPPED, FindingKind.NAME_HAS_PREFIX})
+                       FindingKind.EVENTS_DROPPED, FindingKind.NAME_HAS_PREFIX,
+                       FindingKind.MISSING_RANK})
 _INFOS: frozenset[FindingKind] = frozenset()
+
+_DESCRIPTIONS: dict[FindingKind, str] = {
+    FindingKind.ATTACH_NOT_PP: "attach got an output without to_pp_tensors (engine error)",
+    FindingKind.ATTACH_EMPTY: "to_pp_tensors returned an empty mapping (engine error)",
+    FindingKind.ATTACH_BAD_NAME: "an auxiliary name is not a non-empty str (engine error)",
+    FindingKind.ATTACH_NOT_TENSOR: "an auxiliary value is not a tensor (engine error)",
+    FindingKind.ATTACH_DUPLICATE: "the prefixed key was already in the dict (engine error)",
+    FindingKind.EXTRACT_NO_OBSERVER: "stage 0 got auxiliary output but has no observer "
+    "(engine error)",
+    FindingKind.EXTRACT_NOT_PP: "stage 0's observer lacks from_pp_tensors (engine error)",
+    FindingKind.EXTRACT_NOT_TENSOR: "a prefixed value on stage 0 is not a tensor (engine error)",
+    FindingKind.EXTRACT_NOT_RECONSTRUCTED: "from_pp_tensors returned None (engine error)",
+    FindingKind.CALL_RAISED: "attach or extract raised something other than the engine's errors",
+    FindingKind.ORPHAN_ATTACH: "an attach on the last stage with no extract on stage 0",
+    FindingKind.UNMATCHED_EXTRACT: "an extract on stage 0 with no attach to pair with",
+    FindingKind.NAMES_DIFFER: "the two ends carry different auxiliary names",
+    FindingKind.ORDER_DIFFERS: "same names at both ends, in a different order",
+    FindingKind.SHAPE_MISMATCH: "a name's shape differs between attach and extract",
+    FindingKind.DTYPE_MISMATCH: "a name's dtype differs between attach and extract",
+    FindingKind.BYTES_MISMATCH: "a name's byte count differs (same shape and dtype)",
+    FindingKind.DEVICE_TYPE_MISMATCH: "a name's device type differs (cpu vs cuda)",
+    FindingKind.CONTENT_MISMATCH: "fingerprints differ: the payload changed in transit",
+    FindingKind.TP_DISAGREE: "the last stage's TP ranks attached different payloads",
+    FindingKind.PREFIXED_FOREIGN_KEY: "a non-auxiliary key begins with (or looks like) the "
+    "prefix",
+    FindingKind.RESERVED_NAME: "an auxiliary name equals a reserved or engine key",
+    FindingKind.EMPTY_NAME: "an auxiliary name is empty",
+    FindingKind.NAME_HAS_PREFIX: "an auxiliary name itself begins with the prefix",
+    FindingKind.LEFTOVER_KEYS: "prefixed keys remained after a successful extract",
+    FindingKind.EXTRACT_OFF_STAGE0: "a stage other than 0 extracted auxiliary output",
+    FindingKind.NO_PP_OBSERVER: "stage 0 has no PP-capable observer while the last stage "
+    "attaches",
+    FindingKind.MISSING_RANK: "one end of a channel left no trace: its calls cannot be paired",
+    FindingKind.EVENTS_DROPPED: "the recorder lost events: findings about absences are less sure",
+}
 
 
 @dataclass(frozen=True, slots=True)

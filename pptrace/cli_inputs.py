@@ -1,0 +1,56 @@
+"""Input arguments shared by the commands that read traces (``analyze``, ``view``).
+
+    add_input_arguments(parser)        # PATH... and --no-progress
+    trace = load_from_args(args)       # progress on stderr when it is a terminal
+
+Loading itself lives in ``pptrace.load`` and takes paths, never this namespace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from pptrace.errors import TraceInputError
+from pptrace.load import load_paths
+from pptrace.model import Trace
+from pptrace.progress import TerminalProgress
+
+__all__ = ["add_input_arguments", "input_paths", "load_from_args"]
+
+INPUT_HELP = (
+    "trace files, directories of per-rank files, or glob patterns: pptrace's own OTLP JSON "
+    "lines, an OTLP JSON TracesData document, a Jaeger v3 API response ({\"result\": ...}) or "
+    "Jaeger JSON ({\"data\": [...]})"
+)
+
+
+def add_input_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``PATH...`` and ``--no-progress`` to a command's parser."""
+    parser.add_argument("paths", nargs="*", metavar="PATH", help=INPUT_HELP)
+    parser.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="do not show loading progress (shown on a terminal only)",
+    )
+
+
+def input_paths(args: argparse.Namespace) -> list[str]:
+    """The paths given on the command line; one-line error when there are none."""
+    paths = list(getattr(args, "paths", None) or [])
+    if not paths:
+        raise TraceInputError("no input: give trace files, directories or glob patterns")
+    return paths
+
+
+def load_from_args(args: argparse.Namespace) -> Trace:
+    """Load the trace the arguments name, with progress on stderr when it is a terminal."""
+    paths = input_paths(args)
+    progress = None
+    if not getattr(args, "no_progress", False) and sys.stderr.isatty():
+        progress = TerminalProgress(sys.stderr)
+    try:
+        return load_paths(paths, progress=progress)
+    finally:
+        if progress is not None:
+            progress.close()

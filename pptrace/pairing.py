@@ -1,0 +1,129 @@
+"""Pairing: which extract on stage 0 received which attach on the last stage.
+
+The last stage's sends are first-in first-out, so the n-th payload-carrying attach on the last
+stage (TP rank j) normally pairs with the n-th payload-carrying extract on stage 0 (TP rank j).
+Gaps break that: an attach whose send was skipped by configuration, events the recorder lost, a
+crash between attach and send. ``pair`` walks both sequences and, where the signatures (names,
+shapes, dtypes) disagree, looks a few steps ahead for the alignment under which most of what
+follows agrees, so that one gap yields one orphan instead of a cascade of false mismatches.
+
+    pairs, orphans, unmatched = pair(attaches, extracts)
+
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pptrace.record import Event, TensorMeta
+
+__all__ = ["Pairing", "pair", "signature"]
+
+#: How many steps ahead a re-alignment may look.
+WINDOW = 4
+
+Signature = tuple[tuple[str, tuple[int, ...], str], ...]
+_SIG_CACHE: dict[int, tuple[tuple[TensorMeta, ...], Signature]] = {}
+
+
+def signature(ev: Event) -> Signature:
+    """What must agree between the two ends: names, shapes and dtypes, in order."""
+    tensors = ev.tensors
+    hit = _SIG_CACHE.get(id(tensors))
+    if hit is not None and hit[0] is tensors:
+        return hit[1]
+    sig = tuple((t.name, t.shape, t.dtype) for t in tensors)
+    if len(_SIG_CACHE) > 100_000:
+        _SIG_CACHE.clear()
+    _SIG_CACHE[id(tensors)] = (tensors, sig)
+    return sig
+
+
+@dataclass(frozen=True, slots=True)
+class Pairing:
+    """The outcome of pairing one channel."""
+
+    pairs: tuple[tuple[int, int], ...]  # (attach index, extract index)
+    orphans: tuple[int, ...]  # attach indexes with no extract
+    unmatched: tuple[int, ...]  # extract indexes with no attach
+
+
+def _possible(a: Event, e: Event) -> bool:
+    """False when the extract provably happened before the attach (same host, same clock)."""
+    if a.rank.host and a.rank.host == e.rank.host and a.start_ns and e.start_ns:
+        return e.start_ns >= a.start_ns
+    return True
+
+
+class _Walk:
+    """The state of one pairing walk: both sequences and the sequence-number offset so far."""
+
+    def __init__(self, attaches: Sequence[Event], extracts: Sequence[Event]) -> None:
+        self.attaches, self.extracts = attaches, extracts
+        # Both stages call once per microbatch slot, so a healthy run keeps a constant offset
+        # between the extract's and the attach's sequence numbers; a skipped send shifts it.
+        self.offset: int | None = None
+
+    def agree(self, i: int, j: int) -> bool:
+        a, e = self.attaches[i], self.extracts[j]
+        if self.offset is not None and e.seq - a.seq != self.offset:
+            return False
+        return signature(a) == signature(e) and _possible(a, e)
+
+    def score(self, i: int, j: int) -> int:
+        """How many of the next WINDOW (attach, extract) steps agree from (i, j) on."""
+        n = 0
+        for t in range(WINDOW):
+            if i + t >= len(self.attaches) or j + t >= len(self.extracts):
+                break
+            n += self.agree(i + t, j + t)
+        return n
+
+
+def pair(attaches: Sequence[Event], extracts: Sequence[Event]) -> Pairing:
+    """Pair payload-carrying attaches with extracts, both in call order."""
+    pairs: list[tuple[int, int]] = []
+    orphans: list[int] = []
+    unmatched: list[int] = []
+    walk = _Walk(attaches, extracts)
+    i = j = 0
+    na, ne = len(attaches), len(extracts)
+    while i < na and j < ne:
+        a, e = attaches[i], extracts[j]
+        if not _possible(a, e):
+            unmatched.append(j)  # this extract came before the attach: its own attach is lost
+            j += 1
+            continue
+        if walk.agree(i, j):
+            pairs.append((i, j))
+            walk.offset = e.seq - a.seq
+            i += 1
+            j += 1
+            continue
+        # Disagreement: a real divergence, or a gap on one side. Keep the straight pairing
+        # unless skipping some attaches or extracts makes more of what follows agree.
+        best, best_score = (0, 0), walk.score(i + 1, j + 1)
+        for k in range(1, WINDOW + 1):
+            s = walk.score(i + k, j)
+            if s > best_score:
+                best, best_score = (k, 0), s
+            s = walk.score(i, j + k)
+            if s > best_score:
+                best, best_score = (0, k), s
+        skip_a, skip_e = best
+        if skip_a:
+            orphans.extend(range(i, i + skip_a))
+            i += skip_a
+        elif skip_e:
+            unmatched.extend(range(j, j + skip_e))
+            j += skip_e
+        else:
+            pairs.append((i, j))
+            walk.offset = e.seq - a.seq
+            i += 1
+            j += 1
+    orphans.extend(range(i, na))
+    unmatched.extend(range(j, ne))
+    return Pairing(tuple(pairs), tuple(orphans), tuple(unmatched))
