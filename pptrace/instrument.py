@@ -37,6 +37,7 @@ _Tensor = torch.Tensor
 _dict_keys = dict.keys
 _dict_items = dict.items
 _dict_get = dict.__getitem__
+_no_torch_function = torch._C.DisableTorchFunctionSubclass
 _startswith = str.startswith  # a str subclass key's own startswith is never called
 
 
@@ -46,7 +47,11 @@ def _keys(d: Any) -> tuple[Any, ...]:
 
 def _meta(v: Any) -> Any:
     if isinstance(v, _Tensor):
-        return (v.shape, v.dtype, v.device, v.is_contiguous())
+        if type(v) is _Tensor:
+            return (v.shape, v.dtype, v.device, v.is_contiguous())
+        # A tensor subclass's __torch_function__ is user code that the engine never calls.
+        with _no_torch_function():
+            return (v.shape, v.dtype, v.device, v.is_contiguous())
     return type(v)
 
 

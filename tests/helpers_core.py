@@ -346,6 +346,15 @@ class Observer:
 # --- shared values -----------------------------------------------------------------------------
 
 
+class LoggingTensor(torch.Tensor):
+    """A tensor subclass whose ``__torch_function__`` (user code) logs every call into it."""
+
+    @classmethod
+    def __torch_function__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        _CURRENT[0]("tensor", "__torch_function__", getattr(func, "__name__", repr(func)))
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
 def value_pool() -> dict[str, Any]:
     """Values shared by all side-by-side runs of one example (compared by identity)."""
     base = torch.arange(12, dtype=torch.float32).reshape(3, 4)
@@ -356,6 +365,7 @@ def value_pool() -> dict[str, Any]:
         "t_noncontig": base.t(),
         "t_empty": torch.empty(0, 5, dtype=torch.float16),
         "t_bool": torch.ones(3, 1, dtype=torch.bool),
+        "t_subclass": torch.zeros(2, 2).as_subclass(LoggingTensor),
         "list": [1, 2, 3],
         "ndarray": np.zeros(3, dtype=np.float32),
         "int": 7,
@@ -364,7 +374,7 @@ def value_pool() -> dict[str, Any]:
     }
 
 
-TENSOR_KINDS = ("t_f32", "t_i64", "t_0d", "t_noncontig", "t_empty", "t_bool")
+TENSOR_KINDS = ("t_f32", "t_i64", "t_0d", "t_noncontig", "t_empty", "t_bool", "t_subclass")
 VALUE_KINDS = TENSOR_KINDS + ("list", "ndarray", "int", "none", "str")
 
 
