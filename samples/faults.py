@@ -1,0 +1,187 @@
+"""The sample pipeline's injectable faults: one per row of the engine's failure table.
+
+Each fault says where it happens, what the engine does about it, and what pptrace should find.
+This module is data only (no torch), so ``pptrace demo --list-faults`` answers instantly; the
+behaviour behind each name lives in ``samples.inject``.
+
+    fault = FAULTS["duplicate"]
+    fault.error      # the engine's exact message, or None when the engine stays silent
+    fault.raises_on  # "last" (attach) or "first" (extract): the stage whose ranks raise
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pptrace import errors
+
+__all__ = ["FAULTS", "FIRST", "LAST", "Fault", "fault_names"]
+
+LAST = "last"  # the last PP stage: attach
+FIRST = "first"  # PP stage 0: extract
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    """One injectable fault and what each side should make of it."""
+
+    name: str
+    where: str  # stage and call where the fault bites
+    what: str  # what the sample does wrong
+    engine: str  # what the engine does
+    finds: str  # what pptrace should find in the traces
+    error: str | None = None  # the engine's exact message when it raises
+    raises_on: str | None = None  # LAST or FIRST: the stage whose ranks raise
+    needs_tp: int = 1  # the TP size the fault needs (chosen automatically)
+
+    @property
+    def raises(self) -> bool:
+        """The engine raises on this fault (the run stops with a non-zero status)."""
+        return self.error is not None
+
+
+# Names the samples use for the auxiliary tensors; faults name them in their messages.
+TOPK_LOGPROBS = "topk_logprobs"
+TOPK_IDS = "topk_ids"
+ENTROPY = "entropy"
+
+_LIST = (
+    Fault(
+        "composite-output",
+        "last stage, attach",
+        "two observer outputs combined into a composite that has no to_pp_tensors",
+        "raises (not PP-capable)",
+        "an attach error on every last-stage rank; the output type is not PP-capable",
+        errors.ATTACH_NOT_PP,
+        LAST,
+    ),
+    Fault(
+        "empty-output",
+        "last stage, attach",
+        "an idle batch whose output's to_pp_tensors() returns {}",
+        "raises (empty output)",
+        "an attach error with no tensors inserted",
+        errors.ATTACH_EMPTY,
+        LAST,
+    ),
+    Fault(
+        "bad-name",
+        "last stage, attach",
+        "an integer tensor name after a valid one",
+        "raises (bad name); the valid item before it stays in the dict",
+        "an attach error that left one prefixed key inserted",
+        errors.ATTACH_BAD_NAME,
+        LAST,
+    ),
+    Fault(
+        "non-tensor",
+        "last stage, attach",
+        f"a numpy array instead of a tensor for {ENTROPY!r}",
+        "raises (not a tensor); the items before it stay in the dict",
+        "an attach error naming the value; the keys inserted before it",
+        errors.ATTACH_NOT_TENSOR.format(name=ENTROPY),
+        LAST,
+    ),
+    Fault(
+        "duplicate",
+        "last stage, attach",
+        "the previous microbatch's output dict reused instead of a fresh one",
+        "raises (duplicate)",
+        "an attach error whose dict already held the prefixed keys",
+        errors.ATTACH_DUPLICATE.format(name=TOPK_LOGPROBS),
+        LAST,
+    ),
+    Fault(
+        "no-observer",
+        "stage 0, extract",
+        "the observer is installed on the last stage only",
+        "raises (no observer) at the first extract",
+        "an extract error with observer type NoneType, after a healthy attach",
+        errors.EXTRACT_NO_OBSERVER,
+        FIRST,
+    ),
+    Fault(
+        "old-observer",
+        "stage 0, extract",
+        "stage 0 runs an older observer without from_pp_tensors",
+        "raises (observer not PP-capable) at the first extract",
+        "an extract error; the observer is not PP-capable while the last stage attaches",
+        errors.EXTRACT_NOT_PP,
+        FIRST,
+    ),
+    Fault(
+        "raw-prefixed-key",
+        "last stage writes, stage 0 extract raises",
+        "engine code writes a prefixed key holding a Python list, bypassing attach",
+        "raises (non-tensor) on stage 0, far from the code that wrote it",
+        "a prefixed key extracted that no attach inserted, and it is not a tensor",
+        errors.EXTRACT_NOT_TENSOR,
+        FIRST,
+    ),
+    Fault(
+        "observer-none",
+        "stage 0, extract",
+        "version skew: the last stage sends v2 names that stage 0's v1 observer cannot map",
+        "raises (not reconstructed); the dict is left untouched",
+        "attach and extract names differ; the extract error left every key in place",
+        errors.EXTRACT_NOT_RECONSTRUCTED,
+        FIRST,
+    ),
+    Fault(
+        "tp-disagree",
+        "last stage TP ranks, transport",
+        "the last stage's TP rank 1 computes a slightly different entropy",
+        "nothing: stage 0 silently re-assembles a mix of both ranks' slices",
+        "last-stage TP ranks attached different bytes (fingerprints) for one microbatch",
+        needs_tp=2,
+    ),
+    Fault(
+        "overwrite-after-attach",
+        "last stage, between attach and send",
+        "the observer reuses its entropy buffer in place after attach, before the send",
+        "nothing: the bytes that arrive differ from what was attached",
+        "attach and extract fingerprints differ for the same name",
+    ),
+    Fault(
+        "prefix-lookalike",
+        "last stage writes, stage 0 extract",
+        "engine code stores a non-auxiliary tensor under a key that starts with the prefix",
+        "nothing, but a wrong pop: stage 0 hands it to the observer and later stages lose it",
+        "a prefixed key extracted that no attach inserted (namespace collision)",
+    ),
+    Fault(
+        "reserved-name",
+        "last stage, attach",
+        "an auxiliary tensor named 'next_token_ids', like the engine's own key",
+        "nothing",
+        "an auxiliary name that collides with an engine key",
+    ),
+    Fault(
+        "shape-in-transit",
+        "transport, last stage to stage 0",
+        f"the sent copy of {TOPK_LOGPROBS!r} is flattened",
+        "nothing at this layer",
+        "shape differs between attach and extract for the same name",
+    ),
+    Fault(
+        "dtype-in-transit",
+        "transport, last stage to stage 0",
+        f"the sent copy of {ENTROPY!r} is cast to float16",
+        "nothing at this layer",
+        "dtype differs between attach and extract for the same name",
+    ),
+    Fault(
+        "skipped-send",
+        "last stage, send",
+        "one microbatch's output send is skipped (a skip marker goes instead)",
+        "nothing: legitimate when configured, a lost output when not",
+        "one attach with no matching extract (an orphan)",
+    ),
+)
+
+FAULTS: dict[str, Fault] = {f.name: f for f in _LIST}
+
+
+def fault_names() -> list[str]:
+    """Every fault name, in table order."""
+    return [f.name for f in _LIST]

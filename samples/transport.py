@@ -1,0 +1,114 @@
+"""Sending tensor dicts between pipeline stages over gloo, the way the engine does it.
+
+A dict travels as a pickled metadata list first (per key: the key and, for a tensor, its device
+*type*, dtype and size; any other value whole), then each non-empty tensor in dict order. With
+tensor parallelism each tensor whose element count divides by the TP size is sent as this TP
+rank's slice and re-assembled on the receiving stage by an all-gather over its TP group, so the
+receiver holds slice j from the sender's TP rank j.
+
+Every send is asynchronous (``isend``): a stage never waits for its peer to post the receive,
+which keeps the lock-step schedule free of deadlocks. ``Link.drain()`` waits for what is pending.
+
+    link = Link(tp_size=2, tp_rank=0, tp_group=group)
+    link.send_tensor_dict({"next_token_ids": ids, "__msg_type__": "output"}, dst=2)
+    tensors = link.recv_tensor_dict(src=6)
+"""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import torch
+import torch.distributed as dist
+
+__all__ = ["MSG_TYPE", "Link", "TensorMetadata"]
+
+MSG_TYPE = "__msg_type__"
+
+
+class TensorMetadata(NamedTuple):
+    """What the receiver needs to allocate a tensor: device type (no index), dtype, size."""
+
+    device: str
+    dtype: torch.dtype
+    size: torch.Size
+
+
+@dataclass
+class Link:
+    """One rank's end of the PP ring, with its TP group for slice re-assembly."""
+
+    tp_size: int = 1
+    tp_rank: int = 0
+    tp_group: Any = None
+    pending: list[tuple[Any, torch.Tensor]] = field(default_factory=list)
+
+    def _isend(self, tensor: torch.Tensor, dst: int) -> None:
+        self.pending.append((dist.isend(tensor, dst), tensor))
+
+    def send_object(self, obj: Any, dst: int) -> None:
+        """Send a picklable object: its size, then its bytes."""
+        data = torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8)
+        self._isend(torch.tensor([data.numel()], dtype=torch.long), dst)
+        self._isend(data, dst)
+
+    def recv_object(self, src: int) -> Any:
+        """Receive what ``send_object`` sent."""
+        size = torch.empty(1, dtype=torch.long)
+        dist.recv(size, src)
+        data = torch.empty(int(size[0]), dtype=torch.uint8)
+        dist.recv(data, src)
+        return pickle.loads(data.numpy().tobytes())
+
+    def send_tensor_dict(self, tensors: dict[str, Any], dst: int) -> None:
+        """Send a dict: the metadata list, then each non-empty tensor in dict order."""
+        metadata: list[tuple[str, Any]] = []
+        to_send: list[torch.Tensor] = []
+        for key, value in tensors.items():
+            if isinstance(value, torch.Tensor):
+                metadata.append((key, TensorMetadata(value.device.type, value.dtype, value.size())))
+                to_send.append(value)
+            else:
+                metadata.append((key, value))
+        self.send_object(metadata, dst)
+        for tensor in to_send:
+            if tensor.numel() == 0:
+                continue
+            if self.tp_size > 1 and tensor.numel() % self.tp_size == 0:
+                tensor = tensor.reshape(self.tp_size, -1)[self.tp_rank]
+            # gloo rejects non-contiguous tensors.
+            self._isend(tensor.contiguous(), dst)
+        self._prune()
+
+    def recv_tensor_dict(self, src: int) -> dict[str, Any]:
+        """Receive a dict sent by ``send_tensor_dict`` (re-assembling TP slices)."""
+        out: dict[str, Any] = {}
+        for key, value in self.recv_object(src):
+            if not isinstance(value, TensorMetadata):
+                out[key] = value
+                continue
+            tensor = torch.empty(value.size, dtype=value.dtype, device=value.device)
+            if tensor.numel() == 0:
+                out[key] = tensor
+                continue
+            if self.tp_size > 1 and tensor.numel() % self.tp_size == 0:
+                part = torch.empty(tensor.numel() // self.tp_size, dtype=value.dtype)
+                dist.recv(part, src)
+                parts = [torch.empty_like(part) for _ in range(self.tp_size)]
+                dist.all_gather(parts, part, group=self.tp_group)
+                tensor = torch.cat(parts).reshape(value.size)
+            else:
+                dist.recv(tensor, src)
+            out[key] = tensor
+        return out
+
+    def _prune(self) -> None:
+        self.pending = [(w, t) for w, t in self.pending if not w.is_completed()]
+
+    def drain(self) -> None:
+        """Wait for every pending send."""
+        for work, _ in self.pending:
+            work.wait()
+        self.pending.clear()
