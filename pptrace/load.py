@@ -179,7 +179,7 @@ class _Builder:
             version > schema.SCHEMA_VERSION or version < 1
         ):
             raise SchemaVersionError(
-                f"pptrace schema version {version} is not supported (this pptrace reads "
+                f"pptrace schema version {version!r:.20} is not supported (this pptrace reads "
                 f"versions 1 to {schema.SCHEMA_VERSION}; upgrade pptrace)",
                 path=self.source,
                 line=self.line,
@@ -328,16 +328,17 @@ def _dispatch(doc: Any, builder: _Builder) -> None:
         )
 
 
-def _binary_line(chunk: bytes) -> int | None:
-    """1-based line of the first sign of binary data in ``chunk``, else None."""
+def _not_text(chunk: bytes) -> tuple[int, str] | None:
+    """(1-based line, what) of the first sign that ``chunk`` is not JSON text, else None."""
     nul = chunk.find(b"\0")
     if nul >= 0:
-        return chunk.count(b"\n", 0, nul) + 1
+        return chunk.count(b"\n", 0, nul) + 1, "binary data, not a JSON trace"
     try:
         chunk.decode("utf-8")
     except UnicodeDecodeError as exc:
         if exc.start < len(chunk) - 4:  # not just a character cut by the chunk's end
-            return chunk.count(b"\n", 0, exc.start) + 1
+            line = chunk.count(b"\n", 0, exc.start) + 1
+            return line, "not UTF-8 text: this is not a JSON trace"
     return None
 
 
@@ -361,7 +362,7 @@ def _read_lines(
             raise TraceInputError(
                 "not UTF-8 text: this is not a JSON trace", path=path, line=lineno
             ) from None
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:  # RecursionError: nested too deeply
             if first_can_switch:
                 return False
             if not raw.endswith(b"\n"):
@@ -393,6 +394,8 @@ def _read_document(path: str, builder: _Builder, tick: Callable[[int], None]) ->
         raise TraceInputError(
             f"not valid JSON: {exc.msg} (column {exc.colno})", path=path, line=exc.lineno
         ) from None
+    except RecursionError:
+        raise TraceInputError("not a trace: JSON nested too deeply", path=path) from None
     del data
     builder.line = None
     try:
@@ -409,9 +412,9 @@ def _read_file(path: str, builder: _Builder, tick: Callable[[int], None]) -> Non
             head = f.read(1 << 16)
             if not head.strip():
                 raise TraceInputError("empty file: no trace data", path=path, line=1)
-            bad = _binary_line(head)
+            bad = _not_text(head)
             if bad is not None:
-                raise TraceInputError("binary data, not a JSON trace", path=path, line=bad)
+                raise TraceInputError(bad[1], path=path, line=bad[0])
             f.seek(0)
             as_lines = path.endswith(_LINE_SUFFIXES)
             done = _read_lines(path, f, builder, tick, first_can_switch=not as_lines)

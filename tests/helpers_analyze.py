@@ -63,6 +63,7 @@ class Run:
         self.events: dict[tuple[int, int], list[Event]] = {}
         self.seqs: dict[tuple[int, int, Direction], int] = {}
         self.stats: dict[tuple[int, int], RecorderStats] = {}
+        self.absent: set[tuple[int, int]] = set()  # (pp, tp) that left no trace at all
 
     def rank(self, pp: int, tp: int = 0) -> RankInfo:
         r = pp * self.tp_size + tp
@@ -161,6 +162,7 @@ class Run:
         keys = set(self.events) | set(self.stats)
         if all_ranks:
             keys |= {(pp, tp) for pp in range(self.pp_size) for tp in range(self.tp_size)}
+        keys -= self.absent
         procs = []
         for pp, tp in sorted(keys, key=lambda k: k[0] * self.tp_size + k[1]):
             evs = sorted(self.events.get((pp, tp), []),
@@ -171,6 +173,22 @@ class Run:
 
     def all_events(self) -> list[Event]:
         return [e for evs in self.events.values() for e in evs]
+
+
+def golden_run() -> Run:
+    """The run behind ``tests/data/golden-pp2`` (see ``tests/data/make_golden.py``)."""
+    run = Run(pp_size=2, run_id="golden")
+    for k in range(6):
+        tensors = [meta("topk_logprobs", (k + 2, 4)), meta("entropy", (k + 2,))]
+        run.attach(tensors)
+        if k == 2:
+            run.extract([])  # the skip marker arrived instead
+            continue
+        received = tensors if k < 4 else [tensors[0], meta("entropy", (k + 2,), "float16")]
+        run.extract(received)
+    run.set_stats(0, recorded=6, exported=6)
+    run.set_stats(1, recorded=6, exported=6)
+    return run
 
 
 def with_rank(ev: Event, **fields: Any) -> Event:
@@ -251,3 +269,51 @@ def write_run(run: Run, directory: str) -> list[str]:
         paths.append(write_otlp_lines(os.path.join(directory, name), proc.events,
                                       stats=proc.stats))
     return paths
+
+
+# --- other formats, derived from OTLP/JSON documents -------------------------------------------
+
+
+def _plain(value: dict[str, Any]) -> Any:
+    (kind, inner), = value.items()
+    if kind == "intValue":
+        return int(inner)
+    if kind == "arrayValue":
+        return [_plain(v) for v in inner.get("values", [])]
+    return inner
+
+
+def _tag(key: str, value: Any) -> dict[str, Any]:
+    if isinstance(value, bool):
+        return {"key": key, "type": "bool", "value": value}
+    if isinstance(value, int):
+        return {"key": key, "type": "int64", "value": value}
+    if isinstance(value, float):
+        return {"key": key, "type": "float64", "value": value}
+    if isinstance(value, list):  # Jaeger has no arrays: converters store JSON in a string
+        return {"key": key, "type": "string", "value": json.dumps(value)}
+    return {"key": key, "type": "string", "value": value}
+
+
+def otlp_to_jaeger(docs: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """Jaeger's JSON model (``{"data": [...]}``) for the spans of OTLP/JSON documents."""
+    traces: dict[str, dict[str, Any]] = {}
+    for doc in docs:
+        for rs in doc["resourceSpans"]:
+            service = next((_plain(a["value"]) for a in rs["resource"]["attributes"]
+                            if a["key"] == "service.name"), "")
+            for ss in rs["scopeSpans"]:
+                for span in ss["spans"]:
+                    trace = traces.setdefault(span["traceId"], {
+                        "traceID": span["traceId"], "spans": [],
+                        "processes": {"p1": {"serviceName": service, "tags": []}},
+                        "warnings": None})
+                    start = int(span["startTimeUnixNano"])
+                    end = int(span["endTimeUnixNano"])
+                    trace["spans"].append({
+                        "traceID": span["traceId"], "spanID": span["spanId"],
+                        "operationName": span["name"], "references": [],
+                        "startTime": start // 1000, "duration": (end - start) // 1000,
+                        "tags": [_tag(a["key"], _plain(a["value"])) for a in span["attributes"]],
+                        "logs": [], "processID": "p1", "warnings": None})
+    return {"data": list(traces.values()), "total": 0, "limit": 0, "offset": 0, "errors": None}

@@ -1,0 +1,355 @@
+"""Table tests: records built by the factory -> exactly the expected findings.
+
+One row per finding kind and per collision type, plus clean runs that must give nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from helpers_analyze import Run, meta
+
+from pptrace import errors
+from pptrace.analyze import analyze
+from pptrace.findings import FindingKind, Severity
+from pptrace.record import PREFIX
+
+K = FindingKind
+RT = "RuntimeError"
+A = [meta("scores"), meta("ids", (8,), "int64")]
+
+
+def healthy(run: Run, n: int = 3) -> None:
+    for i in range(n):
+        run.step([meta("scores", (i + 1, 5)), meta("ids", (i + 1,), "int64")])
+
+
+# --- rows: each builds a run and names the kinds it must produce, exactly ---------------------
+
+
+def clean_pp2(run: Run) -> None:
+    healthy(run, 5)
+    run.none_attach()
+    run.extract([])
+    healthy(run, 2)
+
+
+def clean_pp4_tp2() -> Run:
+    run = Run(pp_size=4, tp_size=2)
+    for i in range(4):
+        run.step([meta("scores", (i + 1, 5), fingerprint=f"fp{i}")])
+    return run
+
+
+def clean_skip_configured(run: Run) -> None:
+    # No aux output this step on the last stage, nothing arrives at stage 0: not a pair.
+    healthy(run, 2)
+    run.none_attach()
+    run.extract([])
+    healthy(run, 2)
+
+
+def attach_error(message: str, kind_inserted: tuple[str, ...] = ()) -> Callable[[Run], None]:
+    def build(run: Run) -> None:
+        healthy(run, 2)
+        run.attach([meta("scores")] if kind_inserted else [], error=(RT, message),
+                   inserted=kind_inserted)
+    return build
+
+
+def duplicate(run: Run) -> None:
+    healthy(run, 1)
+    run.attach([], error=(RT, errors.ATTACH_DUPLICATE.format(name="scores")),
+               keys_before=("next_token_ids", PREFIX + "scores"))
+
+
+def call_raised(run: Run) -> None:
+    healthy(run, 1)
+    run.attach([], error=("ValueError", "boom"))
+
+
+def extract_error(message: str, subject: str = "demo.Observer",
+                  capable: bool | None = True) -> Callable[[Run], None]:
+    def build(run: Run) -> None:
+        healthy(run, 2)
+        run.attach(A)
+        run.extract(A, error=(RT, message), subject=subject, capable=capable)
+    return build
+
+
+def extract_not_tensor(run: Run) -> None:
+    healthy(run, 1)
+    run.attach(A)
+    run.extract(A + [meta("history", (), "list", "", is_tensor=False)],
+                error=(RT, errors.EXTRACT_NOT_TENSOR))
+
+
+def orphan(run: Run) -> None:
+    healthy(run, 3)
+    run.attach(A)  # its send was skipped: stage 0 got a skip marker, no aux keys
+    run.extract([])
+    healthy(run, 3)
+
+
+def orphan_constant_shapes(run: Run) -> None:
+    for _ in range(3):
+        run.step(A)
+    run.attach(A)
+    run.extract([])
+    for _ in range(3):
+        run.step(A)
+
+
+def unmatched(run: Run) -> None:
+    healthy(run, 2)
+    run.none_attach()
+    run.extract(A)
+    healthy(run, 2)
+
+
+def pair_of(attached: list, extracted: list) -> Callable[[Run], None]:  # type: ignore[type-arg]
+    def build(run: Run) -> None:
+        healthy(run, 2)
+        run.attach(attached)
+        run.extract(extracted)
+        healthy(run, 2)
+    return build
+
+
+def cascade(run: Run) -> None:
+    healthy(run, 2)
+    for _ in range(5):
+        run.attach([meta("scores")])
+        run.extract([meta("scores", dtype="float16")])
+
+
+def tp_disagree() -> Run:
+    run = Run(pp_size=2, tp_size=2)
+    run.step([meta("entropy", (8,), fingerprint="aaaa")])
+    run.attach([meta("entropy", (8,), fingerprint="bbbb")], tp=0)
+    run.attach([meta("entropy", (8,), fingerprint="cccc")], tp=1)
+    run.extract([meta("entropy", (8,), fingerprint="bbbb")], tp=0)
+    run.extract([meta("entropy", (8,), fingerprint="cccc")], tp=1)
+    return run
+
+
+def foreign_before_attach(run: Run) -> None:
+    healthy(run, 1)
+    run.attach(A, keys_before=("next_token_ids", PREFIX + "seed"))
+    run.extract(A + [meta("seed", (1,), "int64")])
+
+
+def foreign_after_attach(run: Run) -> None:
+    healthy(run, 1)
+    run.attach(A)
+    run.extract(A + [meta("sampler_seed", (1,), "int64")])
+
+
+def near_prefix(run: Run) -> None:
+    healthy(run, 1)
+    run.attach(A, keys_before=("next_token_ids", "__sampling_observer_output__seed"))
+    run.extract(A, extra_keys=("__sampling_observer_output__seed",))
+
+
+def reserved(run: Run) -> None:
+    healthy(run, 1)
+    run.step([meta("next_token_ids", (8,), "int64")])
+
+
+def empty_name(run: Run) -> None:
+    healthy(run, 1)
+    run.attach(A)
+    run.extract(A + [meta("", key=PREFIX)])
+
+
+def name_with_prefix(run: Run) -> None:
+    healthy(run, 1)
+    run.step([meta(PREFIX + "scores")])
+
+
+def leftover(run: Run) -> None:
+    healthy(run, 1)
+    run.attach(A)
+    run.extract(A, keys_after=("next_token_ids", "__msg_type__", PREFIX + "scores"))
+
+
+def off_stage0() -> Run:
+    run = Run(pp_size=3)
+    healthy(run, 2)
+    run.extract(A, pp=1)  # stage 1 extracts what stage 0 should have taken
+    return run
+
+
+def no_pp_observer(run: Run) -> None:
+    run.attach(A)
+    run.extract([], subject="NoneType", capable=None)  # nothing arrived; no observer either
+    run.attach(A)
+    run.extract([], subject="NoneType", capable=None)
+
+
+def missing_stage0() -> Run:
+    run = Run(pp_size=2)
+    run.absent.add((0, 0))
+    for _ in range(3):
+        run.attach(A)
+    return run
+
+
+def dropped(run: Run) -> None:
+    healthy(run, 3)
+    run.set_stats(0, dropped=4, recorded=10)
+
+
+ROWS: list[tuple[str, Callable[[Run], None] | Callable[[], Run], list[FindingKind]]] = [
+    ("clean pp2", clean_pp2, []),
+    ("clean pp4 tp2", clean_pp4_tp2, []),
+    ("clean: no aux output this step", clean_skip_configured, []),
+    ("attach not pp", attach_error(errors.ATTACH_NOT_PP), [K.ATTACH_NOT_PP]),
+    ("attach empty", attach_error(errors.ATTACH_EMPTY), [K.ATTACH_EMPTY]),
+    ("attach bad name", attach_error(errors.ATTACH_BAD_NAME, (PREFIX + "scores",)),
+     [K.ATTACH_BAD_NAME]),
+    ("attach not tensor", attach_error(errors.ATTACH_NOT_TENSOR.format(name="entropy")),
+     [K.ATTACH_NOT_TENSOR]),
+    ("attach duplicate", duplicate, [K.ATTACH_DUPLICATE]),
+    ("call raised", call_raised, [K.CALL_RAISED]),
+    ("extract no observer", extract_error(errors.EXTRACT_NO_OBSERVER, "NoneType", None),
+     [K.EXTRACT_NO_OBSERVER]),
+    ("extract not pp", extract_error(errors.EXTRACT_NOT_PP, "old.Observer", False),
+     [K.EXTRACT_NOT_PP]),
+    ("extract not tensor", extract_not_tensor, [K.EXTRACT_NOT_TENSOR, K.PREFIXED_FOREIGN_KEY]),
+    ("extract not reconstructed", extract_error(errors.EXTRACT_NOT_RECONSTRUCTED),
+     [K.EXTRACT_NOT_RECONSTRUCTED]),
+    ("orphan attach (skipped send)", orphan, [K.ORPHAN_ATTACH]),
+    ("orphan attach, constant shapes", orphan_constant_shapes, [K.ORPHAN_ATTACH]),
+    ("unmatched extract", unmatched, [K.UNMATCHED_EXTRACT]),
+    ("names differ", pair_of([meta("a"), meta("b")], [meta("a")]), [K.NAMES_DIFFER]),
+    ("names renamed", pair_of([meta("a")], [meta("b")]), [K.NAMES_DIFFER]),
+    ("order differs", pair_of([meta("a"), meta("b")], [meta("b"), meta("a")]),
+     [K.ORDER_DIFFERS]),
+    ("shape", pair_of([meta("s", (8, 5))], [meta("s", (40,))]), [K.SHAPE_MISMATCH]),
+    ("dtype", pair_of([meta("s")], [meta("s", dtype="float16")]), [K.DTYPE_MISMATCH]),
+    ("shape and dtype", pair_of([meta("s")], [meta("s", (40,), "float16")]),
+     [K.SHAPE_MISMATCH, K.DTYPE_MISMATCH]),
+    ("bytes", pair_of([meta("s")], [meta("s", nbytes=80)]), [K.BYTES_MISMATCH]),
+    ("device type", pair_of([meta("s", device="cuda:3")], [meta("s", device="cpu")]),
+     [K.DEVICE_TYPE_MISMATCH]),
+    ("device index differs by design", pair_of([meta("s", device="cuda:3")],
+                                               [meta("s", device="cuda:0")]), []),
+    ("content", pair_of([meta("s", fingerprint="ab12")], [meta("s", fingerprint="cd34")]),
+     [K.CONTENT_MISMATCH]),
+    ("cascade summarised", cascade, [K.DTYPE_MISMATCH]),
+    ("tp disagree", tp_disagree, [K.TP_DISAGREE]),
+    ("collision: prefixed key before attach", foreign_before_attach,
+     [K.PREFIXED_FOREIGN_KEY]),
+    ("collision: prefixed key after attach", foreign_after_attach, [K.PREFIXED_FOREIGN_KEY]),
+    ("collision: key that looks like the prefix", near_prefix,
+     [K.PREFIXED_FOREIGN_KEY]),
+    ("collision: reserved name", reserved, [K.RESERVED_NAME]),
+    ("collision: empty name", empty_name, [K.EMPTY_NAME, K.PREFIXED_FOREIGN_KEY]),
+    ("collision: name carries the prefix", name_with_prefix, [K.NAME_HAS_PREFIX]),
+    ("leftover keys", leftover, [K.LEFTOVER_KEYS]),
+    ("extract off stage 0", off_stage0, [K.EXTRACT_OFF_STAGE0]),
+    ("no pp observer", no_pp_observer, [K.NO_PP_OBSERVER, K.ORPHAN_ATTACH]),
+    ("missing rank", missing_stage0, [K.MISSING_RANK]),
+    ("events dropped", dropped, [K.EVENTS_DROPPED]),
+]
+
+
+def _build(builder: Callable[..., object]) -> Run:
+    try:
+        result = builder()  # a row that makes its own Run (other layout)
+    except TypeError:
+        run = Run()
+        builder(run)
+        return run
+    assert isinstance(result, Run)
+    return result
+
+
+@pytest.mark.parametrize(("builder", "expected"), [(b, e) for _, b, e in ROWS],
+                         ids=[name for name, _, _ in ROWS])
+def test_row_gives_exactly_the_expected_findings(
+    builder: Callable[..., object], expected: list[FindingKind]
+) -> None:
+    findings = analyze(_build(builder).trace())
+    assert sorted(f.kind.value for f in findings) == sorted(k.value for k in expected)
+
+
+def test_every_kind_has_a_row() -> None:
+    covered = {k for _, _, kinds in ROWS for k in kinds}
+    assert covered == set(FindingKind)
+
+
+def test_messages_name_both_sides() -> None:
+    run = Run()
+    pair_of([meta("scores")], [meta("scores", dtype="float16")])(run)
+    (f,) = analyze(run.trace())
+    assert f.message == "rank 1 attached `scores` float32[8, 5]; rank 0 extracted float16[8, 5]"
+    assert f.ranks == (1, 0)
+    assert f.microbatch == 2
+    assert f.channel == "pp0<-pp1/tp0"
+    assert f.severity is Severity.ERROR
+    assert [e.direction.value for e in f.events] == ["attach", "extract"]
+    trace = run.trace()
+    assert trace.event(f.events[0]).tensors[0].dtype == "float32"
+    assert trace.event(f.events[1]).tensors[0].dtype == "float16"
+
+
+def test_cascade_is_counted_not_flooded() -> None:
+    run = Run()
+    cascade(run)
+    (f,) = analyze(run.trace())
+    assert f.cascade == 4
+    assert f.microbatch == 2
+    assert "(and 4 more like this through microbatch 6)" in f.message
+
+
+def test_orphan_is_the_skipped_microbatch_and_nothing_cascades() -> None:
+    for build in (orphan, orphan_constant_shapes):
+        run = Run()
+        build(run)
+        (f,) = analyze(run.trace())
+        assert f.microbatch == 3, build.__name__
+        assert f.severity is Severity.WARNING
+
+
+def test_engine_error_says_where() -> None:
+    run = Run(pp_size=4)
+    attach_error(errors.ATTACH_EMPTY)(run)
+    (f,) = analyze(run.trace())
+    assert f.message.startswith("rank 3 (pp3, tp 0) attach #2 raised RuntimeError: "
+                                + errors.ATTACH_EMPTY)
+    assert "output type demo.Scores" in f.message
+
+
+def test_losses_lower_absence_findings() -> None:
+    run = Run()
+    orphan(run)
+    run.set_stats(0, dropped=2, recorded=16)
+    kinds = {f.kind: f for f in analyze(run.trace())}
+    assert set(kinds) == {K.ORPHAN_ATTACH, K.EVENTS_DROPPED}
+    assert kinds[K.ORPHAN_ATTACH].severity is Severity.INFO
+    assert "recording gap" in kinds[K.ORPHAN_ATTACH].message
+
+
+def test_sequence_gaps_count_as_losses() -> None:
+    run = Run()
+    healthy(run, 2)
+    run.attach(A, seq=10)  # seqs 2..9 of the last stage were never exported
+    run.extract(A)
+    (f,) = analyze(run.trace())
+    assert f.kind is K.EVENTS_DROPPED
+    assert "8 sequence numbers missing" in f.message
+
+
+def test_unknown_layout_pairs_by_role() -> None:
+    # Ranks that could not learn their PP layout: the roles come from what they did.
+    from helpers_analyze import with_rank
+
+    run = Run()
+    pair_of([meta("s")], [meta("s", dtype="float16")])(run)
+    for evs in run.events.values():
+        evs[:] = [with_rank(e, pp_rank=None, pp_size=None, tp_rank=None) for e in evs]
+    (f,) = analyze(run.trace(all_ranks=False))
+    assert f.kind is K.DTYPE_MISMATCH

@@ -1,0 +1,136 @@
+"""The loader reads every supported format into the same Trace.
+
+The golden trace (``tests/data/golden-pp2``) was written by pptrace's real exporter; the other
+formats are derived from it here, so each test compares one format against the recorded events.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from pathlib import Path
+
+import pytest
+from helpers_analyze import golden_run, otlp_to_jaeger
+
+from pptrace.analyze import analyze
+from pptrace.findings import FindingKind
+from pptrace.load import load_paths
+from pptrace.model import Trace
+
+DATA = Path(__file__).parent / "data"
+GOLDEN = DATA / "golden-pp2"
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+SHARED_FILES = [SHARED / "jaeger-ui-otlp2jaeger-in.json", SHARED / "jaeger-ui-otlp2jaeger-out.json"]
+
+
+def _golden_docs() -> list[dict]:  # type: ignore[type-arg]
+    docs = []
+    for path in sorted(GOLDEN.iterdir()):
+        docs += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return docs
+
+
+def _merged_document() -> dict:  # type: ignore[type-arg]
+    return {"resourceSpans": [rs for doc in _golden_docs() for rs in doc["resourceSpans"]]}
+
+
+def _events(trace: Trace) -> list:  # type: ignore[type-arg]
+    return [(p.rank.rank, list(p.events)) for p in trace.processes]
+
+
+EXPECTED = _events(golden_run().trace())
+
+
+def test_golden_directory_holds_the_recorded_events() -> None:
+    trace = load_paths([str(GOLDEN)])
+    assert _events(trace) == EXPECTED
+    assert [p.stats.recorded for p in trace.processes if p.stats] == [6, 6]
+    assert not trace.problems and not trace.foreign
+    assert [len(p.sources) for p in trace.processes] == [1, 1]
+
+
+def test_golden_analysis() -> None:
+    findings = analyze(load_paths([str(GOLDEN)]))
+    assert [(f.kind, f.microbatch, f.cascade) for f in findings] == [
+        (FindingKind.ORPHAN_ATTACH, 2, 0),
+        (FindingKind.DTYPE_MISMATCH, 4, 1),
+    ]
+
+
+def test_files_and_globs(tmp_path: Path) -> None:
+    files = sorted(str(p) for p in GOLDEN.iterdir())
+    assert _events(load_paths(files)) == EXPECTED
+    assert _events(load_paths([str(GOLDEN / "*.jsonl")])) == EXPECTED
+    # The same file twice (a path and a glob) is read once.
+    assert _events(load_paths([files[0], files[1], str(GOLDEN / "*")])) == EXPECTED
+
+
+@pytest.mark.parametrize(
+    ("name", "make"),
+    [
+        ("single TracesData document, pretty", lambda: json.dumps(_merged_document(), indent=2)),
+        ("single TracesData document, one line", lambda: json.dumps(_merged_document())),
+        ("Jaeger v3 API response", lambda: json.dumps({"result": _merged_document()}, indent=1)),
+        ("Jaeger v3 API stream chunks", lambda: "\n".join(
+            json.dumps({"result": d}) for d in _golden_docs())),
+        ("Jaeger JSON", lambda: json.dumps(otlp_to_jaeger(_golden_docs()), indent=2)),
+    ],
+)
+def test_other_formats_give_the_same_events(tmp_path: Path, name: str, make) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "trace.json"
+    path.write_text(make())
+    trace = load_paths([str(path)])
+    assert _events(trace) == EXPECTED, name
+    assert not trace.problems
+
+
+def test_base64_ids_are_read_as_hex(tmp_path: Path) -> None:
+    doc = json.loads(SHARED_FILES[0].read_text())
+    for span in doc["resourceSpans"][0]["scopeSpans"][0]["spans"]:
+        for key in ("traceId", "spanId", "parentSpanId"):
+            span[key] = base64.b64encode(bytes.fromhex(span[key])).decode()
+    path = tmp_path / "b64.json"
+    path.write_text(json.dumps(doc))
+    spans = load_paths([str(path)]).foreign
+    assert {(s.trace_id, s.span_id) for s in spans} == {
+        ("83a9efd15c1c98a977e0711cc93ee28b", "e127af99e3b3e074")
+    }
+
+
+def test_shared_files_hold_the_same_two_spans_and_no_pptrace_events() -> None:
+    traces = [load_paths([str(p)]) for p in SHARED_FILES]
+    for trace in traces:
+        assert trace.event_count == 0 and not trace.processes
+        assert not trace.problems
+        assert len(trace.foreign) == 2
+    a, b = ([(s.name, s.service, s.trace_id, s.span_id, s.start_ns, s.end_ns) for s in t.foreign]
+            for t in traces)
+    assert a == b
+    assert a[0] == ("okey-dokey-0", "telemetrygen", "83a9efd15c1c98a977e0711cc93ee28b",
+                    "e127af99e3b3e074", 1706678909209712000, 1706678909209835000)
+
+
+def test_foreign_spans_are_kept_aside_next_to_pptrace_events() -> None:
+    trace = load_paths([str(GOLDEN), str(SHARED_FILES[1])])
+    assert _events(trace) == EXPECTED
+    assert len(trace.foreign) == 2
+    assert trace.foreign[0].source == str(SHARED_FILES[1])
+
+
+def test_progress_reaches_the_total() -> None:
+    seen: list[tuple[int, int, str]] = []
+    load_paths([str(GOLDEN)], progress=lambda d, t, s: seen.append((d, t, s)))
+    total = sum(os.path.getsize(p) for p in GOLDEN.iterdir())
+    assert seen[-1][:2] == (total, total)
+    assert [d for d, _, _ in seen] == sorted(d for d, _, _ in seen)
+
+
+def test_repeated_records_are_shared() -> None:
+    trace = load_paths([str(GOLDEN)])
+    events = [e for p in trace.processes for e in p.events]
+    ranks = {id(e.rank) for e in events}
+    assert len(ranks) == 2  # one RankInfo object per process
+    keys = {id(e.keys_before) for e in events if e.keys_before == ("next_token_ids",)}
+    assert len(keys) == 1
