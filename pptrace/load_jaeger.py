@@ -42,7 +42,7 @@ def _tag_value(key: str, kind: Any, value: Any) -> Any:
     if isinstance(value, str) and value.startswith("[") and key.startswith("pptrace."):
         try:
             decoded = json.loads(value)
-        except ValueError:
+        except (ValueError, RecursionError):
             return value
         return decoded if isinstance(decoded, list) else value
     return value
