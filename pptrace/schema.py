@@ -206,7 +206,7 @@ def _check_version(r: _Reader) -> None:
     version = r.int(VERSION)
     if version > SCHEMA_VERSION or version < 1:
         raise SchemaVersionError(
-            f"{r.where}pptrace schema version {version} is not supported "
+            f"{r.where}pptrace schema version {version!r:.20} is not supported "
             f"(this pptrace reads versions 1 to {SCHEMA_VERSION}; upgrade pptrace)"
         )
 
@@ -230,7 +230,7 @@ def _shape(text: str, where: str) -> tuple[int, ...]:
     try:
         return tuple(int(p) for p in text.split(","))
     except ValueError:
-        raise SchemaVersionError(f"{where}bad tensor shape {text!r}") from None
+        raise SchemaVersionError(f"{where}bad tensor shape {text!r:.40}") from None
 
 
 def attributes_to_event(
@@ -245,7 +245,7 @@ def attributes_to_event(
     try:
         direction = Direction(r.str(DIRECTION))
     except ValueError:
-        raise SchemaVersionError(f"{where}unknown direction {attrs.get(DIRECTION)!r}") from None
+        raise SchemaVersionError(f"{where}unknown direction {attrs.get(DIRECTION)!r:.40}") from None
     names = r.list(T_NAMES, str)
     n = len(names)
     keys = r.list(T_KEYS, str, n)
