@@ -327,3 +327,23 @@ def recording_child(trace_dir: str, interval: float, how: str) -> None:
         pair += 1
         time.sleep(0.002)
     sys.stdout.flush()
+
+
+def write_good_trace(directory: str, flushes: int = 3) -> str:
+    """Record ``flushes`` attach/extract pairs, one flush each, with the real file sink; return
+    the trace file's path (one OTLP JSON line per flush, plus stats)."""
+    from pptrace.instrument import wrap_transport
+
+    config = Config(trace_dir=directory, flush_interval=60)
+    rec = make_recorder(config, sink_factory=file_sink_factory(config))
+    mod = transport()
+    attach, extract = wrap_transport(mod.add_auxiliary_output_to_pp_tensors,
+                                     mod.pop_auxiliary_output_from_pp_tensors, rec)
+    for _ in range(flushes):
+        d = {"next_token_ids": IDS}
+        attach(d, Output({"a": T1}))
+        extract(d, Observer(SENTINEL))
+        rec.flush()
+    rec.shutdown(timeout=5.0)
+    (path,) = trace_files(directory)
+    return path

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers_reliability import has_module, read_trace_file, trace_files
+from helpers_reliability import has_module, read_trace_file, trace_files, write_good_trace
 
 from pptrace.record import Direction
 
@@ -134,32 +134,7 @@ def test_sigterm_and_normal_exit_flush_everything(tmp_path: Path, ending: str) -
 
 
 def _good_file(tmp_path: Path) -> tuple[str, list[str]]:
-    from helpers_reliability import (
-        IDS,
-        SENTINEL,
-        T1,
-        Observer,
-        Output,
-        file_sink_factory,
-        make_recorder,
-        transport,
-    )
-
-    from pptrace.config import Config
-    from pptrace.instrument import wrap_transport
-
-    config = Config(trace_dir=str(tmp_path / "t"), flush_interval=60)
-    rec = make_recorder(config, sink_factory=file_sink_factory(config))
-    mod = transport()
-    attach, extract = wrap_transport(mod.add_auxiliary_output_to_pp_tensors,
-                                     mod.pop_auxiliary_output_from_pp_tensors, rec)
-    for _ in range(3):  # three flushes: three lines, each holding one pair
-        d = {"next_token_ids": IDS}
-        attach(d, Output({"a": T1}))
-        extract(d, Observer(SENTINEL))
-        rec.flush()
-    rec.shutdown(timeout=5.0)
-    (path,) = trace_files(str(tmp_path / "t"))
+    path = write_good_trace(str(tmp_path / "t"))
     with open(path) as f:
         lines = f.read().splitlines(keepends=True)
     assert len(lines) >= 3
