@@ -3,6 +3,8 @@ bad or foreign span is refused with one line naming where and what."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -166,3 +168,79 @@ def test_stats_with_a_future_version_is_refused() -> None:
     attrs[schema.VERSION] = 2
     with pytest.raises(SchemaVersionError, match="schema version 2 is not supported"):
         schema.attributes_to_stats(attrs)
+
+
+# --- the README documents exactly this schema ---------------------------------------------------
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+TYPE_NAMES = {str: "string", bool: "bool", int: "int", float: "double"}
+
+
+def documented_tables() -> dict[str, dict[str, str]]:
+    """``{heading: {attribute: type}}`` from the tables in README's schema section."""
+    text = README.read_text("utf-8")
+    section = text.split("<!-- section:schema -->")[1].split("<!-- /section:schema -->")[0]
+    tables: dict[str, dict[str, str]] = {}
+    heading = ""
+    for line in section.splitlines():
+        if line.startswith("### "):
+            heading = line[4:]
+        if not line.startswith("|"):
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 2 and cells[0].startswith("`"):
+            for key in re.findall(r"`([^`]+)`", cells[0]):
+                tables.setdefault(heading, {})[key] = cells[1]
+    return tables
+
+
+def type_name(value: Any) -> str:
+    if isinstance(value, list):
+        assert value, "use a sample where every array has an element"
+        return TYPE_NAMES[type(value[0])] + "[]"
+    return TYPE_NAMES[type(value)]
+
+
+FULL_RANK = RankInfo(rank=1, world_size=2, pp_rank=1, pp_size=2, tp_rank=0, tp_size=1,
+                     host="h", pid=9)
+FULL_EVENT = Event(
+    direction=Direction.ATTACH, seq=0, rank=FULL_RANK, start_ns=1, mono_ns=2, duration_ns=3,
+    thread_id=4, thread_name="MainThread", subject_type="m.Out", subject_pp_capable=True,
+    tensors=(TensorMeta(name="a", key=PREFIX + "a", shape=(2,), dtype="float32", device="cpu",
+                        nbytes=8, fingerprint="b2:00"),),
+    keys_before=("next_token_ids",), keys_after=("next_token_ids", PREFIX + "a"),
+    error_type="RuntimeError", error_message="m", inserted_before_error=(PREFIX + "a",),
+    run_id="r", extra=(("tag", "v"),),
+)
+
+
+def test_readme_documents_every_event_attribute_with_its_type() -> None:
+    documented = documented_tables()["Event span attributes (`pptrace.attach`, `pptrace.extract`)"]
+    produced = {("pptrace.extra.<name>" if k.startswith(schema.EXTRA_PREFIX) else k): type_name(v)
+                for k, v in schema.event_to_attributes(FULL_EVENT).items()}
+    assert documented == produced
+
+
+def test_readme_documents_every_stats_attribute_with_its_type() -> None:
+    tables = documented_tables()
+    documented = tables["Stats span attributes (`pptrace.recorder`)"]
+    rank_keys = {schema.VERSION, schema.RUN_ID, schema.RANK, schema.WORLD_SIZE, schema.PP_RANK,
+                 schema.PP_SIZE, schema.TP_RANK, schema.TP_SIZE, schema.HOST, schema.PID}
+    produced = {k: type_name(v) for k, v in
+                schema.stats_to_attributes(RecorderStats(rank=FULL_RANK, time_ns=1)).items()}
+    # The shared ones are documented once, in the event table, and named in the stats prose.
+    assert documented == {k: v for k, v in produced.items() if k not in rank_keys}
+    assert rank_keys <= set(produced)
+
+
+def test_readme_documents_the_span_names_and_resource() -> None:
+    tables = documented_tables()
+    assert set(tables["Spans"]) == schema.SPAN_NAMES
+    from pptrace.export import rank_resource
+
+    resource = dict(rank_resource(FULL_RANK, "r").attributes)
+    ours = {k: type_name(resource[k]) for k in tables["Resource attributes (one set per process)"]}
+    assert ours == tables["Resource attributes (one set per process)"]
+    sdk_defaults = {k for k in resource if k.startswith("telemetry.sdk.")} | {
+        "service.instance.id"}
+    assert set(resource) - set(ours) <= sdk_defaults
