@@ -377,7 +377,7 @@ def _read_lines(
             _dispatch(doc, builder)
             if builder.file_problems == before:
                 builder.accepted += 1
-        except BadShape as exc:
+        except (BadShape, RecursionError) as exc:  # Python >= 3.12 parses deeper than it recurses
             builder.problem(f"{exc}; line skipped")
     return True
 
@@ -400,7 +400,7 @@ def _read_document(path: str, builder: _Builder, tick: Callable[[int], None]) ->
     builder.line = None
     try:
         _dispatch(doc, builder)
-    except BadShape as exc:
+    except (BadShape, RecursionError) as exc:
         raise TraceInputError(str(exc), path=path) from None
     builder.accepted += 1
 
