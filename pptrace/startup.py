@@ -24,6 +24,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from types import FrameType
@@ -152,6 +153,8 @@ def _arm(state: _Active) -> None:
         return
     state.armed = True
     state.recorder.start()
+    threading.Thread(target=_watch_rank, args=(state.recorder,), name="pptrace-rank",
+                     daemon=True).start()
     if threading.current_thread() is threading.main_thread():
         _install(state, signal.SIGTERM, _on_sigterm)
         if state.config.mode == "flight" and hasattr(signal, "SIGUSR1"):
@@ -160,6 +163,21 @@ def _arm(state: _Active) -> None:
     if mp_util is not None:
         # A forked multiprocessing child leaves through os._exit: atexit never runs there.
         mp_util.Finalize(None, _finish_active, exitpriority=0)
+
+
+def _watch_rank(recorder: Recorder) -> None:
+    """Learn the rank while torch.distributed is up (a short run may flush only after
+    ``destroy_process_group``, when it is no longer known); polls, off the engine's path."""
+    from pptrace.ranks import torch_rank_known
+
+    waited = 0.0
+    while True:
+        if torch_rank_known():
+            recorder.rank()  # discovered now, kept by the recorder from here on
+            return
+        step = 0.02 if waited < 120 else 1.0
+        time.sleep(step)
+        waited += step
 
 
 def _install(state: _Active, signum: int, handler: Callable[[int, FrameType | None], None]) -> None:
