@@ -55,10 +55,20 @@ def _meta(v: Any) -> Any:
     return type(v)
 
 
-def _fingerprints(items: tuple[tuple[Any, Any], ...], values: list[Any]) -> tuple[Any, ...]:
+def _fingerprints(rec: Recorder, values: list[Any]) -> tuple[Any, ...]:
     from pptrace.fingerprint import start
 
-    return tuple(start(v) if isinstance(v, _Tensor) else None for v in values)
+    out = []
+    for v in values:
+        fp = None
+        if isinstance(v, _Tensor):
+            # One tensor that cannot be hashed costs its fingerprint, not the whole event.
+            try:
+                fp = start(v)
+            except Exception as exc:
+                rec.internal_error("fingerprint", exc)
+        out.append(fp)
+    return tuple(out)
 
 
 def is_wrapped(fn: Any) -> bool:
@@ -79,7 +89,7 @@ def wrap_attach(fn: F, recorder: Recorder) -> F:
     rec = recorder
     seq = rec.seq[Direction.ATTACH]
     append = rec.append
-    time_ns, mono_ns, ident = time.time_ns, time.monotonic_ns, threading.get_ident
+    time_ns, mono_ns, ident = time.time_ns, time.monotonic_ns, threading.current_thread
     attach = Direction.ATTACH
 
     @functools.wraps(fn)
@@ -113,8 +123,12 @@ def wrap_attach(fn: F, recorder: Recorder) -> F:
             after = _keys(tensors)
             new = after[len(before):]
             values = [_dict_get(tensors, k) for k in new]
-            items = tuple((k, _meta(v)) for k, v in zip(new, values, strict=True))
-            fps = _fingerprints(items, values) if rec.fingerprint else None
+            # _meta inlined for plain tensors on the success path: a call per tensor costs
+            # about as much as reading its metadata (benchmarks/bench_hotpath.py).
+            items = tuple([(k, (v.shape, v.dtype, v.device, v.is_contiguous())
+                            if type(v) is _Tensor else _meta(v))
+                           for k, v in zip(new, values, strict=True)])
+            fps = _fingerprints(rec, values) if rec.fingerprint else None
             append((attach, next(seq), wall, t0, dur, ident(), type(output), before, after,
                     items, result is None, None, rec.dropped, fps))
         except Exception as inner:
@@ -131,7 +145,7 @@ def wrap_extract(fn: F, recorder: Recorder, prefix: str = PREFIX) -> F:
     rec = recorder
     seq = rec.seq[Direction.EXTRACT]
     append = rec.append
-    time_ns, mono_ns, ident = time.time_ns, time.monotonic_ns, threading.get_ident
+    time_ns, mono_ns, ident = time.time_ns, time.monotonic_ns, threading.current_thread
     extract = Direction.EXTRACT
 
     @functools.wraps(fn)
@@ -145,8 +159,9 @@ def wrap_extract(fn: F, recorder: Recorder, prefix: str = PREFIX) -> F:
                 before = tuple(_dict_keys(tensors))
             else:
                 pairs, before = [], ()
-            items = tuple((k, _meta(v)) for k, v in pairs)
-            fps = _fingerprints(items, [v for _, v in pairs]) if rec.fingerprint else None
+            items = tuple([(k, (v.shape, v.dtype, v.device, v.is_contiguous())
+                            if type(v) is _Tensor else _meta(v)) for k, v in pairs])
+            fps = _fingerprints(rec, [v for _, v in pairs]) if rec.fingerprint else None
         except Exception as exc:
             rec.internal_error("extract snapshot", exc)
             return fn(tensors, observer)

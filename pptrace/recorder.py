@@ -27,8 +27,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from pptrace.config import Config
-from pptrace.record import Direction, Event, RankInfo, RecorderStats, TensorMeta
 from pptrace.ranks import discover_rank
+from pptrace.record import Direction, Event, RankInfo, RecorderStats, TensorMeta
 
 __all__ = ["Recorder", "Sink", "WarnOnce"]
 
@@ -59,7 +59,8 @@ class WarnOnce:
 
 
 # A raw record, built on the hot path. Field order:
-# 0 direction, 1 seq, 2 wall_ns, 3 mono_ns, 4 duration_ns, 5 thread ident, 6 subject type,
+# 0 direction, 1 seq, 2 wall_ns, 3 mono_ns, 4 duration_ns, 5 the calling threading.Thread
+# (an int ident is accepted too), 6 subject type,
 # 7 keys before, 8 keys after, 9 items ((key, meta), ...), 10 returned None,
 # 11 (error type, message) or None, 12 dropped so far, 13 fingerprints or None
 Raw = tuple[Any, ...]
@@ -111,15 +112,12 @@ def _tensor_meta(key: object, meta: Any, prefix: str, fingerprint: str | None) -
     )
 
 
-def _thread_name(ident: int) -> str:
-    for thread in threading.enumerate():
-        if thread.ident == ident:
-            return thread.name
-    return ""
-
-
 class Recorder:
     """One process's event buffer, counters and background flush thread."""
+
+    #: The hot path's append: ``deque.append`` itself in flight mode (the ring never refuses),
+    #: a capped append in stream mode (new events are dropped and counted when full).
+    append: Callable[[Raw], None]
 
     def __init__(
         self,
@@ -140,6 +138,7 @@ class Recorder:
         maxlen = self.config.flight_size if self.flight else None
         self._buf: collections.deque[Raw] = collections.deque(maxlen=maxlen)
         self._cap = self.config.buffer_size
+        self.append = self._buf.append if self.flight else self._append_capped
         # itertools.count is atomic under the GIL: unique sequence numbers across threads.
         self.seq = {Direction.ATTACH: itertools.count(), Direction.EXTRACT: itertools.count()}
         self._lock = threading.Lock()  # counters touched off the common path
@@ -148,22 +147,27 @@ class Recorder:
         self.export_errors = 0
         self.exported = 0
         self.overwritten = 0
-        self._drained = 0  # raw records taken off the buffer so far
+        # Flight mode: per direction, the highest sequence number drained and how many were
+        # drained; the gap between them is what the ring overwrote (see _count_overwritten).
+        self._high = {Direction.ATTACH: -1, Direction.EXTRACT: -1}
+        self._taken = {Direction.ATTACH: 0, Direction.EXTRACT: 0}
         self._last_stats: tuple[int, ...] | None = None
         self.warn = WarnOnce()
         self._wake = threading.Event()
         self._dump_requested = False
         self._stop = False
+        self._abandoned = False  # the exit flush gave up: late exports no longer count
         self._thread: threading.Thread | None = None
         self._flush_lock = threading.Lock()
         self._prefix = "__sampling_observer_output__."
 
     # --- hot path ----------------------------------------------------------------------------
 
-    def append(self, raw: Raw) -> None:
-        """Buffer one raw record (called on the engine's thread)."""
-        if self.flight or len(self._buf) < self._cap:
-            self._buf.append(raw)
+    def _append_capped(self, raw: Raw) -> None:
+        """Buffer one raw record, or drop and count it when the buffer is full (stream mode)."""
+        buf = self._buf
+        if len(buf) < self._cap:
+            buf.append(raw)
         else:
             with self._lock:
                 self.dropped += 1
@@ -176,9 +180,16 @@ class Recorder:
         self.warn(f"internal error in {where}", f"{type(exc).__name__}: {exc}")
 
     def request_dump(self) -> None:
-        """Ask the background thread to flush the flight ring now (signal-safe)."""
+        """Ask the background thread to write the buffer (the flight ring) out now.
+
+        Safe in a signal handler: it only sets a flag, which the thread polls every
+        ``_TICK`` seconds (``Event.set`` takes a lock the interrupted thread may hold).
+        """
         self._dump_requested = True
-        self._wake.set()
+
+    def dump(self) -> int:
+        """Write the buffer (the flight ring) out now, on this thread; return events exported."""
+        return self.flush()
 
     def exporter_dropped(self, events: int, cause: str) -> None:
         """Count events an asynchronous exporter lost after ``export`` returned (any thread)."""
@@ -230,14 +241,18 @@ class Recorder:
         return self
 
     def _run(self) -> None:
+        last = time.monotonic()
+        interval = self.config.flush_interval
         while not self._stop:
-            self._wake.wait(self.config.flush_interval)
+            self._wake.wait(min(_TICK, interval) if interval > 0 else _TICK)
             self._wake.clear()
             if self._stop:
                 break
-            if self.flight and not self._dump_requested:
+            if self._dump_requested:
+                self._dump_requested = False
+            elif self.flight or time.monotonic() - last < interval:
                 continue
-            self._dump_requested = False
+            last = time.monotonic()
             try:
                 self.flush()
             except BaseException as exc:  # the thread must survive anything a sink raises
@@ -253,49 +268,86 @@ class Recorder:
             pass
         return out
 
-    def flush(self) -> int:
-        """Convert and export everything buffered now; return the number of events exported."""
+    def _count_overwritten(self, raws: Sequence[Raw]) -> None:
+        """Flight mode: sequence numbers below the highest drained that never arrived were
+        overwritten by the ring (each direction's numbers are gap-free from 0)."""
+        high, taken = self._high, self._taken
+        for raw in raws:
+            direction, seq = raw[0], raw[1]
+            taken[direction] += 1
+            if seq > high[direction]:
+                high[direction] = seq
+        self.overwritten = sum(high[d] + 1 - taken[d] for d in high)
+
+    def flush(self, deadline: float | None = None) -> int:
+        """Convert and export everything buffered now; return the number of events exported.
+
+        Events go to the sink in chunks of ``_CHUNK``; past ``deadline`` (a ``time.monotonic``
+        value) the rest are counted as dropped instead of exported.
+        """
         with self._flush_lock:
             raws = self._drain()
-            self._drained += len(raws)
             if self.flight:
-                # Whatever was recorded but neither drained nor still held, the ring overwrote.
-                self.overwritten = max(0, self.recorded - self._drained - len(self._buf))
+                self._count_overwritten(raws)
             if not raws and self._last_stats == self._stats_key():
                 return 0
             rank = self.rank()
-            events = []
-            for raw in raws:
-                try:
-                    events.append(self.to_event(raw, rank))
-                except Exception as exc:
-                    self.internal_error("event conversion", exc)
-                    with self._lock:
-                        self.dropped += 1
             sink = self._get_sink(rank)
             if sink is None:
                 with self._lock:
-                    self.dropped += len(events)
+                    self.dropped += len(raws)
                 return 0
-            if events:
+            exported = 0
+            convert = _Converter(self, rank)
+            for start in range(0, len(raws), _CHUNK):
+                chunk = raws[start:start + _CHUNK]
+                if deadline is not None and time.monotonic() > deadline:
+                    with self._lock:
+                        self.dropped += len(raws) - start
+                    self._warn_timeout(len(raws) - start)
+                    break
+                events = []
+                for raw in chunk:
+                    try:
+                        events.append(convert(raw))
+                    except Exception as exc:
+                        self.internal_error("event conversion", exc)
+                        with self._lock:
+                            self.dropped += 1
+                if not events:
+                    continue
                 try:
                     sink.export(events)
-                    self.exported += len(events)
                 except BaseException as exc:  # even a BaseException: count what was lost
                     with self._lock:
                         self.export_errors += 1
                         self.dropped += len(events)
                     self.warn(f"export failed ({type(exc).__name__})", str(exc))
-            key = self._stats_key()
-            if key != self._last_stats:
-                self._last_stats = key
-                try:
-                    sink.export_stats(self.stats())
-                except BaseException as exc:
-                    with self._lock:
-                        self.export_errors += 1
-                    self.warn(f"stats export failed ({type(exc).__name__})", str(exc))
-            return len(events)
+                    continue
+                with self._lock:
+                    if self._abandoned:  # exit already counted these as lost
+                        continue
+                    self.exported += len(events)
+                exported += len(events)
+            self._export_stats(sink)
+            return exported
+
+    def _export_stats(self, sink: Sink) -> None:
+        key = self._stats_key()
+        if key == self._last_stats:
+            return
+        self._last_stats = key
+        try:
+            sink.export_stats(self.stats())
+        except BaseException as exc:
+            with self._lock:
+                self.export_errors += 1
+            self.warn(f"stats export failed ({type(exc).__name__})", str(exc))
+
+    def _warn_timeout(self, lost: int) -> None:
+        self.warn("exit flush timed out",
+                  f"gave up after {self.config.exit_timeout:.1f}s or the given timeout; "
+                  f"{lost} unflushed events counted as dropped")
 
     def _stats_key(self) -> tuple[int, ...]:
         return (self.recorded, self.exported, self.dropped, self.overwritten,
@@ -311,7 +363,11 @@ class Recorder:
         return self._sink
 
     def shutdown(self, timeout: float | None = None) -> None:
-        """Flush everything (flight mode: dump the ring) and stop, within ``timeout`` seconds."""
+        """Flush everything (flight mode: dump the ring) and stop, within ``timeout`` seconds.
+
+        Whatever cannot be written in time is counted as dropped (and, when the sink still
+        answers, the final stats span says so); a sink that hangs cannot hold exit.
+        """
         timeout = self.config.exit_timeout if timeout is None else timeout
         self._stop = True
         self._wake.set()
@@ -322,7 +378,8 @@ class Recorder:
 
         def final() -> None:
             try:
-                self.flush()
+                # Keep a slice of the time for the stats span and the sink's own shutdown.
+                self.flush(deadline=deadline - 0.2 * timeout)
                 if self._sink is not None:
                     self._sink.shutdown(max(0.1, deadline - time.monotonic()))
             except BaseException as exc:  # a sink's BaseException must not escape a thread
@@ -333,37 +390,69 @@ class Recorder:
         # The final flush runs on its own thread so that a sink that hangs cannot hold exit.
         threading.Thread(target=final, name="pptrace-exit-flush", daemon=True).start()
         if not done.wait(max(0.0, deadline - time.monotonic())):
-            self.warn("exit flush timed out", f"gave up after {timeout:.1f}s; unflushed events lost")
+            with self._lock:
+                self._abandoned = True
+                lost = max(0, self.recorded - self.exported - self.dropped - self.overwritten)
+                self.dropped += lost
+            self._warn_timeout(lost)
 
     # --- conversion (background) -------------------------------------------------------------
 
     def to_event(self, raw: Raw, rank: RankInfo) -> Event:
         """Turn a raw hot-path tuple into an ``Event``."""
-        (direction, seq, wall_ns, mono_ns, duration_ns, ident, subject, before, after, items,
+        return _Converter(self, rank)(raw)
+
+
+class _Converter:
+    """Raw tuples to ``Event`` records for one flush, caching per-type and per-thread strings."""
+
+    def __init__(self, rec: Recorder, rank: RankInfo) -> None:
+        self.rank = rank
+        self.run_id = rec.config.run_id
+        self.prefix = rec._prefix
+        self.threads = {t.ident: t.name for t in threading.enumerate()}
+        self.subjects: dict[tuple[Direction, type], tuple[str, bool | None]] = {}
+
+    def subject(self, direction: Direction, tp: type) -> tuple[str, bool | None]:
+        found = self.subjects.get((direction, tp))
+        if found is None:
+            if tp is type(None):
+                capable = None
+            elif direction is Direction.ATTACH:
+                capable = hasattr(tp, "to_pp_tensors")
+            else:
+                capable = hasattr(tp, "from_pp_tensors")
+            found = self.subjects[(direction, tp)] = (_qualname(tp), capable)
+        return found
+
+    def __call__(self, raw: Raw) -> Event:
+        (direction, seq, wall_ns, mono_ns, duration_ns, thread, subject, before, after, items,
          returned_none, error, dropped, fingerprints) = raw
-        prefix = self._prefix
+        # The Thread object keeps its name after the thread ends (its ident may be reused).
+        if isinstance(thread, int):
+            ident, name = thread, self.threads.get(thread, "")
+        else:
+            ident, name = thread.ident or 0, thread.name
+        prefix = self.prefix
         fps: Sequence[Any] = fingerprints or ()
         tensors = tuple(
             _tensor_meta(key, meta, prefix, _resolve_fp(fps[i]) if fps else None)
             for i, (key, meta) in enumerate(items)
         )
-        if direction is Direction.ATTACH:
-            capable = hasattr(subject, "to_pp_tensors") if subject is not type(None) else None
-        else:
-            capable = hasattr(subject, "from_pp_tensors") if subject is not type(None) else None
+        subject_type, capable = self.subject(direction, subject)
         inserted: tuple[str, ...] = ()
         if error is not None and direction is Direction.ATTACH:
             inserted = tuple(t.key for t in tensors)
         return Event(
             direction=direction,
             seq=seq,
-            rank=rank,
+            rank=self.rank,
             start_ns=wall_ns,
             mono_ns=mono_ns,
             duration_ns=duration_ns,
             thread_id=ident,
-            thread_name=_thread_name(ident),
-            subject_type=_qualname(subject),
+            thread_name=name,
+            subject_type=subject_type,
             subject_pp_capable=capable,
             tensors=tensors,
             keys_before=tuple(map(_key, before)),
@@ -373,8 +462,14 @@ class Recorder:
             error_message=error[1] if error else None,
             inserted_before_error=inserted,
             dropped_before=dropped,
-            run_id=self.config.run_id,
+            run_id=self.run_id,
         )
+
+
+#: How often the background thread looks at the dump flag (seconds).
+_TICK = 0.05
+#: Events per sink call: bounds one export's memory and lets the exit flush keep its deadline.
+_CHUNK = 512
 
 
 def _peek(counter: itertools.count[int]) -> int:

@@ -1,0 +1,102 @@
+"""Recording never synchronises with the device: no .item(), .cpu(), .tolist(), .numpy() on the
+recorded tensors, in either mode (fingerprinting off). Every tensor operation during a wrapped call
+is observed and compared with the bare call's; pptrace may add metadata reads only.
+
+On a GPU, ``scripts/gpu_sync_check.py`` runs the same calls under
+``torch.cuda.set_sync_debug_mode("error")``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+import torch
+from helpers_recorder import MemorySink, Observer, Output, recorder
+from torch.overrides import TorchFunctionMode
+
+import pptrace.engine as engine
+from pptrace.config import Config
+from pptrace.instrument import wrap_transport
+
+SYNCING = ("item", "cpu", "tolist", "numpy")
+#: What the wrapper may do to a tensor beyond what the engine does: read its metadata.
+METADATA = {"shape", "dtype", "device", "is_contiguous", "__get__"}
+
+
+class Spy(TorchFunctionMode):
+    """Records the name of every torch function or tensor method called while active."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (),
+                           kwargs: Any = None) -> Any:
+        name = getattr(func, "__name__", None) or repr(func)
+        owner = getattr(func, "__self__", None)
+        if name == "__get__" and owner is not None:  # a property: shape, dtype, device
+            name = getattr(owner, "__name__", name)
+        self.calls.append(name)
+        return func(*args, **(kwargs or {}))
+
+
+@contextmanager
+def spying(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Spy, list[str]]]:
+    """A torch-function spy plus direct patches of the syncing methods (belt and braces)."""
+    direct: list[str] = []
+    for name in SYNCING:
+        original = getattr(torch.Tensor, name)
+
+        def patched(self: torch.Tensor, *a: Any, _n: str = name, _o: Any = original,
+                    **k: Any) -> Any:
+            direct.append(_n)
+            return _o(self, *a, **k)
+
+        patched.__name__ = name
+        monkeypatch.setattr(torch.Tensor, name, patched)
+    spy = Spy()
+    with spy:
+        yield spy, direct
+    monkeypatch.undo()
+
+
+def _round_trip(attach: Callable[..., Any], extract: Callable[..., Any]) -> None:
+    output = Output(4)
+    tensors: dict[str, Any] = {"next_token_ids": torch.arange(4)}
+    attach(tensors, output)
+    extract(tensors, Observer())
+
+
+def test_the_spy_sees_a_sync_when_there_is_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    t = torch.ones(3)
+    with spying(monkeypatch) as (spy, direct):
+        t.sum().item()
+        _ = t.shape
+    assert "item" in spy.calls and set(direct) == {"item"}
+    assert "shape" in spy.calls
+
+
+@pytest.mark.parametrize("mode", ["stream", "flight"])
+def test_recording_calls_no_syncing_method(mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    bare = (engine.add_auxiliary_output_to_pp_tensors, engine.pop_auxiliary_output_from_pp_tensors)
+    sink = MemorySink()
+    rec = recorder(Config(mode=mode, fingerprint=False), sink)
+    wrapped = wrap_transport(*bare, rec)
+    with spying(monkeypatch) as (bare_spy, bare_direct):
+        _round_trip(*bare)
+    with spying(monkeypatch) as (spy, direct):
+        _round_trip(*wrapped)
+    assert rec.recorded == 2
+    assert direct == [] and not set(spy.calls) & set(SYNCING), spy.calls
+    # What pptrace added on the caller's thread is metadata reads, and it did read them.
+    added = set(spy.calls) - set(bare_spy.calls)
+    assert added <= METADATA, added
+    assert {"shape", "is_contiguous"} <= set(spy.calls)
+    # The background conversion touches no tensor at all (only the recorded metadata).
+    with spying(monkeypatch) as (bg_spy, bg_direct):
+        rec.shutdown(timeout=5.0)
+    assert bg_spy.calls == [] and bg_direct == []
+    assert len(sink.events) == 2
