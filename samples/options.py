@@ -37,6 +37,7 @@ OUTCOMES = {
 }
 
 MAX_RANKS = 8
+TRANSPORTS = ("auto", "sglang", "pptrace")
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +57,7 @@ class PipelineOptions:
     async_depth: int = 1  # microbatch slots = pp + async_depth
     comm_timeout: float = 20.0  # gloo timeout: the longest a rank waits for a silent peer
     fingerprint: bool = True  # let pptrace hash auxiliary tensors (finds changed bytes)
+    transport: str = "auto"  # "auto" (SGLang's module if loadable), "sglang" or "pptrace"
     store_path: str = ""  # the FileStore used for rendezvous (set by the launcher)
 
     @property
@@ -86,6 +88,8 @@ class PipelineOptions:
                 f"--ranks {opts.ranks} with --tp {opts.tp}: need 2 to {MAX_RANKS} ranks "
                 "and at least 2 pipeline stages"
             )
+        if opts.transport not in TRANSPORTS:
+            raise ConfigError(f"transport {opts.transport!r}: expected one of {TRANSPORTS}")
         if opts.steps < 1:
             raise ConfigError("--steps must be at least 1")
         if opts.batch % opts.tp:

@@ -63,11 +63,14 @@ class PeerLost(Exception):
     """A collective or point-to-point call failed: another rank is gone or silent."""
 
 
-def transport_module() -> types.ModuleType:
-    """SGLang's transport module when it can be loaded, else pptrace's reference."""
-    mod = load_transport_module(allow_bare=True)
-    if mod is not None:
-        return mod
+def transport_module(choice: str = "auto") -> types.ModuleType:
+    """SGLang's transport module (``auto``: when it can be loaded), or pptrace's reference."""
+    if choice != "pptrace":
+        mod = load_transport_module(allow_bare=True)
+        if mod is not None:
+            return mod
+        if choice == "sglang":
+            raise RuntimeError("SGLang's transport module cannot be loaded (pip install sglang)")
     import pptrace.engine
 
     return pptrace.engine
@@ -261,7 +264,7 @@ def run_rank(opts: PipelineOptions, rank: int, progress: Progress) -> RankReport
                  flush_interval=0.5)
     recorder = Recorder(cfg, sink_factory=lambda r: build_provider(cfg, r),
                         rank_provider=lambda: (info, True)).start()
-    mod = transport_module()
+    mod = transport_module(opts.transport)
     attach, extract = wrap_transport(
         mod.add_auxiliary_output_to_pp_tensors, mod.pop_auxiliary_output_from_pp_tensors, recorder
     )

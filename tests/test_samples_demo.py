@@ -1,0 +1,129 @@
+"""``pptrace demo``: its options, its fault list, and short real runs."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pptrace import cli_demo
+from pptrace.errors import ConfigError
+from samples.faults import FAULTS, fault_names
+from samples.options import PipelineOptions
+
+
+def _parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="pptrace")
+    cli_demo.add_parser(parser.add_subparsers())
+    return parser.parse_args(["demo", *argv])
+
+
+def test_defaults_are_the_main_job() -> None:
+    args = _parse()
+    assert (args.ranks, args.tp, args.steps, args.fault, args.out) == (4, 1, 32, None, None)
+
+
+def test_list_faults_is_one_line_per_fault(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_demo.run(_parse("--list-faults")) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines] == fault_names()
+    for line, fault in zip(lines, FAULTS.values(), strict=True):
+        assert line.endswith(f"{fault.where}: {fault.engine}")
+
+
+@pytest.mark.slow
+def test_list_faults_does_not_import_torch() -> None:
+    code = ("import sys; from pptrace import cli_demo; cli_demo.list_faults(sys.stdout); "
+            "sys.exit('torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert len(done.stdout.splitlines()) == len(FAULTS)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"fault": "nope"}, "unknown fault 'nope'"),
+        ({"ranks": 3, "tp": 2}, "not a multiple of --tp 2"),
+        ({"ranks": 2, "tp": 2}, "at least 2 pipeline stages"),
+        ({"ranks": 16}, "need 2 to 8 ranks"),
+        ({"steps": 0}, "--steps must be at least 1"),
+        ({"transport": "grpc"}, "transport 'grpc'"),
+    ],
+)
+def test_bad_layouts_are_one_line_errors(options: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        PipelineOptions(**options).resolved()  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("ranks", "want"), [(2, (4, 2)), (4, (4, 2)), (5, (6, 2))])
+def test_tp_fault_picks_two_tp_ranks(ranks: int, want: tuple[int, int]) -> None:
+    opts = PipelineOptions(ranks=ranks, fault="tp-disagree").resolved()
+    assert (opts.ranks, opts.tp) == want
+
+
+def test_default_out_dir_is_fresh(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    now = datetime.datetime(2026, 1, 2, 3, 4, 5)
+    first = cli_demo.default_out_dir(now)
+    assert first == os.path.join("pptrace-traces", "demo-20260102-030405")
+    os.makedirs(first)
+    assert cli_demo.default_out_dir(now) == first + "-2"
+
+
+def test_out_dir_with_traces_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "pptrace-rank0-pid1.otlp.jsonl").write_text("{}\n")
+    with pytest.raises(ConfigError, match="already holds trace files"):
+        cli_demo.run(_parse("--out", str(tmp_path)))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_healthy_demo_exits_0_with_a_summary(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    handed: list[str] = []
+
+    def analysis(out_dir: str) -> int:
+        handed.append(out_dir)
+        return 0
+
+    monkeypatch.setattr(cli_demo, "_analyze_and_report", analysis)
+    out = str(tmp_path / "demo")
+    assert cli_demo.run(_parse("--ranks", "2", "--steps", "4", "--out", out)) == 0
+    captured = capsys.readouterr()
+    assert handed == [out]
+    assert "stage 0 check: 4 outputs arrived identical" in captured.out
+    assert "0 differed, 0 were never sent" in captured.out
+    assert len([n for n in os.listdir(out) if n.endswith(".otlp.jsonl")]) == 2
+    assert "steps r0 4/4  r1 4/4" in captured.err
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_demo_hands_its_traces_to_the_analyzer(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    out = str(tmp_path / "demo")
+    status = cli_demo.run(_parse("--ranks", "2", "--steps", "3", "--fault", "duplicate",
+                                 "--out", out))
+    text = capsys.readouterr().out
+    assert status == 1
+    assert "rank 1: RuntimeError: duplicate auxiliary PP tensor 'topk_logprobs'" in text
+    assert "pptrace analyze" in text
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_silent_fault_demo_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = str(tmp_path / "demo")
+    status = cli_demo.run(_parse("--ranks", "2", "--steps", "4", "--fault", "dtype-in-transit",
+                                 "--out", out, "--no-analyze"))
+    text = capsys.readouterr().out
+    assert status == 1
+    assert "first difference at forward 2: entropy: dtype torch.float16" in text
