@@ -509,3 +509,38 @@ def test_storage_helper_reads_without_calls() -> None:
         container = make_container(kind, [("k", 1)], log)
         assert storage(container) == [("k", 1)]
     assert log.calls == []
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("fingerprint", [False, True], ids=["plain", "fingerprint"])
+def test_no_device_sync_on_the_callers_path(fingerprint: bool) -> None:
+    """With CUDA tensors, the wrapped calls never synchronize with the device (CUDA's sync debug
+    mode turns any synchronizing call into an error), fingerprints included."""
+    sink = ListSink()
+    rec = make_recorder(sink, Config(exporters=("none",), fingerprint=fingerprint))
+    attach, extract = wrap_transport(REAL.add_auxiliary_output_to_pp_tensors,
+                                     REAL.pop_auxiliary_output_from_pp_tensors, rec)
+    named = {"scores": torch.randn(8, 5, device="cuda"),
+             "empty": torch.empty(0, 4, device="cuda"),
+             "strided": torch.randn(4, 6, device="cuda").t()}
+    result = object()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        tensors: dict[str, Any] = {"next_token_ids": torch.arange(8, device="cuda")}
+        attach(tensors, Output(CallLog(), lambda: named))
+        out = extract(tensors, Observer(CallLog(), "return", result, ObserverError()))
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    assert out is result and list(tensors) == ["next_token_ids"]
+    rec.flush()
+    assert rec.internal_errors == 0 and len(sink.events) == 2
+    for ev in sink.events:
+        assert [t.device_type for t in ev.tensors] == ["cuda"] * 3
+        fps = [t.fingerprint for t in ev.tensors]
+        if fingerprint:
+            assert all(f is not None and f.startswith("x64:") for f in fps)
+        else:
+            assert fps == [None] * 3
+    assert [t.fingerprint for t in sink.events[0].tensors] == [
+        t.fingerprint for t in sink.events[1].tensors]

@@ -300,3 +300,75 @@ def test_stats_span_round_trip(traced: Traced) -> None:
     assert stats.recorded == 1 and stats.exported == 1 and stats.rank == RANK
     assert span.start_time == span.end_time == stats.time_ns
     assert schema.attributes_to_stats(span.attributes or {}) == stats
+
+
+# --- fingerprints (opt-in) ----------------------------------------------------------------------
+
+
+def fingerprinted(config: Config) -> Traced:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    sink = TeeSink(SpanSink(provider))
+    rec = _make_recorder(sink, config)
+    attach, extract = wrap_transport(engine.add_auxiliary_output_to_pp_tensors,
+                                     engine.pop_auxiliary_output_from_pp_tensors, rec)
+    return Traced(attach, extract, exporter, sink, rec)
+
+
+FP_CONFIG = Config(exporters=("none",), run_id=RUN_ID, fingerprint=True)
+
+
+def test_fingerprints_tell_changed_contents_apart() -> None:
+    traced = fingerprinted(FP_CONFIG)
+    a = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+    tensors: dict[str, Any] = {}
+    traced.attach(tensors, Output(CallLog(), lambda: {"a": a, "b": B}))
+    a[0, 0] = 100.0  # changed between attach and extract, as by an overwritten buffer
+    traced.extract(tensors, Observer(CallLog(), "return", object(), ObserverError()))
+    attach_span, extract_span = traced.event_spans()
+    sent = (attach_span.attributes or {})["pptrace.tensor.fingerprints"]
+    received = (extract_span.attributes or {})["pptrace.tensor.fingerprints"]
+    assert isinstance(sent, tuple) and isinstance(received, tuple)
+    assert all(str(f).startswith("b2:") and len(str(f)) == 3 + 16 for f in sent + received)
+    assert sent[0] != received[0] and sent[1] == received[1]
+    assert traced.recorder.internal_errors == 0
+    for span in (attach_span, extract_span):
+        assert_round_trip_of(traced, span)
+
+
+def assert_round_trip_of(traced: Traced, span: ReadableSpan) -> None:
+    back = schema.attributes_to_event(span.attributes or {}, span.start_time or 0, span.end_time)
+    assert back in traced.sink.events
+
+
+def test_tensors_without_contents_record_no_fingerprint() -> None:
+    """Meta tensors (no data) and non-tensors get no fingerprint, and the event is still whole."""
+    traced = fingerprinted(FP_CONFIG)
+    named = {"meta": torch.empty(3, 2, device="meta"), "none": torch.empty(0, device="meta")}
+    traced.attach({}, Output(CallLog(), lambda: named))
+    span = only_span(traced)
+    assert "pptrace.tensor.fingerprints" not in (span.attributes or {})
+    assert (span.attributes or {})["pptrace.tensor.devices"] == ("meta", "meta")
+    assert traced.recorder.internal_errors == 0
+
+
+def test_a_tensor_that_cannot_be_fingerprinted_costs_only_its_fingerprint(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import pptrace.fingerprint
+
+    real_start = pptrace.fingerprint.start
+
+    def start(tensor: torch.Tensor) -> Any:
+        if tensor is B:
+            raise RuntimeError("cannot hash this one")
+        return real_start(tensor)
+
+    monkeypatch.setattr(pptrace.fingerprint, "start", start)
+    traced = fingerprinted(FP_CONFIG)
+    traced.attach({}, Output(CallLog(), lambda: {"a": A, "b": B}))
+    span = only_span(traced)
+    fps = (span.attributes or {})["pptrace.tensor.fingerprints"]
+    assert isinstance(fps, tuple) and str(fps[0]).startswith("b2:") and fps[1] == ""
+    assert traced.recorder.internal_errors == 1
