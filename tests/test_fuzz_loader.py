@@ -10,8 +10,11 @@ RecursionError, a KeyError, an AssertionError, a traceback) is a bug. Hypothesis
 from __future__ import annotations
 
 import functools
+import glob
 import json
 import os
+import shutil
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -270,3 +273,50 @@ def test_empty_directory_and_missing_and_unreadable(tmp_path: Path) -> None:
     with pytest.raises(TraceInputError) as info:
         load_paths([str(fifo_dir / "dir.jsonl")])
     assert "\n" not in str(info.value)
+
+
+def _other_pythons() -> list[str]:
+    """Other CPython interpreters on this machine (3.12+ parse JSON deeper than they recurse)."""
+    found = []
+    candidates = [shutil.which(n) for n in ("python3.12", "python3.13", "python3.14")]
+    candidates += sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.1[2-9]*/bin/python3")))
+    for exe in candidates:
+        if exe is None:
+            continue
+        try:
+            ok = subprocess.run([exe, "-c", "import json"], capture_output=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if ok.returncode == 0:
+            found.append(exe)
+    return found
+
+
+DEEP_SCRIPT = """
+import sys
+from pptrace.errors import TraceInputError
+from pptrace.load import load_paths
+for depth in (900, 1200, 1600, 3000, 10000):
+    for suffix in (".jsonl", ".json"):
+        path = sys.argv[1] + suffix
+        head = b'{"resourceSpans":[]}\\n' if suffix == ".jsonl" else b""
+        with open(path, "wb") as f:
+            f.write(head + b"[" * depth + b"]" * depth + b"\\n")
+        try:
+            load_paths([path])
+        except TraceInputError as exc:
+            assert "\\n" not in str(exc)
+print("ok", sys.version_info[:2])
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _other_pythons(), reason="no python3.12+ interpreter on this machine")
+def test_deep_nesting_on_other_pythons(tmp_path: Path) -> None:
+    # The loader is pure Python with no third-party imports, so it runs under any interpreter.
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for exe in _other_pythons():
+        done = subprocess.run([exe, "-c", DEEP_SCRIPT, str(tmp_path / "deep")],
+                              capture_output=True, text=True, timeout=120,
+                              env=dict(os.environ, PYTHONPATH=root))
+        assert done.returncode == 0 and "ok" in done.stdout, (exe, done.stderr[-2000:])
