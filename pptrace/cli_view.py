@@ -1,0 +1,105 @@
+"""``pptrace view PATH...``: open the terminal viewer on recorded traces.
+
+The traces are loaded (with progress on a terminal) and analyzed before the full-screen app
+starts, so bad input fails with the usual one-line error; the app then indexes the trace behind
+its own loading screen. ``tui`` is imported only here, inside ``run``: pptrace never needs
+Textual to record, load or analyze.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from pptrace.cli_inputs import add_input_arguments, input_paths, load_from_args
+
+if TYPE_CHECKING:
+    from pptrace.findings import Finding
+    from pptrace.model import Trace
+
+__all__ = ["add_parser", "run"]
+
+EPILOG = """\
+keys (the footer shows them; ? lists every one; ctrl+p searches the actions):
+  arrows move in the grid    n/p next/previous event    ]/[ next/previous finding
+  space play/pause, +/- speed    d first divergence    f filter    / search
+  e/m export what is on screen as JSON/Markdown    t light/dark    q quit
+
+examples:
+  pptrace view pptrace-traces/
+  pptrace view 'traces/*.jsonl' --theme light
+  pptrace view pptrace-traces/ --follow      # watch a running engine
+"""
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Create the ``view`` subcommand."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "view",
+        help="explore traces in a terminal UI: rank x microbatch grid, replay, pair detail",
+        description=(
+            "Open a keyboard-first terminal viewer on recorded traces: a rank x microbatch grid "
+            "coloured by what happened, a replay of every event in recorded order, the two sides "
+            "of each attach/extract pair side by side, and the analyzer's findings grouped by "
+            "kind. Trace text is always shown literally."
+        ),
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_input_arguments(parser)
+    parser.add_argument("--follow", action="store_true",
+                        help="re-read the inputs every second as they grow (a running engine)")
+    parser.add_argument("--theme", choices=("dark", "light"), default="dark",
+                        help="colour theme (default: dark; 't' switches in the app)")
+    parser.set_defaults(func=run)
+    return parser
+
+
+Loader = Callable[[Callable[[str], None]], "tuple[Trace, list[Finding]]"]
+
+
+def _reloader(paths: Sequence[str]) -> Loader:
+    """A loader for ``--follow``: re-reads the same inputs, analyzes, reports its phase."""
+
+    def load(status: Callable[[str], None]) -> tuple[Trace, list[Finding]]:
+        from pptrace.analyze import analyze
+        from pptrace.load import load_paths
+
+        status(f"reading {len(paths)} input(s)")
+        trace = load_paths(paths)
+        status(f"analyzing {trace.event_count:,} events")
+        return trace, analyze(trace)
+
+    return load
+
+
+def run(args: argparse.Namespace) -> int:
+    """Load and analyze the inputs, then run the viewer until the user quits."""
+    from pptrace.analyze import analyze
+
+    paths = input_paths(args)
+    trace = load_from_args(args)
+    if sys.stderr.isatty() and not args.no_progress:
+        sys.stderr.write(f"pptrace: analyzing {trace.event_count:,} events…\r")
+        sys.stderr.flush()
+    findings = analyze(trace)
+
+    from tui.app import PptraceViewer
+
+    first = [True]
+    reload = _reloader(paths)
+
+    def loader(status: Callable[[str], None]) -> tuple[Trace, list[Finding]]:
+        if first[0]:  # the first call gets what was just loaded; later calls re-read
+            first[0] = False
+            return trace, findings
+        return reload(status)
+
+    app = PptraceViewer(loader, follow=args.follow, theme=args.theme)
+    app.run()
+    if app.load_error is not None:
+        print(f"pptrace: error: {app.load_error}", file=sys.stderr)
+        return 2
+    return 0

@@ -1,0 +1,182 @@
+"""A small record factory for the viewer's tests and benchmark: traces built from records directly.
+
+    trace, findings = scenario("dtype-mismatch")
+    trace = synthetic(100_000, pp=4, tp=2)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from pptrace.findings import Finding, FindingKind
+from pptrace.model import EventId, ProcessTrace, Trace
+from pptrace.record import PREFIX, Direction, Event, RankInfo, TensorMeta
+
+T0 = 1_790_000_000_000_000_000  # a fixed wall clock, so screenshots are stable
+STEP = 1_000_000  # 1 ms between microbatches
+ENGINE_KEYS = ("next_token_ids",)
+
+
+def tensor(name: str, shape: tuple[int, ...] = (8, 5), dtype: str = "float32",
+           device: str = "cpu", fingerprint: str | None = None) -> TensorMeta:
+    """One auxiliary tensor's metadata."""
+    size = {"float32": 4, "float16": 2, "int64": 8, "bfloat16": 2}.get(dtype, 4)
+    n = 1
+    for d in shape:
+        n *= d
+    return TensorMeta(name=name, key=PREFIX + name, shape=shape, dtype=dtype, device=device,
+                      nbytes=n * size, fingerprint=fingerprint)
+
+
+def rank(global_rank: int, pp: int, tp: int, pp_size: int, tp_size: int) -> RankInfo:
+    """A rank with a full PP/TP layout."""
+    return RankInfo(rank=global_rank, world_size=pp_size * tp_size, pp_rank=pp, pp_size=pp_size,
+                    tp_rank=tp, tp_size=tp_size, host="node0", pid=1000 + global_rank)
+
+
+def attach(r: RankInfo, seq: int, tensors: tuple[TensorMeta, ...], *, t: int | None = None,
+           error: tuple[str, str] | None = None) -> Event:
+    """An attach on the last stage."""
+    keys = tuple(m.key for m in tensors)
+    return Event(
+        direction=Direction.ATTACH, seq=seq, rank=r,
+        start_ns=T0 + seq * STEP + 10 + (r.tp_rank or 0) if t is None else t,
+        mono_ns=seq * STEP, duration_ns=2_000, subject_type="obs.ScoresOutput",
+        subject_pp_capable=True, tensors=tensors, keys_before=ENGINE_KEYS,
+        keys_after=ENGINE_KEYS + (keys if error is None else ()),
+        error_type=error[0] if error else None, error_message=error[1] if error else None,
+        run_id="run1",
+    )
+
+
+def extract(r: RankInfo, seq: int, tensors: tuple[TensorMeta, ...], *, t: int | None = None,
+            error: tuple[str, str] | None = None) -> Event:
+    """An extract on stage 0."""
+    keys = tuple(m.key for m in tensors)
+    return Event(
+        direction=Direction.EXTRACT, seq=seq, rank=r,
+        start_ns=T0 + seq * STEP + 500 + (r.tp_rank or 0) if t is None else t,
+        mono_ns=seq * STEP, duration_ns=3_000, subject_type="obs.ScoresObserver",
+        subject_pp_capable=True, tensors=tensors, keys_before=ENGINE_KEYS + keys,
+        keys_after=ENGINE_KEYS if error is None else ENGINE_KEYS + keys,
+        returned_none=not tensors or error is not None,
+        error_type=error[0] if error else None, error_message=error[1] if error else None,
+        run_id="run1",
+    )
+
+
+Tweak = Callable[[int, int, tuple[TensorMeta, ...]], tuple[TensorMeta, ...]]
+
+
+def pipeline(microbatches: int, *, pp: int = 2, tp: int = 1,
+             payload: tuple[TensorMeta, ...] = (tensor("scores"), tensor("routing", (8,), "int64")),
+             on_extract: Tweak | None = None, orphans: int = 0) -> Trace:
+    """A healthy run: the last stage attaches, stage 0 extracts, middle stages record nothing.
+
+    ``on_extract(tp, seq, tensors)`` changes what stage 0 receives; ``orphans`` extra attaches at
+    the end of the last stage are never extracted."""
+    procs = []
+    for p in range(pp):
+        for t in range(tp):
+            r = rank(p * tp + t, p, t, pp, tp)
+            if p == pp - 1:
+                events = tuple(attach(r, s, payload) for s in range(microbatches + orphans))
+            elif p == 0:
+                events = tuple(
+                    extract(r, s, on_extract(t, s, payload) if on_extract else payload)
+                    for s in range(microbatches)
+                )
+            else:
+                events = ()
+            procs.append(ProcessTrace(rank=r, events=events, sources=(f"rank{r.rank}.jsonl",)))
+    return Trace(processes=tuple(procs), sources=tuple(f"rank{i}.jsonl" for i in range(pp * tp)))
+
+
+def finding(kind: FindingKind, message: str, events: tuple[EventId, ...] = (),
+            ranks: tuple[int, ...] = (), microbatch: int | None = None,
+            time_ns: int | None = None, channel: str = "pp0<-pp1/tp0") -> Finding:
+    """A finding with the kind's default severity."""
+    return Finding(kind=kind, severity=kind.default_severity, message=message, ranks=ranks,
+                   microbatch=microbatch, time_ns=time_ns, events=events, channel=channel)
+
+
+def ids(process_a: int, seq_a: int, process_e: int, seq_e: int) -> tuple[EventId, EventId]:
+    """The (attach, extract) event ids of one pair."""
+    return (EventId(process_a, Direction.ATTACH, seq_a),
+            EventId(process_e, Direction.EXTRACT, seq_e))
+
+
+def scenario(name: str) -> tuple[Trace, list[Finding]]:
+    """Named traces for tests and screenshots (pp=2, tp=1: process 0 extracts, 1 attaches)."""
+    if name == "healthy":
+        return pipeline(12), []
+    if name == "dtype-mismatch":
+        def half(tp: int, seq: int, ts: tuple[TensorMeta, ...]) -> tuple[TensorMeta, ...]:
+            return (tensor("scores", dtype="float16"),) + ts[1:] if seq in (5, 9) else ts
+        trace = pipeline(12, on_extract=half, orphans=1)
+        findings = [
+            finding(FindingKind.DTYPE_MISMATCH,
+                    f"rank 1 attached `scores` float32[8, 5]; rank 0 extracted float16[8, 5] "
+                    f"(microbatch {s})", ids(1, s, 0, s), (1, 0), s, T0 + s * STEP + 10)
+            for s in (5, 9)
+        ]
+        findings.append(finding(FindingKind.ORPHAN_ATTACH, "rank 1 attached microbatch 12; "
+                                "stage 0 never extracted it", (EventId(1, Direction.ATTACH, 12),),
+                                (1,), 12, T0 + 12 * STEP + 10))
+        return trace, findings
+    if name == "engine-error":
+        trace = pipeline(6)
+        procs = list(trace.processes)
+        r0 = procs[0].rank
+        events = list(procs[0].events)
+        events[3] = extract(r0, 3, events[3].tensors, error=(
+            "builtins.RuntimeError", "received auxiliary PP output without a sampling observer"))
+        procs[0] = ProcessTrace(rank=r0, events=tuple(events), sources=procs[0].sources)
+        trace = Trace(processes=tuple(procs), sources=trace.sources)
+        return trace, [finding(FindingKind.EXTRACT_NO_OBSERVER,
+                               "rank 0 received auxiliary PP output without a sampling observer",
+                               ids(1, 3, 0, 3), (1, 0), 3, T0 + 3 * STEP + 10)]
+    if name == "markup":
+        evil_name = "[bold red]pwned[/] [link=https://evil.example]x[/link]"
+        evil_error = "[/]boom [b]not bold[/b] \x1b[31mred?\x1b[0m"
+        payload = (tensor(evil_name),)
+        trace = pipeline(3, payload=payload)
+        procs = list(trace.processes)
+        r0 = procs[0].rank
+        events = list(procs[0].events)
+        events[1] = extract(r0, 1, payload, error=("builtins.RuntimeError", evil_error))
+        procs[0] = ProcessTrace(rank=r0, events=tuple(events), sources=procs[0].sources)
+        trace = Trace(processes=tuple(procs), sources=trace.sources)
+        return trace, [finding(FindingKind.CALL_RAISED, f"rank 0 raised: {evil_error} on "
+                               f"{evil_name}", ids(1, 1, 0, 1), (1, 0), 1, T0 + STEP)]
+    raise KeyError(name)
+
+
+def synthetic(events: int, *, pp: int = 4, tp: int = 2, mismatch_every: int = 997
+              ) -> tuple[Trace, list[Finding]]:
+    """A large trace of about ``events`` events (half attaches, half extracts) with a mismatch
+    every ``mismatch_every`` microbatches; records are shared to keep memory small."""
+    per_channel = max(1, events // (2 * tp))
+    payload = (tensor("scores"), tensor("routing", (8,), "int64"))
+    bad = (tensor("scores", dtype="float16"), payload[1])
+    procs: list[ProcessTrace | None] = [None] * (pp * tp)
+    findings: list[Finding] = []
+    for t in range(tp):
+        ra, re_ = rank((pp - 1) * tp + t, pp - 1, t, pp, tp), rank(t, 0, t, pp, tp)
+        # Fresh tuples per event (shared TensorMeta records), as a loader produces them.
+        att = tuple(attach(ra, s, tuple(list(payload))) for s in range(per_channel))
+        ext = tuple(extract(re_, s, tuple(list(bad) if s % mismatch_every == mismatch_every - 1
+                                          else list(payload))) for s in range(per_channel))
+        procs[(pp - 1) * tp + t] = ProcessTrace(rank=ra, events=att)
+        procs[t] = ProcessTrace(rank=re_, events=ext)
+        findings += [
+            finding(FindingKind.DTYPE_MISMATCH, f"rank {ra.rank} attached `scores` float32[8, 5]; "
+                    f"rank {re_.rank} extracted float16[8, 5]",
+                    ids((pp - 1) * tp + t, s, t, s), (ra.rank or 0, re_.rank or 0), s,
+                    T0 + s * STEP, f"pp0<-pp{pp - 1}/tp{t}")
+            for s in range(mismatch_every - 1, per_channel, mismatch_every)
+        ]
+    for p in range(1, pp - 1):
+        for t in range(tp):
+            procs[p * tp + t] = ProcessTrace(rank=rank(p * tp + t, p, t, pp, tp), events=())
+    return Trace(processes=tuple(p for p in procs if p is not None)), findings

@@ -1,0 +1,172 @@
+"""The ``pptrace view`` app: a trace and its findings in, a keyboard-first viewer out.
+
+The app never opens a file. It gets a *loader*, a callable that returns a fresh
+``(Trace, findings)`` pair (the CLI builds one on ``pptrace.load``; tests build traces from
+records), calls it in a worker thread behind a loading screen, and with ``follow=True`` calls it
+again every second to watch a running engine.
+
+    app = PptraceViewer(loader=lambda status: (trace, findings))
+    app.run()
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from functools import partial
+from pathlib import Path
+
+from textual.app import App, SystemCommand
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.worker import Worker, WorkerState
+
+from pptrace.findings import Finding
+from pptrace.model import Trace
+from tui.bindings_catalog import Entry, catalog
+from tui.index import TraceIndex
+from tui.screens.help import HelpScreen
+from tui.screens.loading import LoadingScreen
+from tui.screens.main import MainScreen
+from tui.widgets.findings_panel import FindingsPanel
+from tui.widgets.grid import GridView
+
+__all__ = ["Loaded", "Loader", "PptraceViewer", "THEMES"]
+
+Loaded = tuple[Trace, Sequence[Finding]]
+#: Returns a fresh trace and its findings; may report its phase ("reading 4 files") as it goes.
+Loader = Callable[[Callable[[str], None]], Loaded]
+#: ``--theme`` names mapped to Textual themes.
+THEMES = {"dark": "textual-dark", "light": "textual-light"}
+
+
+class PptraceViewer(App[None]):
+    """The trace viewer."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "pptrace view"
+    HELP_GROUP = "App"
+    BINDINGS = [
+        Binding("question_mark", "help", "Help", key_display="?"),
+        Binding("t", "toggle_theme", "Light/dark"),
+        Binding("q", "quit", "Quit"),
+    ]
+
+    def __init__(
+        self,
+        loader: Loader,
+        *,
+        follow: bool = False,
+        follow_interval: float = 1.0,
+        theme: str = "dark",
+        export_dir: Path | None = None,
+    ) -> None:
+        super().__init__()
+        self.loader = loader
+        self.follow = follow
+        self.follow_interval = follow_interval
+        self.theme = THEMES.get(theme, theme)
+        self.export_dir = export_dir or Path.cwd()
+        self.last_export: Path | None = None
+        self.index: TraceIndex | None = None
+        self.load_error: str | None = None
+        self._polling = False
+
+    @classmethod
+    def of(cls, trace: Trace, findings: Sequence[Finding], **kwargs: object) -> PptraceViewer:
+        """A viewer on an already loaded trace."""
+        return cls(lambda status: (trace, findings), **kwargs)  # type: ignore[arg-type]
+
+    # --- loading -------------------------------------------------------------------------
+    def on_mount(self) -> None:
+        self.push_screen(LoadingScreen())
+        self.run_worker(self._load_first, thread=True, group="load", exit_on_error=False)
+
+    def _phase(self, text: str) -> None:
+        screen = self.screen
+        if isinstance(screen, LoadingScreen):
+            self.call_from_thread(screen.set_phase, text)
+
+    def _load_first(self) -> TraceIndex:
+        trace, findings = self.loader(self._phase)
+        self._phase(f"indexing {trace.event_count:,} events")
+        return TraceIndex.build(trace, findings)
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        """Swap in the main screen when the first load finishes (or say why it failed)."""
+        worker = event.worker
+        if worker.group != "load":
+            return
+        if event.state is WorkerState.SUCCESS and isinstance(worker.result, TraceIndex):
+            self.index = worker.result
+            self.switch_screen(MainScreen(self.index))
+            if self.follow:
+                self.set_interval(self.follow_interval, self._poll)
+        elif event.state is WorkerState.ERROR:
+            self.load_error = str(worker.error)
+            self.exit(message=f"pptrace: error: {worker.error}")
+
+    # --- follow --------------------------------------------------------------------------
+    def _poll(self) -> None:
+        if not self._polling:
+            self._polling = True
+            self.run_worker(self._reload, thread=True, group="follow", exit_on_error=False)
+
+    def _reload(self) -> None:
+        try:
+            trace, findings = self.loader(lambda _: None)
+            current = self.index
+            if current is not None and (
+                trace.event_count == current.trace.event_count
+                and len(findings) == len(current.findings)
+            ):
+                return
+            index = TraceIndex.build(trace, findings)
+            self.call_from_thread(self._show_reloaded, index)
+        except Exception as exc:  # a torn write mid-poll: say so, keep the last good view
+            self.call_from_thread(self.notify, f"reload failed: {exc}", severity="warning",
+                                  markup=False)
+        finally:
+            self._polling = False
+
+    def _show_reloaded(self, index: TraceIndex) -> None:
+        self.index = index
+        screen = self.main_screen
+        if screen is not None:
+            screen.replace_index(index)
+
+    @property
+    def main_screen(self) -> MainScreen | None:
+        """The main screen, wherever it is in the stack."""
+        for screen in self.screen_stack:
+            if isinstance(screen, MainScreen):
+                return screen
+        return None
+
+    # --- help, palette, theme ------------------------------------------------------------
+    def binding_entries(self) -> list[Entry]:
+        """Every binding of the viewer, from the app down to the widgets."""
+        nodes: list[object] = [self]
+        main = self.main_screen
+        if main is not None:
+            nodes += [main, *main.query(GridView), *main.query(FindingsPanel)]
+        return catalog(nodes)  # type: ignore[arg-type]
+
+    def action_help(self) -> None:
+        """Show every key binding."""
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen(self.binding_entries()))
+
+    def action_toggle_theme(self) -> None:
+        """Switch between the light and the dark theme."""
+        self.theme = "textual-light" if self.current_theme.dark else "textual-dark"
+
+    def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
+        """The command palette lists every binding's action, then Textual's own commands."""
+        for entry in self.binding_entries():
+            key = self.get_key_display(entry.binding)
+            yield SystemCommand(
+                entry.binding.description,
+                f"{entry.where} · key {key}",
+                partial(self.run_action, entry.binding.action, entry.node),
+            )
+        yield from super().get_system_commands(screen)

@@ -1,0 +1,163 @@
+"""Write what the viewer shows (the visible findings and the selected pair) as JSON or Markdown.
+
+Pure rendering to a string; the app picks the path and writes the file.
+
+    text = render(ExportDoc(findings, pair, filter_text), "markdown")
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pptrace.findings import Finding
+from pptrace.model import EventId
+from pptrace.record import Event, TensorMeta
+from tui.compare import FIELDS, PairView, field_text
+
+__all__ = ["ExportDoc", "Format", "render"]
+
+Format = Literal["json", "markdown"]
+
+
+@dataclass(frozen=True, slots=True)
+class ExportDoc:
+    """What is on screen: the findings the panel lists, the pair shown, the active filter."""
+
+    findings: Sequence[Finding]
+    pair: PairView | None
+    filter: str = ""
+    sources: Sequence[str] = ()
+
+
+def _ref(ref: EventId | None) -> dict[str, Any] | None:
+    if ref is None:
+        return None
+    return {"process": ref.process, "direction": ref.direction.value, "seq": ref.seq}
+
+
+def _finding(f: Finding) -> dict[str, Any]:
+    return {
+        "kind": f.kind.value,
+        "severity": f.severity.name.lower(),
+        "message": f.message,
+        "ranks": list(f.ranks),
+        "microbatch": f.microbatch,
+        "time_ns": f.time_ns,
+        "channel": f.channel,
+        "cascade": f.cascade,
+        "events": [_ref(e) for e in f.events],
+    }
+
+
+def _tensor(m: TensorMeta | None) -> dict[str, Any] | None:
+    if m is None:
+        return None
+    return {
+        "name": m.name,
+        "key": m.key,
+        "shape": list(m.shape),
+        "dtype": m.dtype,
+        "device": m.device,
+        "nbytes": m.nbytes,
+        "is_tensor": m.is_tensor,
+        "fingerprint": m.fingerprint,
+    }
+
+
+def _side(ev: Event | None, ref: EventId | None) -> dict[str, Any] | None:
+    if ev is None:
+        return None
+    return {
+        "event": _ref(ref),
+        "rank": ev.rank.label(),
+        "start_ns": ev.start_ns,
+        "subject_type": ev.subject_type,
+        "keys_before": list(ev.keys_before),
+        "keys_after": list(ev.keys_after),
+        "error_type": ev.error_type,
+        "error_message": ev.error_message,
+    }
+
+
+def _pair(p: PairView) -> dict[str, Any]:
+    return {
+        "attach": _side(p.attach, p.attach_id),
+        "extract": _side(p.extract, p.extract_id),
+        "tensors": [
+            {
+                "name": line.name,
+                "attach": _tensor(line.left),
+                "extract": _tensor(line.right),
+                "differs": sorted(line.differs),
+            }
+            for line in p.tensors
+        ],
+        "order_differs": p.order_differs,
+        "findings": [_finding(f) for f in p.findings],
+    }
+
+
+def to_json(doc: ExportDoc) -> str:
+    """The document as indented JSON."""
+    body = {
+        "filter": doc.filter,
+        "sources": list(doc.sources),
+        "findings": [_finding(f) for f in doc.findings],
+        "pair": _pair(doc.pair) if doc.pair is not None else None,
+    }
+    return json.dumps(body, indent=2) + "\n"
+
+
+def _md(text: object) -> str:
+    """Make trace text inert in a Markdown table cell."""
+    out = str(text).replace("\\", "\\\\").replace("|", "\\|").replace("`", "\\`")
+    return out.replace("\n", " ").replace("\r", " ")
+
+
+def to_markdown(doc: ExportDoc) -> str:
+    """The document as Markdown: a findings table, then the pair side by side."""
+    lines = ["# pptrace view export", ""]
+    if doc.sources:
+        lines += ["Sources: " + ", ".join(_md(s) for s in doc.sources), ""]
+    if doc.filter:
+        lines += [f"Filter: {_md(doc.filter)}", ""]
+    lines += [f"## Findings ({len(doc.findings)})", ""]
+    if doc.findings:
+        lines += ["| kind | severity | ranks | microbatch | message |", "|---|---|---|---|---|"]
+        for f in doc.findings:
+            ranks = ",".join(map(str, f.ranks))
+            mb = "" if f.microbatch is None else str(f.microbatch)
+            lines.append(
+                f"| {f.kind.value} | {f.severity.name.lower()} | {ranks} | {mb} "
+                f"| {_md(f.message)} |"
+            )
+        lines.append("")
+    p = doc.pair
+    if p is not None:
+        lines += ["## Pair", ""]
+        for title, ev in (("attach", p.attach), ("extract", p.extract)):
+            if ev is None:
+                lines.append(f"- {title}: none")
+                continue
+            lines.append(f"- {title}: {_md(ev.rank.label())} #{ev.seq}")
+            lines.append(f"  - keys before: {_md(', '.join(ev.keys_before))}")
+            lines.append(f"  - keys after: {_md(', '.join(ev.keys_after))}")
+            if ev.error_type is not None:
+                lines.append(f"  - error: {_md(ev.error_type)}: {_md(ev.error_message or '')}")
+        lines += ["", "| " + " | ".join(f"attach {f}" for f in FIELDS)
+                  + " | " + " | ".join(f"extract {f}" for f in FIELDS) + " | differs |"]
+        lines.append("|" + "---|" * (2 * len(FIELDS) + 1))
+        for line in p.tensors:
+            left = [_md(field_text(line.left, f)) for f in FIELDS]
+            right = [_md(field_text(line.right, f)) for f in FIELDS]
+            lines.append("| " + " | ".join(left + right + [", ".join(sorted(line.differs))]) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def render(doc: ExportDoc, fmt: Format) -> str:
+    """Render in the chosen format."""
+    return to_json(doc) if fmt == "json" else to_markdown(doc)

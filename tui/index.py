@@ -1,0 +1,363 @@
+"""The viewer's index over a trace: grid rows and cells, pairs, finding locations, the timeline.
+
+Built once per loaded trace (and again when ``--follow`` sees it grow); every widget reads it and
+none of it imports Textual. Cells are addressed as (row, column): a row is one process and one
+direction ("pp 3 tp 0 attach"), a column is that direction's sequence number (the microbatch on
+the last stage). At 1M events the per-cell state is one byte in a ``bytearray``; the time-ordered
+timeline is built on demand (``timeline()``), since first paint does not need it.
+
+    index = TraceIndex.build(trace, findings)
+    index.rows[0].label, index.state(0, 12), index.partner(0, 12)
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+from array import array
+from bisect import bisect_right
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from itertools import accumulate, chain, compress, count
+from operator import attrgetter, ne
+
+from pptrace.findings import Finding, FindingKind, Severity
+from pptrace.model import EventId, Trace
+from pptrace.record import Direction, Event, RankInfo, TensorMeta
+from tui.pairing import pair_runs
+
+__all__ = ["Cell", "Row", "TraceIndex", "ENGINE_ERROR_KINDS", "ABSENCE_KINDS"]
+
+
+class Cell(enum.IntEnum):
+    """What happened in one grid cell; a higher value wins when several apply."""
+
+    EMPTY = 0  # no event recorded at this sequence number
+    ATTACH = 1  # an attach that was not paired (yet)
+    EXTRACT = 2  # an extract that found nothing, or was not paired
+    PAIRED = 3  # paired with the other side, and no finding says they differ
+    ORPHAN = 4  # an attach never extracted, or an extract with no attach
+    MISMATCH = 5  # a finding says the two sides (or the namespace) disagree
+    ERROR = 6  # the engine raised
+
+
+#: Findings that mean the engine raised.
+ENGINE_ERROR_KINDS = frozenset(
+    {
+        FindingKind.ATTACH_NOT_PP,
+        FindingKind.ATTACH_EMPTY,
+        FindingKind.ATTACH_BAD_NAME,
+        FindingKind.ATTACH_NOT_TENSOR,
+        FindingKind.ATTACH_DUPLICATE,
+        FindingKind.EXTRACT_NO_OBSERVER,
+        FindingKind.EXTRACT_NOT_PP,
+        FindingKind.EXTRACT_NOT_TENSOR,
+        FindingKind.EXTRACT_NOT_RECONSTRUCTED,
+        FindingKind.CALL_RAISED,
+    }
+)
+#: Findings about a missing other side.
+ABSENCE_KINDS = frozenset({FindingKind.ORPHAN_ATTACH, FindingKind.UNMATCHED_EXTRACT})
+
+
+def cell_for_finding(kind: FindingKind) -> Cell:
+    """The cell state a finding of this kind gives the events it names."""
+    if kind in ENGINE_ERROR_KINDS:
+        return Cell.ERROR
+    if kind in ABSENCE_KINDS:
+        return Cell.ORPHAN
+    return Cell.MISMATCH
+
+
+@dataclass(slots=True)
+class Row:
+    """One grid row: one process's events in one direction, indexed by sequence number."""
+
+    process: int
+    direction: Direction
+    rank: RankInfo
+    events: list[Event | None]
+    cells: bytearray
+    partners: array  # packed (row << 32 | col) of the other side, -1 when unpaired
+    counts: Counter[Cell] = field(default_factory=Counter)
+
+    @property
+    def label(self) -> str:
+        """``pp 3 tp 0 attach`` (or the rank/pid when the layout is unknown)."""
+        r = self.rank
+        parts = []
+        if r.pp_rank is not None:
+            parts.append(f"pp{r.pp_rank}")
+        if r.tp_rank is not None:
+            parts.append(f"tp{r.tp_rank}")
+        if not parts:
+            parts.append(f"rank{r.rank}" if r.rank is not None else f"pid{r.pid}")
+        return f"{' '.join(parts)} {self.direction.value}"
+
+    @property
+    def problems(self) -> int:
+        """Cells in a bad state (error, mismatch, orphan)."""
+        return self.counts[Cell.ERROR] + self.counts[Cell.MISMATCH] + self.counts[Cell.ORPHAN]
+
+
+def _row_order(rank: RankInfo, direction: Direction, process: int) -> tuple[int, ...]:
+    big = 1 << 30
+    return (
+        big if rank.pp_rank is None else rank.pp_rank,
+        big if rank.tp_rank is None else rank.tp_rank,
+        big if rank.rank is None else rank.rank,
+        process,
+        0 if direction is Direction.ATTACH else 1,
+    )
+
+
+_FAST = attrgetter("name", "shape", "dtype", "nbytes", "is_tensor", "device", "fingerprint")
+
+
+def _device_type_signature(tensors: tuple[TensorMeta, ...]) -> list[tuple[object, ...]]:
+    return [(t.name, t.shape, t.dtype, t.nbytes, t.is_tensor, t.device_type, t.fingerprint)
+            for t in tensors]
+
+
+def same_payload(a: tuple[TensorMeta, ...], b: tuple[TensorMeta, ...]) -> bool:
+    """Both sides carry the same names, shapes, dtypes, bytes, device types and fingerprints."""
+    if a is b:
+        return True
+    if len(a) != len(b):
+        return False
+    if list(map(_FAST, a)) == list(map(_FAST, b)):  # C speed; the common, healthy case
+        return True
+    return _device_type_signature(a) == _device_type_signature(b)  # cuda:1 agrees with cuda:0
+
+
+def _same_events(a: Event | None, e: Event | None) -> bool:
+    return a is None or e is None or same_payload(a.tensors, e.tensors)
+
+
+_TENSORS = attrgetter("tensors")
+
+
+def _pair_states(attaches: list[Event | None], extracts: list[Event | None]) -> bytes:
+    """PAIRED or MISMATCH per pair of a run. At 1M events this must not be a Python loop per
+    pair: flatten both sides' tensors, compare them in C, and look closer only where they differ."""
+    n = len(attaches)
+    if None in attaches or None in extracts:
+        return bytes(Cell.PAIRED if ok else Cell.MISMATCH
+                     for ok in map(_same_events, attaches, extracts))
+    ta = list(map(_TENSORS, attaches))
+    te = list(map(_TENSORS, extracts))
+    counts = list(map(len, ta))
+    if counts != list(map(len, te)):
+        return bytes(Cell.PAIRED if ok else Cell.MISMATCH
+                     for ok in map(same_payload, ta, te))
+    states = bytearray([Cell.PAIRED]) * n
+    fa = list(map(_FAST, chain.from_iterable(ta)))
+    fe = list(map(_FAST, chain.from_iterable(te)))
+    if fa == fe:
+        return bytes(states)
+    ends = list(accumulate(counts))
+    for pos in compress(count(), map(ne, fa, fe)):
+        i = bisect_right(ends, pos)
+        if states[i] == Cell.PAIRED and not same_payload(ta[i], te[i]):
+            states[i] = Cell.MISMATCH
+    return bytes(states)
+
+
+class TraceIndex:
+    """Rows, cell states, pairs, finding locations and (lazily) the time order of a trace."""
+
+    def __init__(self, trace: Trace, findings: Sequence[Finding]) -> None:
+        self.trace = trace
+        self.findings: tuple[Finding, ...] = tuple(findings)
+        self.rows: list[Row] = []
+        self.row_of: dict[tuple[int, Direction], int] = {}
+        self.width = 0
+        #: (row, col) of each finding's first event, or None when it names no event.
+        self.finding_cells: list[tuple[int, int] | None] = []
+        #: finding indices per cell, for cells some finding names.
+        self.cell_findings: dict[tuple[int, int], list[int]] = {}
+        #: the earliest finding that is a warning or worse, and its cell.
+        self.first_divergence: int | None = None
+        self.first_divergence_cell: tuple[int, int] | None = None
+        self._timeline: array | None = None
+        self._positions: list[array] = []
+        self._lock = threading.Lock()
+
+    @classmethod
+    def build(cls, trace: Trace, findings: Sequence[Finding]) -> TraceIndex:
+        """Index a trace and its findings."""
+        index = cls(trace, findings)
+        index._build_rows()
+        index._build_pairs()
+        index._build_findings()
+        for row in index.rows:
+            counts = Counter(row.cells)
+            row.counts = Counter({Cell(k): v for k, v in counts.items() if k != Cell.EMPTY})
+        return index
+
+    # --- building ------------------------------------------------------------------------
+    def _build_rows(self) -> None:
+        keys: list[tuple[tuple[int, ...], int, Direction]] = []
+        by_key: dict[tuple[int, Direction], list[Event]] = {}
+        for p, proc in enumerate(self.trace.processes):
+            directions = {ev.direction for ev in proc.events}
+            if not directions:  # a silent rank still gets a row: its silence is information
+                directions = {Direction.ATTACH if proc.rank.is_last_stage else Direction.EXTRACT}
+            for d in directions:
+                by_key[(p, d)] = []
+                keys.append((_row_order(proc.rank, d, p), p, d))
+            if len(directions) == 1:
+                by_key[(p, next(iter(directions)))] = list(proc.events)
+            else:
+                for ev in proc.events:
+                    by_key[(p, ev.direction)].append(ev)
+        keys.sort(key=lambda k: k[0])
+        for _, p, d in keys:
+            events = by_key[(p, d)]
+            size = max((ev.seq for ev in events), default=-1) + 1
+            slots: list[Event | None]
+            if size == len(events) and all(ev.seq == i for i, ev in enumerate(events)):
+                slots = list(events)
+            else:  # gaps (dropped events) or out-of-order seqs: place each at its seq
+                slots = [None] * size
+                for ev in events:
+                    slots[ev.seq] = ev
+            cells = bytearray(size)
+            plain = Cell.ATTACH if d is Direction.ATTACH else Cell.EXTRACT
+            for i, ev in enumerate(slots):
+                if ev is not None:
+                    cells[i] = Cell.ERROR if ev.error_type is not None else plain
+            self.row_of[(p, d)] = len(self.rows)
+            partners = array("q", [-1]) * size
+            self.rows.append(Row(p, d, self.trace.processes[p].rank, slots, cells, partners))
+            self.width = max(self.width, size)
+
+    def _build_pairs(self) -> None:
+        for run in pair_runs(self.trace, self.findings):
+            ra = self.row_of.get((run.attach_process, Direction.ATTACH))
+            re_ = self.row_of.get((run.extract_process, Direction.EXTRACT))
+            if ra is None or re_ is None:
+                continue
+            a_row, e_row = self.rows[ra], self.rows[re_]
+            a0, e0 = run.attach_seq, run.extract_seq
+            n = min(run.length, len(a_row.cells) - a0, len(e_row.cells) - e0)
+            if n <= 0:
+                continue
+            # Whole runs at once: slices and C-driven maps, not a Python loop per pair.
+            a_row.partners[a0 : a0 + n] = array("q", range((re_ << 32) | e0, (re_ << 32) | e0 + n))
+            e_row.partners[e0 : e0 + n] = array("q", range((ra << 32) | a0, (ra << 32) | a0 + n))
+            # The analyzer summarises a cascade of equal findings into one, so compare the
+            # two sides here too: every differing pair shows as a mismatch in the grid.
+            states = _pair_states(a_row.events[a0 : a0 + n], e_row.events[e0 : e0 + n])
+            for row, start in ((a_row, a0), (e_row, e0)):
+                old = row.cells[start : start + n]
+                row.cells[start : start + n] = bytes(map(max, old, states))
+
+    def _build_findings(self) -> None:
+        best: tuple[int, int] | None = None
+        for i, f in enumerate(self.findings):
+            state = cell_for_finding(f.kind)
+            first: tuple[int, int] | None = None
+            for ref in f.events:
+                cell = self.cell_of(ref)
+                if cell is None:
+                    continue
+                first = first or cell
+                self.cell_findings.setdefault(cell, []).append(i)
+                row = self.rows[cell[0]]
+                if row.cells[cell[1]] < state:
+                    row.cells[cell[1]] = state
+            self.finding_cells.append(first)
+            if f.severity >= Severity.WARNING:
+                when = f.time_ns if f.time_ns is not None else self._time_of(first)
+                key = (when, i)
+                if best is None or key < best:
+                    best = key
+        if best is not None:
+            self.first_divergence = best[1]
+            self.first_divergence_cell = self.finding_cells[best[1]]
+
+    def _time_of(self, cell: tuple[int, int] | None) -> int:
+        ev = self.event_at(*cell) if cell is not None else None
+        return ev.start_ns if ev is not None else 1 << 62
+
+    # --- lookups -------------------------------------------------------------------------
+    def cell_of(self, ref: EventId) -> tuple[int, int] | None:
+        """The (row, col) of an event id, or None when the trace has no such event."""
+        row = self.row_of.get((ref.process, ref.direction))
+        if row is None or ref.seq >= len(self.rows[row].events):
+            return None
+        return (row, ref.seq) if self.rows[row].events[ref.seq] is not None else None
+
+    def event_at(self, row: int, col: int) -> Event | None:
+        """The event in a cell, or None for an empty cell."""
+        if 0 <= row < len(self.rows):
+            events = self.rows[row].events
+            if 0 <= col < len(events):
+                return events[col]
+        return None
+
+    def event_id(self, row: int, col: int) -> EventId:
+        """The stable id of a cell's event."""
+        r = self.rows[row]
+        return EventId(r.process, r.direction, col)
+
+    def state(self, row: int, col: int) -> Cell:
+        """The state of a cell (EMPTY past the end of a row)."""
+        cells = self.rows[row].cells
+        return Cell(cells[col]) if 0 <= col < len(cells) else Cell.EMPTY
+
+    def partner(self, row: int, col: int) -> tuple[int, int] | None:
+        """The cell of the other side of this cell's pair, if paired."""
+        partners = self.rows[row].partners
+        if not 0 <= col < len(partners) or partners[col] < 0:
+            return None
+        packed = partners[col]
+        return packed >> 32, packed & 0xFFFFFFFF
+
+    def findings_at(self, row: int, col: int) -> list[Finding]:
+        """The findings that name this cell's event (or its partner's)."""
+        ids = list(self.cell_findings.get((row, col), ()))
+        other = self.partner(row, col)
+        if other is not None:
+            ids += [i for i in self.cell_findings.get(other, ()) if i not in ids]
+        return [self.findings[i] for i in sorted(ids)]
+
+    # --- time order ----------------------------------------------------------------------
+    @property
+    def timeline_ready(self) -> bool:
+        """True once ``timeline()`` has been built."""
+        return self._timeline is not None
+
+    def timeline(self) -> array:
+        """Every cell in recorded wall-clock order, packed as ``row << 32 | col`` (built once)."""
+        with self._lock:
+            if self._timeline is None:
+                self._build_timeline()
+            assert self._timeline is not None
+            return self._timeline
+
+    def position(self, row: int, col: int) -> int:
+        """The timeline position of a cell's event (-1 for an empty cell)."""
+        self.timeline()
+        positions = self._positions[row]
+        return positions[col] if 0 <= col < len(positions) else -1
+
+    def _build_timeline(self) -> None:
+        # Sorting plain ints is several times faster than sorting tuples at 1M events;
+        # ties in wall-clock time keep row then sequence order.
+        keys: list[int] = []
+        for r, row in enumerate(self.rows):
+            base = r << 32
+            keys.extend(
+                (ev.start_ns << 48) | base | c for c, ev in enumerate(row.events) if ev is not None
+            )
+        keys.sort()
+        mask = (1 << 48) - 1
+        timeline = array("q", [k & mask for k in keys])
+        positions = [array("q", [-1]) * len(row.events) for row in self.rows]
+        for i, packed in enumerate(timeline):
+            positions[packed >> 32][packed & 0xFFFFFFFF] = i
+        self._positions = positions
+        self._timeline = timeline

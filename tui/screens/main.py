@@ -1,0 +1,322 @@
+"""The main screen: grid, replay bar, pair detail, findings panel and search box.
+
+It owns the view state (the index, the filter, the replay position) and reacts to the widgets'
+messages; the replay, jump, filter and export bindings live here.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import Screen
+from textual.timer import Timer
+from textual.widgets import Footer, Header, Input
+
+from tui.compare import PairView
+from tui.export import ExportDoc, render
+from tui.filters import FilterSpec
+from tui.index import TraceIndex
+from tui.messages import CellSelected, FilterChanged, FindingChosen
+from tui.screens.filter import FilterScreen
+from tui.widgets.findings_panel import FindingsPanel
+from tui.widgets.grid import GridView
+from tui.widgets.pair_detail import PairDetail
+from tui.widgets.status import Legend, ReplayBar
+
+if TYPE_CHECKING:
+    from tui.app import PptraceViewer
+
+__all__ = ["MainScreen", "SPEEDS"]
+
+#: Replay speeds in events per second.
+SPEEDS = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0)
+
+
+class MainScreen(Screen[None]):
+    """The viewer's one working screen."""
+
+    HELP_GROUP = "Replay, findings, filter"
+    _STEP = Binding.Group("Step", compact=True)
+    _FINDING = Binding.Group("Finding", compact=True)
+    _SPEED = Binding.Group("Speed", compact=True)
+    _EXPORT = Binding.Group("Export json/md", compact=True)
+    BINDINGS = [
+        Binding("n", "step(1)", "Next event", group=_STEP),
+        Binding("p", "step(-1)", "Prev event", group=_STEP),
+        Binding("right_square_bracket", "jump_finding(1)", "Next finding", key_display="]",
+                group=_FINDING),
+        Binding("left_square_bracket", "jump_finding(-1)", "Prev finding", key_display="[",
+                group=_FINDING),
+        Binding("space", "toggle_play", "Play/pause", key_display="␣"),
+        Binding("plus", "speed(1)", "Faster", key_display="+", group=_SPEED),
+        Binding("minus", "speed(-1)", "Slower", key_display="-", group=_SPEED),
+        Binding("d", "first_divergence", "1st divergence"),
+        Binding("f", "filter", "Filter"),
+        Binding("escape", "clear_filter", "Clear filter", key_display="Esc"),
+        Binding("slash", "search", "Search", key_display="/"),
+        Binding("e", "export('json')", "Export JSON", group=_EXPORT),
+        Binding("m", "export('markdown')", "Export Markdown", group=_EXPORT),
+    ]
+
+    def __init__(self, index: TraceIndex) -> None:
+        super().__init__()
+        self.index = index
+        self.spec = FilterSpec()
+        self.playing = False
+        self.speed_level = 2
+        self.finding_cursor = -1  # position in the findings panel's list
+        self._timer: Timer | None = None
+
+    @property
+    def viewer(self) -> PptraceViewer:
+        """The app, typed."""
+        return self.app  # type: ignore[return-value]
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Input(placeholder="search names, errors, findings (enter: next match, esc: done)",
+                    id="search")
+        with Horizontal(id="body"):
+            with Vertical(id="left"):
+                yield GridView(id="grid")
+                yield Legend(id="legend")
+                yield ReplayBar(id="replay")
+                yield PairDetail(id="pair")
+            yield FindingsPanel(id="findings")
+        yield Footer(compact=True)
+
+    def on_mount(self) -> None:
+        self.title = "pptrace view"
+        self.grid.set_index(self.index)
+        self.findings_panel.populate(self.index, self.spec)
+        self._update_subtitle()
+        self.grid.focus()
+        cell = self.index.first_divergence_cell
+        if cell is None and self.grid.visible_rows:
+            cell = (self.grid.visible_rows[0], 0)
+        if cell is not None:
+            self.grid.goto(*cell)
+        # Time order is only needed for replay: build it off the UI thread after first paint.
+        self.run_worker(self._order_events, thread=True, group="timeline", exit_on_error=False)
+
+    def _order_events(self) -> None:
+        index = self.index
+        index.timeline()
+        if index is self.index:
+            self.app.call_from_thread(self._refresh_replay)
+
+    # --- parts ---------------------------------------------------------------------------
+    @property
+    def grid(self) -> GridView:
+        return self.query_one(GridView)
+
+    @property
+    def findings_panel(self) -> FindingsPanel:
+        return self.query_one(FindingsPanel)
+
+    @property
+    def pair_detail(self) -> PairDetail:
+        return self.query_one(PairDetail)
+
+    def _update_subtitle(self) -> None:
+        index = self.index
+        bad = sum(r.problems for r in index.rows)
+        self.sub_title = (f"{index.trace.event_count:,} events · {len(index.rows)} rows · "
+                          f"{len(index.findings):,} findings · {bad:,} cells in trouble")
+
+    def replace_index(self, index: TraceIndex) -> None:
+        """Show a fresh index (``--follow``), keeping the cursor and the filter."""
+        self.index = index
+        self.grid.set_index(index)
+        self.grid.set_filter(self.spec)
+        self.findings_panel.populate(index, self.spec)
+        self._update_subtitle()
+        self._show_cell(*self.grid.cursor)
+        self.run_worker(self._order_events, thread=True, group="timeline", exit_on_error=False)
+
+    # --- reacting to widgets -------------------------------------------------------------
+    @on(CellSelected)
+    def _cell_selected(self, message: CellSelected) -> None:
+        self._show_cell(message.row, message.col)
+
+    def _show_cell(self, row: int, col: int) -> None:
+        self.pair_detail.show(PairView.of(self.index, row, col))
+        self._refresh_replay()
+
+    def _refresh_replay(self) -> None:
+        index = self.index
+        row, col = self.grid.cursor
+        ready = index.timeline_ready
+        self.query_one(ReplayBar).show(
+            position=index.position(row, col) if ready else -1,
+            total=len(index.timeline()) if ready else index.trace.event_count,
+            playing=self.playing,
+            speed=SPEEDS[self.speed_level],
+            event=index.event_at(row, col),
+            filter_text=self.spec.describe(),
+            timeline_ready=ready,
+        )
+
+    @on(FindingChosen)
+    def _finding_chosen(self, message: FindingChosen) -> None:
+        if message.index in self.findings_panel.shown:
+            self.finding_cursor = self.findings_panel.shown.index(message.index)
+        self._goto_finding(message.index)
+
+    def _goto_finding(self, finding: int) -> None:
+        cell = self.index.finding_cells[finding]
+        if cell is None:
+            self.notify("this finding names no event", severity="warning")
+            return
+        if cell[0] not in self.grid.visible_rows:
+            self.notify("the finding's rank is hidden by the filter", severity="warning")
+            return
+        self.grid.goto(*cell)
+
+    @on(FilterChanged)
+    def _filter_changed(self, message: FilterChanged) -> None:
+        self.apply_filter(message.spec)
+
+    def apply_filter(self, spec: FilterSpec) -> None:
+        """Apply a filter to the grid, the findings panel and the replay."""
+        self.spec = spec
+        self.grid.set_filter(spec)
+        self.findings_panel.populate(self.index, spec)
+        self.finding_cursor = -1
+        self._show_cell(*self.grid.cursor)
+
+    @on(Input.Submitted, "#search")
+    def _search_submitted(self, event: Input.Submitted) -> None:
+        text = event.value.strip()
+        if text != self.spec.text:
+            self.apply_filter(self.spec.with_text(text))
+        if text:
+            self.action_step(1, match_only=True)
+
+    # --- replay --------------------------------------------------------------------------
+    def action_step(self, delta: int, match_only: bool = True) -> bool:
+        """Move to the next (previous) event in recorded time order that the filter shows."""
+        index = self.index
+        timeline = index.timeline()
+        if not timeline:
+            return False
+        row, col = self.grid.cursor
+        pos = index.position(row, col)
+        if pos < 0:
+            pos = -1 if delta > 0 else len(timeline)
+        spec = self.spec
+        check = match_only and spec.active
+        visible = set(self.grid.visible_rows)
+        pos += delta
+        while 0 <= pos < len(timeline):
+            packed = timeline[pos]
+            r, c = packed >> 32, packed & 0xFFFFFFFF
+            if r in visible and (not check or spec.cell_visible(index, r, c)):
+                self.grid.goto(r, c)
+                return True
+            pos += delta
+        self.notify("no more events" + (" matching the filter" if check else ""),
+                    severity="warning", timeout=2)
+        return False
+
+    def action_jump_finding(self, delta: int) -> None:
+        """Jump to the next (previous) finding in the panel's order (grouped, then by time)."""
+        shown = self.findings_panel.shown
+        if not shown:
+            self.notify("no findings", severity="warning", timeout=2)
+            return
+        self.finding_cursor = (self.finding_cursor + delta) % len(shown)
+        finding = shown[self.finding_cursor]
+        self.findings_panel.select_finding(finding)
+        self._goto_finding(finding)
+
+    def action_toggle_play(self) -> None:
+        """Start or pause the replay."""
+        self.playing = not self.playing
+        self._restart_timer()
+        self._refresh_replay()
+
+    def action_speed(self, delta: int) -> None:
+        """Change the replay speed."""
+        self.speed_level = max(0, min(len(SPEEDS) - 1, self.speed_level + delta))
+        self._restart_timer()
+        self._refresh_replay()
+
+    def _restart_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.stop()
+            self._timer = None
+        if self.playing:
+            self._timer = self.set_interval(1 / SPEEDS[self.speed_level], self._tick)
+
+    def _tick(self) -> None:
+        if not self.action_step(1):
+            self.playing = False
+            self._restart_timer()
+            self._refresh_replay()
+
+    def action_first_divergence(self) -> None:
+        """Jump to the earliest warning-or-worse finding."""
+        if self.index.first_divergence is None:
+            self.notify("no divergence: every finding is informational or there are none",
+                        timeout=3)
+            return
+        self.findings_panel.select_finding(self.index.first_divergence)
+        self._goto_finding(self.index.first_divergence)
+
+    # --- filter, search, export ----------------------------------------------------------
+    def action_filter(self) -> None:
+        """Open the filter form."""
+        def done(spec: FilterSpec | None) -> None:
+            if spec is not None:
+                self.apply_filter(spec.with_text(self.spec.text))
+
+        self.app.push_screen(FilterScreen(self.spec, self.index), done)
+
+    def action_clear_filter(self) -> None:
+        """Show everything again."""
+        search = self.query_one("#search", Input)
+        if self.focused is search:
+            self.grid.focus()
+            return
+        search.value = ""
+        if self.spec.active:
+            self.apply_filter(FilterSpec())
+
+    def action_search(self) -> None:
+        """Focus the search box."""
+        self.query_one("#search", Input).focus()
+
+    def export_doc(self) -> ExportDoc:
+        """What is on screen, as an export document."""
+        shown = self.findings_panel.shown
+        return ExportDoc(
+            findings=[self.index.findings[i] for i in shown],
+            pair=self.pair_detail.pair,
+            filter=self.spec.describe(),
+            sources=self.index.trace.sources,
+        )
+
+    def action_export(self, fmt: Literal["json", "markdown"]) -> None:
+        """Write the visible findings and the shown pair to a file; say where."""
+        suffix = "json" if fmt == "json" else "md"
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        directory = self.viewer.export_dir
+        path = directory / f"pptrace-view-{stamp}.{suffix}"
+        n = 1
+        while path.exists():
+            n += 1
+            path = directory / f"pptrace-view-{stamp}-{n}.{suffix}"
+        try:
+            Path(path).write_text(render(self.export_doc(), fmt), encoding="utf-8")
+        except OSError as exc:
+            self.notify(f"export failed: {exc}", severity="error", markup=False)
+            return
+        self.viewer.last_export = path
+        self.notify(f"exported to {path}", title="Export", markup=False)

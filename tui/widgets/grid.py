@@ -1,0 +1,245 @@
+"""The overview grid: one line per (rank, direction), one cell per microbatch, coloured by state.
+
+A Line API widget: ``render_line`` draws only the rows and columns on screen, so a trace of 1M
+events paints as fast as one of 100. The left gutter (rank label, event count, problems) and the
+top ruler stay put while the cells scroll.
+"""
+
+from __future__ import annotations
+
+from rich.segment import Segment
+from rich.style import Style
+from textual import events
+from textual.binding import Binding
+from textual.geometry import Size
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+
+from tui.filters import FilterSpec
+from tui.index import Cell, TraceIndex
+from tui.messages import CellSelected
+
+__all__ = ["GLYPHS", "GridView"]
+
+GUTTER = 30  # rank label, event count, problem count
+CELL = 2  # characters per cell: a glyph and a space
+
+#: The glyph of each cell state (also the legend, the help screen and the tmux test read these).
+GLYPHS = {
+    Cell.EMPTY: "·",
+    Cell.ATTACH: "a",
+    Cell.EXTRACT: "e",
+    Cell.PAIRED: "=",
+    Cell.ORPHAN: "?",
+    Cell.MISMATCH: "≠",
+    Cell.ERROR: "!",
+}
+DIVERGENCE_GLYPH = "◆"
+_CLASS = {
+    Cell.EMPTY: "grid--empty",
+    Cell.ATTACH: "grid--attach",
+    Cell.EXTRACT: "grid--extract",
+    Cell.PAIRED: "grid--paired",
+    Cell.ORPHAN: "grid--orphan",
+    Cell.MISMATCH: "grid--mismatch",
+    Cell.ERROR: "grid--error",
+}
+
+
+class GridView(ScrollView, can_focus=True):
+    """Rank x microbatch overview with a cell cursor."""
+
+    HELP_GROUP = "Grid"
+
+    COMPONENT_CLASSES = {
+        *_CLASS.values(),
+        "grid--cursor",
+        "grid--dim",
+        "grid--gutter",
+        "grid--gutter-bad",
+        "grid--header",
+        "grid--divergence",
+    }
+
+    _MOVE = Binding.Group("Move", compact=True)
+    _PAGE = Binding.Group("Page", compact=True)
+    _EDGE = Binding.Group("First/last", compact=True)
+    BINDINGS = [
+        Binding("left", "move(0, -1)", "Earlier", key_display="←", group=_MOVE),
+        Binding("right", "move(0, 1)", "Later", key_display="→", group=_MOVE),
+        Binding("up", "move(-1, 0)", "Row up", key_display="↑", group=_MOVE),
+        Binding("down", "move(1, 0)", "Row down", key_display="↓", group=_MOVE),
+        Binding("pageup", "page(-1)", "Page left", key_display="PgUp", group=_PAGE),
+        Binding("pagedown", "page(1)", "Page right", key_display="PgDn", group=_PAGE),
+        Binding("home", "edge(0)", "First", key_display="Home", group=_EDGE),
+        Binding("end", "edge(1)", "Last", key_display="End", group=_EDGE),
+    ]
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.index: TraceIndex | None = None
+        self.spec = FilterSpec()
+        self.visible_rows: list[int] = []
+        self.cursor: tuple[int, int] = (0, 0)  # absolute (row, col)
+
+    # --- data ----------------------------------------------------------------------------
+    def set_index(self, index: TraceIndex) -> None:
+        """Show another index (a fresh load, or ``--follow`` saw the trace grow)."""
+        self.index = index
+        self._layout()
+        row, col = self.cursor
+        if self.visible_rows and row not in self.visible_rows:
+            row = self.visible_rows[0]
+        self.cursor = (row, min(col, max(index.width - 1, 0)))
+        self.refresh()
+
+    def set_filter(self, spec: FilterSpec) -> None:
+        """Dim what the filter hides; hide rows it excludes."""
+        self.spec = spec
+        self._layout()
+        if self.visible_rows and self.cursor[0] not in self.visible_rows:
+            self.goto(self.visible_rows[0], self.cursor[1])
+        self.refresh()
+
+    def _layout(self) -> None:
+        index = self.index
+        if index is None:
+            return
+        self.visible_rows = [i for i, r in enumerate(index.rows) if self.spec.row_visible(r)]
+        self.virtual_size = Size(GUTTER + index.width * CELL, len(self.visible_rows) + 1)
+
+    # --- cursor --------------------------------------------------------------------------
+    def goto(self, row: int, col: int, *, announce: bool = True) -> None:
+        """Move the cursor to a cell, scroll it into view and (by default) announce it."""
+        if self.index is None:
+            return
+        col = max(0, min(col, self.index.width - 1))
+        self.cursor = (row, col)
+        self._scroll_to_cursor()
+        self.refresh()
+        if announce:
+            self.post_message(CellSelected(row, col))
+
+    def _columns_on_screen(self) -> int:
+        return max(1, (self.scrollable_content_region.width - GUTTER) // CELL)
+
+    def _scroll_to_cursor(self) -> None:
+        row, col = self.cursor
+        first_col = int(self.scroll_x) // CELL
+        shown = self._columns_on_screen()
+        x = self.scroll_x
+        if col < first_col:
+            x = col * CELL
+        elif col >= first_col + shown:
+            x = (col - shown + 1) * CELL
+        y = self.scroll_y
+        if row in self.visible_rows:
+            pos = self.visible_rows.index(row)
+            lines = max(1, self.scrollable_content_region.height - 1)
+            if pos < y:
+                y = pos
+            elif pos >= y + lines:
+                y = pos - lines + 1
+        self.scroll_to(x, y, animate=False, immediate=True)
+
+    def action_move(self, drow: int, dcol: int) -> None:
+        """Move the cursor by rows (among visible rows) and columns."""
+        if not self.visible_rows:
+            return
+        row, col = self.cursor
+        pos = self.visible_rows.index(row) if row in self.visible_rows else 0
+        pos = max(0, min(len(self.visible_rows) - 1, pos + drow))
+        self.goto(self.visible_rows[pos], col + dcol)
+
+    def action_page(self, direction: int) -> None:
+        """Move the cursor a screen's width of columns."""
+        self.action_move(0, direction * self._columns_on_screen())
+
+    def action_edge(self, end: int) -> None:
+        """Jump to the first column, or the last cell of the current row."""
+        if self.index is None:
+            return
+        row = self.cursor[0]
+        self.goto(row, len(self.index.rows[row].cells) - 1 if end else 0)
+
+    def on_click(self, event: events.Click) -> None:
+        """Select the clicked cell."""
+        offset = event.get_content_offset(self)
+        if offset is None or self.index is None or offset.x < GUTTER or offset.y < 1:
+            return
+        pos = offset.y - 1 + int(self.scroll_y)
+        if pos >= len(self.visible_rows):
+            return
+        col = int(self.scroll_x) // CELL + (offset.x - GUTTER) // CELL
+        self.focus()
+        self.goto(self.visible_rows[pos], col)
+
+    # --- drawing -------------------------------------------------------------------------
+    def _styles(self) -> dict[str, Style]:
+        names = [*_CLASS.values(), "grid--cursor", "grid--dim", "grid--gutter",
+                 "grid--gutter-bad", "grid--header", "grid--divergence"]
+        return {n: self.get_component_rich_style(n, partial=True) for n in names}
+
+    def render_line(self, y: int) -> Strip:
+        """Draw one screen line: the ruler (y == 0) or one rank's cells."""
+        width = self.scrollable_content_region.width
+        index = self.index
+        if index is None:
+            return Strip.blank(width)
+        styles = self._styles()
+        first_col = int(self.scroll_x) // CELL
+        shown = self._columns_on_screen()
+        last_col = min(index.width, first_col + shown)
+        if y == 0:
+            return self._ruler(first_col, last_col, styles, width)
+        pos = y - 1 + int(self.scroll_y)
+        if pos >= len(self.visible_rows):
+            return Strip.blank(width)
+        r = self.visible_rows[pos]
+        row = index.rows[r]
+        count = len(row.cells) - row.counts.get(Cell.EMPTY, 0)
+        gutter = f"{row.label[:18]:<18}{count:>7,} "[: GUTTER - 4]
+        segments = [Segment(f"{gutter:<{GUTTER - 4}}", styles["grid--gutter"])]
+        bad = row.problems
+        segments.append(
+            Segment(f"{bad:>3}✗" if bad else "    ", styles["grid--gutter-bad"])
+            if bad else Segment("    ", styles["grid--gutter"])
+        )
+        cells = row.cells
+        n = len(cells)
+        spec = self.spec
+        filtering = spec.active
+        divergence = index.first_divergence_cell
+        cursor = self.cursor
+        dim = styles["grid--dim"]
+        for col in range(first_col, last_col):
+            state = Cell(cells[col]) if col < n else Cell.EMPTY
+            glyph = GLYPHS[state]
+            style = styles[_CLASS[state]]
+            if filtering and state is not Cell.EMPTY and not spec.cell_visible(index, r, col):
+                style = dim
+            if divergence == (r, col):
+                glyph = DIVERGENCE_GLYPH
+                style = style + styles["grid--divergence"]
+            if cursor == (r, col):
+                style = style + styles["grid--cursor"]
+            segments.append(Segment(glyph + " ", style))
+        return Strip(segments).adjust_cell_length(width)
+
+    def _ruler(self, first: int, last: int, styles: dict[str, Style], width: int) -> Strip:
+        chars = [" "] * ((last - first) * CELL)
+        col = first + (-first % 10)
+        while col < last:
+            label = str(col)
+            at = (col - first) * CELL
+            chars[at : at + len(label)] = label[: len(chars) - at]
+            col += 10
+        divergence = self.index.first_divergence_cell if self.index else None
+        if divergence is not None and first <= divergence[1] < last:
+            chars[(divergence[1] - first) * CELL] = "▼"
+        head = f"{'rank / dir':<18}{'events':>7} bad"
+        segments = [
+            Segment(f"{head:<{GUTTER}}", styles["grid--header"]),
+            Segment("".join(chars), styles["grid--header"]),
+        ]
+        return Strip(segments).adjust_cell_length(width)
