@@ -33,6 +33,7 @@ class Fault:
     error: str | None = None  # the engine's exact message when it raises
     raises_on: str | None = None  # LAST or FIRST: the stage whose ranks raise
     needs_tp: int = 1  # the TP size the fault needs (chosen automatically)
+    finding: str = ""  # the kind of finding (pptrace.findings.FindingKind value) it must raise
 
     @property
     def raises(self) -> bool:
@@ -54,6 +55,7 @@ _LIST = (
         "an attach error on every last-stage rank; the output type is not PP-capable",
         errors.ATTACH_NOT_PP,
         LAST,
+        finding="attach-not-pp",
     ),
     Fault(
         "empty-output",
@@ -63,6 +65,7 @@ _LIST = (
         "an attach error with no tensors inserted",
         errors.ATTACH_EMPTY,
         LAST,
+        finding="attach-empty",
     ),
     Fault(
         "bad-name",
@@ -72,6 +75,7 @@ _LIST = (
         "an attach error that left one prefixed key inserted",
         errors.ATTACH_BAD_NAME,
         LAST,
+        finding="attach-bad-name",
     ),
     Fault(
         "non-tensor",
@@ -81,6 +85,7 @@ _LIST = (
         "an attach error naming the value; the keys inserted before it",
         errors.ATTACH_NOT_TENSOR.format(name=ENTROPY),
         LAST,
+        finding="attach-not-tensor",
     ),
     Fault(
         "duplicate",
@@ -90,6 +95,7 @@ _LIST = (
         "an attach error whose dict already held the prefixed keys",
         errors.ATTACH_DUPLICATE.format(name=TOPK_LOGPROBS),
         LAST,
+        finding="attach-duplicate",
     ),
     Fault(
         "no-observer",
@@ -99,6 +105,7 @@ _LIST = (
         "an extract error with observer type NoneType, after a healthy attach",
         errors.EXTRACT_NO_OBSERVER,
         FIRST,
+        finding="extract-no-observer",
     ),
     Fault(
         "old-observer",
@@ -108,6 +115,7 @@ _LIST = (
         "an extract error; the observer is not PP-capable while the last stage attaches",
         errors.EXTRACT_NOT_PP,
         FIRST,
+        finding="extract-not-pp",
     ),
     Fault(
         "raw-prefixed-key",
@@ -117,6 +125,7 @@ _LIST = (
         "a prefixed key extracted that no attach inserted, and it is not a tensor",
         errors.EXTRACT_NOT_TENSOR,
         FIRST,
+        finding="prefixed-foreign-key",
     ),
     Fault(
         "observer-none",
@@ -126,6 +135,7 @@ _LIST = (
         "attach and extract names differ; the extract error left every key in place",
         errors.EXTRACT_NOT_RECONSTRUCTED,
         FIRST,
+        finding="extract-not-reconstructed",
     ),
     Fault(
         "tp-disagree",
@@ -134,6 +144,7 @@ _LIST = (
         "nothing: stage 0 silently re-assembles a mix of both ranks' slices",
         "last-stage TP ranks attached different bytes (fingerprints) for one microbatch",
         needs_tp=2,
+        finding="tp-disagree",
     ),
     Fault(
         "overwrite-after-attach",
@@ -141,6 +152,7 @@ _LIST = (
         "the observer reuses its entropy buffer in place after attach, before the send",
         "nothing: the bytes that arrive differ from what was attached",
         "attach and extract fingerprints differ for the same name",
+        finding="content-mismatch",
     ),
     Fault(
         "prefix-lookalike",
@@ -148,6 +160,7 @@ _LIST = (
         "engine code stores a non-auxiliary tensor under a key that starts with the prefix",
         "nothing, but a wrong pop: stage 0 hands it to the observer and later stages lose it",
         "a prefixed key extracted that no attach inserted (namespace collision)",
+        finding="prefixed-foreign-key",
     ),
     Fault(
         "reserved-name",
@@ -155,6 +168,7 @@ _LIST = (
         "an auxiliary tensor named 'next_token_ids', like the engine's own key",
         "nothing",
         "an auxiliary name that collides with an engine key",
+        finding="reserved-name",
     ),
     Fault(
         "shape-in-transit",
@@ -162,6 +176,7 @@ _LIST = (
         f"the sent copy of {TOPK_LOGPROBS!r} is flattened",
         "nothing at this layer",
         "shape differs between attach and extract for the same name",
+        finding="shape-mismatch",
     ),
     Fault(
         "dtype-in-transit",
@@ -169,6 +184,7 @@ _LIST = (
         f"the sent copy of {ENTROPY!r} is cast to float16",
         "nothing at this layer",
         "dtype differs between attach and extract for the same name",
+        finding="dtype-mismatch",
     ),
     Fault(
         "skipped-send",
@@ -176,6 +192,7 @@ _LIST = (
         "one microbatch's output send is skipped (a skip marker goes instead)",
         "nothing: legitimate when configured, a lost output when not",
         "one attach with no matching extract (an orphan)",
+        finding="orphan-attach",
     ),
 )
 

@@ -16,7 +16,7 @@ from pptrace.record import Direction, Event
 from samples.launch import RunResult, run_pipeline
 from samples.options import PipelineOptions
 
-__all__ = ["TraceFiles", "any_value", "read_traces", "run_sample"]
+__all__ = ["TraceFiles", "any_value", "finding_kinds", "read_traces", "run_sample"]
 
 # Generous: a rank that hangs is killed by the launcher long before the test times out.
 RUN_TIMEOUT = 90.0
@@ -83,3 +83,11 @@ def run_sample(out_dir: str, **options: Any) -> tuple[RunResult, TraceFiles]:
     """Run the sample pipeline and read back what its ranks wrote."""
     result = run_pipeline(PipelineOptions(out_dir=out_dir, **options), timeout=RUN_TIMEOUT)
     return result, read_traces(out_dir)
+
+
+def finding_kinds(trace_dir: str) -> set[str]:
+    """The kinds of finding pptrace's analyzer reports for a run's traces."""
+    from pptrace.analyze import analyze
+    from pptrace.load import load_paths
+
+    return {f.kind.value for f in analyze(load_paths([trace_dir]))}

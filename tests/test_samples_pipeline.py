@@ -14,7 +14,7 @@ import pytest
 from pptrace.record import PREFIX, Direction, Event
 from samples.faults import FAULTS, FIRST, LAST
 from samples.options import EXIT_ENGINE_ERROR, EXIT_OK, EXIT_PEER_LOST
-from tests.helpers_samples import TraceFiles, run_sample
+from tests.helpers_samples import TraceFiles, finding_kinds, run_sample
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
 
@@ -72,6 +72,7 @@ def test_healthy_pipeline_four_stages(tmp_path: Path) -> None:
     assert (rank.rank, rank.world_size, rank.pp_rank, rank.pp_size, rank.tp_rank,
             rank.tp_size) == (3, 4, 3, 4, 0, 1)
     assert ext.rank.pp_rank == 0 and ext.run_id == att.run_id != ""
+    assert finding_kinds(out) == set()
 
 
 def test_healthy_pipeline_with_tensor_parallel_slices(tmp_path: Path) -> None:
@@ -89,7 +90,8 @@ def test_healthy_pipeline_with_tensor_parallel_slices(tmp_path: Path) -> None:
 @pytest.mark.parametrize("name", RAISING)
 def test_raising_fault_stops_every_rank_with_the_engine_error(name: str, tmp_path: Path) -> None:
     fault = FAULTS[name]
-    result, traces = run_sample(str(tmp_path / name), ranks=2, steps=STEPS, fault=name)
+    out = str(tmp_path / name)
+    result, traces = run_sample(out, ranks=2, steps=STEPS, fault=name)
     failing = 1 if fault.raises_on == LAST else 0
     expected = [EXIT_PEER_LOST, EXIT_PEER_LOST]
     expected[failing] = EXIT_ENGINE_ERROR
@@ -108,6 +110,7 @@ def test_raising_fault_stops_every_rank_with_the_engine_error(name: str, tmp_pat
     assert bad.seq == (0 if stage0_config else AT)
     # Every call before the failing one went through.
     assert all(e.ok for e in traces.events(failing) if e is not bad)
+    assert fault.finding in finding_kinds(out)
 
 
 def test_raising_faults_leave_the_dict_as_the_engine_does(tmp_path: Path) -> None:
@@ -187,11 +190,13 @@ def test_silent_fault_runs_to_completion_and_shows_in_the_traces(
 ) -> None:
     tp = FAULTS[name].needs_tp
     ranks = 2 * tp
-    result, traces = run_sample(str(tmp_path / name), ranks=ranks, steps=STEPS, fault=name)
+    out = str(tmp_path / name)
+    result, traces = run_sample(out, ranks=ranks, steps=STEPS, fault=name)
     assert result.options.tp == tp  # tp-disagree picks two TP ranks by itself
     assert result.exit_codes == (EXIT_OK,) * ranks
     assert traces.errors() == {}
     _check_silent(name, traces, result, tp)
+    assert FAULTS[name].finding in finding_kinds(out)  # what only a cross-rank check finds
 
 
 def test_every_fault_is_tested() -> None:
