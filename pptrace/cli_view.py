@@ -2,8 +2,8 @@
 
 The traces are loaded (with progress on a terminal) and analyzed before the full-screen app
 starts, so bad input fails with the usual one-line error; the app then indexes the trace behind
-its own loading screen. ``tui`` is imported only here, inside ``run``: pptrace never needs
-Textual to record, load or analyze.
+its own loading screen. The viewer is found through the ``pptrace.viewers`` entry point, so
+pptrace never imports ``tui`` (nor Textual) to record, load or analyze.
 """
 
 from __future__ import annotations
@@ -11,9 +11,11 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
+from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
 
 from pptrace.cli_inputs import add_input_arguments, input_paths, load_from_args
+from pptrace.errors import ConfigError
 
 if TYPE_CHECKING:
     from pptrace.findings import Finding
@@ -75,6 +77,16 @@ def _reloader(paths: Sequence[str]) -> Loader:
     return load
 
 
+def _viewer() -> Callable[..., str | None]:
+    """The installed viewer's ``open_viewer`` (the ``pptrace.viewers`` entry point)."""
+    found = entry_points(group="pptrace.viewers", name="textual")
+    if not found:
+        raise ConfigError("the terminal viewer is not installed: reinstall pptrace "
+                          "(pip install -e .) so that its 'pptrace.viewers' entry point exists")
+    viewer: Callable[..., str | None] = next(iter(found)).load()
+    return viewer
+
+
 def run(args: argparse.Namespace) -> int:
     """Load and analyze the inputs, then run the viewer until the user quits."""
     from pptrace.analyze import analyze
@@ -86,8 +98,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.flush()
     findings = analyze(trace)
 
-    from tui.app import PptraceViewer
-
+    open_viewer = _viewer()
     first = [True]
     reload = _reloader(paths)
 
@@ -97,9 +108,8 @@ def run(args: argparse.Namespace) -> int:
             return trace, findings
         return reload(status)
 
-    app = PptraceViewer(loader, follow=args.follow, theme=args.theme)
-    app.run()
-    if app.load_error is not None:
-        print(f"pptrace: error: {app.load_error}", file=sys.stderr)
+    error = open_viewer(loader, follow=args.follow, theme=args.theme)
+    if error is not None:
+        print(f"pptrace: error: {error}", file=sys.stderr)
         return 2
     return 0

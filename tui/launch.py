@@ -1,0 +1,18 @@
+"""The viewer's entry point for ``pptrace view`` (registered as the ``pptrace.viewers`` entry
+point ``textual``), so that pptrace finds the viewer without importing ``tui`` itself.
+
+    open_viewer(loader, follow=False, theme="dark")  # -> None, or the load error's text
+"""
+
+from __future__ import annotations
+
+from tui.app import Loader, PptraceViewer
+
+__all__ = ["open_viewer"]
+
+
+def open_viewer(loader: Loader, *, follow: bool = False, theme: str = "dark") -> str | None:
+    """Run the viewer until the user quits; return the error text if loading failed."""
+    app = PptraceViewer(loader, follow=follow, theme=theme)
+    app.run()
+    return app.load_error
