@@ -12,6 +12,7 @@ with the same arguments produce equal logs.
 
 from __future__ import annotations
 
+import functools
 import os
 import types
 from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
@@ -417,6 +418,7 @@ class Capture:
     """Wraps a transport function to remember the exact result or exception it produced."""
 
     def __init__(self, fn: Callable[..., Any]) -> None:
+        functools.update_wrapper(self, fn)  # the engine's name, as the wrapper copies it
         self.fn = fn
         self.result: Any = None
         self.exc: BaseException | None = None

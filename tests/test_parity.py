@@ -544,3 +544,35 @@ def test_no_device_sync_on_the_callers_path(fingerprint: bool) -> None:
             assert fps == [None] * 3
     assert [t.fingerprint for t in sink.events[0].tensors] == [
         t.fingerprint for t in sink.events[1].tensors]
+
+
+
+CALLS = [
+    pytest.param((), {}, True, id="no-arguments"),
+    pytest.param(({},), {}, True, id="one-argument"),
+    pytest.param(({}, None, 1), {}, True, id="three-arguments"),
+    pytest.param((), {"tensors": {}, "SUBJECT": None}, False, id="keywords"),
+    pytest.param(({},), {"tensors": {}}, True, id="tensors-twice"),
+    pytest.param(({},), {"x": None}, True, id="unknown-keyword"),
+]
+
+
+@pytest.mark.parametrize(("args", "kwargs", "fails"), CALLS)
+@pytest.mark.parametrize("direction", ["attach", "extract"])
+def test_calling_conventions_match(
+    direction: str, args: tuple[Any, ...], kwargs: dict[str, Any], fails: bool
+) -> None:
+    """Keyword calls work, and a malformed call fails with the engine's own TypeError text."""
+    subject = "output" if direction == "attach" else "observer"
+    kwargs = {(subject if k == "SUBJECT" else k): v for k, v in kwargs.items()}
+    outcomes = []
+    for v in variants():
+        try:
+            outcomes.append(("returned", getattr(v, direction)(*args, **kwargs)))
+        except TypeError as exc:
+            outcomes.append(("TypeError", str(exc)))
+    assert outcomes == [outcomes[0]] * 4, outcomes
+    name = ATTACH_NAME if direction == "attach" else EXTRACT_NAME
+    assert (outcomes[0][0] == "TypeError") is fails
+    if fails:
+        assert outcomes[0][1].startswith(name + "()")
