@@ -14,7 +14,7 @@ It imports neither torch nor OpenTelemetry.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Union
+from typing import Any
 
 from pptrace.errors import SchemaVersionError
 from pptrace.record import Direction, Event, RankInfo, RecorderStats, TensorMeta
@@ -40,7 +40,7 @@ SPAN_EXTRACT = "pptrace.extract"
 SPAN_STATS = "pptrace.recorder"
 SPAN_NAMES = frozenset({SPAN_ATTACH, SPAN_EXTRACT, SPAN_STATS})
 
-AttributeValue = Union[str, bool, int, float, Sequence[str], Sequence[bool], Sequence[int]]
+AttributeValue = str | bool | int | float | Sequence[str] | Sequence[bool] | Sequence[int]
 
 # --- attribute keys ------------------------------------------------------------------------
 VERSION = "pptrace.schema_version"  # int
@@ -168,28 +168,28 @@ class _Reader:
         got = type(self.attrs.get(key)).__name__
         return SchemaVersionError(f"{self.where}attribute {key!r} should be {want}, found {got}")
 
-    def int(self, key: str, default: int | None = None) -> int:
+    def integer(self, key: str, default: int | None = None) -> int:
         value = self.attrs.get(key, default)
         if isinstance(value, bool) or not isinstance(value, int):
             raise self._bad(key, "an integer")
         return value
 
-    def opt_int(self, key: str) -> int | None:
-        return None if key not in self.attrs else self.int(key)
+    def opt_integer(self, key: str) -> int | None:
+        return None if key not in self.attrs else self.integer(key)
 
-    def str(self, key: str, default: str | None = None) -> str:
+    def string(self, key: str, default: str | None = None) -> str:
         value = self.attrs.get(key, default)
         if not isinstance(value, str):
             raise self._bad(key, "a string")
         return value
 
-    def bool(self, key: str, default: bool | None = None) -> bool:
+    def boolean(self, key: str, default: bool | None = None) -> bool:
         value = self.attrs.get(key, default)
         if not isinstance(value, bool):
             raise self._bad(key, "a boolean")
         return value
 
-    def list(self, key: str, kind: type, n: int | None = None) -> list[Any]:
+    def array(self, key: str, kind: type, n: int | None = None) -> list[Any]:
         value = self.attrs.get(key, [])
         if not isinstance(value, (list, tuple)) or not all(
             isinstance(v, kind) and not (kind is int and isinstance(v, bool)) for v in value
@@ -203,7 +203,7 @@ class _Reader:
 
 
 def _check_version(r: _Reader) -> None:
-    version = r.int(VERSION)
+    version = r.integer(VERSION)
     if version > SCHEMA_VERSION or version < 1:
         raise SchemaVersionError(
             f"{r.where}pptrace schema version {version!r:.20} is not supported "
@@ -213,14 +213,14 @@ def _check_version(r: _Reader) -> None:
 
 def _rank_from(r: _Reader) -> RankInfo:
     return RankInfo(
-        rank=r.opt_int(RANK),
-        world_size=r.opt_int(WORLD_SIZE),
-        pp_rank=r.opt_int(PP_RANK),
-        pp_size=r.opt_int(PP_SIZE),
-        tp_rank=r.opt_int(TP_RANK),
-        tp_size=r.opt_int(TP_SIZE),
-        host=r.str(HOST, ""),
-        pid=r.int(PID, 0),
+        rank=r.opt_integer(RANK),
+        world_size=r.opt_integer(WORLD_SIZE),
+        pp_rank=r.opt_integer(PP_RANK),
+        pp_size=r.opt_integer(PP_SIZE),
+        tp_rank=r.opt_integer(TP_RANK),
+        tp_size=r.opt_integer(TP_SIZE),
+        host=r.string(HOST, ""),
+        pid=r.integer(PID, 0),
     )
 
 
@@ -243,21 +243,21 @@ def attributes_to_event(
     r = _Reader(attrs, where)
     _check_version(r)
     try:
-        direction = Direction(r.str(DIRECTION))
+        direction = Direction(r.string(DIRECTION))
     except ValueError:
         raise SchemaVersionError(f"{where}unknown direction {attrs.get(DIRECTION)!r:.40}") from None
-    names = r.list(T_NAMES, str)
+    names = r.array(T_NAMES, str)
     n = len(names)
-    keys = r.list(T_KEYS, str, n)
-    shapes = r.list(T_SHAPES, str, n)
-    dtypes = r.list(T_DTYPES, str, n)
-    devices = r.list(T_DEVICES, str, n)
-    nbytes = r.list(T_NBYTES, int, n)
-    contig = r.list(T_CONTIG, bool, n)
-    is_tensor = r.list(T_IS_TENSOR, bool, n)
+    keys = r.array(T_KEYS, str, n)
+    shapes = r.array(T_SHAPES, str, n)
+    dtypes = r.array(T_DTYPES, str, n)
+    devices = r.array(T_DEVICES, str, n)
+    nbytes = r.array(T_NBYTES, int, n)
+    contig = r.array(T_CONTIG, bool, n)
+    is_tensor = r.array(T_IS_TENSOR, bool, n)
     fps: list[str | None] = [None] * n
     if T_FINGERPRINTS in attrs:
-        fps = [f or None for f in r.list(T_FINGERPRINTS, str, n)]
+        fps = [f or None for f in r.array(T_FINGERPRINTS, str, n)]
     tensors = tuple(
         TensorMeta(
             name=names[i],
@@ -272,10 +272,10 @@ def attributes_to_event(
         )
         for i in range(n)
     )
-    duration = r.int(DURATION_NS, 0)
+    duration = r.integer(DURATION_NS, 0)
     if DURATION_NS not in attrs and end_ns is not None:
         duration = max(0, end_ns - start_ns)
-    error_type = r.str(ERROR_TYPE) if ERROR_TYPE in attrs else None
+    error_type = r.string(ERROR_TYPE) if ERROR_TYPE in attrs else None
     extra = tuple(
         sorted(
             (k[len(EXTRA_PREFIX) :], str(v)) for k, v in attrs.items() if k.startswith(EXTRA_PREFIX)
@@ -283,24 +283,24 @@ def attributes_to_event(
     )
     return Event(
         direction=direction,
-        seq=r.int(SEQ),
+        seq=r.integer(SEQ),
         rank=_rank_from(r),
         start_ns=start_ns,
-        mono_ns=r.int(MONO_NS, 0),
+        mono_ns=r.integer(MONO_NS, 0),
         duration_ns=duration,
-        thread_id=r.int(THREAD_ID, 0),
-        thread_name=r.str(THREAD_NAME, ""),
-        subject_type=r.str(SUBJECT_TYPE, ""),
-        subject_pp_capable=r.bool(SUBJECT_PP) if SUBJECT_PP in attrs else None,
+        thread_id=r.integer(THREAD_ID, 0),
+        thread_name=r.string(THREAD_NAME, ""),
+        subject_type=r.string(SUBJECT_TYPE, ""),
+        subject_pp_capable=r.boolean(SUBJECT_PP) if SUBJECT_PP in attrs else None,
         tensors=tensors,
-        keys_before=tuple(r.list(KEYS_BEFORE, str)),
-        keys_after=tuple(r.list(KEYS_AFTER, str)),
-        returned_none=r.bool(RETURNED_NONE, True),
+        keys_before=tuple(r.array(KEYS_BEFORE, str)),
+        keys_after=tuple(r.array(KEYS_AFTER, str)),
+        returned_none=r.boolean(RETURNED_NONE, True),
         error_type=error_type,
-        error_message=r.str(ERROR_MESSAGE, "") if error_type is not None else None,
-        inserted_before_error=tuple(r.list(INSERTED_BEFORE_ERROR, str)),
-        dropped_before=r.int(DROPPED_BEFORE, 0),
-        run_id=r.str(RUN_ID, ""),
+        error_message=r.string(ERROR_MESSAGE, "") if error_type is not None else None,
+        inserted_before_error=tuple(r.array(INSERTED_BEFORE_ERROR, str)),
+        dropped_before=r.integer(DROPPED_BEFORE, 0),
+        run_id=r.string(RUN_ID, ""),
         extra=extra,
     )
 
@@ -330,13 +330,13 @@ def attributes_to_stats(attrs: Mapping[str, Any], where: str = "") -> RecorderSt
     _check_version(r)
     return RecorderStats(
         rank=_rank_from(r),
-        time_ns=r.int(S_TIME_NS, 0),
-        recorded=r.int(S_RECORDED, 0),
-        exported=r.int(S_EXPORTED, 0),
-        dropped=r.int(S_DROPPED, 0),
-        overwritten=r.int(S_OVERWRITTEN, 0),
-        internal_errors=r.int(S_INTERNAL, 0),
-        export_errors=r.int(S_EXPORT_ERRORS, 0),
-        mode=r.str(S_MODE, "stream"),
-        run_id=r.str(RUN_ID, ""),
+        time_ns=r.integer(S_TIME_NS, 0),
+        recorded=r.integer(S_RECORDED, 0),
+        exported=r.integer(S_EXPORTED, 0),
+        dropped=r.integer(S_DROPPED, 0),
+        overwritten=r.integer(S_OVERWRITTEN, 0),
+        internal_errors=r.integer(S_INTERNAL, 0),
+        export_errors=r.integer(S_EXPORT_ERRORS, 0),
+        mode=r.string(S_MODE, "stream"),
+        run_id=r.string(RUN_ID, ""),
     )
