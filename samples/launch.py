@@ -15,6 +15,7 @@ import multiprocessing
 import os
 import queue as queue_mod
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -23,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from samples.options import EXIT_CRASH, PipelineOptions, RankReport
+from samples.options import EXIT_CRASH, PipelineOptions, RankReport, Terminated
 
 __all__ = ["RunResult", "run_pipeline"]
 
@@ -57,6 +58,12 @@ def _context() -> Any:
 def _child(opts: PipelineOptions, rank: int, messages: Any) -> None:
     """A rank process: run the rank, report, exit with its status (no interpreter teardown)."""
     code = EXIT_CRASH
+
+    def terminate(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: let the trace flush in peace
+        raise Terminated()
+
+    signal.signal(signal.SIGTERM, terminate)
     try:
         from samples.pipeline import run_rank
 

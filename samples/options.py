@@ -17,27 +17,38 @@ from samples.faults import FAULTS
 __all__ = [
     "EXIT_CRASH",
     "EXIT_ENGINE_ERROR",
+    "EXIT_INTERRUPTED",
     "EXIT_OK",
     "EXIT_PEER_LOST",
+    "EXIT_TERMINATED",
     "OUTCOMES",
     "PipelineOptions",
     "RankReport",
+    "Terminated",
 ]
 
 EXIT_OK = 0
 EXIT_ENGINE_ERROR = 1  # the engine's transport raised in this rank
 EXIT_PEER_LOST = 3  # another rank failed; this one noticed and stopped
 EXIT_CRASH = 4  # a bug in the sample itself
+EXIT_INTERRUPTED = 130  # Ctrl-C
+EXIT_TERMINATED = 143  # terminated by the launcher (SIGTERM) after its time limit
 
 OUTCOMES = {
     EXIT_OK: "ok",
     EXIT_ENGINE_ERROR: "engine error",
     EXIT_PEER_LOST: "stopped: a peer failed",
     EXIT_CRASH: "crashed (sample bug)",
+    EXIT_INTERRUPTED: "interrupted",
+    EXIT_TERMINATED: "terminated by the launcher",
 }
 
 MAX_RANKS = 8
 TRANSPORTS = ("auto", "sglang", "pptrace")
+
+
+class Terminated(BaseException):
+    """Raised in a rank process by SIGTERM, so that it still flushes its trace on the way out."""
 
 
 @dataclass(frozen=True, slots=True)

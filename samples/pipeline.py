@@ -47,10 +47,13 @@ from samples.observer import TopKObserver, TopKOutput, describe_difference
 from samples.options import (
     EXIT_CRASH,
     EXIT_ENGINE_ERROR,
+    EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_PEER_LOST,
+    EXIT_TERMINATED,
     PipelineOptions,
     RankReport,
+    Terminated,
 )
 from samples.transport import MSG_TYPE, Link
 
@@ -286,6 +289,10 @@ def run_rank(opts: PipelineOptions, rank: int, progress: Progress) -> RankReport
             code = EXIT_ENGINE_ERROR
         elif isinstance(exc, PeerLost) or (stage is None and isinstance(exc, RuntimeError)):
             code = EXIT_PEER_LOST
+        elif isinstance(exc, Terminated):
+            code = EXIT_TERMINATED
+        elif isinstance(exc, KeyboardInterrupt):
+            code = EXIT_INTERRUPTED
         else:
             code = EXIT_CRASH
             traceback.print_exc(file=sys.stderr)

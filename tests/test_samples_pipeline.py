@@ -13,7 +13,14 @@ import pytest
 
 from pptrace.record import PREFIX, Direction, Event
 from samples.faults import FAULTS, FIRST, LAST
-from samples.options import EXIT_ENGINE_ERROR, EXIT_OK, EXIT_PEER_LOST
+from samples.launch import run_pipeline
+from samples.options import (
+    EXIT_ENGINE_ERROR,
+    EXIT_OK,
+    EXIT_PEER_LOST,
+    EXIT_TERMINATED,
+    PipelineOptions,
+)
 from tests.helpers_samples import TraceFiles, finding_kinds, run_sample
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
@@ -215,3 +222,15 @@ def test_each_transport_runs_the_pipeline(transport: str, tmp_path: Path) -> Non
     assert result.exit_codes == (EXIT_PEER_LOST, EXIT_ENGINE_ERROR)
     (bad,) = traces.errors()[1]
     assert bad.error_message == FAULTS["duplicate"].error
+
+
+def test_launcher_stops_a_run_that_does_not_end(tmp_path: Path) -> None:
+    run_sample(str(tmp_path / "warm"), ranks=2, steps=1)  # start the fork server first
+    opts = PipelineOptions(ranks=2, steps=10**7, out_dir=str(tmp_path / "endless"))
+    result = run_pipeline(opts, timeout=3.0)
+    assert result.killed == (0, 1)
+    assert all(code != EXIT_OK for code in result.exit_codes)
+    # SIGTERM reaches Python in at least one rank, which reports and flushes on its way out.
+    terminated = [r for r in result.reports.values() if r.exit_code == EXIT_TERMINATED]
+    assert terminated
+    assert all(r.recorded > 0 for r in terminated if r.pp_rank in (0, 1))
