@@ -27,6 +27,16 @@ JSON_SCHEMA = "pptrace.analyze/1"
 
 _SHOWN_PER_KIND = 10
 
+# Names and messages come from trace files: a control character (ESC, BEL, CR, newline, C1 CSI)
+# or a bidi override would act on the user's terminal, so the text report shows it as an escape.
+_INERT = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
+_INERT.update({c: f"\\u{c:04x}" for c in (0x2028, 0x2029, *range(0x202A, 0x202F),
+                                          *range(0x2066, 0x206A))})
+
+
+def _inert(line: str) -> str:
+    return line.translate(_INERT)
+
 
 def exit_status(findings: Sequence[Finding], fail_on: Severity) -> int:
     """1 when any finding is at or above ``fail_on``, else 0."""
@@ -115,7 +125,7 @@ def render_text(trace: Trace, findings: Sequence[Finding], fail_on: Severity) ->
     verdict = "FAIL" if failing else "OK"
     lines += ["", f"{verdict}: {sum(counts[s] for s in counts if s >= fail_on)} findings at or "
               f"above {fail_on.name.lower()}."]
-    return "\n".join(lines) + "\n"
+    return "\n".join(map(_inert, lines)) + "\n"
 
 
 def _finding_json(f: Finding) -> dict[str, Any]:
