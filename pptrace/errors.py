@@ -48,6 +48,11 @@ class PptraceError(Exception):
     """Base of every error pptrace raises to a user."""
 
 
+# Trace content quoted in a message must neither act on a terminal (ESC, BEL, CR, C1 CSI) nor
+# break the one-line promise (a newline): control characters are shown as escapes.
+_INERT = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
+
+
 class TraceInputError(PptraceError):
     """A trace input that cannot be used; the message is one line naming the file and line."""
 
@@ -55,7 +60,7 @@ class TraceInputError(PptraceError):
         where = ""
         if path is not None:
             where = f"{path}:{line}: " if line is not None else f"{path}: "
-        super().__init__(f"{where}{message}")
+        super().__init__(f"{where}{message}".translate(_INERT))
         self.path = path
         self.line = line
 
