@@ -16,7 +16,17 @@ import binascii
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-__all__ = ["BadShape", "SpanSink", "any_value", "for_each_otlp_span", "norm_id", "to_int"]
+__all__ = [
+    "BadShape",
+    "SpanSink",
+    "any_value",
+    "attributes",
+    "for_each_otlp_span",
+    "norm_id",
+    "otlp_span",
+    "resource_service",
+    "to_int",
+]
 
 
 class BadShape(ValueError):
@@ -136,36 +146,46 @@ def _list(node: Mapping[str, Any], *keys: str) -> list[Any]:
     return []
 
 
+def otlp_span(span: Any, service: str, sink: SpanSink) -> None:
+    """Hand one OTLP/JSON span object to ``sink``."""
+    if not isinstance(span, dict):
+        raise BadShape("each span should be an object")
+    name = span.get("name", "")
+    if not isinstance(name, str):
+        raise BadShape(f"span name should be a string, found {type(name).__name__}")
+    start = to_int(span.get("startTimeUnixNano", 0), "startTimeUnixNano")
+    end = to_int(span.get("endTimeUnixNano", start), "endTimeUnixNano")
+    sink.span(
+        name,
+        attributes(span.get("attributes", [])),
+        start,
+        end,
+        norm_id(span.get("traceId")),
+        norm_id(span.get("spanId")),
+        service,
+    )
+
+
+def resource_service(rs: Mapping[str, Any]) -> str:
+    """The ``service.name`` of a resourceSpans item ("" when absent)."""
+    resource = rs.get("resource") or {}
+    res_attrs = attributes(resource.get("attributes", [])) if isinstance(resource, dict) else {}
+    service = res_attrs.get("service.name")
+    return service if isinstance(service, str) else ""
+
+
 def for_each_otlp_span(document: Mapping[str, Any], sink: SpanSink) -> int:
     """Hand every span of a ``TracesData`` object to ``sink``; return how many there were."""
     count = 0
     for rs in _list(document, "resourceSpans", "resource_spans"):
         if not isinstance(rs, dict):
             raise BadShape("each resourceSpans item should be an object")
-        resource = rs.get("resource") or {}
-        res_attrs = attributes(resource.get("attributes", [])) if isinstance(resource, dict) else {}
-        service = res_attrs.get("service.name")
-        service = service if isinstance(service, str) else ""
+        service = resource_service(rs)
         # "instrumentationLibrarySpans" is the pre-1.0 name of scopeSpans.
         for ss in _list(rs, "scopeSpans", "scope_spans", "instrumentationLibrarySpans"):
             if not isinstance(ss, dict):
                 raise BadShape("each scopeSpans item should be an object")
             for span in _list(ss, "spans"):
-                if not isinstance(span, dict):
-                    raise BadShape("each span should be an object")
-                name = span.get("name", "")
-                if not isinstance(name, str):
-                    raise BadShape(f"span name should be a string, found {type(name).__name__}")
-                start = to_int(span.get("startTimeUnixNano", 0), "startTimeUnixNano")
-                end = to_int(span.get("endTimeUnixNano", start), "endTimeUnixNano")
-                sink.span(
-                    name,
-                    attributes(span.get("attributes", [])),
-                    start,
-                    end,
-                    norm_id(span.get("traceId")),
-                    norm_id(span.get("spanId")),
-                    service,
-                )
+                otlp_span(span, service, sink)
                 count += 1
     return count

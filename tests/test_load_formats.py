@@ -134,3 +134,33 @@ def test_repeated_records_are_shared() -> None:
     assert len(ranks) == 2  # one RankInfo object per process
     keys = {id(e.keys_before) for e in events if e.keys_before == ("next_token_ids",)}
     assert len(keys) == 1
+
+
+def test_fast_path_gives_exactly_what_the_ordinary_path_gives(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Many spans of few shapes, written by pptrace's real exporter: most hit the template cache.
+    from helpers_analyze import Run, meta
+
+    from pptrace.config import Config
+    from pptrace.export import build_provider
+    from pptrace.load import _Builder, _read_file
+    from pptrace.load_fast import FastLines
+
+    run = Run(pp_size=2)
+    for k in range(60):
+        run.step([meta("scores", (k % 3 + 1, 5)), meta("ids", (k % 3 + 1,), "int64")])
+    run.attach([meta("scores", (2, 5))], error=("RuntimeError", "boom"))
+    for proc in run.trace().processes:
+        sink = build_provider(Config(trace_dir=str(tmp_path)), proc.rank)
+        for i in range(0, len(proc.events), 16):  # several spans a line, as a flush writes
+            sink.export(list(proc.events[i : i + 16]))
+        sink.shutdown(1.0)
+    builder = _Builder()
+    for path in sorted(tmp_path.iterdir()):
+        _read_file(str(path), builder, lambda n: None)
+    assert builder.fast.hits > 100 and builder.fast.misses < 20
+    fast = load_paths([str(tmp_path)])
+    monkeypatch.setattr(FastLines, "line", lambda self, text: False)
+    slow = load_paths([str(tmp_path)])
+    assert _events(fast) == _events(slow) == _events(run.trace())

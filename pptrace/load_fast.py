@@ -1,0 +1,236 @@
+"""The fast path for pptrace's own JSON lines: decode each distinct span shape once.
+
+A traced run writes millions of spans that differ only in a few numbers (ids, times, sequence
+number, monotonic clock, duration). Parsing every span's JSON and attributes costs hundreds of
+microseconds in CPython; this path cuts those numbers out of the span's text with ``str.find``,
+and uses the rest of the text as a key into a cache of decoded template events. A hit builds the
+event from the template and the numbers; a miss parses the span the ordinary way, checks that
+the numbers it cut out are exactly the ones the decoder read, and caches the result.
+
+It is only an accelerator: a line it does not recognise (several resources or scopes, a span it
+cannot split, base64 ids, anything unusual) returns False and is read by the ordinary path.
+
+Why cutting text is sound: JSON escapes every quote inside a string, so a marker such as
+``"spanId":"`` can only match structure; the cut values are checked to be plain digits or
+letters, so a hit's text equals, outside the cut values, a span that was fully parsed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from pptrace import schema
+from pptrace.errors import SchemaVersionError
+from pptrace.load_otlp import BadShape, for_each_otlp_span, otlp_span, resource_service
+from pptrace.record import Event
+
+__all__ = ["FastLines"]
+
+_SPANS = b'"spans":['
+_SPLIT = b',{"traceId":"'
+_HEAD = b'{"traceId":"'
+_TAIL = re.compile(rb'\](?:,"schemaUrl":"[^"\\]*")?\}\](?:,"schemaUrl":"[^"\\]*")?\}\]\}\s*\Z')
+_TAIL_WINDOW = 400
+
+
+def _attr(key: str) -> bytes:
+    return ('{"key":"' + key + '","value":{"intValue":"').encode()
+
+
+# What is cut out of a span's text, in the order pptrace's exporter writes them.
+_MARKERS = (
+    b'"startTimeUnixNano":"',
+    b'"endTimeUnixNano":"',
+    _attr(schema.SEQ),
+    _attr(schema.THREAD_ID),
+    _attr(schema.MONO_NS),
+    _attr(schema.DURATION_NS),
+    _attr(schema.DROPPED_BEFORE),
+)
+_START, _END, _SEQ, _THREAD, _MONO, _DUR, _DROPPED = range(len(_MARKERS))
+_SPAN_ID = b'"spanId":"'
+_MAX_TEMPLATES = 50_000
+
+
+class _Fallback(Exception):
+    """This line is not for the fast path."""
+
+
+def _cut(chunk: bytes) -> tuple[bytes, list[bytes | None]]:
+    """Split a span's text (after its leading traceId marker) into a key and the cut values.
+
+    The markers must come in ``_MARKERS`` order (as pptrace writes them); anything else falls
+    back to the ordinary path. Values must be ASCII digits, ids ASCII letters and digits.
+    """
+    find = chunk.find
+    last = find(b'"')
+    tid = chunk[:last]
+    if not tid.isalnum():
+        raise _Fallback
+    p = find(_SPAN_ID, last)
+    if p < 0:
+        raise _Fallback
+    s = p + len(_SPAN_ID)
+    e = find(b'"', s)
+    sid = chunk[s:e]
+    if not sid.isalnum():
+        raise _Fallback
+    pieces = [chunk[last:s]]
+    last = e
+    values: list[bytes | None] = []
+    for marker in _MARKERS:
+        p = find(marker, last)
+        if p < 0:
+            if find(marker) >= 0:
+                raise _Fallback  # out of order: not pptrace's writer
+            values.append(None)
+            continue
+        s = p + len(marker)
+        e = find(b'"', s)
+        v = chunk[s:e]
+        if not v.isdigit():  # bytes: ASCII digits only
+            raise _Fallback
+        pieces.append(chunk[last:s])
+        values.append(v)
+        last = e
+    pieces.append(chunk[last:])
+    return b"\0".join(pieces), values  # "\0" never occurs raw in JSON text
+
+
+def _int(v: bytes | None) -> int:
+    return 0 if v is None else int(v)
+
+
+class FastLines:
+    """One loader run's template cache; ``line`` reads a line or says it cannot."""
+
+    def __init__(self, builder: Any) -> None:
+        self.builder = builder
+        # key -> (template event, has duration attribute), or None: not cacheable.
+        self.templates: dict[bytes, tuple[Event, bool] | None] = {}
+        self.heads: dict[bytes, str] = {}  # the text before the spans -> service name
+        self.hits = self.misses = 0
+
+    def _service(self, head: bytes, tail: bytes) -> str:
+        service = self.heads.get(head)
+        if service is None:
+            try:
+                doc = json.loads(head + tail)
+                for_each_otlp_span(doc, _NoSpans())
+                service = resource_service(doc["resourceSpans"][0])
+            except (ValueError, KeyError, IndexError, TypeError, BadShape, UnicodeDecodeError):
+                raise _Fallback from None
+            self.heads[head] = service
+        return service
+
+    def line(self, text: bytes) -> bool:
+        """Read one JSON line into the builder; False when the ordinary path must read it."""
+        start = text.find(_SPANS)
+        if start < 0 or text.find(_SPANS, start + 1) >= 0:
+            return False
+        body_start = start + len(_SPANS)
+        if not text.startswith(_HEAD, body_start):
+            return False
+        window = max(body_start, len(text) - _TAIL_WINDOW)
+        m = _TAIL.search(text, window)
+        if m is None:
+            return False
+        try:
+            service = self._service(text[:body_start], m.group(0))
+            out = self._spans(text[body_start + len(_HEAD) : m.start()], service)
+        except _Fallback:
+            return False
+        b = self.builder
+        for item in out:
+            if isinstance(item, Event):
+                b.add_event(item)
+            else:
+                otlp_span(item, service, b)
+        return True
+
+    def _spans(self, body: bytes, service: str) -> list[Any]:
+        out: list[Any] = []
+        templates = self.templates
+        for chunk in body.split(_SPLIT):
+            key, v = _cut(chunk)
+            try:
+                hit = templates[key]
+            except KeyError:
+                self.misses += 1
+                out.append(self._learn(chunk, key, v))
+                continue
+            if hit is None:
+                out.append(self._parse(chunk))
+                continue
+            self.hits += 1
+            t, has_duration = hit
+            start_s, end_s, seq_s, thread_s, mono_s, dur_s, dropped_s = v
+            begin = int(start_s)  # type: ignore[arg-type]
+            if has_duration:
+                duration = int(dur_s)  # type: ignore[arg-type]
+            else:
+                duration = max(0, int(end_s) - begin) if end_s else 0
+            out.append(Event(
+                t.direction, int(seq_s), t.rank, begin,  # type: ignore[arg-type]
+                int(mono_s) if mono_s else 0, duration, int(thread_s) if thread_s else 0,
+                t.thread_name, t.subject_type, t.subject_pp_capable, t.tensors, t.keys_before,
+                t.keys_after, t.returned_none, t.error_type, t.error_message,
+                t.inserted_before_error, int(dropped_s) if dropped_s else 0, t.run_id, t.extra,
+            ))
+        return out
+
+    @staticmethod
+    def _parse(chunk: bytes) -> dict[str, Any]:
+        try:
+            span = json.loads(_HEAD + chunk)
+        except ValueError:
+            raise _Fallback from None  # the split was not at span boundaries
+        if not isinstance(span, dict):
+            raise _Fallback
+        return span
+
+    def _learn(self, chunk: bytes, key: bytes, v: list[bytes | None]) -> Any:
+        """Parse a span the ordinary way; cache it as a template when the cut checks out."""
+        span = self._parse(chunk)
+        if len(self.templates) >= _MAX_TEMPLATES:
+            self.templates.clear()
+        self.templates[key] = None
+        name = span.get("name")
+        if name not in (schema.SPAN_ATTACH, schema.SPAN_EXTRACT) or v[_START] is None:
+            return span
+        if chunk.count(_SPAN_ID) != 1 or any(
+            chunk.count(m) != 1 for m, value in zip(_MARKERS, v, strict=True) if value is not None
+        ):
+            return span
+        try:
+            from pptrace.load_otlp import attributes, to_int
+
+            attrs = attributes(span.get("attributes", []))
+            begin = to_int(span.get("startTimeUnixNano", 0), "start")
+            end = to_int(span.get("endTimeUnixNano", begin), "end")
+            ev = self.builder.decode_event(attrs, begin, end)
+        except SchemaVersionError as exc:
+            if exc.path is not None:
+                raise  # an unsupported schema version: fatal, as on the ordinary path
+            return span  # the ordinary path reports it
+        except BadShape:
+            return span
+        has_duration = schema.DURATION_NS in attrs
+        checks = (
+            (ev.seq, v[_SEQ]), (ev.start_ns, v[_START]), (ev.mono_ns, v[_MONO] or b"0"),
+            (ev.dropped_before, v[_DROPPED] or b"0"), (ev.thread_id, v[_THREAD] or b"0"),
+        )
+        if all(v is not None and got == int(v) for got, v in checks) and (
+            not has_duration or ev.duration_ns == _int(v[_DUR])
+        ) and (has_duration or v[_END] is not None or ev.duration_ns == 0):
+            self.templates[key] = (ev, has_duration)
+        return ev
+
+
+class _NoSpans:
+    """A sink for validating a line's head: it holds no spans."""
+
+    def span(self, *args: Any) -> None:
+        raise BadShape("unexpected span")
