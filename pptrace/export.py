@@ -25,12 +25,12 @@ from typing import IO, Any
 from google.protobuf import json_format
 from opentelemetry import trace as trace_api
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
-from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.resources import OTELResourceDetector, Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.trace import Status, StatusCode
 
-from pptrace import schema
+from pptrace import otlp_json, schema
 from pptrace.config import Config
 from pptrace.record import Event, RankInfo, RecorderStats
 
@@ -73,8 +73,10 @@ def rank_resource(rank: RankInfo, run_id: str = "") -> Resource:
                        (schema.TP_RANK, rank.tp_rank)):
         if value is not None:
             attrs[key] = value
-    # Resource.create also reads OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME.
-    return Resource.create(attrs)
+    # Not Resource.create: it runs its detectors on a thread pool, which refuses work once the
+    # interpreter is exiting, and a short process's first flush is its exit flush. The detector
+    # reads OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME, as Resource.create would.
+    return OTELResourceDetector().detect().merge(Resource(attrs))
 
 
 def _hex_ids(node: Any) -> None:
@@ -94,6 +96,9 @@ def _hex_ids(node: Any) -> None:
 
 def encode_json_line(spans: Sequence[ReadableSpan]) -> str:
     """Encode spans as one OTLP/JSON ``TracesData`` line (no trailing newline)."""
+    line = otlp_json.encode_json_line(spans)  # the same JSON without protobuf, when it can
+    if line is not None:
+        return line
     request = encode_spans(spans)
     data = json_format.MessageToDict(request, preserving_proto_field_name=False)
     _hex_ids(data)
