@@ -356,6 +356,16 @@ class LoggingTensor(torch.Tensor):
         return super().__torch_function__(func, types, args, kwargs or {})
 
 
+class AnythingValue:
+    """A dict value whose ``__getattr__`` answers anything (logging to the run in progress)."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        _CURRENT[0]("value", "__getattr__", name)
+        return lambda *args: None
+
+
 def value_pool() -> dict[str, Any]:
     """Values shared by all side-by-side runs of one example (compared by identity)."""
     base = torch.arange(12, dtype=torch.float32).reshape(3, 4)
@@ -372,11 +382,12 @@ def value_pool() -> dict[str, Any]:
         "int": 7,
         "none": None,
         "str": "output",
+        "anything": AnythingValue(),
     }
 
 
 TENSOR_KINDS = ("t_f32", "t_i64", "t_0d", "t_noncontig", "t_empty", "t_bool", "t_subclass")
-VALUE_KINDS = TENSOR_KINDS + ("list", "ndarray", "int", "none", "str")
+VALUE_KINDS = TENSOR_KINDS + ("list", "ndarray", "int", "none", "str", "anything")
 
 
 # --- running one call --------------------------------------------------------------------------

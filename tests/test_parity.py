@@ -230,18 +230,15 @@ attach_cases = st.builds(
 )
 
 
-def build_attach(case: AttachCase, pool: dict[str, Any], exc: BaseException,
-                 log: CallLog) -> tuple[Any, Any, list[tuple[Any, Any]]]:
-    """A fresh (container, output) pair for one run, holding the shared pool's values."""
-    pairs = [(k, pool[kind]) for k, kind in case.entries]
-    container = make_container(case.container, pairs, log)
+def make_output(case: AttachCase, pool: dict[str, Any], exc: BaseException, log: CallLog) -> Any:
+    """A fresh output (with a fresh mapping on each ``to_pp_tensors``) holding pool values."""
 
     def named() -> Any:
         if case.named.startswith("empty_"):
             return make_named(log, case.named[len("empty_"):], [])
         return make_named(log, case.named, [(n, pool[kind]) for n, kind in case.items])
 
-    output: Any = {
+    return {
         "none": lambda: None,
         "not_pp": NotPP,
         "blocked": BlockedOutput,
@@ -249,7 +246,13 @@ def build_attach(case: AttachCase, pool: dict[str, Any], exc: BaseException,
         "output": lambda: Output(log, named),
         "raising": lambda: Output(log, named, exc),
     }[case.output]()
-    return container, output, pairs
+
+
+def build_attach(case: AttachCase, pool: dict[str, Any], exc: BaseException,
+                 log: CallLog) -> tuple[Any, Any, list[tuple[Any, Any]]]:
+    """A fresh (container, output) pair for one run, holding the shared pool's values."""
+    pairs = [(k, pool[kind]) for k, kind in case.entries]
+    return make_container(case.container, pairs, log), make_output(case, pool, exc, log), pairs
 
 
 def run_attach_case(case: AttachCase) -> list[Outcome]:
@@ -305,17 +308,20 @@ extract_cases = st.builds(
 )
 
 
-def build_extract(case: ExtractCase, pool: dict[str, Any], result: Any, exc: BaseException,
-                  log: CallLog) -> tuple[Any, Any, list[tuple[Any, Any]]]:
-    pairs = [(k, pool[kind]) for k, kind in case.entries]
-    container = make_container(case.container, pairs, log)
-    observer: Any = {
+def make_observer(kind: str, result: Any, exc: BaseException, log: CallLog) -> Any:
+    return {
         "no_observer": lambda: None,
         "not_pp": NotPP,
         "blocked": BlockedObserver,
         "anything": lambda: Anything(log, lambda: result),
-    }.get(case.observer, lambda: Observer(log, case.observer, result, exc))()
-    return container, observer, pairs
+    }.get(kind, lambda: Observer(log, kind, result, exc))()
+
+
+def build_extract(case: ExtractCase, pool: dict[str, Any], result: Any, exc: BaseException,
+                  log: CallLog) -> tuple[Any, Any, list[tuple[Any, Any]]]:
+    pairs = [(k, pool[kind]) for k, kind in case.entries]
+    container = make_container(case.container, pairs, log)
+    return container, make_observer(case.observer, result, exc, log), pairs
 
 
 def run_extract_case(case: ExtractCase) -> list[Outcome]:
@@ -343,6 +349,63 @@ def run_extract_case(case: ExtractCase) -> list[Outcome]:
 @given(extract_cases)
 def test_extract_is_indistinguishable(case: ExtractCase) -> None:
     event(outcome_label(run_extract_case(case)[0]))
+
+
+# --- sequences of calls on one dict (reuse, re-attach, extract after attach) -------------------
+
+
+@dataclass(frozen=True)
+class Step:
+    output: AttachCase | None  # an attach step (only its output fields are used)
+    observer: str = ""  # an extract step
+
+
+steps = st.lists(
+    st.one_of(
+        attach_cases.map(lambda c: Step(c)),
+        OBSERVERS.map(lambda o: Step(None, o)),
+    ),
+    min_size=2, max_size=5,
+)
+
+
+@SETTINGS
+@given(container=CONTAINERS,
+       entries=st.lists(st.tuples(ATTACH_KEYS, VALUES), max_size=3, unique_by=lambda e: e[0]),
+       sequence=steps)
+def test_call_sequences_are_indistinguishable(
+    container: str, entries: list[tuple[Any, str]], sequence: list[Step]
+) -> None:
+    pool = value_pool()
+    remember(pool)
+    result, exc = object(), ObserverError("failed")
+    runs = []
+    for v in variants():
+        log = CallLog()
+        tensors = make_container(container, [(k, pool[kind]) for k, kind in entries], log)
+        outs = []
+        for step in sequence:
+            if step.output is not None:
+                outs.append(run_call(v.attach, tensors, make_output(step.output, pool, exc, log),
+                                     log))
+            else:
+                outs.append(run_call(v.extract, tensors,
+                                     make_observer(step.observer, result, exc, log), log))
+        runs.append((v, outs))
+    for v, outs in runs[1:]:
+        for i, (base, out) in enumerate(zip(runs[0][1], outs, strict=True)):
+            assert_same(base, out, f"{v.label}, step {i}")
+        if v.sink is not None:
+            v.recorder.flush()
+            assert v.recorder.internal_errors == 0
+            directions = [Direction.ATTACH if s.output is not None else Direction.EXTRACT
+                          for s in sequence]
+            assert [e.direction for e in v.sink.events] == directions
+            for direction in Direction:
+                seqs = [e.seq for e in v.sink.events if e.direction is direction]
+                assert seqs == list(range(len(seqs)))
+            for event, out in zip(v.sink.events, outs, strict=True):
+                assert event.error_message == (None if out.exc is None else str(out.exc))
 
 
 # --- every error path, named (independent of what hypothesis happens to draw) -----------------
