@@ -13,6 +13,7 @@ import contextlib
 import logging
 import os
 import shutil
+import socket
 import subprocess
 import threading
 import time
@@ -272,3 +273,59 @@ def test_trace_directory_deleted_mid_run(tmp_path: Path, caplog: pytest.LogCaptu
     assert rec.stats().dropped == 0
     messages = _warnings(caplog)
     assert sum("was deleted" in m for m in messages) == 1, messages
+
+
+# --- OTLP collector down or silent -------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _collector(kind: str) -> Iterator[str]:
+    """An endpoint whose collector is down (nothing listens) or silent (accepts, never answers)."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    if kind == "down":
+        sock.close()  # the port is free again: connections are refused
+    else:
+        sock.listen(64)  # the kernel completes handshakes; nobody ever reads or answers
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        sock.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
+@pytest.mark.parametrize("kind", ["down", "silent"])
+def test_otlp_collector_down_or_silent(kind: str, protocol: str, caplog: pytest.LogCaptureFixture,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    caplog.set_level(logging.WARNING, logger="pptrace")
+    from pptrace.export import build_provider
+
+    with _collector(kind) as endpoint:
+        for var in ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+                    "OTEL_EXPORTER_OTLP_TIMEOUT", "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
+                    "OTEL_SDK_DISABLED"):
+            monkeypatch.delenv(var, raising=False)
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_INSECURE", "true")
+        config = Config(exporters=("otlp",), flush_interval=FLUSH, exit_timeout=1.0)
+        rec: Recorder | None = None
+
+        def factory(rank: Any) -> Any:
+            assert rec is not None
+            return build_provider(config, rank, on_drop=rec.exporter_dropped)
+
+        rec = make_recorder(config, sink_factory=factory).start()
+        _drive(rec)
+        started = time.monotonic()
+        rec.shutdown()
+        # Exit is bounded by the exit timeout, not by the network (generous bound for 2 cores).
+        assert time.monotonic() - started < 10
+    stats = rec.stats()
+    assert stats.recorded == _total()
+    # Every event went to the exporter and was lost there, and every loss was counted.
+    assert stats.dropped == _total(), (stats, rec.warn.counts)
+    assert any(c.startswith("exporter dropped spans (") for c in rec.warn.counts)
+    _assert_once_per_cause(rec, caplog)
