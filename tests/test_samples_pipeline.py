@@ -10,6 +10,7 @@ import importlib.util
 from pathlib import Path
 
 import pytest
+from helpers_samples import TraceFiles, finding_kinds, run_sample
 
 from pptrace.record import PREFIX, Direction, Event
 from samples.faults import FAULTS, FIRST, LAST
@@ -21,7 +22,6 @@ from samples.options import (
     EXIT_TERMINATED,
     PipelineOptions,
 )
-from tests.helpers_samples import TraceFiles, finding_kinds, run_sample
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
 
