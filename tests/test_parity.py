@@ -639,3 +639,34 @@ def test_calling_conventions_match(
     assert (outcomes[0][0] == "TypeError") is fails
     if fails:
         assert outcomes[0][1].startswith(name + "()")
+
+
+def test_recording_keeps_no_engine_object_alive() -> None:
+    """Buffered events hold metadata only: the tensors, the output, the observer and the
+    observer's exception are freed as soon as the caller drops them, before any flush."""
+    import gc
+    import weakref
+
+    sink = ListSink()
+    rec = make_recorder(sink)
+    attach, extract = wrap_transport(REAL.add_auxiliary_output_to_pp_tensors,
+                                     REAL.pop_auxiliary_output_from_pp_tensors, rec)
+
+    def calls() -> list[weakref.ref[Any]]:
+        log = CallLog()
+        named = {"a": torch.zeros(3), "b": torch.ones(2)}
+        output = Output(log, lambda: named)
+        exc = ObserverError("observer failed")
+        observer = Observer(log, "raise", None, exc)
+        tensors: dict[str, Any] = {"next_token_ids": torch.arange(2)}
+        attach(tensors, output)
+        with pytest.raises(ObserverError):
+            extract(tensors, observer)
+        return [weakref.ref(x) for x in (*named.values(), output, observer, exc,
+                                         tensors["next_token_ids"])]
+
+    refs = calls()
+    gc.collect()
+    assert [r() for r in refs] == [None] * len(refs)
+    rec.flush()
+    assert [e.error_message for e in sink.events] == [None, "observer failed"]
