@@ -61,7 +61,8 @@ def require(name: str) -> None:
 
 READERS = ["pptrace.record", "pptrace.schema", "pptrace.model", "pptrace.findings",
            "pptrace.errors", "pptrace.load", "pptrace.load_otlp", "pptrace.load_jaeger",
-           "pptrace.analyze", "pptrace.pairing", "pptrace.report", "pptrace.diff"]
+           "pptrace.analyze", "pptrace.pairing", "pptrace.report", "pptrace.diff",
+           "pptrace.jaeger", "pptrace.cli", "pptrace.cli_analyze", "pptrace.cli_diff"]
 
 
 @pytest.mark.slow
