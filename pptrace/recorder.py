@@ -419,9 +419,9 @@ class _Converter:
             if tp is type(None):
                 capable = None
             elif direction is Direction.ATTACH:
-                capable = hasattr(tp, "to_pp_tensors")
+                capable = getattr(tp, "to_pp_tensors", None) is not None  # None blocks it
             else:
-                capable = hasattr(tp, "from_pp_tensors")
+                capable = getattr(tp, "from_pp_tensors", None) is not None
             found = self.subjects[(direction, tp)] = (_qualname(tp), capable)
         return found
 

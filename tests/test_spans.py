@@ -29,7 +29,17 @@ from pptrace.config import Config
 from pptrace.export import SpanSink
 from pptrace.instrument import wrap_transport
 from pptrace.record import PREFIX, Direction
-from tests.helpers_core import RANK, CallLog, NotPP, Observer, ObserverError, Output, TeeSink
+from tests.helpers_core import (
+    RANK,
+    BlockedObserver,
+    BlockedOutput,
+    CallLog,
+    NotPP,
+    Observer,
+    ObserverError,
+    Output,
+    TeeSink,
+)
 from tests.helpers_core import make_recorder as _make_recorder
 
 RUN_ID = "run-spans"
@@ -208,6 +218,8 @@ NON_TENSOR_B = ("b", "", "list", "", 0, True, False)
 ERROR_CASES = [
     pytest.param("attach", {}, lambda: NotPP(), NOT_PP, False, errors.ATTACH_NOT_PP, (), (), (),
                  id="attach-not-pp"),
+    pytest.param("attach", {}, lambda: BlockedOutput(), "tests.helpers_core.BlockedOutput", False,
+                 errors.ATTACH_NOT_PP, (), (), (), id="attach-blocked-protocol"),
     pytest.param("attach", {}, lambda: Output(CallLog(), dict), OUTPUT, True, errors.ATTACH_EMPTY,
                  (), (), (), id="attach-empty"),
     pytest.param("attach", {}, lambda: Output(CallLog(), lambda: {"a": A, 3: B}), OUTPUT, True,
@@ -223,6 +235,9 @@ ERROR_CASES = [
                  errors.EXTRACT_NO_OBSERVER, (TA,), (PREFIX + "a",), (), id="extract-no-observer"),
     pytest.param("extract", {PREFIX + "a": A}, lambda: NotPP(), NOT_PP, False,
                  errors.EXTRACT_NOT_PP, (TA,), (PREFIX + "a",), (), id="extract-not-pp"),
+    pytest.param("extract", {PREFIX + "a": A}, lambda: BlockedObserver(),
+                 "tests.helpers_core.BlockedObserver", False, errors.EXTRACT_NOT_PP, (TA,),
+                 (PREFIX + "a",), (), id="extract-blocked-protocol"),
     pytest.param("extract", {PREFIX + "a": A, PREFIX + "b": [1]},
                  lambda: Observer(CallLog(), "return", object(), ObserverError()), OBSERVER, True,
                  errors.EXTRACT_NOT_TENSOR, (TA, NON_TENSOR_B), (PREFIX + "a", PREFIX + "b"), (),
