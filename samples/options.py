@@ -63,7 +63,7 @@ class PipelineOptions:
     out_dir: str = "pptrace-traces/demo"
     run_id: str = ""
     seed: int = 0
-    batch: int = 4  # requests per microbatch
+    batch: int = 4  # requests in microbatch slot 0 (slot m holds batch + m % 3)
     topk: int = 4
     async_depth: int = 1  # microbatch slots = pp + async_depth
     comm_timeout: float = 20.0  # gloo timeout: the longest a rank waits for a silent peer
@@ -80,6 +80,10 @@ class PipelineOptions:
     def slots(self) -> int:
         """Microbatch slots in flight: one per stage plus the async depth."""
         return self.pp + self.async_depth
+
+    def batch_size(self, slot: int) -> int:
+        """Requests in microbatch slot ``slot``: microbatches differ in size, as in the engine."""
+        return self.batch + slot % 3
 
     def resolved(self) -> PipelineOptions:
         """Validate, and give a fault the TP size it needs; raise ConfigError on a bad layout."""
@@ -103,8 +107,8 @@ class PipelineOptions:
             raise ConfigError(f"transport {opts.transport!r}: expected one of {TRANSPORTS}")
         if opts.steps < 1:
             raise ConfigError("--steps must be at least 1")
-        if opts.batch % opts.tp:
-            raise ConfigError(f"batch {opts.batch} is not a multiple of --tp {opts.tp}")
+        if opts.batch < 1:
+            raise ConfigError("batch must be at least 1")
         return opts
 
 

@@ -110,8 +110,8 @@ class Stage:
         self.stage0_observer = self.plan.stage0_observer(TopKObserver(opts.topk))
         gen = torch.Generator().manual_seed(opts.seed + 1)
         self.tokens = [
-            torch.randint(self.model.spec.vocab, (opts.batch,), generator=gen)
-            for _ in range(opts.slots)
+            torch.randint(self.model.spec.vocab, (opts.batch_size(m),), generator=gen)
+            for m in range(opts.slots)
         ]
         self.inputs: dict[int, tuple[torch.Tensor, int]] = {}  # stage 0: forward -> its input
         self.previous: dict[str, Any] | None = None  # last stage: the dict it sent last
@@ -169,7 +169,8 @@ class Stage:
                 self.skipped += 1
                 self.inputs.pop(j, None)
                 # As the engine does for a skipped output: placeholder tokens.
-                self.tokens[j % self.opts.slots] = torch.zeros(self.opts.batch, dtype=torch.int64)
+                slot = j % self.opts.slots
+                self.tokens[slot] = torch.zeros(self.opts.batch_size(slot), dtype=torch.int64)
             else:
                 aux = self._engine(self.extract, tensors, self.stage0_observer)
                 ids = tensors["next_token_ids"]
@@ -234,7 +235,7 @@ class Stage:
         tensors["next_token_ids"] = ids
         tensors["next_token_logprobs"] = torch.log_softmax(logits, -1).gather(1, ids[:, None])[:, 0]
         # A plain list travels whole inside the metadata, as the engine's logprob lists do.
-        tensors["extend_logprob_start_len_per_req"] = [0] * opts.batch
+        tensors["extend_logprob_start_len_per_req"] = [0] * len(ids)
         self._engine(self.attach, tensors, self.plan.output_for(k, out, ids))
         self.previous = tensors
         self.plan.after_attach(k, tensors, out)

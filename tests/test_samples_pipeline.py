@@ -73,7 +73,12 @@ def test_healthy_pipeline_four_stages(tmp_path: Path) -> None:
                                "extend_logprob_start_len_per_req")
     assert att.keys_after == att.keys_before + tuple(PREFIX + n for n in AUX)
     assert ext.keys_before[-1] == "__msg_type__"
-    assert [t.shape for t in att.tensors] == [(4, 4), (4, 4), (4,)]
+    # Microbatches differ in size, as in the engine: slot m holds 4 + m % 3 requests.
+    sizes = [result.options.batch_size(k % result.options.slots) for k in range(STEPS)]
+    assert sizes[:3] == [4, 5, 6]
+    assert [[t.shape for t in a.tensors] for a in attaches] == [
+        [(b, 4), (b, 4), (b,)] for b in sizes
+    ]
     assert [t.dtype for t in att.tensors] == ["float32", "int64", "float32"]
     rank = att.rank
     assert (rank.rank, rank.world_size, rank.pp_rank, rank.pp_size, rank.tp_rank,
@@ -161,7 +166,12 @@ def _check_silent(name: str, traces: TraceFiles, result: object, tp: int) -> Non
         differs = [_fp(a, "entropy") != _fp(b, "entropy") for a, b in zip(attaches, other,
                                                                            strict=True)]
         assert differs == [False] * AT + [True] * changed
-        assert reports[0].mismatched == reports[1].mismatched == changed
+        # Stage 0 gets slice j from TP rank j where the element count divides by 2, and the
+        # whole tensor from its own TP peer where it does not.
+        opts = result.options  # type: ignore[attr-defined]
+        sizes = [opts.batch_size(k % opts.slots) for k in range(AT, STEPS)]
+        assert reports[0].mismatched == sum(b % 2 == 0 for b in sizes) > 0
+        assert reports[1].mismatched == changed
     elif name == "overwrite-after-attach":
         for att, ext in zip(attaches[AT:], extracts[AT:], strict=True):
             assert att.tensors[2].shape == ext.tensors[2].shape
@@ -178,7 +188,8 @@ def _check_silent(name: str, traces: TraceFiles, result: object, tp: int) -> Non
         assert reports[0].mismatched == 0
     elif name == "shape-in-transit":
         for att, ext in zip(attaches[AT:], extracts[AT:], strict=True):
-            assert (att.tensors[0].shape, ext.tensors[0].shape) == ((4, 4), (16,))
+            rows = att.tensors[0].shape[0]
+            assert (att.tensors[0].shape, ext.tensors[0].shape) == ((rows, 4), (rows * 4,))
         assert reports[0].mismatched == changed
     elif name == "dtype-in-transit":
         for att, ext in zip(attaches[AT:], extracts[AT:], strict=True):
@@ -234,3 +245,13 @@ def test_launcher_stops_a_run_that_does_not_end(tmp_path: Path) -> None:
     terminated = [r for r in result.reports.values() if r.exit_code == EXIT_TERMINATED]
     assert terminated
     assert all(r.recorded > 0 for r in terminated if r.pp_rank in (0, 1))
+
+
+@pytest.mark.xfail(strict=False, reason=(
+    "pptrace.pairing keeps the seq offset of the pairs before a gap, so it cannot re-align "
+    "after a skipped send and reports shape mismatches for every later microbatch"))
+def test_analyzer_sees_one_orphan_for_one_skipped_send(tmp_path: Path) -> None:
+    out = str(tmp_path / "skip")
+    result, _ = run_sample(out, ranks=2, steps=STEPS, fault="skipped-send")
+    assert result.exit_codes == (EXIT_OK, EXIT_OK)
+    assert finding_kinds(out) == {"orphan-attach"}
