@@ -110,7 +110,8 @@ def generate(directory: str, total: int) -> int:
             tail = "]}]}]}\n"
             path = os.path.join(directory, f"pptrace-rank{pp * TP + tp}-pid{40000 + pp * TP + tp}"
                                 ".otlp.jsonl")
-            t0 = 1_750_000_000_000_000_000 + pp * 1000
+            # Stage 0 extracts 50 us after the last stage attached the same microbatch.
+            t0 = 1_750_000_000_000_000_000 + (50_000 if direction == "extract" else 0)
             with open(path, "w", encoding="ascii") as f:
                 for start in range(0, per_rank, PER_LINE):
                     spans = []

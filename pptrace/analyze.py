@@ -200,6 +200,59 @@ def _summarise(raws: Sequence[_Raw], lowered: dict[str, str]) -> list[Finding]:
 # --- the analysis ----------------------------------------------------------------------------
 
 
+# kind, message template ({label}, {seq}), subject, severity override, on the process channel
+_Spec = tuple[FindingKind, str, str, "Severity | None", bool]
+
+
+def _esc(text: str) -> str:
+    return text.replace("{", "{{").replace("}", "}}")
+
+
+def _hygiene_specs(ev: Event, pp_rank: int | None) -> tuple[_Spec, ...]:
+    """The namespace findings one event gives, as templates (pure; cached per event shape)."""
+    out: list[_Spec] = []
+    engine_keys = ENGINE_KEYS | {k for k in ev.keys_before if not k.startswith(PREFIX)}
+    verb = "attached" if ev.direction is Direction.ATTACH else "extracted"
+    for t in ev.tensors:
+        name, key = _esc(t.name), _esc(t.key)
+        if t.name == "":
+            out.append((K.EMPTY_NAME, f"{{label}} {verb} an auxiliary tensor with an empty name "
+                        f"(key `{key}`)", "", None, False))
+        elif t.name in engine_keys:
+            out.append((K.RESERVED_NAME, f"{{label}} {verb} auxiliary name `{name}`, which is "
+                        "also an engine key of the PP output dict", t.name, None, False))
+        elif t.name.startswith(PREFIX) or t.name.startswith(_NEAR_PREFIX):
+            out.append((K.NAME_HAS_PREFIX, f"{{label}} {verb} auxiliary name `{name}`, which "
+                        f"itself carries the prefix (key `{key}`)", t.name, None, False))
+    if ev.direction is Direction.ATTACH:
+        duplicate = not ev.ok and classify_error(ev) is K.ATTACH_DUPLICATE
+        keys = () if duplicate else ev.keys_before
+        where = "already in the dict before attach"
+    else:
+        keys = ev.keys_before
+        where = "in the dict stage 0 received"
+    for k in keys:
+        if k.startswith(PREFIX) and ev.direction is Direction.ATTACH:
+            out.append((K.PREFIXED_FOREIGN_KEY, f"{{label}}: key `{_esc(k)}` was {where}: stage "
+                        f"0 will pop it as auxiliary output `{_esc(k[len(PREFIX):])}`", k, None,
+                        False))
+        elif k.startswith(_NEAR_PREFIX) and not k.startswith(PREFIX):
+            out.append((K.PREFIXED_FOREIGN_KEY, f"{{label}}: key `{_esc(k)}` {where} starts like "
+                        f"the auxiliary prefix `{PREFIX}` without being auxiliary output", k,
+                        Severity.WARNING, False))
+    if ev.direction is Direction.EXTRACT and ev.ok and ev.tensors:
+        left = [k for k in ev.keys_after if k.startswith(PREFIX)]
+        if left:
+            out.append((K.LEFTOVER_KEYS, "{label} extract #{seq} succeeded but left prefixed keys "
+                        + _esc(", ".join(f"`{k}`" for k in left)) + " in the dict", "", None,
+                        True))
+    if ev.direction is Direction.EXTRACT and ev.tensors and pp_rank is not None and pp_rank != 0:
+        out.append((K.EXTRACT_OFF_STAGE0, f"{{label}} (pp {pp_rank}) extracted auxiliary output "
+                    f"{_esc(_names(ev.tensors))}: only stage 0 should (was it forwarded past "
+                    "stage 0?)", "", None, True))
+    return tuple(out)
+
+
 @dataclass(frozen=True, slots=True)
 class _Proc:
     index: int
@@ -230,6 +283,8 @@ class _Analysis:
         self.raws: list[_Raw] = []
         self.lost: dict[int, str] = {}  # process index -> "rank 2 lost 5 events"
         self.lowered: dict[str, str] = {}  # channel -> why its absence findings are less sure
+        self._compared: dict[tuple[Any, ...], tuple[tuple[FindingKind, str, str], ...]] = {}
+        self._payloads: dict[int, tuple[Any, ...]] = {}  # id(tensors): events keep them alive
         self.microbatch_of: dict[EventId, int] = {}  # extract -> paired attach seq
         self.attaches = {p.index: _payload_attaches(p.trace) for p in self.procs}
         self.extracts = {p.index: _payload_extracts(p.trace) for p in self.procs}
@@ -335,62 +390,25 @@ class _Analysis:
 
     def hygiene(self, p: _Proc) -> None:
         label = who(p.rank)
+        channel = self.proc_channel(p)
+        cache: dict[tuple[Any, ...], tuple[_Spec, ...]] = {}
         for ev in p.trace.events:
             if not ev.tensors and not ev.keys_before:
                 continue
-            eid = p.eid(ev)
-            mb = ev.seq if ev.direction is Direction.ATTACH else None
-            common: dict[str, Any] = {"ranks": [_rank_id(p.rank)], "microbatch": mb,
-                                      "time_ns": ev.start_ns, "events": [eid]}
-            engine_keys = ENGINE_KEYS | {k for k in ev.keys_before if not k.startswith(PREFIX)}
-            verb = "attached" if ev.direction is Direction.ATTACH else "extracted"
-            for t in ev.tensors:
-                if t.name == "":
-                    self.add(K.EMPTY_NAME,
-                             f"{label} {verb} an auxiliary tensor with an empty name "
-                             f"(key `{t.key}`)", subject="", **common)
-                elif t.name in engine_keys:
-                    self.add(K.RESERVED_NAME,
-                             f"{label} {verb} auxiliary name `{t.name}`, which is also an engine "
-                             f"key of the PP output dict", subject=t.name,
-                             **common)
-                elif t.name.startswith(PREFIX) or t.name.startswith(_NEAR_PREFIX):
-                    self.add(K.NAME_HAS_PREFIX,
-                             f"{label} {verb} auxiliary name `{t.name}`, which itself carries the "
-                             f"prefix (key `{t.key}`)", subject=t.name,
-                             **common)
-            if ev.direction is Direction.ATTACH:
-                duplicate = classify_error(ev) is K.ATTACH_DUPLICATE if not ev.ok else False
-                keys = () if duplicate else ev.keys_before
-                where = "already in the dict before attach"
-            else:
-                keys = ev.keys_before
-                where = "in the dict stage 0 received"
-            for key in keys:
-                if key.startswith(PREFIX) and ev.direction is Direction.ATTACH:
-                    self.add(K.PREFIXED_FOREIGN_KEY,
-                             f"{label}: key `{key}` was {where}: stage 0 will pop it as "
-                             f"auxiliary output `{key[len(PREFIX):]}`", subject=key,
-                             **common)
-                elif key.startswith(_NEAR_PREFIX) and not key.startswith(PREFIX):
-                    self.add(K.PREFIXED_FOREIGN_KEY,
-                             f"{label}: key `{key}` {where} starts like the auxiliary prefix "
-                             f"`{PREFIX}` without being auxiliary output", subject=key,
-                             severity=Severity.WARNING, **common)
-            if ev.direction is Direction.EXTRACT and ev.ok and ev.tensors:
-                left = [k for k in ev.keys_after if k.startswith(PREFIX)]
-                if left:
-                    self.add(K.LEFTOVER_KEYS,
-                             f"{label} extract #{ev.seq} succeeded but left prefixed keys "
-                             f"{', '.join(f'`{k}`' for k in left)} in the dict",
-                             channel=self.proc_channel(p), **common)
-            if (ev.direction is Direction.EXTRACT and ev.tensors and p.rank.pp_rank is not None
-                    and p.rank.pp_rank != 0):
-                self.add(K.EXTRACT_OFF_STAGE0,
-                         f"{label} (pp {p.rank.pp_rank}) extracted auxiliary output "
-                         f"{_names(ev.tensors)}: only stage 0 should (was it forwarded past "
-                         "stage 0?)", channel=self.proc_channel(p),
-                         **common)
+            # Events of one process repeat a few shapes (and the loader shares equal parts),
+            # so the checks run once per distinct shape.
+            key = (ev.direction, id(ev.tensors), id(ev.keys_before), id(ev.keys_after), ev.ok,
+                   ev.error_type, ev.error_message)
+            specs = cache.get(key)
+            if specs is None:
+                specs = cache[key] = _hygiene_specs(ev, p.rank.pp_rank)
+            for kind, template, subject, severity, on_channel in specs:
+                self.add(kind, template.format(label=label, seq=ev.seq),
+                         ranks=[_rank_id(p.rank)],
+                         microbatch=ev.seq if ev.direction is Direction.ATTACH else None,
+                         time_ns=ev.start_ns, events=[p.eid(ev)],
+                         channel=channel if on_channel else "", subject=subject,
+                         severity=severity)
 
     # --- across ranks -----------------------------------------------------------------------
 
@@ -474,68 +492,23 @@ class _Analysis:
                  events=[r.eid(e)], channel=name)
 
     def compare(self, s: _Proc, a: Event, r: _Proc, e: Event, channel: str) -> None:
-        if a.tensors == e.tensors:
+        if a.tensors is e.tensors:
             return
-        ls, rs = who(s.rank), who(r.rank)
-        common: dict[str, Any] = {
-            "ranks": [_rank_id(s.rank), _rank_id(r.rank)], "microbatch": a.seq,
-            "time_ns": a.start_ns, "events": [s.eid(a), r.eid(e)], "channel": channel}
-        a_by = {t.name: t for t in a.tensors}
-        e_by = {t.name: t for t in e.tensors}
-        foreign = {k[len(PREFIX):] for k in a.keys_before if k.startswith(PREFIX)}
-        missing = [t for t in a.tensors if t.name not in e_by]
-        extra = [t for t in e.tensors if t.name not in a_by and t.name not in foreign]
-        if extra and not missing:
-            # Everything attached arrived, plus prefixed keys no attach wrote: someone stored
-            # a non-auxiliary value under the prefix and stage 0 popped it as auxiliary output.
-            for t in extra:
-                self.add(K.PREFIXED_FOREIGN_KEY,
-                         f"{rs} extracted `{t.name}` ({t.describe()}) that no attach inserted "
-                         f"({ls} attached {_names(a.tensors)}): key `{t.key}` was written "
-                         "under the prefix outside attach and popped as auxiliary output",
-                         subject=t.key, **common)
-        elif missing:
-            parts = []
-            if missing:
-                parts.append(f"missing at stage 0: {_names(missing)}")
-            if extra:
-                parts.append(f"not attached: {_names(extra)}")
-            self.add(K.NAMES_DIFFER,
-                     f"{ls} attached {_names(a.tensors)}; {rs} extracted {_names(e.tensors)} "
-                     f"({'; '.join(parts)})", **common)
-        a_order = [t.name for t in a.tensors if t.name in e_by]
-        e_order = [t.name for t in e.tensors if t.name in a_by]
-        if a_order != e_order:
-            self.add(K.ORDER_DIFFERS,
-                     f"{ls} attached in order {', '.join(a_order)}; {rs} extracted in order "
-                     f"{', '.join(e_order)}", **common)
-        for name in a_order:
-            x, y = a_by[name], e_by[name]
-            if x == y:
-                continue
-            side = f"{ls} attached `{name}` {{}}; {rs} extracted {{}}"
-            if x.shape != y.shape:
-                self.add(K.SHAPE_MISMATCH, side.format(x.describe(), y.describe()),
-                         subject=name, **common)
-            if x.dtype != y.dtype:
-                self.add(K.DTYPE_MISMATCH, side.format(x.describe(), y.describe()),
-                         subject=name, **common)
-            if x.shape == y.shape and x.dtype == y.dtype and x.nbytes != y.nbytes:
-                self.add(K.BYTES_MISMATCH,
-                         side.format(f"{x.describe()} ({x.nbytes} bytes)",
-                                     f"{y.nbytes} bytes"),
-                         subject=name, **common)
-            if x.device_type != y.device_type:
-                self.add(K.DEVICE_TYPE_MISMATCH,
-                         side.format(f"on {x.device}", f"on {y.device}"),
-                         subject=name, **common)
-            if (x.fingerprint is not None and y.fingerprint is not None
-                    and x.fingerprint != y.fingerprint and x.shape == y.shape
-                    and x.dtype == y.dtype):
-                self.add(K.CONTENT_MISMATCH,
-                         side.format(f"with content {x.fingerprint[:12]}",
-                                     f"content {y.fingerprint[:12]}"),
-                         subject=name, **common)
+        key = (id(a.tensors), id(e.tensors), id(a.keys_before), channel)
+        specs = self._compared.get(key)
+        if specs is None:
+            specs = self._compared[key] = _compare_specs(who(s.rank), who(r.rank), a, e)
+        for kind, message, subject in specs:
+            self.add(kind, message, ranks=[_rank_id(s.rank), _rank_id(r.rank)],
+                     microbatch=a.seq, time_ns=a.start_ns, events=[s.eid(a), r.eid(e)],
+                     channel=channel, subject=subject)
+
+    def payload(self, ev: Event) -> tuple[Any, ...]:
+        """What TP ranks must agree on, computed once per distinct tensors tuple."""
+        got = self._payloads.get(id(ev.tensors))
+        if got is None:
+            got = self._payloads[id(ev.tensors)] = _payload(ev)
+        return got
 
     def tensor_parallel(self) -> None:
         lasts = [p for p in self.procs if self.is_last(p) and self.attaches[p.index]]
@@ -549,13 +522,14 @@ class _Analysis:
                 continue
             ref = min(group, key=lambda p: _tp(p.rank))
             ref_by_seq = {e.seq: e for e in self.attaches[ref.index]}
+            payload = self.payload
             for p in group:
                 if p is ref or _tp(p.rank) == _tp(ref.rank):
                     continue
                 channel = f"{_stage(p.rank)}/tp{_tp(ref.rank)}~tp{_tp(p.rank)}"
                 for ev in self.attaches[p.index]:
                     base = ref_by_seq.get(ev.seq)
-                    if base is None or _payload(base) == _payload(ev):
+                    if base is None or base.tensors is ev.tensors or payload(base) == payload(ev):
                         continue
                     self.add(K.TP_DISAGREE,
                              f"{who(ref.rank)} (tp {_tp(ref.rank)}) attached "
@@ -579,6 +553,64 @@ class _Analysis:
             for r in self.raws
         ]
         return _summarise(raws, self.lowered)
+
+
+def _compare_specs(
+    ls: str, rs: str, a: Event, e: Event
+) -> tuple[tuple[FindingKind, str, str], ...]:
+    """What differs between an attach and the extract it paired with (pure)."""
+    out: list[tuple[FindingKind, str, str]] = []
+    if a.tensors == e.tensors:
+        return ()
+    a_by = {t.name: t for t in a.tensors}
+    e_by = {t.name: t for t in e.tensors}
+    foreign = {k[len(PREFIX):] for k in a.keys_before if k.startswith(PREFIX)}
+    missing = [t for t in a.tensors if t.name not in e_by]
+    extra = [t for t in e.tensors if t.name not in a_by and t.name not in foreign]
+    if extra and not missing:
+        # Everything attached arrived, plus prefixed keys no attach wrote: someone stored
+        # a non-auxiliary value under the prefix and stage 0 popped it as auxiliary output.
+        for t in extra:
+            out.append((K.PREFIXED_FOREIGN_KEY,
+                        f"{rs} extracted `{t.name}` ({t.describe()}) that no attach inserted "
+                        f"({ls} attached {_names(a.tensors)}): key `{t.key}` was written "
+                        "under the prefix outside attach and popped as auxiliary output", t.key))
+    elif missing:
+        parts = [f"missing at stage 0: {_names(missing)}"]
+        if extra:
+            parts.append(f"not attached: {_names(extra)}")
+        out.append((K.NAMES_DIFFER,
+                    f"{ls} attached {_names(a.tensors)}; {rs} extracted {_names(e.tensors)} "
+                    f"({'; '.join(parts)})", ""))
+    a_order = [t.name for t in a.tensors if t.name in e_by]
+    e_order = [t.name for t in e.tensors if t.name in a_by]
+    if a_order != e_order:
+        out.append((K.ORDER_DIFFERS,
+                    f"{ls} attached in order {', '.join(a_order)}; {rs} extracted in order "
+                    f"{', '.join(e_order)}", ""))
+    for name in a_order:
+        x, y = a_by[name], e_by[name]
+        if x == y:
+            continue
+        side = f"{ls} attached `{name}` {{}}; {rs} extracted {{}}"
+        if x.shape != y.shape:
+            out.append((K.SHAPE_MISMATCH, side.format(x.describe(), y.describe()), name))
+        if x.dtype != y.dtype:
+            out.append((K.DTYPE_MISMATCH, side.format(x.describe(), y.describe()), name))
+        if x.shape == y.shape and x.dtype == y.dtype and x.nbytes != y.nbytes:
+            out.append((K.BYTES_MISMATCH,
+                        side.format(f"{x.describe()} ({x.nbytes} bytes)", f"{y.nbytes} bytes"),
+                        name))
+        if x.device_type != y.device_type:
+            out.append((K.DEVICE_TYPE_MISMATCH,
+                        side.format(f"on {x.device}", f"on {y.device}"), name))
+        if (x.fingerprint is not None and y.fingerprint is not None
+                and x.fingerprint != y.fingerprint and x.shape == y.shape
+                and x.dtype == y.dtype):
+            out.append((K.CONTENT_MISMATCH,
+                        side.format(f"with content {x.fingerprint[:12]}",
+                                    f"content {y.fingerprint[:12]}"), name))
+    return tuple(out)
 
 
 def _payload(ev: Event) -> tuple[tuple[str, tuple[int, ...], str, int, str | None], ...]:

@@ -25,20 +25,31 @@ __all__ = ["Pairing", "pair", "signature"]
 WINDOW = 4
 
 Signature = tuple[tuple[str, tuple[int, ...], str], ...]
-_SIG_CACHE: dict[int, tuple[tuple[TensorMeta, ...], Signature]] = {}
 
 
 def signature(ev: Event) -> Signature:
     """What must agree between the two ends: names, shapes and dtypes, in order."""
-    tensors = ev.tensors
-    hit = _SIG_CACHE.get(id(tensors))
-    if hit is not None and hit[0] is tensors:
-        return hit[1]
-    sig = tuple((t.name, t.shape, t.dtype) for t in tensors)
-    if len(_SIG_CACHE) > 100_000:
-        _SIG_CACHE.clear()
-    _SIG_CACHE[id(tensors)] = (tensors, sig)
-    return sig
+    return tuple((t.name, t.shape, t.dtype) for t in ev.tensors)
+
+
+class _Signatures:
+    """Signatures computed once per distinct tensors tuple, equal ones shared (so ``is`` holds)."""
+
+    def __init__(self) -> None:
+        self.by_id: dict[int, tuple[tuple[TensorMeta, ...], Signature]] = {}
+        self.shared: dict[Signature, Signature] = {}
+
+    def of(self, events: Sequence[Event]) -> list[Signature]:
+        out = []
+        for ev in events:
+            tensors = ev.tensors
+            hit = self.by_id.get(id(tensors))
+            if hit is None or hit[0] is not tensors:
+                sig = signature(ev)
+                sig = self.shared.setdefault(sig, sig)
+                hit = self.by_id[id(tensors)] = (tensors, sig)
+            out.append(hit[1])
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +73,8 @@ class _Walk:
 
     def __init__(self, attaches: Sequence[Event], extracts: Sequence[Event]) -> None:
         self.attaches, self.extracts = attaches, extracts
+        sigs = _Signatures()
+        self.sa, self.se = sigs.of(attaches), sigs.of(extracts)
         # Both stages call once per microbatch slot, so a healthy run keeps a constant offset
         # between the extract's and the attach's sequence numbers; a skipped send shifts it.
         self.offset: int | None = None
@@ -70,7 +83,7 @@ class _Walk:
         a, e = self.attaches[i], self.extracts[j]
         if self.offset is not None and e.seq - a.seq != self.offset:
             return False
-        return signature(a) == signature(e) and _possible(a, e)
+        return self.sa[i] is self.se[j] and _possible(a, e)
 
     def score(self, i: int, j: int) -> int:
         """How many of the next WINDOW (attach, extract) steps agree from (i, j) on."""
