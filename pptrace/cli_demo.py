@@ -45,10 +45,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "demo",
         help="run a traced multi-process PP sampling pipeline on CPU (optionally with a fault)",
         description=(
-            "Run the sample pipeline-parallel sampling pipeline on CPU (torch.distributed, gloo): "
-            "one process per rank, the last stage attaches its sampling observer's auxiliary "
-            "output to the output dict, the dict travels around the PP ring to stage 0, which "
-            "extracts it. Every rank writes a pptrace trace file; the traces are then analyzed."
+            "Run the sample pipeline-parallel sampling pipeline on CPU (torch.distributed,\n"
+            "gloo): one process per rank; the last stage attaches its sampling observer's\n"
+            "auxiliary output to the output dict, the dict travels around the PP ring to\n"
+            "stage 0, which extracts it. Every rank writes a pptrace trace file; the traces\n"
+            "are then analyzed."
         ),
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
