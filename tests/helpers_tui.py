@@ -180,3 +180,47 @@ def synthetic(events: int, *, pp: int = 4, tp: int = 2, mismatch_every: int = 99
         for t in range(tp):
             procs[p * tp + t] = ProcessTrace(rank=rank(p * tp + t, p, t, pp, tp), events=())
     return Trace(processes=tuple(p for p in procs if p is not None)), findings
+
+
+def viewer(name: str = "dtype-mismatch", **kwargs: object):  # type: ignore[no-untyped-def]
+    """A viewer app on a named scenario."""
+    from tui.app import PptraceViewer
+
+    trace, findings = scenario(name)
+    return PptraceViewer.of(trace, findings, **kwargs)
+
+
+async def wait_main(pilot) -> object:  # type: ignore[no-untyped-def]
+    """Wait (bounded) until the loading screen has given way to the main screen."""
+    from tui.screens.main import MainScreen
+
+    for _ in range(200):
+        screen = pilot.app.screen
+        if isinstance(screen, MainScreen):
+            await pilot.pause()
+            return screen
+        await pilot.pause(0.02)
+    raise AssertionError(f"the main screen never came up (screen: {pilot.app.screen!r})")
+
+
+def screen_text(app) -> str:  # type: ignore[no-untyped-def]
+    """Everything on screen (the top screen and what shows through it), one line per row."""
+    strips = app.screen._compositor.render_strips()
+    return "\n".join(strip.text for strip in strips)
+
+
+def notes(app) -> str:  # type: ignore[no-untyped-def]
+    """Every notification the app has shown (still on screen or not), one per line."""
+    return "\n".join(str(n.message) for n in app._notifications)
+
+
+def sync(fn):  # type: ignore[no-untyped-def]
+    """Run an async Pilot test with asyncio.run (no async pytest plugin needed)."""
+    import asyncio
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):  # type: ignore[no-untyped-def]
+        return asyncio.run(fn(*args, **kwargs))
+
+    return wrapper

@@ -16,6 +16,7 @@ from pptrace.findings import Finding
 from pptrace.model import EventId
 from pptrace.record import Event, TensorMeta
 from tui.compare import FIELDS, PairView, field_text
+from tui.literal import clean
 
 __all__ = ["ExportDoc", "Format", "render"]
 
@@ -114,7 +115,7 @@ def to_json(doc: ExportDoc) -> str:
 def _md(text: object) -> str:
     """Make trace text inert in a Markdown table cell."""
     out = str(text).replace("\\", "\\\\").replace("|", "\\|").replace("`", "\\`")
-    return out.replace("\n", " ").replace("\r", " ")
+    return clean(out)  # no raw control characters: the file may be cat'ed to a terminal
 
 
 def to_markdown(doc: ExportDoc) -> str:

@@ -22,6 +22,7 @@ from tui.compare import PairView
 from tui.export import ExportDoc, render
 from tui.filters import FilterSpec
 from tui.index import TraceIndex
+from tui.literal import literal
 from tui.messages import CellSelected, FilterChanged, FindingChosen
 from tui.screens.filter import FilterScreen
 from tui.widgets.findings_panel import FindingsPanel
@@ -96,6 +97,9 @@ class MainScreen(Screen[None]):
         self.grid.set_index(self.index)
         self.findings_panel.populate(self.index, self.spec)
         self._update_subtitle()
+        self._title_grid()
+        self.findings_panel.border_title = "findings"
+        self.pair_detail.border_title = "pair detail"
         self.grid.focus()
         cell = self.index.first_divergence_cell
         if cell is None and self.grid.visible_rows:
@@ -123,6 +127,11 @@ class MainScreen(Screen[None]):
     @property
     def pair_detail(self) -> PairDetail:
         return self.query_one(PairDetail)
+
+    def _title_grid(self) -> None:
+        desc = self.spec.describe()
+        # A Text, not a str: the search text is the user's and must not be read as markup.
+        self.grid.border_title = literal(f"overview · filter: {desc}" if desc else "overview")
 
     def _update_subtitle(self) -> None:
         index = self.index
@@ -187,6 +196,7 @@ class MainScreen(Screen[None]):
         """Apply a filter to the grid, the findings panel and the replay."""
         self.spec = spec
         self.grid.set_filter(spec)
+        self._title_grid()
         self.findings_panel.populate(self.index, spec)
         self.finding_cursor = -1
         self._show_cell(*self.grid.cursor)

@@ -1,0 +1,157 @@
+"""The viewer's data layer (no Textual): cell states, pairs, the timeline, filters, comparison,
+export, and literal text."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+from helpers_tui import T0, attach, pipeline, scenario, tensor
+
+from pptrace.errors import ConfigError
+from pptrace.findings import FindingKind
+from pptrace.model import ProcessTrace, Trace
+from pptrace.pairing import pair
+from pptrace.record import Direction
+from tui.compare import PairView
+from tui.export import ExportDoc, render
+from tui.filters import FilterSpec, parse_ints
+from tui.index import Cell, TraceIndex
+from tui.literal import clean, literal
+
+
+def cells(index: TraceIndex, label: str) -> str:
+    """A row's states as glyph-like letters, for readable assertions."""
+    row = next(r for r in index.rows if r.label == label)
+    return "".join(".aePOME"[c] for c in row.cells)
+
+
+def test_rows_are_ordered_by_stage_then_tp_and_named_by_role() -> None:
+    index = TraceIndex.build(pipeline(3, pp=3, tp=2), [])
+    assert [r.label for r in index.rows] == [
+        "pp0 tp0 extract", "pp0 tp1 extract", "pp1 tp0 extract", "pp1 tp1 extract",
+        "pp2 tp0 attach", "pp2 tp1 attach"]
+    assert cells(index, "pp1 tp0 extract") == ""  # a silent middle stage still has its row
+
+
+def test_cell_states_from_pairs_findings_and_errors() -> None:
+    trace, findings = scenario("dtype-mismatch")
+    index = TraceIndex.build(trace, findings)
+    assert cells(index, "pp1 tp0 attach") == "PPPPPMPPPMPPO"
+    assert cells(index, "pp0 tp0 extract") == "PPPPPMPPPMPP"
+    err_trace, err_findings = scenario("engine-error")
+    err = TraceIndex.build(err_trace, err_findings)
+    assert cells(err, "pp0 tp0 extract") == "PPPEPP"
+
+
+def test_a_mismatch_the_analyzer_summarised_still_shows_in_the_grid() -> None:
+    trace, findings = scenario("dtype-mismatch")
+    index = TraceIndex.build(trace, findings[:1])  # microbatch 9 named by no finding
+    assert cells(index, "pp0 tp0 extract")[9] == "M"
+
+
+def test_first_divergence_is_the_earliest_warning_or_worse() -> None:
+    trace, findings = scenario("dtype-mismatch")
+    index = TraceIndex.build(trace, list(reversed(findings)))
+    assert index.findings[index.first_divergence or 0].microbatch == 5
+    assert index.first_divergence_cell == (1, 5)
+    assert TraceIndex.build(*scenario("healthy")).first_divergence is None
+
+
+def test_pairs_follow_fifo_per_tp_rank() -> None:
+    index = TraceIndex.build(pipeline(4, pp=2, tp=2), [])
+    a0 = index.row_of[(2, Direction.ATTACH)]  # process 2 = pp1 tp0
+    e0 = index.row_of[(0, Direction.EXTRACT)]  # process 0 = pp0 tp0
+    assert [index.partner(a0, c) for c in range(4)] == [(e0, c) for c in range(4)]
+    assert index.partner(e0, 2) == (a0, 2)
+
+
+def test_with_a_gap_the_grid_pairs_exactly_as_the_analyzer_does() -> None:
+    # One attach (seq 2) carries another payload and stage 0 got one message fewer: the
+    # sides differ in length, so the viewer defers to the analyzer's re-aligning walk.
+    payload, other = (tensor("scores"),), (tensor("scores", (4,)),)
+    trace = pipeline(6, payload=payload)
+    procs = list(trace.processes)
+    events = [attach(procs[1].rank, s, other if s == 2 else payload) for s in range(7)]
+    procs[1] = ProcessTrace(rank=procs[1].rank, events=tuple(events))
+    trace = Trace(processes=tuple(procs))
+    index = TraceIndex.build(trace, [])
+    expected = pair(list(procs[1].events), list(procs[0].events))
+    a_row = index.row_of[(1, Direction.ATTACH)]
+    e_row = index.row_of[(0, Direction.EXTRACT)]
+    assert [(c, index.partner(a_row, c)) for c in range(7) if index.partner(a_row, c)] == [
+        (i, (e_row, j)) for i, j in expected.pairs]
+    assert all(index.state(a_row, i) in (Cell.ATTACH,) for i in expected.orphans)
+
+
+def test_timeline_is_wall_clock_order_across_ranks() -> None:
+    index = TraceIndex.build(pipeline(3), [])
+    order = [(p >> 32, p & 0xFFFFFFFF) for p in index.timeline()]
+    times = [index.event_at(r, c).start_ns for r, c in order]  # type: ignore[union-attr]
+    assert times == sorted(times) and len(order) == 6
+    assert index.position(*order[4]) == 4
+
+
+def test_pair_view_highlights_the_differing_fields() -> None:
+    trace, findings = scenario("dtype-mismatch")
+    index = TraceIndex.build(trace, findings)
+    pair = PairView.of(index, 0, 5)
+    assert pair is not None and pair.attach is not None and pair.extract is not None
+    assert pair.attach.direction is Direction.ATTACH
+    scores, routing = pair.tensors
+    assert scores.differs == {"dtype", "bytes"} and routing.differs == frozenset()
+    assert [f.kind for f in pair.findings] == [FindingKind.DTYPE_MISMATCH]
+    assert PairView.of(index, 0, 99) is None
+
+
+def test_pair_view_compares_device_by_type_only() -> None:
+    def moved(tp: int, seq: int, ts: tuple) -> tuple:  # type: ignore[type-arg]
+        return (tensor("scores", device="cuda:1"),)
+    trace = pipeline(2, payload=(tensor("scores", device="cuda:0"),), on_extract=moved)
+    pair = PairView.of(TraceIndex.build(trace, []), 0, 0)
+    assert pair is not None and not pair.differs
+
+
+def test_filters() -> None:
+    trace, findings = scenario("dtype-mismatch")
+    index = TraceIndex.build(trace, findings)
+    spec = FilterSpec.parse(ranks="1")
+    assert [r.label for r in index.rows if spec.row_visible(r)] == ["pp1 tp0 attach"]
+    errors = FilterSpec(errors_only=True)
+    assert [c for c in range(13) if errors.cell_visible(index, 1, c)] == [5, 9, 12]
+    assert [i for i in range(3) if errors.finding_visible(index, i)] == [0, 1]
+    kinds = FilterSpec(kinds=frozenset({FindingKind.ORPHAN_ATTACH}))
+    assert [i for i in range(3) if kinds.finding_visible(index, i)] == [2]
+    glob = FilterSpec.parse(name_glob="rout*")
+    assert glob.cell_visible(index, 0, 0) and not FilterSpec.parse(
+        name_glob="nope*").cell_visible(index, 0, 0)
+    text = FilterSpec(text="FLOAT16")
+    assert [i for i in range(3) if text.finding_visible(index, i)] == [0, 1]
+    assert parse_ints("0, 3-5", "ranks") == {0, 3, 4, 5} and parse_ints("", "ranks") is None
+    with pytest.raises(ConfigError, match="ranks: expected numbers"):
+        parse_ints("x", "ranks")
+
+
+def test_export_json_and_markdown_carry_the_findings_and_the_pair() -> None:
+    trace, findings = scenario("markup")
+    index = TraceIndex.build(trace, findings)
+    doc = ExportDoc(findings, PairView.of(index, 0, 1), "errors only", trace.sources)
+    body = json.loads(render(doc, "json"))
+    assert body["findings"][0]["kind"] == "call-raised"
+    assert body["pair"]["extract"]["error_message"].startswith("[/]boom")
+    assert body["pair"]["tensors"][0]["name"].startswith("[bold red]")
+    md = render(doc, "markdown")
+    assert "## Findings (1)" in md and "| call-raised | error |" in md
+    assert "[bold red]pwned[/]" in md  # markup kept as typed
+    assert "\x1b" not in md and "\\x1b[31m" in md  # control characters made visible
+    piped = ExportDoc([replace(findings[0], message="a | b `c`")], None)
+    assert "a \\| b \\`c\\`" in render(piped, "markdown")
+
+
+def test_literal_text_is_never_markup_and_never_a_control_sequence() -> None:
+    text = literal("[bold]x[/] \x1b[31m\x07")
+    assert text.plain == "[bold]x[/] \\x1b[31m\\x07"
+    assert text.spans == []
+    assert clean("tab\tnl\n") == "tab\\tnl\\n"
+    assert T0 > 0

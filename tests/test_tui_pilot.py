@@ -1,0 +1,362 @@
+"""Pilot tests: every interaction of the viewer, driven by keys and the mouse."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from helpers_tui import notes, pipeline, scenario, screen_text, sync, viewer, wait_main
+
+from pptrace.findings import FindingKind
+from tui.app import PptraceViewer
+from tui.screens.filter import FilterScreen
+from tui.screens.help import HelpScreen
+from tui.screens.main import SPEEDS, MainScreen
+from tui.widgets.findings_panel import FindingsPanel
+from tui.widgets.grid import GridView
+from tui.widgets.pair_detail import PairDetail
+
+SIZE = (140, 40)
+
+
+def grid_line(screen: MainScreen, y: int) -> str:
+    return screen.grid.render_line(y).text
+
+
+@sync
+async def test_overview_shows_rows_counts_states_and_the_first_divergence() -> None:
+    app = viewer()
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await wait_main(pilot)
+        assert isinstance(screen, MainScreen)
+        ruler, extract, attach = (grid_line(screen, y) for y in range(3))
+        assert ruler.startswith("rank / dir") and "▼" in ruler
+        assert extract.startswith("pp0 tp0 extract") and "12" in extract and "2✗" in extract
+        assert "= = = = = ≠ = = = ≠ = = ·" in extract
+        assert "= = = = = ◆ = = = ≠ = = ?" in attach  # divergence marked, orphan at the end
+        # The app opens on the first divergence, with its pair shown.
+        assert screen.grid.cursor == (1, 5)
+        assert screen.query_one(PairDetail).pair is not None
+
+
+@sync
+async def test_grid_cursor_moves_with_arrows_home_end_and_mouse() -> None:
+    app = viewer()
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await wait_main(pilot)
+        grid = screen.query_one(GridView)
+        await pilot.press("right", "right", "up")
+        assert grid.cursor == (0, 7)
+        await pilot.press("end")
+        assert grid.cursor == (0, 11)
+        await pilot.press("home", "down")
+        assert grid.cursor == (1, 0)
+        # Click the cell of row 0, column 3: the grid's gutter is 30 wide, cells 2 wide,
+        # plus the border; the ruler is the first content line.
+        await pilot.click(GridView, offset=(1 + 30 + 3 * 2, 1 + 1))
+        assert grid.cursor == (0, 3)
+        assert screen.query_one(PairDetail).pair.extract.seq == 3  # type: ignore[union-attr]
+
+
+@sync
+async def test_replay_steps_in_time_order_and_jumps_between_findings() -> None:
+    app = viewer()
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await wait_main(pilot)
+        grid = screen.grid
+        await pilot.press("home")  # (1, 0): the first attach
+        assert grid.cursor == (1, 0)
+        await pilot.press("n")  # then its extract on stage 0
+        assert grid.cursor == (0, 0)
+        await pilot.press("n")
+        assert grid.cursor == (1, 1)
+        await pilot.press("p", "p")
+        assert grid.cursor == (1, 0)
+        await pilot.press("right_square_bracket")
+        assert grid.cursor == (1, 5)  # first dtype mismatch
+        await pilot.press("right_square_bracket")
+        assert grid.cursor == (1, 9)
+        await pilot.press("right_square_bracket")
+        assert grid.cursor == (1, 12)  # the orphan
+        await pilot.press("left_square_bracket")
+        assert grid.cursor == (1, 9)
+        await pilot.press("d")
+        assert grid.cursor == (1, 5)
+        assert "event 11/25" in screen_text(app)
+
+
+@sync
+async def test_play_advances_at_the_chosen_speed_and_pauses() -> None:
+    app = PptraceViewer.of(pipeline(400), [])
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await wait_main(pilot)
+        await pilot.press("home")
+        start = screen.index.position(*screen.grid.cursor)
+        for _ in range(2):
+            await pilot.press("plus")
+        assert SPEEDS[screen.speed_level] == 20.0
+        await pilot.press("space")
+        assert screen.playing and "▶ playing" in screen_text(app)
+        await pilot.pause(0.5)
+        await pilot.press("space")
+        assert not screen.playing and "⏸ paused" in screen_text(app)
+        moved = screen.index.position(*screen.grid.cursor) - start
+        assert moved >= 2
+        await pilot.pause(0.2)
+        assert screen.index.position(*screen.grid.cursor) - start == moved  # paused stays put
+        await pilot.press("minus")
+        assert SPEEDS[screen.speed_level] == 10.0 and "10 ev/s" in screen_text(app)
+
+
+@sync
+async def test_pair_detail_shows_both_sides_and_the_engine_error() -> None:
+    app = viewer("engine-error")
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await wait_main(pilot)
+        assert screen.grid.cursor == (0, 3) or screen.grid.cursor == (1, 3)
+        text = screen_text(app)
+        assert "extract error: builtins.RuntimeError: received auxiliary PP output without a" in text
+        assert "extract keys before: next_token_ids, __sampling_observer_output__.scores" in text
+        assert "! = =" in text  # the error cell in the grid
+
+
+@sync
+async def test_pair_detail_highlights_the_differing_cells() -> None:
+    app = viewer()
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await wait_main(pilot)
+        pair = screen.query_one(PairDetail).pair
+        assert pair is not None
+        assert {line.name: set(line.differs) for line in pair.tensors} == {
+            "scores": {"dtype", "bytes"}, "routing": set()}
+        svg = app.export_screenshot()
+        # float16 (the extract's dtype) is drawn in the highlight style: reverse red, bold.
+        text = screen_text(app)
+        assert "float32" in text and "float16" in text
+        assert svg.count("float16") >= 1
+
+
+@sync
+async def test_findings_panel_groups_by_kind_and_jumps_on_select() -> None:
+    app = viewer()
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await wait_main(pilot)
+        panel = screen.query_one(FindingsPanel)
+        labels = [str(node.label) for node in panel.root.children]
+        assert labels == ["dtype-mismatch (2)", "orphan-attach (1)"]
+        panel.focus()
+        await pilot.pause()
+        # Cursor to the orphan's leaf (group, leaf, leaf, group, leaf) and choose it.
+        panel.move_cursor(panel.root.children[1].children[0])
+        await pilot.press("enter")
+        assert screen.grid.cursor == (1, 12)
+        pair = screen.query_one(PairDetail).pair
+        assert pair is not None and pair.extract is None
+        assert [f.kind for f in pair.findings] == [FindingKind.ORPHAN_ATTACH]
+
+
+@sync
+async def test_clicking_a_finding_jumps_too() -> None:
+    app = viewer()
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await wait_main(pilot)
+        # Inside the border: line 0 the group, 1 and 2 its leaves (mb 5, mb 9).
+        await pilot.click(FindingsPanel, offset=(6, 1 + 2))
+        await pilot.pause()
+        assert screen.grid.cursor == (1, 9)
+
+
+@sync
+async def test_filter_form_narrows_rows_findings_and_replay() -> None:
+    app = viewer()
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await wait_main(pilot)
+        await pilot.press("f")
+        assert isinstance(app.screen, FilterScreen)
+        await pilot.click("#ranks")
+        await pilot.press("1")
+        await pilot.click("#errors")
+        await pilot.click("#apply")
+        await pilot.pause()
+        assert isinstance(app.screen, MainScreen)
+        assert screen.grid.visible_rows == [1]
+        assert screen.spec.errors_only and screen.spec.ranks == {1}
+        panel = screen.query_one(FindingsPanel)
+        assert [str(n.label) for n in panel.root.children] == ["dtype-mismatch (2)"]
+        await pilot.press("home", "n")
+        assert screen.grid.cursor == (1, 5)  # replay skips what the filter hides
+        assert "overview · filter: ranks 1; errors only" in screen_text(app)
+        await pilot.press("escape")
+        assert not screen.spec.active and screen.grid.visible_rows == [0, 1]
+
+
+@sync
+async def test_filter_by_kind_and_name_glob_and_a_bad_rank_list() -> None:
+    app = viewer()
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await wait_main(pilot)
+        await pilot.press("f")
+        form = app.screen
+        assert isinstance(form, FilterScreen)
+        await pilot.click("#ranks")
+        await pilot.press("x")
+        await pilot.click("#apply")
+        assert app.screen is form  # a bad value keeps the form open, with the error shown
+        assert "ranks: expected numbers" in screen_text(app)
+        await pilot.click("#ranks")
+        await pilot.press("end", "backspace")
+        await pilot.click("#name")
+        await pilot.press("r", "o", "u", "t", "asterisk")
+        form.query_one("#kinds").select("orphan-attach")  # type: ignore[attr-defined]
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        assert screen.spec.name_glob == "rout*"
+        assert screen.spec.kinds == {FindingKind.ORPHAN_ATTACH}
+        panel = screen.query_one(FindingsPanel)
+        assert [str(n.label) for n in panel.root.children] == ["orphan-attach (1)"]
+
+
+@sync
+async def test_search_box_jumps_to_the_next_matching_event() -> None:
+    app = viewer("engine-error")
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await wait_main(pilot)
+        await pilot.press("home")
+        await pilot.press("slash")
+        await pilot.press(*"without a sampling")
+        await pilot.press("enter")
+        assert screen.grid.cursor == (0, 3)
+        assert screen.spec.text == "without a sampling"
+
+
+@sync
+async def test_help_is_generated_from_every_binding() -> None:
+    app = viewer()
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_main(pilot)
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        text = screen_text(app)
+        classes = [PptraceViewer, MainScreen, GridView, FindingsPanel]
+        for cls in classes:
+            for binding in cls.BINDINGS:
+                assert binding.description in text, binding  # type: ignore[union-attr]
+        await pilot.press("escape")
+        assert isinstance(app.screen, MainScreen)
+
+
+@sync
+async def test_footer_lists_the_bindings() -> None:
+    app = viewer()
+    async with app.run_test(size=(220, 40)) as pilot:
+        await wait_main(pilot)
+        await pilot.pause(0.1)
+        footer = screen_text(app).splitlines()[-1]
+        for description in ("Move", "Step", "Finding", "Play/pause", "Speed", "Filter",
+                            "Search", "Export json/md", "Help", "Light/dark", "Quit"):
+            assert description in footer, description
+
+
+@sync
+async def test_command_palette_runs_the_actions() -> None:
+    app = viewer()
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await wait_main(pilot)
+        titles = [c.title for c in app.get_system_commands(screen)]
+        for name in ("Next event", "Prev finding", "Filter", "Export Markdown", "Help",
+                     "Light/dark", "Later"):
+            assert name in titles
+        await pilot.press("home")
+        await pilot.press("ctrl+p")
+        await pilot.press(*"Next finding")
+        await pilot.pause(0.3)
+        await pilot.press("enter")
+        await pilot.pause(0.2)
+        assert isinstance(app.screen, MainScreen)
+        assert screen.grid.cursor == (1, 5)
+
+
+@sync
+async def test_light_and_dark_themes() -> None:
+    app = viewer(theme="light")
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_main(pilot)
+        assert app.theme == "textual-light"
+        await pilot.press("t")
+        assert app.theme == "textual-dark"
+        await pilot.press("t")
+        assert app.theme == "textual-light"
+
+
+@sync
+async def test_export_writes_json_and_markdown_and_says_where(tmp_path: Path) -> None:
+    app = viewer(export_dir=tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_main(pilot)
+        await pilot.press("e")
+        first = app.last_export
+        assert first is not None and first.suffix == ".json"
+        body = json.loads(first.read_text())
+        assert [f["kind"] for f in body["findings"]] == ["dtype-mismatch", "dtype-mismatch",
+                                                        "orphan-attach"]
+        assert body["pair"]["tensors"][0]["differs"] == ["bytes", "dtype"]
+        assert f"exported to {first}" in notes(app)
+        await pilot.press("m")
+        second = app.last_export
+        assert second is not None and second.suffix == ".md" and second != first
+        assert "## Pair" in second.read_text()
+
+
+@sync
+async def test_follow_picks_up_a_growing_trace() -> None:
+    calls = [0]
+
+    def loader(status):  # type: ignore[no-untyped-def]
+        calls[0] += 1
+        return pipeline(3 if calls[0] < 3 else 8), []
+
+    app = PptraceViewer(loader, follow=True, follow_interval=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await wait_main(pilot)
+        for _ in range(100):
+            await pilot.pause(0.05)
+            if screen.index.width == 8:
+                break
+        assert calls[0] >= 3 and screen.index.width == 8
+        assert "= = = = = = = =" in screen.grid.render_line(1).text
+        same = screen.index
+        await pilot.pause(0.3)  # polls that find nothing new keep the index (and the view)
+        assert calls[0] >= 5 and screen.index is same
+
+
+@sync
+async def test_follow_keeps_the_last_view_when_a_reload_fails() -> None:
+    calls = [0]
+
+    def loader(status):  # type: ignore[no-untyped-def]
+        calls[0] += 1
+        if calls[0] > 1:
+            raise OSError("file vanished")
+        return scenario("healthy")
+
+    app = PptraceViewer(loader, follow=True, follow_interval=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await wait_main(pilot)
+        await pilot.pause(0.3)
+        assert calls[0] > 1 and screen.index.width == 12
+        assert "reload failed: file vanished" in notes(app)
+
+
+@sync
+async def test_a_loader_error_ends_the_app_with_its_message() -> None:
+    def loader(status):  # type: ignore[no-untyped-def]
+        status("reading 1 input(s)")
+        raise ValueError("rank0.jsonl:3: not JSON")
+
+    app = PptraceViewer(loader)
+    async with app.run_test(size=SIZE) as pilot:
+        for _ in range(100):
+            await pilot.pause(0.02)
+            if app.load_error:
+                break
+    assert app.load_error == "rank0.jsonl:3: not JSON"
