@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
@@ -32,35 +32,46 @@ class _Unsupported(Exception):
     """A value or span feature this encoder leaves to the protobuf path."""
 
 
-def _scalar(value: Any) -> dict[str, Any]:
-    tp = type(value)
-    if tp is str:
-        return {"stringValue": value}
-    if tp is bool:
-        return {"boolValue": value}
-    if tp is int:
-        if not _INT64[0] <= value <= _INT64[1]:
-            raise _Unsupported  # protobuf refuses it and drops the attribute
-        return {"intValue": str(value)}
-    if tp is float:
-        if math.isfinite(value):
-            return {"doubleValue": value}
-        raise _Unsupported
+def _int(value: int) -> dict[str, Any]:
+    if not _INT64[0] <= value <= _INT64[1]:
+        raise _Unsupported  # protobuf refuses it and drops the attribute
+    return {"intValue": str(value)}
+
+
+def _float(value: float) -> dict[str, Any]:
+    if math.isfinite(value):
+        return {"doubleValue": value}
     raise _Unsupported
 
 
-def _value(value: Any) -> dict[str, Any]:
-    if type(value) in (tuple, list):
-        if not value:
-            return {"arrayValue": {}}
-        return {"arrayValue": {"values": [_scalar(v) for v in value]}}
-    return _scalar(value)
+def _array(value: Sequence[Any]) -> dict[str, Any]:
+    if not value:
+        return {"arrayValue": {}}
+    try:
+        return {"arrayValue": {"values": [_SCALARS[type(v)](v) for v in value]}}
+    except KeyError:
+        raise _Unsupported from None
+
+
+# One lookup per value instead of a chain of type tests; exact types only (a subclass of str or
+# int goes to the protobuf path, which knows what to do with it).
+_SCALARS: dict[type, Callable[[Any], dict[str, Any]]] = {
+    str: lambda v: {"stringValue": v},
+    bool: lambda v: {"boolValue": v},
+    int: _int,
+    float: _float,
+}
+_VALUES: dict[type, Callable[[Any], dict[str, Any]]] = {**_SCALARS, tuple: _array, list: _array}
 
 
 def _attributes(attrs: Mapping[str, Any] | None) -> list[dict[str, Any]]:
     if not attrs:
         return []
-    return [{"key": k, "value": _value(v)} for k, v in attrs.items()]
+    values = _VALUES
+    try:
+        return [{"key": k, "value": values[type(v)](v)} for k, v in attrs.items()]
+    except KeyError:
+        raise _Unsupported from None
 
 
 def _span(span: ReadableSpan) -> dict[str, Any]:
@@ -135,12 +146,22 @@ def _scope(scope: Any) -> dict[str, Any]:
 def encode_json_line(spans: Sequence[ReadableSpan]) -> str | None:
     """Encode spans as one OTLP/JSON ``TracesData`` line, or None to use the protobuf path."""
     try:
-        grouped: dict[Any, dict[Any, list[dict[str, Any]]]] = {}
+        # Hash each distinct Resource object once (hashing serialises its attributes to JSON),
+        # then group in span order by the first equal resource seen, as the reference does.
+        canonical: dict[int, Any] = {}
+        first_equal: dict[Any, Any] = {}
+        grouped: dict[int, tuple[Any, dict[Any, list[dict[str, Any]]]]] = {}
         for span in spans:
-            scopes = grouped.setdefault(span.resource, {})
-            scopes.setdefault(span.instrumentation_scope or None, []).append(_span(span))
+            resource = span.resource
+            key = canonical.get(id(resource))
+            if key is None:
+                key = canonical[id(resource)] = first_equal.setdefault(resource, resource)
+            entry = grouped.get(id(key))
+            if entry is None:
+                entry = grouped[id(key)] = (key, {})
+            entry[1].setdefault(span.instrumentation_scope or None, []).append(_span(span))
         resource_spans = []
-        for resource, scopes in grouped.items():
+        for resource, scopes in grouped.values():
             scope_spans = []
             for scope, encoded in scopes.items():
                 ss: dict[str, Any] = {"scope": _scope(scope), "spans": encoded}

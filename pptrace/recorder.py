@@ -346,8 +346,7 @@ class Recorder:
 
     def _warn_timeout(self, lost: int) -> None:
         self.warn("exit flush timed out",
-                  f"gave up after {self.config.exit_timeout:.1f}s or the given timeout; "
-                  f"{lost} unflushed events counted as dropped")
+                  f"ran out of time; {lost} unflushed events counted as dropped")
 
     def _stats_key(self) -> tuple[int, ...]:
         return (self.recorded, self.exported, self.dropped, self.overwritten,

@@ -99,3 +99,17 @@ def test_what_it_does_not_know_goes_to_the_protobuf_path(monkeypatch: pytest.Mon
     for span in memory.get_finished_spans():
         assert otlp_json.encode_json_line([span]) is None
         assert export.encode_json_line([span]) == _reference([span], monkeypatch)
+
+
+def test_equal_resources_in_distinct_objects_group_as_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    pair = [_provider(Resource.create({"service.name": "same"})) for _ in range(2)]
+    spans: list[ReadableSpan] = []
+    for i, name in enumerate("abcd"):  # alternate between two providers with equal resources
+        provider, memory = pair[i % 2]
+        with provider.get_tracer("t").start_as_current_span(name):
+            pass
+        spans.append(memory.get_finished_spans()[-1])
+    assert spans[0].resource is not spans[1].resource and spans[0].resource == spans[1].resource
+    fast = otlp_json.encode_json_line(spans)
+    assert fast is not None and fast.count('"resource"') == 1
+    assert fast == _reference(spans, monkeypatch)

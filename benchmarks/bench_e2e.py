@@ -1,0 +1,113 @@
+"""End to end: decode steps per second of the sample PP pipeline (4 gloo ranks), tracing off vs on.
+
+    python benchmarks/bench_e2e.py                          # 5 interleaved repeats, 200 steps
+    python benchmarks/bench_e2e.py --repeats 7 --steps 300 --ranks 4
+
+Each repeat runs the pipeline once per variant, in a rotated order, so that machine noise hits
+the variants alike; the figure is the median over repeats. The rate is taken from the ranks'
+own progress reports, between the moments every rank had finished 10% and 90% of the steps, so
+process start-up, rendezvous and the exit flush are left out:
+
+- ``off``: the ranks call the engine's bare functions (pptrace's wrapper is not installed);
+- ``stream``: pptrace recording in stream mode to OTLP JSON files (what the sample does);
+- ``flight``: pptrace in flight-recorder mode (a ring, written out at exit).
+
+Fingerprinting is off in every variant (pptrace's default); the sample's own check of every
+output on stage 0 runs in all of them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import statistics
+import sys
+import tempfile
+import time
+from typing import Any
+
+from samples import launch
+from samples.options import PipelineOptions
+
+_ORIGINAL_CHILD = launch._child
+VARIANTS = ("off", "stream", "flight")
+
+
+def _child(variant: str, opts: PipelineOptions, rank: int, messages: Any) -> None:
+    """A rank process with the variant's tracing, then the sample's own rank code."""
+    import samples.pipeline as pipeline
+    from pptrace.config import Config
+
+    if variant == "off":
+        pipeline.wrap_transport = lambda attach, extract, _recorder: (attach, extract)
+        pipeline.Config = lambda **kw: Config(**{**kw, "enabled": False})  # type: ignore[misc]
+    elif variant == "flight":
+        pipeline.Config = lambda **kw: Config(**{**kw, "mode": "flight"})  # type: ignore[misc]
+    _ORIGINAL_CHILD(opts, rank, messages)
+
+
+@dataclasses.dataclass
+class _Child:
+    """A picklable ``launch._child`` stand-in that carries the variant."""
+
+    variant: str
+
+    def __call__(self, opts: PipelineOptions, rank: int, messages: Any) -> None:
+        _child(self.variant, opts, rank, messages)
+
+
+def run_once(variant: str, ranks: int, steps: int, out_dir: str) -> float:
+    """Run the pipeline once; return decode steps per second over the middle 80% of steps."""
+    lo, hi = max(1, steps // 10), max(2, steps * 9 // 10)
+    marks: dict[str, float] = {}
+
+    def on_progress(done: dict[int, int]) -> None:
+        slowest = min(done.values())
+        now = time.perf_counter()
+        if slowest >= lo and "lo" not in marks:
+            marks["lo"] = now
+        if slowest >= hi and "hi" not in marks:
+            marks["hi"] = now
+
+    launch._child = _Child(variant)  # type: ignore[assignment]
+    try:
+        opts = PipelineOptions(ranks=ranks, steps=steps, out_dir=out_dir, fingerprint=False)
+        result = launch.run_pipeline(opts, on_progress=on_progress, timeout=600)
+    finally:
+        launch._child = _ORIGINAL_CHILD
+    if not result.ok or "hi" not in marks:
+        sys.exit(f"{variant}: the pipeline failed: exit codes {result.exit_codes}")
+    if variant != "off":
+        lost = sum(r.dropped for r in result.reports.values())
+        if lost:
+            print(f"  note: {variant} run dropped {lost} events (counted in its trace)")
+    return (hi - lo) / (marks["hi"] - marks["lo"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--ranks", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    print(f"sample pipeline, {args.ranks} ranks (gloo, CPU), {args.steps} steps, "
+          f"{args.repeats} interleaved repeats, {os.cpu_count()} CPUs")
+    rates: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    with tempfile.TemporaryDirectory(prefix="pptrace-e2e-") as tmp:
+        for r in range(args.repeats):
+            order = VARIANTS[r % 3:] + VARIANTS[:r % 3]
+            for variant in order:
+                rate = run_once(variant, args.ranks, args.steps, f"{tmp}/{variant}{r}")
+                rates[variant].append(rate)
+                print(f"  repeat {r} {variant:<7}{rate:8.1f} steps/s", flush=True)
+    base = statistics.median(rates["off"])
+    print(f"\n  {'variant':<9}{'steps/s (median)':>17}{'vs off':>9}   all repeats")
+    for variant, values in rates.items():
+        med = statistics.median(values)
+        every = " ".join(f"{v:.0f}" for v in values)
+        print(f"  {variant:<9}{med:>17.1f}{(med / base - 1) * 100:>8.1f}%   {every}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,262 @@
+"""Export benchmark: how fast the recorder thread writes events, and whether anything is lost.
+
+    python benchmarks/bench_export.py                       # all rows, 3 repeats
+    python benchmarks/bench_export.py --rate 20000 --seconds 5 --repeats 5
+
+Rows (each repeat runs every row once, interleaved; figures are medians over repeats):
+
+- ``file``: events per second the recorder thread turns into spans and writes as OTLP/JSON lines
+  (``Recorder.flush`` over a buffer of real attach/extract records), with the split between
+  conversion to ``Event`` records, SDK span creation and encoding+writing;
+- ``otlp grpc`` / ``otlp http``: the same events through pptrace's OTLP exporter to a local
+  receiver (``tests/otlp_receiver.py``), timed until the receiver holds every span; skipped with a
+  note when that receiver is not there;
+- ``sustained``: a producer thread calls the wrapped attach+extract at ``--rate`` events per second
+  for ``--seconds`` seconds in stream mode, writing files, with the background thread running;
+  then the recorder shuts down with its default exit timeout. It prints what was recorded,
+  exported and dropped (the stream mode must drop nothing while the buffer has room), the backlog
+  the recorder thread had at the end, and what the exit flush did with it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from pptrace import export
+from pptrace.config import Config
+from pptrace.export import build_provider
+from pptrace.instrument import wrap_transport
+from pptrace.record import RankInfo
+from pptrace.recorder import Recorder
+from pptrace.sglang_module import load_transport_module
+
+ROOT = Path(__file__).resolve().parent.parent
+RANK = RankInfo(rank=0, world_size=1, pp_rank=0, pp_size=1, tp_rank=0, tp_size=1,
+                host="bench", pid=os.getpid())
+
+
+class Output:
+    def __init__(self, n: int) -> None:
+        self.named = {f"t{i}": torch.zeros(8, 4) for i in range(n)}
+
+    def to_pp_tensors(self) -> dict[str, torch.Tensor]:
+        return self.named
+
+
+class Observer:
+    def from_pp_tensors(self, tensors: Any) -> Any:
+        return tensors
+
+
+def transport(rec: Recorder) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    mod = load_transport_module(allow_bare=True)
+    if mod is None:
+        import pptrace.engine as mod
+    return wrap_transport(mod.add_auxiliary_output_to_pp_tensors,
+                          mod.pop_auxiliary_output_from_pp_tensors, rec)
+
+
+def fill(rec: Recorder, events: int, tensors: int = 4) -> None:
+    """Record ``events`` real events (half attach, half extract) into ``rec``'s buffer."""
+    attach, extract = transport(rec)
+    out, obs, ids = Output(tensors), Observer(), torch.zeros(8, dtype=torch.long)
+    for _ in range(events // 2):
+        d = {"next_token_ids": ids}
+        attach(d, out)
+        extract(d, obs)
+
+
+def recorder(config: Config, sink_factory: Callable[[RankInfo], Any]) -> Recorder:
+    return Recorder(config, sink_factory=sink_factory, rank_provider=lambda: (RANK, True))
+
+
+# --- file -----------------------------------------------------------------------------------
+
+
+def file_row(tmp: str, events: int) -> dict[str, float]:
+    """Events per second through Recorder.flush to a file, and the cost split per event (us)."""
+    config = Config(trace_dir=tmp, flush_interval=3600)
+    rec = recorder(config, lambda rank: build_provider(config, rank))
+    fill(rec, events)
+    raws = list(rec._buf)
+    clock = time.thread_time
+    t0 = clock()
+    converted = [rec.to_event(r, RANK) for r in raws]
+    t1 = clock()
+    sink = build_provider(Config(trace_dir=tmp + "/split", flush_interval=3600), RANK)
+    encode = export.encode_json_line
+    encoded = [0.0]
+
+    def timed(spans: Any) -> str:
+        s = clock()
+        line = encode(spans)
+        encoded[0] += clock() - s
+        return line
+
+    export.encode_json_line = timed
+    try:
+        t2 = clock()
+        for start in range(0, len(converted), 512):
+            sink.export(converted[start:start + 512])
+        t3 = clock()
+    finally:
+        export.encode_json_line = encode
+    sink.shutdown(1.0)
+    start = time.perf_counter()
+    done = rec.flush()
+    wall = time.perf_counter() - start
+    rec.shutdown(2.0)
+    assert done == events, (done, events)
+    n = len(raws)
+    return {
+        "events/s": events / wall,
+        "to_event": (t1 - t0) / n * 1e6,
+        "span": ((t3 - t2) - encoded[0]) / n * 1e6,
+        "encode+write": encoded[0] / n * 1e6,
+    }
+
+
+# --- OTLP -----------------------------------------------------------------------------------
+
+
+def otlp_row(protocol: str, events: int) -> dict[str, float] | None:
+    """Events per second to a local OTLP receiver, timed until it holds them all."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    try:
+        from otlp_receiver import Receiver
+    except ImportError:
+        return None
+    finally:
+        sys.path.pop(0)
+    with Receiver(protocol) as rx:
+        os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = rx.endpoint
+        os.environ["OTEL_EXPORTER_OTLP_PROTOCOL"] = rx.env_protocol
+        config = Config(exporters=("otlp",), flush_interval=3600, exit_timeout=30.0)
+        rec: Recorder = recorder(config, lambda rank: build_provider(
+            config, rank, on_drop=rec.exporter_dropped))
+        fill(rec, events)
+        start = time.perf_counter()
+        rec.flush()
+        deadline = time.monotonic() + 120
+        while _received(rx) < events - rec.dropped and time.monotonic() < deadline:
+            time.sleep(0.01)
+        wall = time.perf_counter() - start
+        rec.shutdown(30.0)
+        got = _received(rx)
+    return {"events/s": got / wall, "received": float(got), "dropped": float(rec.dropped)}
+
+
+def _received(rx: Any) -> int:
+    with rx._lock:
+        requests = list(rx.requests)
+    return sum(
+        1
+        for req in requests
+        for rs in req.resource_spans
+        for ss in rs.scope_spans
+        for span in ss.spans
+        if span.name != "pptrace.recorder"
+    )
+
+
+# --- sustained ------------------------------------------------------------------------------
+
+
+def sustained_row(tmp: str, rate: int, seconds: float) -> dict[str, float]:
+    """A paced producer at ``rate`` events/s with the recorder thread running (stream, files)."""
+    config = Config(trace_dir=tmp)
+    rec = recorder(config, lambda rank: build_provider(config, rank)).start()
+    attach, extract = transport(rec)
+    out, obs, ids = Output(4), Observer(), torch.zeros(8, dtype=torch.long)
+    pairs_per_s = rate / 2
+    done = 0
+    start = time.perf_counter()
+    end = start + seconds
+    while True:
+        now = time.perf_counter()
+        if now >= end:
+            break
+        due = int((now - start) * pairs_per_s)
+        if done >= due:
+            time.sleep(0.0005)
+            continue
+        for _ in range(due - done):
+            d = {"next_token_ids": ids}
+            attach(d, out)
+            extract(d, obs)
+        done = due
+    elapsed = time.perf_counter() - start
+    during = rec.stats()
+    backlog = len(rec._buf)
+    t0 = time.perf_counter()
+    rec.shutdown()  # the default exit timeout
+    exit_s = time.perf_counter() - t0
+    after = rec.stats()
+    return {
+        "offered/s": 2 * done / elapsed,
+        "recorded": float(during.recorded),
+        "exported during run": float(during.exported),
+        "dropped during run": float(during.dropped),
+        "backlog at end": float(backlog),
+        "exported after exit": float(after.exported),
+        "dropped after exit": float(after.dropped),
+        "exit flush s": exit_s,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--events", type=int, default=4000)
+    parser.add_argument("--rate", type=int, default=20_000)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    print(f"python {sys.version.split()[0]}, torch {torch.__version__}, {os.cpu_count()} CPUs; "
+          f"events of 4 tensors each")
+    rows: dict[str, list[dict[str, float]]] = {}
+    notes: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="pptrace-export-") as tmp:
+        for r in range(args.repeats):
+            jobs: list[tuple[str, Callable[[], dict[str, float] | None]]] = [
+                ("file", lambda r=r: file_row(f"{tmp}/file{r}", args.events)),
+                ("otlp grpc", lambda: otlp_row("grpc", args.events)),
+                ("otlp http", lambda: otlp_row("http", args.events)),
+            ]
+            jobs = jobs[r % 3:] + jobs[:r % 3]
+            for name, job in jobs:
+                result = job()
+                if result is None:
+                    note = f"{name}: skipped, tests/otlp_receiver.py is not available"
+                    if note not in notes:
+                        notes.append(note)
+                    continue
+                rows.setdefault(name, []).append(result)
+                print(f"  repeat {r} {name}: {result['events/s']:.0f} events/s", flush=True)
+        for note in notes:
+            print(f"  note: {note}")
+        print(f"\nthroughput ({args.events} events per repeat, medians of {args.repeats}):")
+        for name, results in rows.items():
+            keys = results[0].keys()
+            cells = ", ".join(f"{k} {statistics.median(x[k] for x in results):.1f}"
+                              for k in keys)
+            print(f"  {name:<10} {cells}   (per-event costs in us of recorder-thread CPU)"
+                  if name == "file" else f"  {name:<10} {cells}")
+        print(f"\nsustained {args.rate} events/s for {args.seconds:.0f} s, stream mode, files, "
+              f"default buffer and exit timeout:")
+        result = sustained_row(f"{tmp}/sustained", args.rate, args.seconds)
+        for key, value in result.items():
+            print(f"  {key:<22}{value:>12.1f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,198 @@
+"""Micro benchmark: what pptrace costs on the engine's own path, per attach+extract pair.
+
+    python benchmarks/bench_hotpath.py                 # 1, 4 and 16 tensors, 15 repeats
+    python benchmarks/bench_hotpath.py --tensors 4 --repeats 31 --calls 2000
+
+Variants, measured side by side in one run, interleaved (each repeat runs every variant once, in
+a rotated order) so that machine noise hits them alike; the figure is the median over repeats:
+
+- ``bare``: SGLang's real functions (``sampling_observer_pp``, loaded without its GPU deps);
+- ``disabled``: pptrace's wrappers with the recorder disabled (``PPTRACE_ENABLED=0``);
+- ``stream``: recording to OTLP JSON files in a temp dir, background flush thread running
+  (default 1 s interval): what the caller sees, including the flush competing for the GIL;
+- ``stream/caller``: the same wrappers, with the flush done between timed batches: the
+  caller's path alone;
+- ``flight``: flight-recorder mode (ring of 4096, background thread idle until a dump);
+- ``otel-span``: the naive peer: an OpenTelemetry SDK span (TracerProvider + BatchSpanProcessor
+  + a no-op exporter) around each call, with per-tensor attributes.
+
+A loop that only builds the per-call dict is timed too and subtracted from every variant, so the
+ratios compare the functions themselves. The background cost (events to spans to a file line,
+on the recorder thread) is reported separately, in microseconds per event.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+from pptrace.config import Config
+from pptrace.export import build_provider
+from pptrace.instrument import wrap_transport
+from pptrace.recorder import Recorder
+from pptrace.sglang_module import load_transport_module
+
+PREFIX = "__sampling_observer_output__."
+
+
+class Output:
+    """An auxiliary output with ``n`` small tensors (built once: only the transport is timed)."""
+
+    def __init__(self, n: int) -> None:
+        self.named = {f"t{i}": torch.zeros(8, 4) for i in range(n)}
+
+    def to_pp_tensors(self) -> Mapping[str, torch.Tensor]:
+        return self.named
+
+
+class Observer:
+    """An observer that hands back what it received."""
+
+    def from_pp_tensors(self, tensors: Mapping[str, torch.Tensor]) -> Any:
+        return tensors
+
+
+class NullExporter(SpanExporter):
+    """Accepts spans and does nothing (the peer's cost is on the caller's path)."""
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        return SpanExportResult.SUCCESS
+
+
+def naive_peer(attach: Callable[..., Any], extract: Callable[..., Any],
+               provider: TracerProvider) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """The obvious instrumentation: a span around each call, one attribute set per tensor."""
+    tracer = provider.get_tracer("naive-peer")
+
+    def span_attach(tensors: Any, output: Any) -> Any:
+        with tracer.start_as_current_span("attach") as span:
+            before = set(tensors)
+            result = attach(tensors, output)
+            for key in tensors:
+                if key not in before:
+                    t = tensors[key]
+                    span.set_attribute(f"tensor.{key}.shape", list(t.shape))
+                    span.set_attribute(f"tensor.{key}.dtype", str(t.dtype))
+                    span.set_attribute(f"tensor.{key}.device", str(t.device))
+            return result
+
+    def span_extract(tensors: Any, observer: Any) -> Any:
+        with tracer.start_as_current_span("extract") as span:
+            for key, t in tensors.items():
+                if key.startswith(PREFIX):
+                    span.set_attribute(f"tensor.{key}.shape", list(t.shape))
+                    span.set_attribute(f"tensor.{key}.dtype", str(t.dtype))
+                    span.set_attribute(f"tensor.{key}.device", str(t.device))
+            return extract(tensors, observer)
+
+    return span_attach, span_extract
+
+
+def timed_loop(attach: Callable[..., Any] | None, extract: Callable[..., Any] | None,
+               output: Output, observer: Observer, calls: int) -> float:
+    """Nanoseconds per attach+extract pair over ``calls`` pairs (GC off while timing)."""
+    ids = torch.zeros(8, dtype=torch.long)
+    gc.disable()
+    try:
+        if attach is None or extract is None:  # the loop alone
+            t0 = time.perf_counter_ns()
+            for _ in range(calls):
+                tensors = {"next_token_ids": ids}
+            return (time.perf_counter_ns() - t0) / calls
+        t0 = time.perf_counter_ns()
+        for _ in range(calls):
+            tensors = {"next_token_ids": ids}
+            attach(tensors, output)
+            extract(tensors, observer)
+        return (time.perf_counter_ns() - t0) / calls
+    finally:
+        gc.enable()
+
+
+def run(n: int, repeats: int, calls: int, tmp: str) -> None:
+    mod = load_transport_module(allow_bare=True)
+    if mod is None:
+        sys.exit("SGLang's transport module is not installed (pip install --no-deps sglang)")
+    bare = (mod.add_auxiliary_output_to_pp_tensors, mod.pop_auxiliary_output_from_pp_tensors)
+
+    def recorder(**kw: Any) -> Recorder:
+        cfg = Config(trace_dir=f"{tmp}/n{n}", run_id="bench", **kw)
+        return Recorder(cfg, sink_factory=lambda rank: build_provider(cfg, rank)).start()
+
+    off = Recorder(Config(enabled=False))
+    stream = recorder()
+    caller = recorder(flush_interval=3600.0)  # flushed by hand, between timed batches
+    flight = recorder(mode="flight")
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(NullExporter()))
+    variants: dict[str, tuple[Any, Any]] = {
+        "loop only": (None, None),
+        "bare": bare,
+        "disabled": wrap_transport(*bare, off),
+        "stream": wrap_transport(*bare, stream),
+        "stream/caller": wrap_transport(*bare, caller),
+        "flight": wrap_transport(*bare, flight),
+        "otel-span": naive_peer(*bare, provider),
+    }
+    output, observer = Output(n), Observer()
+    names = list(variants)
+    samples: dict[str, list[float]] = {k: [] for k in names}
+    flush_ns: list[float] = []
+    for name in names:  # warm-up
+        timed_loop(*variants[name], output, observer, max(1, calls // 10))
+    caller.flush()
+    for r in range(repeats):
+        order = names[r % len(names):] + names[:r % len(names)]
+        for name in order:
+            samples[name].append(timed_loop(*variants[name], output, observer, calls))
+            if name == "stream/caller":
+                t0 = time.perf_counter_ns()
+                events = caller.flush()
+                if events:
+                    flush_ns.append((time.perf_counter_ns() - t0) / events)
+    loop = statistics.median(samples["loop only"])
+    med = {k: statistics.median(v) - loop for k, v in samples.items() if k != "loop only"}
+    base = med["bare"]
+    print(f"\n{n} tensor(s) per call: attach+extract, {repeats} interleaved repeats x "
+          f"{calls} calls, medians (loop overhead {loop / 1000:.2f} us subtracted)")
+    print(f"  {'variant':<15}{'us/call':>9}{'x bare':>9}{'x stream/caller':>17}")
+    for k, v in med.items():
+        print(f"  {k:<15}{v / 1000:>9.2f}{v / base:>9.2f}{v / med['stream/caller']:>17.1f}")
+    if flush_ns:
+        per_event = statistics.median(flush_ns) / 1000
+        print(f"  background (recorder thread): {per_event:.1f} us per event "
+              f"(2 events per call: {2 * per_event:.1f} us per call, off the caller's path)")
+    for rec in (stream, caller, flight):
+        rec.shutdown(5.0)
+    provider.shutdown()
+    lost = stream.stats()
+    print(f"  stream recorder: recorded {lost.recorded}, exported {lost.exported}, "
+          f"dropped {lost.dropped}")
+    print(f"  flight recorder at exit: recorded {flight.stats().recorded}, overwritten "
+          f"{flight.stats().overwritten} (ring of {flight.config.flight_size})")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--tensors", type=int, nargs="*", default=[1, 4, 16])
+    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--calls", type=int, default=1000)
+    args = parser.parse_args()
+    print(f"python {sys.version.split()[0]}, torch {torch.__version__}")
+    with tempfile.TemporaryDirectory(prefix="pptrace-bench-") as tmp:
+        for n in args.tensors:
+            run(n, args.repeats, args.calls, tmp)
+
+
+if __name__ == "__main__":
+    main()
