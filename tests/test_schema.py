@@ -66,7 +66,7 @@ def events(draw: st.DrawFn) -> Event:
     )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(events())
 def test_event_round_trip(event: Event) -> None:
     attrs = schema.event_to_attributes(event)
