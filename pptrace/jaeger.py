@@ -102,26 +102,31 @@ def _documents(body: bytes) -> list[Any] | None:
     """Parse one JSON document or JSON lines; None when the body is not JSON."""
     try:
         return [json.loads(body)]
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested too deeply
         pass
     docs = []
     for line in body.splitlines():
         if line.strip():
             try:
                 docs.append(json.loads(line))
-            except ValueError:
+            except (ValueError, RecursionError):
                 return None
     return docs or None
+
+
+def _items(node: Any, key: str) -> list[Any]:
+    """``node[key]`` when node is an object holding a list there, else [] (answers are input)."""
+    value = node.get(key) if isinstance(node, dict) else None
+    return value if isinstance(value, list) else []
 
 
 def _v3_spans(docs: list[Any]) -> int:
     count = 0
     for doc in docs:
         result = doc.get("result") if isinstance(doc, dict) else None
-        if isinstance(result, dict):
-            for rs in result.get("resourceSpans") or []:
-                for ss in rs.get("scopeSpans") or []:
-                    count += len(ss.get("spans") or [])
+        for rs in _items(result, "resourceSpans"):
+            for ss in _items(rs, "scopeSpans"):
+                count += len(_items(ss, "spans"))
     return count
 
 
@@ -152,8 +157,7 @@ def fetch_to_file(query: JaegerQuery, directory: str) -> str:
     """Fetch the spans into a JSON-lines file under ``directory``; return its path."""
     api, docs = fetch_documents(query)
     found = _v3_spans(docs) if api == "v3" else sum(
-        len(t.get("spans") or []) for d in docs for t in (d.get("data") or [])
-        if isinstance(t, dict))
+        len(_items(t, "spans")) for d in docs for t in _items(d, "data"))
     if not found:
         raise TraceInputError(
             f"Jaeger at {query.url} has no spans of service {query.service!r} between "
