@@ -174,9 +174,9 @@ class FailOpenProcessor(SpanProcessor):
         """Wait (bounded) until every queued span was sent or dropped."""
         return self._wait_idle(time.monotonic() + timeout_millis / 1000)
 
-    def shutdown(self) -> None:
-        """Send what is queued within the exit timeout; count whatever is still waiting."""
-        deadline = time.monotonic() + self.exit_timeout
+    def shutdown(self, timeout: float | None = None) -> None:
+        """Send what is queued within ``timeout`` (default: the exit timeout); count the rest."""
+        deadline = time.monotonic() + (self.exit_timeout if timeout is None else timeout)
         with self._cond:
             if self._closed:
                 return

@@ -32,7 +32,7 @@ from typing import Any
 
 from pptrace.config import Config
 from pptrace.patch import EnginePatch
-from pptrace.record import RecorderStats
+from pptrace.record import RankInfo, RecorderStats
 from pptrace.recorder import Recorder, Sink
 from pptrace.sglang_module import MODULE
 
@@ -56,6 +56,12 @@ class _Active:
     finished: bool = False
     handlers: dict[int, tuple[Handler, Handler]] = field(default_factory=dict)  # sig: (ours, prev)
     causes: collections.Counter[str] = field(default_factory=collections.Counter)
+    processor: Any = None  # the OTLP processor, built early (see _prepare)
+
+    def on_drop(self, events: int, cause: str) -> None:
+        """Hear of spans the OTLP exporter lost: counted in the recorder, named at exit."""
+        self.causes[cause] += events
+        self.recorder.exporter_dropped(events, cause)
 
 
 _state: _Active | None = None
@@ -153,8 +159,18 @@ def _arm(state: _Active) -> None:
         return
     state.armed = True
     state.recorder.start()
-    threading.Thread(target=_watch_rank, args=(state.recorder,), name="pptrace-rank",
-                     daemon=True).start()
+    if "otlp" in state.config.exporters and state.tracer_provider is None:
+        # Now, not at the first flush: the exporter's import runs SDK code that needs a thread
+        # pool, which refuses work once the interpreter exits (a short run's first flush).
+        # About 0.3 s once, at the engine's start-up, and only when OTLP is asked for.
+        try:
+            from pptrace.otlp import otlp_disabled, otlp_processor
+
+            if not otlp_disabled():
+                state.processor = otlp_processor(state.config, on_drop=state.on_drop)
+        except Exception as exc:
+            state.recorder.warn("cannot set up OTLP export", f"{type(exc).__name__}: {exc}")
+    threading.Thread(target=_prepare, args=(state,), name="pptrace-prepare", daemon=True).start()
     if threading.current_thread() is threading.main_thread():
         _install(state, signal.SIGTERM, _on_sigterm)
         if state.config.mode == "flight" and hasattr(signal, "SIGUSR1"):
@@ -165,9 +181,18 @@ def _arm(state: _Active) -> None:
         mp_util.Finalize(None, _finish_active, exitpriority=0)
 
 
+def _prepare(state: _Active) -> None:
+    """Off the engine's path: import the SDK now (not in the exit flush), then learn the
+    rank while torch.distributed is up (a short run may flush only after
+    ``destroy_process_group``, when the rank is no longer known)."""
+    try:
+        import pptrace.export  # noqa: F401  (the OTel SDK: a second or so, better spent now)
+    except Exception:  # the flush will meet the same error and report it
+        pass
+    _watch_rank(state.recorder)
+
+
 def _watch_rank(recorder: Recorder) -> None:
-    """Learn the rank while torch.distributed is up (a short run may flush only after
-    ``destroy_process_group``, when it is no longer known); polls, off the engine's path."""
     from pptrace.ranks import torch_rank_known
 
     waited = 0.0
@@ -253,7 +278,8 @@ def exit_message(stats: RecorderStats, causes: collections.Counter[str]) -> str:
     if not (stats.dropped or stats.export_errors or stats.internal_errors):
         return ""
     why = ", ".join(f"{n} {cause}" for cause, n in causes.most_common()) or "see the log"
-    return (f"pptrace: {stats.rank.label()} pid {stats.rank.pid}: {stats.recorded} events "
+    who = stats.rank.label() + (f" pid {stats.rank.pid}" if stats.rank.rank is not None else "")
+    return (f"pptrace: {who}: {stats.recorded} events "
             f"recorded, {stats.dropped} dropped, {stats.export_errors} export errors, "
             f"{stats.internal_errors} internal errors (lost spans: {why})")
 
@@ -290,36 +316,58 @@ def _make_sink(state: _Active) -> Sink:
 
     config = state.config
     rank = state.recorder.rank()
-
-    def on_drop(events: int, cause: str) -> None:
-        state.causes[cause] += events
-        state.recorder.exporter_dropped(events, cause)
-
-    exporters = tuple(config.exporters)
+    exporters = set(config.exporters)
     if "otlp" in exporters and otlp_disabled():
-        exporters = tuple(e for e in exporters if e != "otlp")
-    provider = state.tracer_provider
-    if provider is None and "otlp" in exporters:
-        provider = _engine_provider()
-    if provider is not None and "otlp" in exporters:
-        # The engine already exports spans: one pipeline, its own; files stay pptrace's.
-        sinks: list[Sink] = [SpanSink(provider)]
-        if "file" in exporters:
-            sinks.append(build_provider(replace(config, exporters=("file",)), rank))
-        return _Fanout(sinks)
-    return build_provider(replace(config, exporters=exporters or ("none",)), rank,
-                          on_drop=on_drop)
+        exporters.discard("otlp")
+    files = build_provider(replace(config, exporters=("file",)), rank) if (
+        "file" in exporters) else None
+    otlp: Sink | None = None
+    processor = None
+    if "otlp" in exporters:
+        provider = state.tracer_provider or _engine_provider()
+        if provider is None:
+            provider, processor = _otlp_provider(config, rank, state)
+        # When the engine already exports spans, pptrace's go through its pipeline, not a second.
+        otlp = SpanSink(provider, owns_provider=processor is not None)
+    return _Sinks(files, otlp, state.recorder.stats, processor)
 
 
-class _Fanout:
-    """Hand the same events to several sinks; one failing does not stop the others."""
+def _otlp_provider(config: Config, rank: RankInfo, state: _Active) -> Any:
+    """pptrace's own provider with the fail-open OTLP processor (kept, to bound its exit)."""
+    from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 
-    def __init__(self, sinks: Sequence[Sink]) -> None:
-        self.sinks = list(sinks)
+    from pptrace.export import rank_resource
+    from pptrace.otlp import otlp_processor
+
+    provider = TracerProvider(
+        resource=rank_resource(rank, config.run_id),
+        span_limits=SpanLimits(max_span_attributes=256, max_attribute_length=None),
+    )
+    processor = state.processor or otlp_processor(config, on_drop=state.on_drop)
+    provider.add_span_processor(processor)
+    return provider, processor
+
+
+class _Sinks:
+    """Trace files and OTLP side by side; one failing does not stop the other.
+
+    At shutdown OTLP goes first (bounded by the exit timeout), so that what it lost is counted
+    in a last stats span in the trace file, not only in the exit message.
+    """
+
+    def __init__(self, files: Sink | None, otlp: Sink | None,
+                 stats: Callable[[], RecorderStats], processor: Any = None) -> None:
+        self.files = files
+        self.otlp = otlp
+        self.processor = processor  # pptrace's FailOpenProcessor, when OTLP is pptrace's own
+        self._stats = stats
+        self._last: tuple[int, int] | None = None
 
     def _each(self, call: Callable[[Sink], None]) -> None:
         errors = []
-        for sink in self.sinks:
+        for sink in (self.files, self.otlp):
+            if sink is None:
+                continue
             try:
                 call(sink)
             except Exception as exc:
@@ -331,10 +379,20 @@ class _Fanout:
         self._each(lambda s: s.export(events))
 
     def export_stats(self, stats: RecorderStats) -> None:
+        self._last = (stats.dropped, stats.export_errors)
         self._each(lambda s: s.export_stats(stats))
 
     def shutdown(self, timeout: float) -> None:
-        self._each(lambda s: s.shutdown(timeout))
+        if self.processor is not None:
+            # Within the recorder's remaining time, keeping a slice for the last stats span.
+            self.processor.shutdown(max(0.05, timeout - max(0.1, 0.2 * timeout)))
+        if self.otlp is not None:
+            self.otlp.shutdown(timeout)
+        if self.files is not None:
+            stats = self._stats()
+            if (stats.dropped, stats.export_errors) != self._last:
+                self.files.export_stats(stats)
+            self.files.shutdown(timeout)
 
 
 class _DeferredSink:
