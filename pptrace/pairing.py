@@ -76,23 +76,27 @@ class _Walk:
         sigs = _Signatures()
         self.sa, self.se = sigs.of(attaches), sigs.of(extracts)
         # Both stages call once per microbatch slot, so a healthy run keeps a constant offset
-        # between the extract's and the attach's sequence numbers; a skipped send shifts it.
+        # between the extract's and the attach's sequence numbers. A skipped send shifts it
+        # when stage 0 makes no call for the skipped slot, so it is a hint, never a rule.
         self.offset: int | None = None
 
-    def agree(self, i: int, j: int) -> bool:
-        a, e = self.attaches[i], self.extracts[j]
-        if self.offset is not None and e.seq - a.seq != self.offset:
-            return False
-        return self.sa[i] is self.se[j] and _possible(a, e)
+    def same(self, i: int, j: int) -> bool:
+        """The signatures agree and the extract may have followed the attach."""
+        return self.sa[i] is self.se[j] and _possible(self.attaches[i], self.extracts[j])
 
-    def score(self, i: int, j: int) -> int:
-        """How many of the next WINDOW (attach, extract) steps agree from (i, j) on."""
-        n = 0
+    def in_step(self, i: int, j: int) -> bool:
+        """The pair keeps the sequence-number offset of the pairs before it."""
+        return self.offset is None or self.extracts[j].seq - self.attaches[i].seq == self.offset
+
+    def score(self, i: int, j: int) -> tuple[int, int]:
+        """(signatures agreeing, offsets kept) over the next WINDOW steps from (i, j)."""
+        same = kept = 0
         for t in range(WINDOW):
             if i + t >= len(self.attaches) or j + t >= len(self.extracts):
                 break
-            n += self.agree(i + t, j + t)
-        return n
+            same += self.same(i + t, j + t)
+            kept += self.in_step(i + t, j + t)
+        return same, kept
 
 
 def pair(attaches: Sequence[Event], extracts: Sequence[Event]) -> Pairing:
@@ -109,15 +113,16 @@ def pair(attaches: Sequence[Event], extracts: Sequence[Event]) -> Pairing:
             unmatched.append(j)  # this extract came before the attach: its own attach is lost
             j += 1
             continue
-        if walk.agree(i, j):
+        if walk.same(i, j) and walk.in_step(i, j):
             pairs.append((i, j))
             walk.offset = e.seq - a.seq
             i += 1
             j += 1
             continue
         # Disagreement: a real divergence, or a gap on one side. Keep the straight pairing
-        # unless skipping some attaches or extracts makes more of what follows agree.
-        best, best_score = (0, 0), walk.score(i + 1, j + 1)
+        # unless skipping some attaches or extracts makes more of what follows agree (first
+        # in signatures, then in keeping the offset); ties keep the straight pairing.
+        best, best_score = (0, 0), walk.score(i, j)
         for k in range(1, WINDOW + 1):
             s = walk.score(i + k, j)
             if s > best_score:

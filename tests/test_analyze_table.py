@@ -92,6 +92,12 @@ def orphan(run: Run) -> None:
     healthy(run, 3)
 
 
+def orphan_no_stage0_call(run: Run) -> None:
+    healthy(run, 3)
+    run.attach(A)  # its send was skipped and stage 0 made no call at all for that slot
+    healthy(run, 3)
+
+
 def orphan_constant_shapes(run: Run) -> None:
     for _ in range(3):
         run.step(A)
@@ -222,6 +228,7 @@ ROWS: list[tuple[str, Callable[[Run], None] | Callable[[], Run], list[FindingKin
      [K.EXTRACT_NOT_RECONSTRUCTED]),
     ("orphan attach (skipped send)", orphan, [K.ORPHAN_ATTACH]),
     ("orphan attach, constant shapes", orphan_constant_shapes, [K.ORPHAN_ATTACH]),
+    ("orphan attach, no call on stage 0", orphan_no_stage0_call, [K.ORPHAN_ATTACH]),
     ("unmatched extract", unmatched, [K.UNMATCHED_EXTRACT]),
     ("names differ", pair_of([meta("a"), meta("b")], [meta("a")]), [K.NAMES_DIFFER]),
     ("names renamed", pair_of([meta("a")], [meta("b")]), [K.NAMES_DIFFER]),
@@ -306,7 +313,7 @@ def test_cascade_is_counted_not_flooded() -> None:
 
 
 def test_orphan_is_the_skipped_microbatch_and_nothing_cascades() -> None:
-    for build in (orphan, orphan_constant_shapes):
+    for build in (orphan, orphan_constant_shapes, orphan_no_stage0_call):
         run = Run()
         build(run)
         (f,) = analyze(run.trace())
