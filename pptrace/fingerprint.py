@@ -18,6 +18,14 @@ __all__ = ["resolve", "start"]
 
 def start(tensor: torch.Tensor) -> Any:
     """Begin a fingerprint of ``tensor`` as it is now; return a pending value for ``resolve``."""
+    if type(tensor) is not torch.Tensor:
+        # A tensor subclass's __torch_function__ is user code the engine never calls.
+        with torch._C.DisableTorchFunctionSubclass():
+            return _start(tensor)
+    return _start(tensor)
+
+
+def _start(tensor: torch.Tensor) -> Any:
     if tensor.device.type == "cpu":
         data = tensor.detach().contiguous().reshape(-1).view(torch.uint8)
         # memoryview over a CPU tensor we own: a plain host read, no device involved.

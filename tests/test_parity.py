@@ -99,7 +99,8 @@ def variants() -> list[Variant]:
         _wrapped("real+wrap", REAL),
         Variant("ref", ref_engine.add_auxiliary_output_to_pp_tensors,
                 ref_engine.pop_auxiliary_output_from_pp_tensors),
-        _wrapped("ref+wrap", ref_engine),
+        # Fingerprinting (opt-in; reads tensor memory) must be just as invisible to the engine.
+        _wrapped("ref+wrap", ref_engine, Config(exporters=("none",), fingerprint=True)),
     ]
 
 
