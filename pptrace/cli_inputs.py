@@ -12,6 +12,7 @@ import argparse
 import sys
 
 from pptrace.errors import TraceInputError
+from pptrace.jaeger import add_jaeger_arguments, jaeger_paths
 from pptrace.load import load_paths
 from pptrace.model import Trace
 from pptrace.progress import TerminalProgress
@@ -33,13 +34,16 @@ def add_input_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="do not show loading progress (shown on a terminal only)",
     )
+    add_jaeger_arguments(parser)  # --jaeger URL and its window: see pptrace.jaeger
 
 
 def input_paths(args: argparse.Namespace) -> list[str]:
     """The paths given on the command line; one-line error when there are none."""
     paths = list(getattr(args, "paths", None) or [])
+    paths += jaeger_paths(args)  # with --jaeger: fetched once into a temporary file
     if not paths:
-        raise TraceInputError("no input: give trace files, directories or glob patterns")
+        raise TraceInputError(
+            "no input: give trace files, directories or glob patterns, or --jaeger URL")
     return paths
 
 

@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import re
+import tempfile
 import time
 import urllib.error
 import urllib.parse
@@ -32,6 +33,7 @@ __all__ = [
     "add_jaeger_arguments",
     "fetch_documents",
     "fetch_to_file",
+    "jaeger_paths",
     "parse_duration",
     "parse_time",
     "query_from_args",
@@ -195,20 +197,24 @@ def parse_time(text: str) -> int:
 
 
 def add_jaeger_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add ``--jaeger URL`` and its service and time-range options to a command."""
-    g = parser.add_argument_group("reading from Jaeger")
-    g.add_argument("--jaeger", metavar="URL", help="fetch spans from Jaeger's query service "
-                   "(e.g. http://localhost:16686) instead of, or beside, trace files")
-    g.add_argument("--service", default="pptrace", metavar="NAME",
-                   help="service name of the spans in Jaeger (default pptrace)")
-    g.add_argument("--since", default="1h", metavar="DURATION",
+    """Add ``--jaeger URL`` and its service and time-window options to a command."""
+    g = parser.add_argument_group(
+        "reading from Jaeger",
+        "Fetch pptrace's spans from Jaeger's query service (API v3, else /api/traces) instead "
+        "of, or beside, trace files.")
+    g.add_argument("--jaeger", metavar="URL",
+                   help="Jaeger's query service, e.g. http://localhost:16686")
+    g.add_argument("--jaeger-service", default="pptrace", metavar="NAME",
+                   help="service name of the spans (OTEL_SERVICE_NAME of the run; default pptrace)")
+    g.add_argument("--jaeger-since", default="1h", metavar="DURATION",
                    help="how far back to look, e.g. 30m, 2h, 1d (default 1h)")
-    g.add_argument("--start", metavar="TIME", help="window start, ISO 8601 (overrides --since)")
-    g.add_argument("--end", metavar="TIME", help="window end, ISO 8601 (default now)")
-    g.add_argument("--limit", type=int, default=1000, metavar="N",
+    g.add_argument("--jaeger-start", metavar="TIME",
+                   help="window start, ISO 8601 (overrides --jaeger-since)")
+    g.add_argument("--jaeger-end", metavar="TIME", help="window end, ISO 8601 (default now)")
+    g.add_argument("--jaeger-limit", type=int, default=1000, metavar="N",
                    help="most traces to fetch (default 1000; every pptrace span is a trace)")
     g.add_argument("--jaeger-timeout", type=float, default=10.0, metavar="SECONDS",
-                   help="timeout of each request to Jaeger (default 10)")
+                   help="timeout of each request (default 10)")
 
 
 def query_from_args(args: argparse.Namespace, now_ns: int | None = None) -> JaegerQuery | None:
@@ -219,10 +225,31 @@ def query_from_args(args: argparse.Namespace, now_ns: int | None = None) -> Jaeg
     if not url.startswith(("http://", "https://")):
         raise ConfigError(f"--jaeger {url!r}: expected an http:// or https:// URL")
     now_ns = time.time_ns() if now_ns is None else now_ns
-    end = parse_time(args.end) if args.end else now_ns
-    start = parse_time(args.start) if args.start else end - int(
-        parse_duration(args.since) * 1e9)
+    end = parse_time(args.jaeger_end) if args.jaeger_end else now_ns
+    start = parse_time(args.jaeger_start) if args.jaeger_start else end - int(
+        parse_duration(args.jaeger_since) * 1e9)
     if start >= end:
-        raise ConfigError("--start must be before --end")
-    return JaegerQuery(url=url, service=args.service, start_ns=start, end_ns=end,
-                       limit=args.limit, timeout=args.jaeger_timeout)
+        raise ConfigError("--jaeger-start must be before --jaeger-end")
+    if args.jaeger_limit < 1 or args.jaeger_timeout <= 0:
+        raise ConfigError("--jaeger-limit and --jaeger-timeout must be positive")
+    return JaegerQuery(url=url, service=args.jaeger_service, start_ns=start, end_ns=end,
+                       limit=args.jaeger_limit, timeout=args.jaeger_timeout)
+
+
+_FETCHED = "_pptrace_jaeger_paths"
+_TEMP_DIRS: list[tempfile.TemporaryDirectory[str]] = []  # removed when the process exits
+
+
+def jaeger_paths(args: argparse.Namespace) -> list[str]:
+    """With ``--jaeger``: fetch once into a temporary file and return its path; else []."""
+    cached = getattr(args, _FETCHED, None)
+    if cached is not None:
+        return list(cached)
+    query = query_from_args(args)
+    paths: list[str] = []
+    if query is not None:
+        tmp = tempfile.TemporaryDirectory(prefix="pptrace-jaeger-")
+        _TEMP_DIRS.append(tmp)
+        paths = [fetch_to_file(query, tmp.name)]
+    setattr(args, _FETCHED, paths)
+    return list(paths)

@@ -1,0 +1,196 @@
+"""``--jaeger``: spans fetched from Jaeger's query API (v3, or the older /api/traces) load as the
+same events pptrace recorded, and the analyze command reads them without any file copied."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import http.server
+import json
+import threading
+import time
+import urllib.parse
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from pptrace.cli import main
+from pptrace.errors import ConfigError, TraceInputError
+from pptrace.export import SpanSink, encode_json_line, rank_resource
+from pptrace.jaeger import JaegerQuery, add_jaeger_arguments, fetch_to_file, query_from_args
+from pptrace.load import load_paths
+from pptrace.record import PREFIX, Direction, Event, RankInfo, TensorMeta
+
+NOW = time.time_ns()
+T = TensorMeta(name="scores", key=PREFIX + "scores", shape=(2, 3), dtype="float32", device="cpu",
+               nbytes=24)
+
+
+def _events() -> list[tuple[RankInfo, Event]]:
+    out = []
+    for rank, direction in ((1, Direction.ATTACH), (0, Direction.EXTRACT)):
+        info = RankInfo(rank=rank, world_size=2, pp_rank=rank, pp_size=2, tp_rank=0, tp_size=1,
+                        host="h", pid=100 + rank)
+        for seq in range(3):
+            out.append((info, Event(direction=direction, seq=seq, rank=info,
+                                    start_ns=NOW - 10**9 + seq * 1000, mono_ns=seq, duration_ns=500,
+                                    tensors=(T,), keys_before=("next_token_ids",),
+                                    keys_after=("next_token_ids",), run_id="j1")))
+    return out
+
+
+def _spans() -> list[ReadableSpan]:
+    spans: list[ReadableSpan] = []
+    for info, event in _events():
+        memory = InMemorySpanExporter()
+        provider = TracerProvider(resource=rank_resource(info, "j1"))
+        provider.add_span_processor(SimpleSpanProcessor(memory))
+        SpanSink(provider).export([event])
+        spans += memory.get_finished_spans()
+    return spans
+
+
+def _v3_body(spans: list[ReadableSpan]) -> bytes:
+    # What Jaeger's API v3 answers: OTLP JSON under "result" (one chunk per trace here).
+    return b"\n".join(b'{"result":' + encode_json_line([s]).encode() + b"}" for s in spans)
+
+
+def _tag(key: str, value: Any) -> dict[str, Any]:
+    if isinstance(value, bool):
+        return {"key": key, "type": "bool", "value": value}
+    if isinstance(value, int):
+        return {"key": key, "type": "int64", "value": value}
+    if isinstance(value, float):
+        return {"key": key, "type": "float64", "value": value}
+    if isinstance(value, (list, tuple)):  # Jaeger has no arrays: it stores them as JSON text
+        return {"key": key, "type": "string", "value": json.dumps(list(value))}
+    return {"key": key, "type": "string", "value": str(value)}
+
+
+def _legacy_body(spans: list[ReadableSpan]) -> bytes:
+    data = []
+    for s in spans:
+        ctx = s.get_span_context()
+        assert ctx is not None and s.start_time is not None and s.end_time is not None
+        data.append({
+            "traceID": f"{ctx.trace_id:032x}",
+            "spans": [{
+                "traceID": f"{ctx.trace_id:032x}", "spanID": f"{ctx.span_id:016x}",
+                "operationName": s.name, "references": [], "processID": "p1",
+                "startTime": s.start_time // 1000, "duration": (s.end_time - s.start_time) // 1000,
+                "tags": [_tag(k, v) for k, v in (s.attributes or {}).items()], "logs": [],
+            }],
+            "processes": {"p1": {"serviceName": "pptrace", "tags": [
+                _tag(k, v) for k, v in s.resource.attributes.items()]}},
+        })
+    return json.dumps({"data": data, "total": 0, "limit": 0, "offset": 0, "errors": None}).encode()
+
+
+@contextlib.contextmanager
+def _jaeger(v3: tuple[int, bytes], legacy: tuple[int, bytes]) -> Iterator[tuple[str, list[str]]]:
+    seen: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+            seen.append(self.path)
+            status, body = v3 if self.path.startswith("/api/v3/") else legacy
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                              daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", seen
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _summary(events: Any) -> list[tuple[Any, ...]]:
+    return sorted((e.direction.value, e.rank.rank, e.rank.pp_rank, e.seq, e.names,
+                   e.tensors[0].shape, e.run_id) for e in events)
+
+
+EXPECTED = _summary(e for _, e in _events())
+NOT_FOUND = (404, b"404 page not found\n")  # an older Jaeger, without API v3
+
+
+@pytest.mark.parametrize("api", ["v3", "legacy"])
+def test_spans_fetched_from_jaeger_load_as_the_recorded_events(tmp_path: Path, api: str) -> None:
+    spans = _spans()
+    v3 = (200, _v3_body(spans)) if api == "v3" else NOT_FOUND
+    with _jaeger(v3, (200, _legacy_body(spans))) as (url, seen):
+        query = JaegerQuery(url, service="pptrace", start_ns=NOW - 3600 * 10**9, end_ns=NOW,
+                            timeout=5)
+        path = fetch_to_file(query, str(tmp_path))
+    trace = load_paths([path])
+    assert _summary(e for p in trace.processes for e in p.events) == EXPECTED
+    assert not trace.problems
+    first = urllib.parse.urlsplit(seen[0])
+    params = urllib.parse.parse_qs(first.query)
+    assert first.path == "/api/v3/traces"  # v3 is always asked first
+    assert params["query.service_name"] == ["pptrace"]
+    assert params["query.start_time_min"][0].endswith("Z")
+    if api == "legacy":
+        legacy = urllib.parse.parse_qs(urllib.parse.urlsplit(seen[1]).query)
+        assert urllib.parse.urlsplit(seen[1]).path == "/api/traces"
+        assert legacy["service"] == ["pptrace"]
+        assert int(legacy["end"][0]) - int(legacy["start"][0]) == 3600 * 10**6  # microseconds
+    else:
+        assert len(seen) == 1
+
+
+def test_analyze_reads_from_jaeger(capsys: pytest.CaptureFixture[str]) -> None:
+    spans = _spans()
+    with _jaeger(NOT_FOUND, (200, _legacy_body(spans))) as (url, _):
+        code = main(["analyze", "--jaeger", url, "--jaeger-since", "2h", "--format", "json",
+                     "--no-progress"])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    summary = json.loads(out.out)["summary"]
+    assert (summary["processes"], summary["events"], summary["findings"]) == (2, 6, 0)
+
+
+def test_an_unreachable_or_empty_jaeger_is_one_line() -> None:
+    with _jaeger(NOT_FOUND, NOT_FOUND) as (url, _):
+        with pytest.raises(TraceInputError, match="neither /api/v3/traces") as info:
+            fetch_to_file(JaegerQuery(url, start_ns=NOW - 10**9, end_ns=NOW, timeout=2), "/tmp")
+    assert "\n" not in str(info.value)
+    with _jaeger((200, b'{"result":{"resourceSpans":[]}}'), (200, b'{"data":[]}')) as (url, _):
+        with pytest.raises(TraceInputError, match="no spans of service 'pptrace'"):
+            fetch_to_file(JaegerQuery(url, start_ns=NOW - 10**9, end_ns=NOW, timeout=2), "/tmp")
+    t0 = time.monotonic()
+    with pytest.raises(TraceInputError, match="cannot reach"):
+        fetch_to_file(JaegerQuery("http://127.0.0.1:9", start_ns=0, end_ns=NOW, timeout=2), "/tmp")
+    assert time.monotonic() - t0 < 2 * 2 + 3  # two requests, each within its timeout
+
+
+def test_jaeger_options_become_a_query() -> None:
+    parser = argparse.ArgumentParser()
+    add_jaeger_arguments(parser)
+    now = 1_700_000_000 * 10**9
+    q = query_from_args(parser.parse_args(["--jaeger", "http://j:16686", "--jaeger-since", "30m",
+                                           "--jaeger-service", "eng"]), now_ns=now)
+    assert q is not None and (q.service, q.end_ns - q.start_ns) == ("eng", 1800 * 10**9)
+    q = query_from_args(parser.parse_args(["--jaeger", "http://j", "--jaeger-start",
+                                           "2026-11-29T10:00:00Z", "--jaeger-end",
+                                           "2026-11-29T11:00:00"]), now_ns=now)
+    assert q is not None and q.end_ns - q.start_ns == 3600 * 10**9
+    assert query_from_args(parser.parse_args([])) is None
+    for bad in (["--jaeger", "j:16686"], ["--jaeger", "http://j", "--jaeger-since", "soon"],
+                ["--jaeger", "http://j", "--jaeger-start", "yesterday"]):
+        with pytest.raises(ConfigError):
+            query_from_args(parser.parse_args(bad), now_ns=now)
