@@ -115,7 +115,8 @@ async def test_pair_detail_shows_both_sides_and_the_engine_error() -> None:
         screen = await wait_main(pilot)
         assert screen.grid.cursor == (0, 3) or screen.grid.cursor == (1, 3)
         text = screen_text(app)
-        assert "extract error: builtins.RuntimeError: received auxiliary PP output without a" in text
+        error = "extract error: builtins.RuntimeError: received auxiliary PP output without a"
+        assert error in text
         assert "extract keys before: next_token_ids, __sampling_observer_output__.scores" in text
         assert "! = =" in text  # the error cell in the grid
 
