@@ -33,7 +33,7 @@ OTEL_DOC: dict[str, str] = {
     "OTEL_EXPORTER_OTLP_TIMEOUT": "seconds per export request (default: min(1, exit timeout))",
     "OTEL_SERVICE_NAME": "service name of pptrace's spans (default pptrace)",
     "OTEL_RESOURCE_ATTRIBUTES": "extra resource attributes, key=value,...",
-    "OTEL_SDK_DISABLED": "true: no OTLP export (trace files are still written)",
+    "OTEL_SDK_DISABLED": "true: OpenTelemetry is off, and so is pptrace (said once)",
 }
 
 # option -> variable it sets

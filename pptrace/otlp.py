@@ -26,7 +26,7 @@ from pptrace import schema
 from pptrace.config import Config
 from pptrace.errors import ConfigError
 
-__all__ = ["FailOpenProcessor", "make_exporter", "otlp_disabled", "otlp_processor",
+__all__ = ["FailOpenProcessor", "make_exporter", "otlp_processor",
            "protocol"]
 
 PROTOCOLS = ("grpc", "http/protobuf")
@@ -43,12 +43,6 @@ def protocol(env: Mapping[str, str] | None = None) -> str:
     if raw not in PROTOCOLS:
         raise ConfigError(f"OTLP protocol {raw!r}: pptrace exports grpc or http/protobuf")
     return raw
-
-
-def otlp_disabled(env: Mapping[str, str] | None = None) -> bool:
-    """True when ``OTEL_SDK_DISABLED`` turns OpenTelemetry export off."""
-    env = os.environ if env is None else env
-    return env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true"
 
 
 def _request_timeout(config: Config, env: Mapping[str, str]) -> float | None:

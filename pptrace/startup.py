@@ -69,6 +69,15 @@ _lock = threading.RLock()
 _hooks_registered = False
 
 
+_said: set[str] = set()
+
+
+def _say_once(message: str) -> None:
+    if message not in _said:
+        _said.add(message)
+        print(f"pptrace: {message}", file=sys.stderr)
+
+
 def active_recorder() -> Recorder | None:
     """The recorder of this process's activation, if any."""
     return _state.recorder if _state is not None else None
@@ -91,6 +100,10 @@ def activate(
             return _state.recorder
         config = config if config is not None else Config.from_env()
         if not config.enabled:
+            return None
+        if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+            # pptrace's spans are OpenTelemetry spans: with the SDK off there is nowhere to go.
+            _say_once("OTEL_SDK_DISABLED=true: OpenTelemetry is off, so pptrace records nothing")
             return None
         # The closures below see ``state`` once it is assigned (it is, before any call).
         recorder = Recorder(config, sink_factory=lambda rank: _DeferredSink(
@@ -164,10 +177,9 @@ def _arm(state: _Active) -> None:
         # pool, which refuses work once the interpreter exits (a short run's first flush).
         # About 0.3 s once, at the engine's start-up, and only when OTLP is asked for.
         try:
-            from pptrace.otlp import otlp_disabled, otlp_processor
+            from pptrace.otlp import otlp_processor
 
-            if not otlp_disabled():
-                state.processor = otlp_processor(state.config, on_drop=state.on_drop)
+            state.processor = otlp_processor(state.config, on_drop=state.on_drop)
         except Exception as exc:
             state.recorder.warn("cannot set up OTLP export", f"{type(exc).__name__}: {exc}")
     threading.Thread(target=_prepare, args=(state,), name="pptrace-prepare", daemon=True).start()
@@ -312,13 +324,10 @@ def _engine_provider() -> Any:
 
 def _make_sink(state: _Active) -> Sink:
     from pptrace.export import SpanSink, build_provider
-    from pptrace.otlp import otlp_disabled
 
     config = state.config
     rank = state.recorder.rank()
     exporters = set(config.exporters)
-    if "otlp" in exporters and otlp_disabled():
-        exporters.discard("otlp")
     files = build_provider(replace(config, exporters=("file",)), rank) if (
         "file" in exporters) else None
     otlp: Sink | None = None
@@ -327,7 +336,13 @@ def _make_sink(state: _Active) -> Sink:
         provider = state.tracer_provider or _engine_provider()
         if provider is None:
             provider, processor = _otlp_provider(config, rank, state)
-        # When the engine already exports spans, pptrace's go through its pipeline, not a second.
+        else:
+            # The engine already exports spans: pptrace's go through its pipeline, not a second.
+            if state.processor is not None:
+                state.processor.shutdown(0.0)  # built in advance, not needed after all
+            # Exit handlers run last-registered first: flush before the engine's provider's own
+            # atexit shutdown (registered when it was built, after pptrace's first one).
+            atexit.register(_finish_active)
         otlp = SpanSink(provider, owns_provider=processor is not None)
     return _Sinks(files, otlp, state.recorder.stats, processor)
 
