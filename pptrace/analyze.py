@@ -592,7 +592,7 @@ def _compare_specs(
         x, y = a_by[name], e_by[name]
         if x == y:
             continue
-        side = f"{ls} attached `{name}` {{}}; {rs} extracted {{}}"
+        side = f"{ls} attached `{_esc(name)}` {{}}; {rs} extracted {{}}"  # name is a template
         if x.shape != y.shape:
             out.append((K.SHAPE_MISMATCH, side.format(x.describe(), y.describe()), name))
         if x.dtype != y.dtype:
