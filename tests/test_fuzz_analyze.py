@@ -1,0 +1,192 @@
+"""Hostile but loadable traces into the analyzer and the reports.
+
+Hypothesis builds events whose every field is schema-valid but otherwise arbitrary (odd rank
+layouts, repeated or huge sequence numbers, negative times, empty or prefix-like names, engine
+error messages quoting hostile names, shapes that overflow), writes them as OTLP JSON lines,
+loads them, and runs ``analyze`` and both reports. Nothing may raise; the text report stays inert.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from collections.abc import Iterator
+
+import pytest
+from helpers_analyze import write_otlp_lines
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pptrace import errors
+from pptrace.analyze import analyze
+from pptrace.errors import TraceInputError
+from pptrace.findings import Severity
+from pptrace.load import load_paths
+from pptrace.record import PREFIX, Direction, Event, RankInfo, RecorderStats, TensorMeta
+from pptrace.report import render_text, to_json
+
+INT64 = st.integers(-(2**63), 2**63 - 1)
+SMALL = st.integers(-2, 6)
+NAMES = st.sampled_from(["scores", "", "a", PREFIX, "next_token_ids", "__msg_type__",
+                         "\x1b[31mx", "[b]y[/b]", "a\nb", "é", "x" * 300]) | st.text(max_size=12)
+TEMPLATES = [errors.ATTACH_NOT_PP, errors.ATTACH_EMPTY, errors.ATTACH_BAD_NAME,
+             errors.ATTACH_NOT_TENSOR, errors.ATTACH_DUPLICATE, errors.EXTRACT_NO_OBSERVER,
+             errors.EXTRACT_NOT_PP, errors.EXTRACT_NOT_TENSOR, errors.EXTRACT_NOT_RECONSTRUCTED]
+CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+@st.composite
+def tensors(draw: st.DrawFn) -> TensorMeta:
+    name = draw(NAMES)
+    return TensorMeta(
+        name=name,
+        key=draw(st.sampled_from([PREFIX + name, name, ""])),
+        shape=tuple(draw(st.lists(st.integers(-1, 2**40), max_size=4))),
+        dtype=draw(st.sampled_from(["float32", "int64", "bfloat16", "", "list", "weird dtype"])),
+        device=draw(st.sampled_from(["cpu", "cuda:0", "cuda:7", "", "meta", "cuda:x:y"])),
+        nbytes=draw(st.integers(0, 2**62)),
+        contiguous=draw(st.booleans()),
+        is_tensor=draw(st.booleans()),
+        fingerprint=draw(st.none() | st.sampled_from(["b2:00", "x64:ff", ""])),
+    )
+
+
+@st.composite
+def ranks(draw: st.DrawFn) -> RankInfo:
+    return RankInfo(
+        rank=draw(st.none() | SMALL),
+        world_size=draw(st.none() | SMALL),
+        pp_rank=draw(st.none() | SMALL),
+        pp_size=draw(st.none() | SMALL),
+        tp_rank=draw(st.none() | SMALL),
+        tp_size=draw(st.none() | SMALL),
+        host=draw(st.sampled_from(["h", "", "\x1b]0;t\x07"])),
+        pid=draw(st.integers(0, 3)),
+    )
+
+
+@st.composite
+def events(draw: st.DrawFn) -> Event:
+    direction = draw(st.sampled_from(list(Direction)))
+    error = draw(st.none() | st.sampled_from(TEMPLATES))
+    message = error.format(name=draw(NAMES)) if error else None
+    ts = draw(st.lists(tensors(), max_size=4))
+    return Event(
+        direction=direction,
+        seq=draw(st.integers(0, 6) | INT64.filter(lambda v: v >= 0)),
+        rank=draw(ranks()),
+        start_ns=draw(st.integers(0, 2**63 - 1)),
+        mono_ns=draw(INT64),
+        duration_ns=draw(st.integers(0, 10**12)),
+        thread_id=draw(st.integers(0, 2**40)),
+        thread_name=draw(st.sampled_from(["MainThread", "", "w\x1b[1m"])),
+        subject_type=draw(st.sampled_from(["Out", "", "builtins.NoneType", "x.y.Z"])),
+        subject_pp_capable=draw(st.none() | st.booleans()),
+        tensors=tuple(ts),
+        keys_before=tuple(draw(st.lists(NAMES, max_size=4))),
+        keys_after=tuple(draw(st.lists(NAMES, max_size=4))),
+        returned_none=draw(st.booleans()),
+        error_type=(draw(st.sampled_from(["RuntimeError", "AttributeError", "x"]))
+                    if error else None),
+        error_message=message,
+        inserted_before_error=tuple(draw(st.lists(NAMES, max_size=2))) if error else (),
+        dropped_before=draw(st.integers(0, 2**40)),
+        run_id=draw(st.sampled_from(["", "r1", "r2"])),
+    )
+
+
+@pytest.fixture(scope="module")
+def scratch() -> Iterator[str]:
+    with tempfile.TemporaryDirectory() as d:
+        yield d
+
+
+def _check(directory: str) -> None:
+    try:
+        trace = load_paths([directory])
+    except TraceInputError as exc:
+        assert "\n" not in str(exc)
+        return
+    findings = analyze(trace)
+    for sev in Severity:
+        text = render_text(trace, findings, fail_on=sev)
+        assert not CONTROL.search(text.replace("\n", "")), repr(text[:200])
+        json.dumps(to_json(trace, findings, fail_on=sev))
+
+
+@settings(max_examples=50, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(per_process=st.lists(st.lists(events(), max_size=8), min_size=1, max_size=3),
+       stats=st.none() | st.integers(0, 2**40))
+def test_analyze_and_report_survive_any_schema_valid_events(
+    scratch: str, per_process: list[list[Event]], stats: int | None
+) -> None:
+    directory = os.path.join(scratch, "t")
+    os.makedirs(directory, exist_ok=True)
+    for name in os.listdir(directory):
+        os.remove(os.path.join(directory, name))
+    for i, evs in enumerate(per_process):
+        rs = None
+        if stats is not None and evs:
+            rs = RecorderStats(rank=evs[0].rank, time_ns=stats, recorded=stats, dropped=stats,
+                               overwritten=stats, internal_errors=stats % 7)
+        write_otlp_lines(os.path.join(directory, f"p{i}.jsonl"), evs, per_line=5, stats=rs)
+    _check(directory)
+
+
+@settings(max_examples=60, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(pp_size=st.integers(1, 4), steps=st.lists(
+    st.tuples(st.sampled_from(["ok", "orphan", "extra", "rename", "reshape", "dup-seq"]),
+              st.lists(NAMES, min_size=1, max_size=3, unique=True)), max_size=12))
+def test_analyze_survives_mangled_pipelines(scratch: str, pp_size: int,
+                                            steps: list[tuple[str, list[str]]]) -> None:
+    # A plausible PP run (last stage attaches, stage 0 extracts) with faults sprinkled in.
+    last = RankInfo(rank=pp_size - 1, pp_rank=pp_size - 1, pp_size=pp_size, tp_rank=0,
+                    tp_size=1, host="h", pid=2)
+    first = RankInfo(rank=0, pp_rank=0, pp_size=pp_size, tp_rank=0, tp_size=1, host="h", pid=1)
+    att: list[Event] = []
+    ext: list[Event] = []
+    for i, (fault, names) in enumerate(steps):
+        metas = tuple(TensorMeta(name=n, key=PREFIX + n, shape=(2,), dtype="float32",
+                                 device="cpu", nbytes=8) for n in names)
+        t = 1_000 + i * 10
+        if fault != "extra":
+            att.append(Event(Direction.ATTACH, len(att), last, t, t, 1, tensors=metas))
+        if fault == "orphan":
+            continue
+        got = metas
+        if fault == "rename":
+            got = tuple(TensorMeta(name=m.name + "_", key=m.key + "_") for m in metas)
+        elif fault == "reshape":
+            got = tuple(TensorMeta(name=m.name, key=m.key, shape=(3, 3)) for m in metas)
+        seq = len(ext) - 1 if fault == "dup-seq" and ext else len(ext)
+        ext.append(Event(Direction.EXTRACT, seq, first, t + 5, t + 5, 1, tensors=got,
+                         returned_none=False))
+    directory = os.path.join(scratch, "m")
+    os.makedirs(directory, exist_ok=True)
+    for name in os.listdir(directory):
+        os.remove(os.path.join(directory, name))
+    write_otlp_lines(os.path.join(directory, "last.jsonl"), att)
+    write_otlp_lines(os.path.join(directory, "first.jsonl"), ext)
+    _check(directory)
+
+
+@pytest.mark.parametrize("name", ["{", "}", "{0}", "{}", "{name}", "{0.__class__}"])
+def test_braces_in_a_name_are_shown_literally(scratch: str, name: str) -> None:
+    last = RankInfo(rank=1, pp_rank=1, pp_size=2, tp_rank=0, tp_size=1, host="h", pid=2)
+    first = RankInfo(rank=0, pp_rank=0, pp_size=2, tp_rank=0, tp_size=1, host="h", pid=1)
+    sent = (TensorMeta(name=name, key=PREFIX + name, shape=(2,), dtype="float32", nbytes=8),)
+    got = (TensorMeta(name=name, key=PREFIX + name, shape=(3,), dtype="float32", nbytes=12),)
+    directory = os.path.join(scratch, "braces")
+    os.makedirs(directory, exist_ok=True)
+    write_otlp_lines(os.path.join(directory, "last.jsonl"),
+                     [Event(Direction.ATTACH, 0, last, 100, 100, 1, tensors=sent)])
+    write_otlp_lines(os.path.join(directory, "first.jsonl"),
+                     [Event(Direction.EXTRACT, 0, first, 200, 200, 1, tensors=got,
+                            returned_none=False)])
+    findings = analyze(load_paths([directory]))
+    assert any(f"`{name}` float32[2]" in f.message for f in findings), [
+        f.message for f in findings]
