@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from hypothesis import strategies as st
 
-from pptrace import schema
+from pptrace import errors, schema
 from pptrace.config import Config
-from pptrace.record import PREFIX, Event, RankInfo, RecorderStats
+from pptrace.record import PREFIX, Direction, Event, RankInfo, RecorderStats, TensorMeta
 from pptrace.recorder import Recorder
 
 RANK = RankInfo(rank=0, world_size=1, pp_rank=0, pp_size=1, tp_rank=0, tp_size=1,
@@ -347,3 +348,111 @@ def write_good_trace(directory: str, flushes: int = 3) -> str:
     rec.shutdown(timeout=5.0)
     (path,) = trace_files(directory)
     return path
+
+
+# --- hypothesis strategies: schema-valid but otherwise arbitrary records -----------------------
+
+INT64 = st.integers(-(2**63), 2**63 - 1)
+SMALL = st.integers(-2, 6)
+NAMES = st.sampled_from(["scores", "", "a", PREFIX, "next_token_ids", "__msg_type__",
+                         "\x1b[31mx", "[b]y[/b]", "a\nb", "é", "x" * 300]) | st.text(max_size=12)
+TEMPLATES = [errors.ATTACH_NOT_PP, errors.ATTACH_EMPTY, errors.ATTACH_BAD_NAME,
+             errors.ATTACH_NOT_TENSOR, errors.ATTACH_DUPLICATE, errors.EXTRACT_NO_OBSERVER,
+             errors.EXTRACT_NOT_PP, errors.EXTRACT_NOT_TENSOR, errors.EXTRACT_NOT_RECONSTRUCTED]
+
+
+@st.composite
+def tensors(draw: st.DrawFn) -> TensorMeta:
+    name = draw(NAMES)
+    return TensorMeta(
+        name=name,
+        key=draw(st.sampled_from([PREFIX + name, name, ""])),
+        shape=tuple(draw(st.lists(st.integers(-1, 2**40), max_size=4))),
+        dtype=draw(st.sampled_from(["float32", "int64", "bfloat16", "", "list", "weird dtype"])),
+        device=draw(st.sampled_from(["cpu", "cuda:0", "cuda:7", "", "meta", "cuda:x:y"])),
+        nbytes=draw(st.integers(0, 2**62)),
+        contiguous=draw(st.booleans()),
+        is_tensor=draw(st.booleans()),
+        fingerprint=draw(st.none() | st.sampled_from(["b2:00", "x64:ff", ""])),
+    )
+
+
+@st.composite
+def ranks(draw: st.DrawFn) -> RankInfo:
+    return RankInfo(
+        rank=draw(st.none() | SMALL),
+        world_size=draw(st.none() | SMALL),
+        pp_rank=draw(st.none() | SMALL),
+        pp_size=draw(st.none() | SMALL),
+        tp_rank=draw(st.none() | SMALL),
+        tp_size=draw(st.none() | SMALL),
+        host=draw(st.sampled_from(["h", "", "\x1b]0;t\x07"])),
+        pid=draw(st.integers(0, 3)),
+    )
+
+
+@st.composite
+def events(draw: st.DrawFn) -> Event:
+    direction = draw(st.sampled_from(list(Direction)))
+    error = draw(st.none() | st.sampled_from(TEMPLATES))
+    message = error.format(name=draw(NAMES)) if error else None
+    ts = draw(st.lists(tensors(), max_size=4))
+    return Event(
+        direction=direction,
+        seq=draw(st.integers(0, 6) | INT64.filter(lambda v: v >= 0)),
+        rank=draw(ranks()),
+        start_ns=draw(st.integers(0, 2**63 - 1)),
+        mono_ns=draw(INT64),
+        duration_ns=draw(st.integers(0, 10**12)),
+        thread_id=draw(st.integers(0, 2**40)),
+        thread_name=draw(st.sampled_from(["MainThread", "", "w\x1b[1m"])),
+        subject_type=draw(st.sampled_from(["Out", "", "builtins.NoneType", "x.y.Z"])),
+        subject_pp_capable=draw(st.none() | st.booleans()),
+        tensors=tuple(ts),
+        keys_before=tuple(draw(st.lists(NAMES, max_size=4))),
+        keys_after=tuple(draw(st.lists(NAMES, max_size=4))),
+        returned_none=draw(st.booleans()),
+        error_type=(draw(st.sampled_from(["RuntimeError", "AttributeError", "x"]))
+                    if error else None),
+        error_message=message,
+        inserted_before_error=tuple(draw(st.lists(NAMES, max_size=2))) if error else (),
+        dropped_before=draw(st.integers(0, 2**40)),
+        run_id=draw(st.sampled_from(["", "r1", "r2"])),
+    )
+
+
+# --- a two-rank trace whose tensor names carry escape sequences and markup ----------------------
+
+EVIL = ["\x1b[31mred\x1b[0m", "[bold magenta]markup[/bold magenta]", "bell\x07\x1b]0;pwned\x07",
+        "cr\rX", "nl\nFAIL: forged line", "\x9b31mC1", "rtl\u202eexe.txt"]
+
+
+def write_hostile_traces(directory: Any) -> None:
+    """Two ranks whose tensor names carry escape sequences and markup; the extract side sees
+    other shapes and another order, so the report quotes every name."""
+    from pptrace.export import build_provider
+    from pptrace.instrument import wrap_transport
+
+    mod = transport()
+
+    def recorder(rank: RankInfo) -> Recorder:
+        cfg = Config(trace_dir=str(directory), flush_interval=60)
+        return Recorder(cfg, sink_factory=lambda r: build_provider(cfg, r),
+                        rank_provider=lambda: (rank, True))
+
+    last = recorder(RankInfo(rank=1, world_size=2, pp_rank=1, pp_size=2, tp_rank=0, tp_size=1,
+                             host="h", pid=1001))
+    first = recorder(RankInfo(rank=0, world_size=2, pp_rank=0, pp_size=2, tp_rank=0, tp_size=1,
+                              host="h", pid=1000))
+    attach, _ = wrap_transport(mod.add_auxiliary_output_to_pp_tensors,
+                               mod.pop_auxiliary_output_from_pp_tensors, last)
+    _, extract = wrap_transport(mod.add_auxiliary_output_to_pp_tensors,
+                                mod.pop_auxiliary_output_from_pp_tensors, first)
+    for _ in range(2):
+        attach({"next_token_ids": IDS}, Output({n: T1 for n in EVIL}))
+        received = {"next_token_ids": IDS}
+        for n in reversed(EVIL):
+            received[PREFIX + n] = torch.zeros(3)
+        extract(received, Observer(SENTINEL))
+    last.shutdown(timeout=5.0)
+    first.shutdown(timeout=5.0)

@@ -16,10 +16,10 @@ from collections.abc import Iterator
 
 import pytest
 from helpers_analyze import write_otlp_lines
+from helpers_reliability import NAMES, events
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pptrace import errors
 from pptrace.analyze import analyze
 from pptrace.errors import TraceInputError
 from pptrace.findings import Severity
@@ -27,74 +27,7 @@ from pptrace.load import load_paths
 from pptrace.record import PREFIX, Direction, Event, RankInfo, RecorderStats, TensorMeta
 from pptrace.report import render_text, to_json
 
-INT64 = st.integers(-(2**63), 2**63 - 1)
-SMALL = st.integers(-2, 6)
-NAMES = st.sampled_from(["scores", "", "a", PREFIX, "next_token_ids", "__msg_type__",
-                         "\x1b[31mx", "[b]y[/b]", "a\nb", "é", "x" * 300]) | st.text(max_size=12)
-TEMPLATES = [errors.ATTACH_NOT_PP, errors.ATTACH_EMPTY, errors.ATTACH_BAD_NAME,
-             errors.ATTACH_NOT_TENSOR, errors.ATTACH_DUPLICATE, errors.EXTRACT_NO_OBSERVER,
-             errors.EXTRACT_NOT_PP, errors.EXTRACT_NOT_TENSOR, errors.EXTRACT_NOT_RECONSTRUCTED]
 CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-@st.composite
-def tensors(draw: st.DrawFn) -> TensorMeta:
-    name = draw(NAMES)
-    return TensorMeta(
-        name=name,
-        key=draw(st.sampled_from([PREFIX + name, name, ""])),
-        shape=tuple(draw(st.lists(st.integers(-1, 2**40), max_size=4))),
-        dtype=draw(st.sampled_from(["float32", "int64", "bfloat16", "", "list", "weird dtype"])),
-        device=draw(st.sampled_from(["cpu", "cuda:0", "cuda:7", "", "meta", "cuda:x:y"])),
-        nbytes=draw(st.integers(0, 2**62)),
-        contiguous=draw(st.booleans()),
-        is_tensor=draw(st.booleans()),
-        fingerprint=draw(st.none() | st.sampled_from(["b2:00", "x64:ff", ""])),
-    )
-
-
-@st.composite
-def ranks(draw: st.DrawFn) -> RankInfo:
-    return RankInfo(
-        rank=draw(st.none() | SMALL),
-        world_size=draw(st.none() | SMALL),
-        pp_rank=draw(st.none() | SMALL),
-        pp_size=draw(st.none() | SMALL),
-        tp_rank=draw(st.none() | SMALL),
-        tp_size=draw(st.none() | SMALL),
-        host=draw(st.sampled_from(["h", "", "\x1b]0;t\x07"])),
-        pid=draw(st.integers(0, 3)),
-    )
-
-
-@st.composite
-def events(draw: st.DrawFn) -> Event:
-    direction = draw(st.sampled_from(list(Direction)))
-    error = draw(st.none() | st.sampled_from(TEMPLATES))
-    message = error.format(name=draw(NAMES)) if error else None
-    ts = draw(st.lists(tensors(), max_size=4))
-    return Event(
-        direction=direction,
-        seq=draw(st.integers(0, 6) | INT64.filter(lambda v: v >= 0)),
-        rank=draw(ranks()),
-        start_ns=draw(st.integers(0, 2**63 - 1)),
-        mono_ns=draw(INT64),
-        duration_ns=draw(st.integers(0, 10**12)),
-        thread_id=draw(st.integers(0, 2**40)),
-        thread_name=draw(st.sampled_from(["MainThread", "", "w\x1b[1m"])),
-        subject_type=draw(st.sampled_from(["Out", "", "builtins.NoneType", "x.y.Z"])),
-        subject_pp_capable=draw(st.none() | st.booleans()),
-        tensors=tuple(ts),
-        keys_before=tuple(draw(st.lists(NAMES, max_size=4))),
-        keys_after=tuple(draw(st.lists(NAMES, max_size=4))),
-        returned_none=draw(st.booleans()),
-        error_type=(draw(st.sampled_from(["RuntimeError", "AttributeError", "x"]))
-                    if error else None),
-        error_message=message,
-        inserted_before_error=tuple(draw(st.lists(NAMES, max_size=2))) if error else (),
-        dropped_before=draw(st.integers(0, 2**40)),
-        run_id=draw(st.sampled_from(["", "r1", "r2"])),
-    )
 
 
 @pytest.fixture(scope="module")

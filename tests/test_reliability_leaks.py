@@ -25,6 +25,7 @@ from helpers_reliability import (
     make_recorder,
     trace_files,
     transport,
+    write_hostile_traces,
 )
 
 from pptrace.config import Config
@@ -283,39 +284,7 @@ def test_hostile_trace_content_never_names_a_file(tmp_path: Path) -> None:
 
 # --- trace text in the terminal ----------------------------------------------------------------
 
-EVIL = ["\x1b[31mred\x1b[0m", "[bold magenta]markup[/bold magenta]", "bell\x07\x1b]0;pwned\x07",
-        "cr\rX", "nl\nFAIL: forged line", "\x9b31mC1", "rtl\u202eexe.txt"]
 CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\u2028\u2029]")
-
-
-def _hostile_traces(directory: Path) -> None:
-    """Two ranks whose tensor names carry escape sequences and markup; the extract side sees
-    other shapes and another order, so the report quotes every name."""
-    from pptrace.export import build_provider
-
-    mod = transport()
-
-    def recorder(rank: RankInfo) -> Recorder:
-        cfg = Config(trace_dir=str(directory), flush_interval=60)
-        return Recorder(cfg, sink_factory=lambda r: build_provider(cfg, r),
-                        rank_provider=lambda: (rank, True))
-
-    last = recorder(RankInfo(rank=1, world_size=2, pp_rank=1, pp_size=2, tp_rank=0, tp_size=1,
-                             host="h", pid=1001))
-    first = recorder(RankInfo(rank=0, world_size=2, pp_rank=0, pp_size=2, tp_rank=0, tp_size=1,
-                              host="h", pid=1000))
-    attach, _ = wrap_transport(mod.add_auxiliary_output_to_pp_tensors,
-                               mod.pop_auxiliary_output_from_pp_tensors, last)
-    _, extract = wrap_transport(mod.add_auxiliary_output_to_pp_tensors,
-                                mod.pop_auxiliary_output_from_pp_tensors, first)
-    for _ in range(2):
-        attach({"next_token_ids": INTS}, Output({n: FLOATS for n in EVIL}))
-        received = {"next_token_ids": INTS}
-        for n in reversed(EVIL):
-            received[PREFIX + n] = torch.zeros(3)
-        extract(received, Observer(SENTINEL))
-    last.shutdown(timeout=5.0)
-    first.shutdown(timeout=5.0)
 
 
 def _cli(*argv: str) -> tuple[int, str, str]:
@@ -328,7 +297,7 @@ def _cli(*argv: str) -> tuple[int, str, str]:
 
 
 def test_analyze_text_report_is_inert(tmp_path: Path) -> None:
-    _hostile_traces(tmp_path)
+    write_hostile_traces(tmp_path)
     code, out, err = _cli("analyze", str(tmp_path))
     assert code == 1, err  # the shapes differ: findings
     assert not CONTROL.search(out), repr(CONTROL.search(out))
@@ -341,7 +310,7 @@ def test_analyze_text_report_is_inert(tmp_path: Path) -> None:
 
 
 def test_analyze_json_report_escapes_control_characters(tmp_path: Path) -> None:
-    _hostile_traces(tmp_path)
+    write_hostile_traces(tmp_path)
     code, out, err = _cli("analyze", str(tmp_path), "--format", "json")
     assert code == 1, err
     assert not CONTROL.search(out)
