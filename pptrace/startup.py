@@ -67,6 +67,10 @@ class _Active:
 _state: _Active | None = None
 _lock = threading.RLock()
 _hooks_registered = False
+# Held while _prepare imports in the background: a fork in the middle would leave the child a
+# half-imported module that no thread will ever finish.
+_importing = threading.Lock()
+_held_for_fork = False
 
 
 _said: set[str] = set()
@@ -137,7 +141,7 @@ def uninstrument() -> None:
     for signum, (ours, previous) in state.handlers.items():
         try:
             if signal.getsignal(signum) is ours:
-                signal.signal(signum, previous)  # type: ignore[arg-type]
+                signal.signal(signum, previous)
         except (ValueError, OSError, TypeError):  # not the main thread, or not restorable
             pass
 
@@ -198,7 +202,8 @@ def _prepare(state: _Active) -> None:
     rank while torch.distributed is up (a short run may flush only after
     ``destroy_process_group``, when the rank is no longer known)."""
     try:
-        import pptrace.export  # noqa: F401  (the OTel SDK: a second or so, better spent now)
+        with _importing:
+            import pptrace.export  # noqa: F401  (the OTel SDK: a second or so, better now)
     except Exception:  # the flush will meet the same error and report it
         pass
     _watch_rank(state.recorder)
@@ -258,7 +263,21 @@ def _register_process_hooks() -> None:
     _hooks_registered = True
     atexit.register(_finish_active)
     if hasattr(os, "register_at_fork"):
-        os.register_at_fork(after_in_child=_after_fork)
+        os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_parent,
+                            after_in_child=_after_fork)
+
+
+def _before_fork() -> None:
+    global _held_for_fork
+    # Bounded: if the importing thread waits on a lock this thread holds, fork anyway.
+    _held_for_fork = _importing.acquire(timeout=5.0)
+
+
+def _after_fork_parent() -> None:
+    global _held_for_fork
+    if _held_for_fork:
+        _held_for_fork = False
+        _importing.release()
 
 
 def _finish_active() -> None:
@@ -298,8 +317,9 @@ def exit_message(stats: RecorderStats, causes: collections.Counter[str]) -> str:
 
 def _after_fork() -> None:
     """In a forked child: a fresh recorder (the parent's thread does not exist here)."""
-    global _state, _lock
+    global _state, _lock, _importing, _held_for_fork
     _lock = threading.RLock()
+    _importing, _held_for_fork = threading.Lock(), False
     state, _state = _state, None
     if state is None:
         return
