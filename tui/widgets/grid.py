@@ -81,6 +81,7 @@ class GridView(ScrollView, can_focus=True):
         self.spec = FilterSpec()
         self.visible_rows: list[int] = []
         self.cursor: tuple[int, int] = (0, 0)  # absolute (row, col)
+        self._style_cache: dict[str, Style] | None = None
 
     # --- data ----------------------------------------------------------------------------
     def set_index(self, index: TraceIndex) -> None:
@@ -176,9 +177,18 @@ class GridView(ScrollView, can_focus=True):
 
     # --- drawing -------------------------------------------------------------------------
     def _styles(self) -> dict[str, Style]:
-        names = [*_CLASS.values(), "grid--cursor", "grid--dim", "grid--gutter",
-                 "grid--gutter-bad", "grid--header", "grid--divergence"]
-        return {n: self.get_component_rich_style(n, partial=True) for n in names}
+        # Resolving a component style walks the CSS: once per theme/CSS change, not per line.
+        if self._style_cache is None:
+            names = [*_CLASS.values(), "grid--cursor", "grid--dim", "grid--gutter",
+                     "grid--gutter-bad", "grid--header", "grid--divergence"]
+            self._style_cache = {n: self.get_component_rich_style(n, partial=True)
+                                 for n in names}
+        return self._style_cache
+
+    def notify_style_update(self) -> None:
+        """Forget the resolved cell styles when the CSS or the theme changes."""
+        self._style_cache = None
+        super().notify_style_update()
 
     def render_line(self, y: int) -> Strip:
         """Draw one screen line: the ruler (y == 0) or one rank's cells."""

@@ -96,12 +96,30 @@ def render_pair(pair: PairView | None) -> RenderableType:
     return Group(*parts)
 
 
+def _shape(pair: PairView | None) -> tuple[object, ...]:
+    """What decides the detail's height: which sides, how many lines of each part."""
+    if pair is None:
+        return (None,)
+    sides = tuple(
+        None if ev is None else (
+            len(", ".join(ev.keys_before)), len(", ".join(ev.keys_after)),
+            len(ev.error_message or "") if ev.error_type else -1, len(ev.subject_type),
+            len(ev.inserted_before_error))
+        for ev in (pair.attach, pair.extract)
+    )
+    names = tuple(len(line.name) for line in pair.tensors)
+    fields = tuple(len(field_text(m, f)) for line in pair.tensors for m in (line.left, line.right)
+                   for f in FIELDS)
+    return (sides, names, fields, tuple(len(f.message) for f in pair.findings), pair.order_differs)
+
+
 class PairDetail(VerticalScroll, can_focus=True):
     """Scrollable pair detail under the grid."""
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.pair: PairView | None = None
+        self._shape: tuple[object, ...] = ()
         self._body = Static(render_pair(None), id="pair-body")
 
     def compose(self):  # type: ignore[no-untyped-def]
@@ -110,4 +128,8 @@ class PairDetail(VerticalScroll, can_focus=True):
     def show(self, pair: PairView | None) -> None:
         """Show a pair (None: nothing selected)."""
         self.pair = pair
-        self._body.update(render_pair(pair))
+        # Re-laying out the screen costs more than drawing the pair; consecutive pairs nearly
+        # always have the same shape, so lay out only when the shape (hence height) may change.
+        shape = _shape(pair)
+        self._body.update(render_pair(pair), layout=shape != self._shape)
+        self._shape = shape

@@ -69,4 +69,4 @@ class ReplayBar(Static):
         if filter_text:
             text.append("  filter: ", "bold yellow")
             text.append_text(literal(filter_text))
-        self.update(text)
+        self.update(text, layout=False)  # one line, always: no need to lay the screen out

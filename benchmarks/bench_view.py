@@ -1,0 +1,105 @@
+"""How fast ``pptrace view`` opens and answers keys on large traces (headless, Textual Pilot).
+
+For traces of 100k and 1M events (built in memory from records, as the loader returns them):
+- first progress paint: the loading screen is on screen (the user sees progress);
+- first paint: the main screen with the grid is drawn (index built, widgets mounted);
+- timeline: the background ordering of all events by time (replay keys need it);
+- keypress: median and worst time from a key press until the app is idle again, for grid moves,
+  replay steps and finding jumps.
+Targets: first paint under 2 s (100k) and 5 s (1M); under 100 ms a keypress at 1M.
+The last lines print the 1M/100k ratios measured side by side in this run: a virtualised grid
+keeps the keypress ratio near 1.
+
+    python benchmarks/bench_view.py            # 100k and 1M
+    python benchmarks/bench_view.py --sizes 100000
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from helpers_tui import synthetic  # noqa: E402
+
+from tui.app import PptraceViewer  # noqa: E402
+from tui.screens.loading import LoadingScreen  # noqa: E402
+from tui.screens.main import MainScreen  # noqa: E402
+
+#: "x" is bound to nothing: its time is Pilot's own round trip, the floor under every other key.
+KEYS = ["x", "right", "left", "down", "up", "pagedown", "n", "p", "right_square_bracket", "end",
+        "home"]
+ROUNDS = 5
+
+
+async def measure(events: int) -> dict[str, float]:
+    trace, findings = synthetic(events)
+    gc.collect()
+    out: dict[str, float] = {"events": float(trace.event_count)}
+    start = time.perf_counter()
+    app = PptraceViewer.of(trace, findings)
+    async with app.run_test(size=(160, 45)) as pilot:
+        while not isinstance(app.screen, (LoadingScreen, MainScreen)):
+            await asyncio.sleep(0.001)
+        out["progress_paint_s"] = time.perf_counter() - start
+        while not isinstance(app.screen, MainScreen) or app.screen.painted_at is None:
+            await asyncio.sleep(0.005)
+        screen = app.screen
+        assert isinstance(screen, MainScreen) and screen.painted_at is not None
+        out["first_paint_s"] = screen.painted_at - start  # set right after the first refresh
+        while not screen.index.timeline_ready:
+            await asyncio.sleep(0.01)
+        out["timeline_ready_s"] = time.perf_counter() - start
+        await pilot.pause()
+        for key in KEYS:
+            times = []
+            for _ in range(ROUNDS):
+                t = time.perf_counter()
+                await pilot.press(key)
+                await pilot.pause()
+                times.append(time.perf_counter() - t)
+            out[f"key {key} median_ms"] = 1000 * statistics.median(times)
+            out[f"key {key} max_ms"] = 1000 * max(times)
+    all_medians = [v for k, v in out.items() if k.endswith("median_ms") and "key x " not in k]
+    all_max = [v for k, v in out.items() if k.endswith("max_ms") and "key x " not in k]
+    out["keypress_median_ms"] = statistics.median(all_medians)
+    out["keypress_worst_ms"] = max(all_max)
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000])
+    args = parser.parse_args()
+    results = {}
+    for n in args.sizes:
+        r = asyncio.run(measure(n))
+        results[n] = r
+        print(f"\n== {int(r['events']):,} events ==")
+        print(f"  loading screen (progress) painted  {r['progress_paint_s']:7.3f} s")
+        print(f"  first paint of the grid            {r['first_paint_s']:7.3f} s")
+        print(f"  timeline ordered (background)      {r['timeline_ready_s']:7.3f} s")
+        for key in KEYS:
+            print(f"  key {key:<22} median {r[f'key {key} median_ms']:7.1f} ms"
+                  f"   worst {r[f'key {key} max_ms']:7.1f} ms")
+        print(f"  bound keys: median {r['keypress_median_ms']:.1f} ms, "
+              f"worst {r['keypress_worst_ms']:.1f} ms "
+              f"(an unbound key, Pilot's floor: {r['key x median_ms']:.1f} ms; "
+              f"above it: {r['keypress_median_ms'] - r['key x median_ms']:.1f} ms)")
+    if 100_000 in results and 1_000_000 in results:
+        small, big = results[100_000], results[1_000_000]
+        print("\n== 1M / 100k, side by side in this run ==")
+        for key in ("first_paint_s", "timeline_ready_s", "keypress_median_ms",
+                    "keypress_worst_ms"):
+            print(f"  {key:<22} {big[key] / small[key]:6.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
