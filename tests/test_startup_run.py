@@ -176,6 +176,18 @@ def test_spawned_children_are_instrumented_without_code_in_them(tmp_path: Path) 
             schema.SPAN_ATTACH]
 
 
+@pytest.mark.slow
+def test_a_process_that_never_loads_the_engine_pays_only_an_import_hook(tmp_path: Path) -> None:
+    probe = ("import sys, threading; print(sorted(m for m in ('torch', 'opentelemetry.sdk.trace', "
+             "'pptrace.startup', 'pptrace.instrument') if m in sys.modules), "
+             "threading.active_count())")
+    proc = run_pptrace(["--dir", str(tmp_path / "t"), "--", PYTHON, "-c", probe],
+                       child_env(PYTHONPATH=str(REPO)), tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split("\n")[0] == "['pptrace.startup'] 1"  # active, no torch/SDK/thread
+    assert not (tmp_path / "t").exists()  # and it writes nothing
+
+
 def _parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     add_parser(parser.add_subparsers())
