@@ -21,8 +21,10 @@ from pptrace.record import Event, TensorMeta
 
 __all__ = ["Pairing", "pair", "signature"]
 
-#: How many steps ahead a re-alignment may look.
-WINDOW = 4
+#: How many attaches or extracts a re-alignment may skip at once.
+MAX_SKIP = 4
+#: How many steps ahead a candidate alignment is judged on.
+WINDOW = 8
 
 Signature = tuple[tuple[str, tuple[int, ...], str], ...]
 
@@ -88,15 +90,16 @@ class _Walk:
         """The pair keeps the sequence-number offset of the pairs before it."""
         return self.offset is None or self.extracts[j].seq - self.attaches[i].seq == self.offset
 
-    def score(self, i: int, j: int) -> tuple[int, int]:
-        """(signatures agreeing, offsets kept) over the next WINDOW steps from (i, j)."""
-        same = kept = 0
+    def cost(self, i: int, j: int, skipped: int) -> int:
+        """What aligning (i, j) costs: two per skipped call and per disagreeing pair over the
+        next WINDOW steps, one per pair there that leaves the sequence-number offset."""
+        bad = off = 0
         for t in range(WINDOW):
             if i + t >= len(self.attaches) or j + t >= len(self.extracts):
                 break
-            same += self.same(i + t, j + t)
-            kept += self.in_step(i + t, j + t)
-        return same, kept
+            bad += not self.same(i + t, j + t)
+            off += not self.in_step(i + t, j + t)
+        return 2 * (skipped + bad) + off
 
 
 def pair(attaches: Sequence[Event], extracts: Sequence[Event]) -> Pairing:
@@ -119,17 +122,17 @@ def pair(attaches: Sequence[Event], extracts: Sequence[Event]) -> Pairing:
             i += 1
             j += 1
             continue
-        # Disagreement: a real divergence, or a gap on one side. Keep the straight pairing
-        # unless skipping some attaches or extracts makes more of what follows agree (first
-        # in signatures, then in keeping the offset); ties keep the straight pairing.
-        best, best_score = (0, 0), walk.score(i, j)
-        for k in range(1, WINDOW + 1):
-            s = walk.score(i + k, j)
-            if s > best_score:
-                best, best_score = (k, 0), s
-            s = walk.score(i, j + k)
-            if s > best_score:
-                best, best_score = (0, k), s
+        # Disagreement: a real divergence, or a gap on one side. A skipped call is a finding,
+        # like a disagreeing pair; a changed offset is half as suspicious. Skip only when that
+        # explains what follows at a lower cost than pairing straight on (ties: straight).
+        best, best_cost = (0, 0), walk.cost(i, j, 0)
+        for k in range(1, MAX_SKIP + 1):
+            c = walk.cost(i + k, j, k)
+            if c < best_cost:
+                best, best_cost = (k, 0), c
+            c = walk.cost(i, j + k, k)
+            if c < best_cost:
+                best, best_cost = (0, k), c
         skip_a, skip_e = best
         if skip_a:
             orphans.extend(range(i, i + skip_a))

@@ -107,6 +107,23 @@ def orphan_constant_shapes(run: Run) -> None:
         run.step(A)
 
 
+def periodic_shapes_one_divergence(run: Run) -> None:
+    # Batch sizes cycle with period 4: skipping 4 extracts would also line the shapes up,
+    # but one dtype change is one finding, not four unmatched extracts and four orphans.
+    for k in range(12):
+        b = (1, 3, 8, 16)[k % 4]
+        run.attach([meta("scores", (b, 5))])
+        run.extract([meta("scores", (b, 5), "float16" if k == 7 else "float32")])
+
+
+def two_skipped_sends(run: Run) -> None:
+    healthy(run, 3)
+    for _ in range(2):
+        run.attach(A)
+        run.extract([])
+    healthy(run, 4)
+
+
 def unmatched(run: Run) -> None:
     healthy(run, 2)
     run.none_attach()
@@ -229,6 +246,8 @@ ROWS: list[tuple[str, Callable[[Run], None] | Callable[[], Run], list[FindingKin
     ("orphan attach (skipped send)", orphan, [K.ORPHAN_ATTACH]),
     ("orphan attach, constant shapes", orphan_constant_shapes, [K.ORPHAN_ATTACH]),
     ("orphan attach, no call on stage 0", orphan_no_stage0_call, [K.ORPHAN_ATTACH]),
+    ("two skipped sends", two_skipped_sends, [K.ORPHAN_ATTACH]),
+    ("periodic shapes, one divergence", periodic_shapes_one_divergence, [K.DTYPE_MISMATCH]),
     ("unmatched extract", unmatched, [K.UNMATCHED_EXTRACT]),
     ("names differ", pair_of([meta("a"), meta("b")], [meta("a")]), [K.NAMES_DIFFER]),
     ("names renamed", pair_of([meta("a")], [meta("b")]), [K.NAMES_DIFFER]),
