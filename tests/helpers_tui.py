@@ -224,3 +224,50 @@ def sync(fn):  # type: ignore[no-untyped-def]
         return asyncio.run(fn(*args, **kwargs))
 
     return wrapper
+
+
+async def _shoot(name: str, path: str, steps, size=(140, 36), **kwargs) -> None:  # type: ignore[no-untyped-def]
+    app = viewer(name, **kwargs)
+    async with app.run_test(size=size) as pilot:
+        screen = await wait_main(pilot)
+        while not screen.index.timeline_ready:  # type: ignore[attr-defined]
+            await pilot.pause(0.02)
+        await steps(pilot, screen)
+        await pilot.pause(0.1)
+        app.save_screenshot(filename=path)
+
+
+def save_screenshots(directory: str) -> None:
+    """Write the README's screenshots (Textual's own SVG export) into ``directory``.
+
+        python -c "import sys; sys.path.insert(0, 'tests'); import helpers_tui as h; \\
+                   h.save_screenshots('docs/screenshots')"
+    """
+    import asyncio
+    import os
+
+    async def nothing(pilot, screen) -> None:  # type: ignore[no-untyped-def]
+        return None
+
+    async def error(pilot, screen) -> None:  # type: ignore[no-untyped-def]
+        screen.grid.goto(0, 3)
+
+    async def filtered(pilot, screen) -> None:  # type: ignore[no-untyped-def]
+        await pilot.press("f")
+        await pilot.click("#ranks")
+        await pilot.press("1")
+        await pilot.click("#errors")
+        await pilot.click("#apply")
+
+    async def help_(pilot, screen) -> None:  # type: ignore[no-untyped-def]
+        await pilot.press("question_mark")
+
+    shots = [
+        ("view-overview.svg", "dtype-mismatch", nothing, {}),
+        ("view-engine-error.svg", "engine-error", error, {}),
+        ("view-filter.svg", "dtype-mismatch", filtered, {}),
+        ("view-help.svg", "dtype-mismatch", help_, {}),
+        ("view-light.svg", "dtype-mismatch", nothing, {"theme": "light"}),
+    ]
+    for filename, name, steps, kwargs in shots:
+        asyncio.run(_shoot(name, os.path.join(directory, filename), steps, **kwargs))
