@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
 
-from pptrace.cli_inputs import add_input_arguments, input_paths, load_from_args
+from pptrace.cli_inputs import add_input_arguments, load_from_args
 from pptrace.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -91,8 +91,10 @@ def run(args: argparse.Namespace) -> int:
     """Load and analyze the inputs, then run the viewer until the user quits."""
     from pptrace.analyze import analyze
 
-    paths = input_paths(args)
     trace = load_from_args(args)
+    # --follow re-reads what the user named (a directory may gain files as ranks start); a
+    # Jaeger fetch is not re-fetched: its temporary file is among the sources read.
+    paths = list(args.paths or ()) or list(trace.sources)
     if sys.stderr.isatty() and not args.no_progress:
         sys.stderr.write(f"pptrace: analyzing {trace.event_count:,} events…\r")
         sys.stderr.flush()

@@ -118,6 +118,9 @@ def test_filters() -> None:
     index = TraceIndex.build(trace, findings)
     spec = FilterSpec.parse(ranks="1")
     assert [r.label for r in index.rows if spec.row_visible(r)] == ["pp1 tp0 attach"]
+    stage0 = FilterSpec.parse(stages="0")
+    assert [r.label for r in index.rows if stage0.row_visible(r)] == ["pp0 tp0 extract"]
+    assert [i for i in range(3) if stage0.finding_visible(index, i)] == [0, 1]  # not the orphan
     errors = FilterSpec(errors_only=True)
     assert [c for c in range(13) if errors.cell_visible(index, 1, c)] == [5, 9, 12]
     assert [i for i in range(3) if errors.finding_visible(index, i)] == [0, 1]
