@@ -56,7 +56,7 @@ class _Active:
     finished: bool = False
     handlers: dict[int, tuple[Handler, Handler]] = field(default_factory=dict)  # sig: (ours, prev)
     causes: collections.Counter[str] = field(default_factory=collections.Counter)
-    processor: Any = None  # the OTLP processor, built early (see _prepare)
+    processor: Any = None  # the OTLP processor, built when arming (see _arm)
 
     def on_drop(self, events: int, cause: str) -> None:
         """Hear of spans the OTLP exporter lost: counted in the recorder, named at exit."""
@@ -186,7 +186,9 @@ def _arm(state: _Active) -> None:
             state.processor = otlp_processor(state.config, on_drop=state.on_drop)
         except Exception as exc:
             state.recorder.warn("cannot set up OTLP export", f"{type(exc).__name__}: {exc}")
-    threading.Thread(target=_prepare, args=(state,), name="pptrace-prepare", daemon=True).start()
+    threading.Thread(target=_watch_rank, args=(state.recorder,), name="pptrace-rank",
+                     daemon=True).start()
+    threading.Thread(target=_prepare, name="pptrace-prepare", daemon=True).start()
     if threading.current_thread() is threading.main_thread():
         _install(state, signal.SIGTERM, _on_sigterm)
         if state.config.mode == "flight" and hasattr(signal, "SIGUSR1"):
@@ -197,19 +199,18 @@ def _arm(state: _Active) -> None:
         mp_util.Finalize(None, _finish_active, exitpriority=0)
 
 
-def _prepare(state: _Active) -> None:
-    """Off the engine's path: import the SDK now (not in the exit flush), then learn the
-    rank while torch.distributed is up (a short run may flush only after
-    ``destroy_process_group``, when the rank is no longer known)."""
+def _prepare() -> None:
+    """Off the engine's path: import the SDK now rather than in the exit flush."""
     try:
         with _importing:
             import pptrace.export  # noqa: F401  (the OTel SDK: a second or so, better now)
     except Exception:  # the flush will meet the same error and report it
         pass
-    _watch_rank(state.recorder)
 
 
 def _watch_rank(recorder: Recorder) -> None:
+    """Learn the rank while torch.distributed is up: a short run may flush only after
+    ``destroy_process_group``, when the rank is no longer known. Polls, off the engine's path."""
     from pptrace.ranks import torch_rank_known
 
     waited = 0.0

@@ -4,6 +4,7 @@ the engine (or OpenTelemetry) configured, and OTLP settings taken from the stand
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,12 @@ from tests.helpers_startup import (
     write_consumer,
 )
 from tests.otlp_receiver import Receiver
+
+
+@pytest.fixture(autouse=True)
+def _never_leave_it_instrumented() -> Iterator[None]:
+    yield
+    pptrace.uninstrument()
 
 
 def test_the_entry_point_names_the_instrumentor() -> None:
