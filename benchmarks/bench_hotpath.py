@@ -17,8 +17,10 @@ a rotated order) so that machine noise hits them alike; the figure is the median
   + a no-op exporter) around each call, with per-tensor attributes.
 
 A loop that only builds the per-call dict is timed too and subtracted from every variant, so the
-ratios compare the functions themselves. The background cost (events to spans to a file line,
-on the recorder thread) is reported separately, in microseconds per event.
+ratios compare the functions themselves. Each figure is given as the calling thread's CPU time
+(the caller's path itself, immune to other processes on a shared machine) and as wall time. The
+background cost (events to spans to a file line, on the recorder thread) is reported separately,
+in microseconds of CPU per event.
 """
 
 from __future__ import annotations
@@ -99,22 +101,28 @@ def naive_peer(attach: Callable[..., Any], extract: Callable[..., Any],
 
 
 def timed_loop(attach: Callable[..., Any] | None, extract: Callable[..., Any] | None,
-               output: Output, observer: Observer, calls: int) -> float:
-    """Nanoseconds per attach+extract pair over ``calls`` pairs (GC off while timing)."""
+               output: Output, observer: Observer, calls: int) -> tuple[float, float]:
+    """(CPU, wall) nanoseconds per attach+extract pair over ``calls`` pairs (GC off).
+
+    CPU is this thread's own CPU time: on a shared machine it leaves out the time the thread
+    was preempted by other processes or waited for the GIL held by a recorder thread, so it is
+    the cost of the caller's path itself; wall includes both.
+    """
     ids = torch.zeros(8, dtype=torch.long)
+    cpu, wall = time.thread_time_ns, time.perf_counter_ns
     gc.disable()
     try:
         if attach is None or extract is None:  # the loop alone
-            t0 = time.perf_counter_ns()
+            c0, w0 = cpu(), wall()
             for _ in range(calls):
                 tensors = {"next_token_ids": ids}
-            return (time.perf_counter_ns() - t0) / calls
-        t0 = time.perf_counter_ns()
+            return (cpu() - c0) / calls, (wall() - w0) / calls
+        c0, w0 = cpu(), wall()
         for _ in range(calls):
             tensors = {"next_token_ids": ids}
             attach(tensors, output)
             extract(tensors, observer)
-        return (time.perf_counter_ns() - t0) / calls
+        return (cpu() - c0) / calls, (wall() - w0) / calls
     finally:
         gc.enable()
 
@@ -146,7 +154,8 @@ def run(n: int, repeats: int, calls: int, tmp: str) -> None:
     }
     output, observer = Output(n), Observer()
     names = list(variants)
-    samples: dict[str, list[float]] = {k: [] for k in names}
+    cpu_samples: dict[str, list[float]] = {k: [] for k in names}
+    wall_samples: dict[str, list[float]] = {k: [] for k in names}
     flush_ns: list[float] = []
     for name in names:  # warm-up
         timed_loop(*variants[name], output, observer, max(1, calls // 10))
@@ -154,24 +163,32 @@ def run(n: int, repeats: int, calls: int, tmp: str) -> None:
     for r in range(repeats):
         order = names[r % len(names):] + names[:r % len(names)]
         for name in order:
-            samples[name].append(timed_loop(*variants[name], output, observer, calls))
+            c, w = timed_loop(*variants[name], output, observer, calls)
+            cpu_samples[name].append(c)
+            wall_samples[name].append(w)
             if name == "stream/caller":
-                t0 = time.perf_counter_ns()
+                t0 = time.thread_time_ns()
                 events = caller.flush()
                 if events:
-                    flush_ns.append((time.perf_counter_ns() - t0) / events)
-    loop = statistics.median(samples["loop only"])
-    med = {k: statistics.median(v) - loop for k, v in samples.items() if k != "loop only"}
-    base = med["bare"]
+                    flush_ns.append((time.thread_time_ns() - t0) / events)
+
+    def medians(samples: dict[str, list[float]]) -> dict[str, float]:
+        loop = statistics.median(samples["loop only"])
+        return {k: statistics.median(v) - loop for k, v in samples.items() if k != "loop only"}
+
+    cpu, wall = medians(cpu_samples), medians(wall_samples)
     print(f"\n{n} tensor(s) per call: attach+extract, {repeats} interleaved repeats x "
-          f"{calls} calls, medians (loop overhead {loop / 1000:.2f} us subtracted)")
-    print(f"  {'variant':<15}{'us/call':>9}{'x bare':>9}{'x stream/caller':>17}")
-    for k, v in med.items():
-        print(f"  {k:<15}{v / 1000:>9.2f}{v / base:>9.2f}{v / med['stream/caller']:>17.1f}")
+          f"{calls} calls, medians (the loop's own cost subtracted)")
+    print(f"  {'variant':<15}{'CPU us/call':>12}{'x bare':>8}{'x stream/caller':>17}"
+          f"{'wall us/call':>14}{'x bare':>8}")
+    for k in cpu:
+        print(f"  {k:<15}{cpu[k] / 1000:>12.2f}{cpu[k] / cpu['bare']:>8.2f}"
+              f"{cpu[k] / cpu['stream/caller']:>17.1f}"
+              f"{wall[k] / 1000:>14.2f}{wall[k] / wall['bare']:>8.2f}")
     if flush_ns:
         per_event = statistics.median(flush_ns) / 1000
-        print(f"  background (recorder thread): {per_event:.1f} us per event "
-              f"(2 events per call: {2 * per_event:.1f} us per call, off the caller's path)")
+        print(f"  background (recorder thread CPU): {per_event:.1f} us per event "
+              f"({2 * per_event:.1f} us per call, off the caller's path)")
     for rec in (stream, caller, flight):
         rec.shutdown(5.0)
     provider.shutdown()

@@ -6,13 +6,18 @@ original timestamps. Two modes:
 
 - ``stream`` (default): every event is handed to the sinks within ``flush_interval``; when the
   buffer is full new events are dropped and counted, never silently.
-- ``flight``: a ring of the last ``flight_size`` events, dumped to the sinks when the engine
-  raises in attach/extract, on ``dump()`` (SIGUSR1 when installed), and at exit; each dump's
-  stats say how many events the ring overwrote.
+- ``flight``: a ring of the last ``flight_size`` events, written to the sinks only when the engine
+  raises in attach/extract, on ``request_dump()`` (what the SIGUSR1 handler calls; served by the
+  thread within ``_TICK``), on ``dump()`` (synchronous) and at shutdown; each dump's stats span
+  says how many events the ring overwrote.
+
+Every event ends up exported, dropped or overwritten, and the counts travel in the trace: a stats
+span at each flush that changed them, and ``dropped_before`` on each event. Shutdown writes what
+it can within its timeout and counts the rest as dropped.
 
     rec = Recorder(Config(), sink_factory=lambda rank: my_sink)
     rec.start()
-    ...                       # wrapped attach/extract call rec.capture(...)
+    attach, extract = wrap_transport(engine_attach, engine_extract, rec)
     rec.shutdown()            # flush within the exit timeout
 """
 
@@ -411,6 +416,17 @@ class _Converter:
         self.prefix = rec._prefix
         self.threads = {t.ident: t.name for t in threading.enumerate()}
         self.subjects: dict[tuple[Direction, type], tuple[str, bool | None]] = {}
+        # Step after step the same names, shapes and dtypes come back: one frozen TensorMeta
+        # serves them all (str keys only, so that no user object's __eq__ runs here).
+        self.metas: dict[tuple[str, Any], TensorMeta] = {}
+
+    def tensor(self, key: object, meta: Any) -> TensorMeta:
+        if type(key) is not str:
+            return _tensor_meta(key, meta, self.prefix, None)
+        found = self.metas.get((key, meta))
+        if found is None:
+            found = self.metas[(key, meta)] = _tensor_meta(key, meta, self.prefix, None)
+        return found
 
     def subject(self, direction: Direction, tp: type) -> tuple[str, bool | None]:
         found = self.subjects.get((direction, tp))
@@ -434,10 +450,11 @@ class _Converter:
             ident, name = thread.ident or 0, thread.name
         prefix = self.prefix
         fps: Sequence[Any] = fingerprints or ()
-        tensors = tuple(
-            _tensor_meta(key, meta, prefix, _resolve_fp(fps[i]) if fps else None)
-            for i, (key, meta) in enumerate(items)
-        )
+        if fps:
+            tensors = tuple(_tensor_meta(key, meta, prefix, _resolve_fp(fps[i]))
+                            for i, (key, meta) in enumerate(items))
+        else:
+            tensors = tuple(self.tensor(key, meta) for key, meta in items)
         subject_type, capable = self.subject(direction, subject)
         inserted: tuple[str, ...] = ()
         if error is not None and direction is Direction.ATTACH:
