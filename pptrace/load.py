@@ -35,6 +35,7 @@ from pptrace.errors import SchemaVersionError, TraceInputError
 from pptrace.load_fast import FastLines
 from pptrace.load_jaeger import for_each_jaeger_span
 from pptrace.load_otlp import BadShape, for_each_otlp_span
+from pptrace.load_stream import stream_document
 from pptrace.model import ForeignSpan, InputProblem, ProcessTrace, Trace
 from pptrace.progress import Progress
 from pptrace.record import Event, RankInfo, RecorderStats, TensorMeta
@@ -45,6 +46,7 @@ TRACE_SUFFIXES = (".json", ".jsonl", ".ndjson")
 _LINE_SUFFIXES = (".jsonl", ".ndjson")
 _MAX_PROBLEMS_PER_FILE = 20
 _PROGRESS_STEP = 1 << 20
+_BIG_LINE = 16 << 20  # characters: above this a line is walked span by span
 
 
 def expand_paths(paths: Iterable[str]) -> list[str]:
@@ -384,7 +386,18 @@ def _read_lines(
                 "not UTF-8 text: this is not a JSON trace", path=path, line=lineno
             ) from None
         try:
+            if len(line) > _BIG_LINE and line[:1] == "{":
+                # One huge document on one line: walk it span by span, not as one tree.
+                before = builder.file_problems
+                stream_document(line, builder)
+                first_can_switch = False
+                if builder.file_problems == before:
+                    builder.accepted += 1
+                continue
             doc = json.loads(line)
+        except BadShape as exc:
+            builder.problem(f"{exc}; line skipped")
+            continue
         except ValueError as exc:
             if first_can_switch:
                 return False
@@ -406,24 +419,31 @@ def _read_lines(
 
 
 def _read_document(path: str, builder: _Builder, tick: Callable[[int], None]) -> None:
+    """Read one JSON document span by span (``pptrace.load_stream``), in about twice its size."""
     with open(path, "rb") as f:
         data = f.read()
     tick(len(data))
     try:
-        doc = json.loads(data)
+        text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise TraceInputError("not UTF-8 text: this is not a JSON trace", path=path) from None
-    except json.JSONDecodeError as exc:
-        raise TraceInputError(
-            f"not valid JSON: {exc.msg} (column {exc.colno})", path=path, line=exc.lineno
-        ) from None
-    except RecursionError:
-        raise TraceInputError("not a trace: JSON nested too deeply", path=path) from None
     del data
     builder.line = None
     try:
-        _dispatch(doc, builder)
-    except (BadShape, RecursionError) as exc:
+        if not stream_document(text, builder):
+            _dispatch(json.loads(text), builder)
+    except json.JSONDecodeError as exc:
+        if not builder.accepted:
+            raise TraceInputError(
+                f"not valid JSON: {exc.msg} (column {exc.colno})", path=path, line=exc.lineno
+            ) from None
+        # A document cut short (its writer stopped): keep the spans before the damage.
+        builder.problem(f"not valid JSON from here on ({exc.msg}); the spans before it were read",
+                        line=exc.lineno)
+        return
+    except RecursionError:
+        raise TraceInputError("not a trace: JSON nested too deeply", path=path) from None
+    except BadShape as exc:
         raise TraceInputError(str(exc), path=path) from None
     builder.accepted += 1
 

@@ -164,3 +164,31 @@ def test_fast_path_gives_exactly_what_the_ordinary_path_gives(
     monkeypatch.setattr(FastLines, "line", lambda self, text: False)
     slow = load_paths([str(tmp_path)])
     assert _events(fast) == _events(slow) == _events(run.trace())
+
+
+def test_documents_stream_in_any_key_order_and_big_lines_stream_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    doc = _merged_document()
+    for rs in doc["resourceSpans"]:  # the resource after its spans, ids as base64
+        rs["resource"] = rs.pop("resource")
+    path = tmp_path / "late-resource.json"
+    path.write_text(json.dumps(doc, indent=1))
+    assert _events(load_paths([str(path)])) == EXPECTED
+    import pptrace.load as load_module
+
+    monkeypatch.setattr(load_module, "_BIG_LINE", 100)  # every line counts as huge
+    path = tmp_path / "one-line.json"
+    path.write_text(json.dumps({"result": _merged_document()}))
+    assert _events(load_paths([str(path)])) == EXPECTED
+
+
+def test_a_document_cut_short_keeps_the_spans_before_the_damage(tmp_path: Path) -> None:
+    text = json.dumps(_merged_document(), indent=2)
+    path = tmp_path / "cut.json"
+    path.write_text(text[: len(text) * 3 // 4])
+    trace = load_paths([str(path)])
+    assert 0 < trace.event_count < 12
+    (problem,) = trace.problems
+    assert problem.message.startswith("not valid JSON from here on")
+    assert problem.line == text[: len(text) * 3 // 4].count("\n") + 1
