@@ -1,0 +1,137 @@
+"""The analyze report: text for people, JSON for CI (its schema), exit statuses, --fail-on."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from helpers_analyze import Run, meta, write_run
+
+from pptrace.cli import main
+from pptrace.findings import FindingKind, Severity
+from pptrace.report import JSON_SCHEMA
+
+GOLDEN = Path(__file__).parent / "data" / "golden-pp2"
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+SHARED_OUT = SHARED / "jaeger-ui-otlp2jaeger-out.json"
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    status = main(["analyze", "--no-progress", *args])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def _orphan_only(tmp_path: Path) -> str:
+    run = Run()
+    for k in range(3):
+        run.step([meta("scores", (k + 1, 5))])
+    run.attach([meta("scores", (9, 5))])
+    run.extract([])
+    run.step([meta("scores", (4, 5))])
+    write_run(run, str(tmp_path))
+    return str(tmp_path)
+
+
+def test_json_schema(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = _cli(capsys, str(GOLDEN), "--format", "json")
+    assert status == 1 and err == ""
+    doc = json.loads(out)
+    assert doc["schema"] == JSON_SCHEMA == "pptrace.analyze/1"
+    assert list(doc) == ["schema", "summary", "sources", "processes", "findings", "problems"]
+    assert doc["summary"] == {
+        "processes": 2, "events": 12, "foreign_spans": 0, "input_problems": 0, "findings": 2,
+        "occurrences": 3, "by_severity": {"info": 0, "warning": 1, "error": 1},
+        "by_kind": {"orphan-attach": 1, "dtype-mismatch": 1}, "fail_on": "error",
+        "failed": True,
+    }
+    assert [p["rank"] for p in doc["processes"]] == [0, 1]
+    assert set(doc["processes"][0]) == {
+        "index", "rank", "world_size", "pp_rank", "pp_size", "tp_rank", "tp_size", "host",
+        "pid", "attaches", "extracts", "dropped", "sources"}
+    orphan, dtype = doc["findings"]
+    assert dtype == {
+        "kind": "dtype-mismatch",
+        "severity": "error",
+        "message": "rank 1 attached `entropy` float32[6]; rank 0 extracted float16[6] "
+                   "(and 1 more like this through microbatch 5)",
+        "ranks": [1, 0],
+        "microbatch": 4,
+        "time_ns": dtype["time_ns"],
+        "channel": "pp0<-pp1/tp0",
+        "cascade": 1,
+        "events": [{"process": 1, "direction": "attach", "seq": 4},
+                   {"process": 0, "direction": "extract", "seq": 4}],
+    }
+    assert orphan["kind"] == "orphan-attach" and orphan["microbatch"] == 2
+    assert doc["problems"] == []
+
+
+def test_text_report_leads_with_the_first_divergence(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, _ = _cli(capsys, str(GOLDEN))
+    assert status == 1
+    lines = out.splitlines()
+    assert lines[0] == ("pptrace analyze: 2 processes, 12 pptrace events (6 attach, 6 extract)")
+    assert lines[1] == "2 findings (1 error, 1 warning; 3 occurrences)."
+    assert lines[3] == "First divergence (error, dtype-mismatch):"
+    assert "rank 1 attached `entropy` float32[6]; rank 0 extracted float16[6]" in lines[4]
+    assert "[mb 4, pp0<-pp1/tp0, " in lines[4]
+    # Groups: worst first, each with its description and counts.
+    errors_at = out.index("ERROR dtype-mismatch: a name's dtype differs between attach and "
+                          "extract (1 finding, 2 occurrences)")
+    warnings_at = out.index("WARNING orphan-attach:")
+    assert errors_at < warnings_at
+    assert lines[-1] == "FAIL: 1 findings at or above error."
+
+
+@pytest.mark.parametrize(
+    ("fail_on", "status"), [("error", 0), ("warning", 1), ("info", 1)]
+)
+def test_fail_on(tmp_path: Path, capsys: pytest.CaptureFixture[str], fail_on: str,
+                 status: int) -> None:
+    got, out, _ = _cli(capsys, _orphan_only(tmp_path), "--fail-on", fail_on)
+    assert got == status
+    assert ("FAIL" if status else "OK") in out.splitlines()[-1]
+
+
+def test_clean_run_exits_0(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = Run()
+    for k in range(4):
+        run.step([meta("scores", (k + 1, 5))])
+    write_run(run, str(tmp_path))
+    status, out, _ = _cli(capsys, str(tmp_path), "--fail-on", "info")
+    assert status == 0
+    assert "No findings: every attach and extract agrees across ranks." in out
+    status, out, _ = _cli(capsys, str(tmp_path), "--format", "json")
+    assert status == 0 and json.loads(out)["findings"] == []
+
+
+def test_foreign_only_input_says_there_is_nothing_to_check(
+    capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, out, err = _cli(capsys, str(SHARED_OUT))
+    assert status == 0 and err == ""
+    assert "0 pptrace events" in out and "2 spans from other tools set aside" in out
+    assert "No pptrace events in this input" in out
+    status, out, _ = _cli(capsys, str(SHARED_OUT), "--format", "json")
+    summary = json.loads(out)["summary"]
+    assert (summary["events"], summary["foreign_spans"], summary["findings"]) == (0, 2, 0)
+
+
+def test_readme_documents_every_kind_and_the_json_schema() -> None:
+    text = README.read_text()
+    section = text[text.index("<!-- section:analyze -->"):text.index("<!-- /section:analyze -->")]
+    for kind in FindingKind:
+        row = f"| `{kind.value}` | {kind.default_severity.name.lower()} | {kind.description} |"
+        assert row in section, kind
+    for field in ("schema", "summary", "processes", "findings", "problems", "cascade",
+                  "microbatch", "channel", JSON_SCHEMA):
+        assert field in section, field
+    for status in ("| 0 |", "| 1 |", "| 2 |"):
+        assert status in section
+
+
+def test_severity_parse() -> None:
+    assert Severity.parse(" Warning ") is Severity.WARNING
