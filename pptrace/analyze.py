@@ -193,7 +193,10 @@ def _summarise(raws: Sequence[_Raw], lowered: dict[str, str]) -> list[Finding]:
                 cascade=len(items) - 1,
             )
         )
-    out.sort(key=lambda f: (f.time_ns or 0, -f.severity, f.kind.value, f.channel))
+    # At the same moment a cause goes before its effects (TP ranks disagreeing before the
+    # content stage 0 re-assembled from them).
+    out.sort(key=lambda f: (f.time_ns or 0, f.kind is not K.TP_DISAGREE, -f.severity,
+                            f.kind.value, f.channel))
     return out
 
 
@@ -533,8 +536,9 @@ class _Analysis:
                         continue
                     self.add(K.TP_DISAGREE,
                              f"{who(ref.rank)} (tp {_tp(ref.rank)}) attached "
-                             f"{_describe_all(base.tensors)}; {who(p.rank)} (tp {_tp(p.rank)}) "
-                             f"attached {_describe_all(ev.tensors)} for microbatch {ev.seq}",
+                             f"{_describe_diff(base.tensors, ev.tensors)}; {who(p.rank)} "
+                             f"(tp {_tp(p.rank)}) attached "
+                             f"{_describe_diff(ev.tensors, base.tensors)} for microbatch {ev.seq}",
                              ranks=[_rank_id(ref.rank), _rank_id(p.rank)], microbatch=ev.seq,
                              time_ns=min(base.start_ns, ev.start_ns),
                              events=[ref.eid(base), p.eid(ev)], channel=channel)
@@ -617,11 +621,24 @@ def _payload(ev: Event) -> tuple[tuple[str, tuple[int, ...], str, int, str | Non
     return tuple((t.name, t.shape, t.dtype, t.nbytes, t.fingerprint) for t in ev.tensors)
 
 
-def _describe_all(tensors: Sequence[TensorMeta]) -> str:
-    body = ", ".join(f"`{t.name}` {t.describe()}" for t in tensors)
-    if any(t.fingerprint for t in tensors):
-        body += " (content " + "/".join((t.fingerprint or "-")[:8] for t in tensors) + ")"
-    return body
+def _describe_diff(mine: Sequence[TensorMeta], theirs: Sequence[TensorMeta]) -> str:
+    """``mine``, naming only what differs from ``theirs`` (all of it when the names differ)."""
+    other = {t.name: t for t in theirs}
+    if [t.name for t in mine] != [t.name for t in theirs]:
+        shown = list(mine)
+    else:
+        shown = [t for t in mine if _payload_item(t) != _payload_item(other[t.name])]
+    parts = []
+    for t in shown:
+        text = f"`{t.name}` {t.describe()}"
+        if t.fingerprint:
+            text += f" content {t.fingerprint[:12]}"
+        parts.append(text)
+    return ", ".join(parts) if parts else "nothing"
+
+
+def _payload_item(t: TensorMeta) -> tuple[str, tuple[int, ...], str, int, str | None]:
+    return (t.name, t.shape, t.dtype, t.nbytes, t.fingerprint)
 
 
 def analyze(trace: Trace) -> list[Finding]:
