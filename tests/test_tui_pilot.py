@@ -361,3 +361,18 @@ async def test_a_loader_error_ends_the_app_with_its_message() -> None:
             if app.load_error:
                 break
     assert app.load_error == "rank0.jsonl:3: not JSON"
+
+
+@sync
+async def test_pairs_the_analyzer_summarised_are_compared_after_first_paint() -> None:
+    trace, findings = scenario("dtype-mismatch")
+    app = PptraceViewer.of(trace, findings[:1])  # microbatch 9's mismatch is named by nothing
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await wait_main(pilot)
+        for _ in range(100):
+            if screen.index.verified and screen.index.timeline_ready:
+                break
+            await pilot.pause(0.02)
+        await pilot.pause()
+        assert "= = = = = ◆ = = = ≠ = = a" in grid_line(screen, 2)
+        assert "4 cells in trouble" in screen_text(app)

@@ -89,7 +89,7 @@ class PptraceViewer(App[None]):
     def _load_first(self) -> TraceIndex:
         trace, findings = self.loader(self._phase)
         self._phase(f"indexing {trace.event_count:,} events")
-        return TraceIndex.build(trace, findings)
+        return TraceIndex.build(trace, findings, verify=False)  # verified after first paint
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         """Swap in the main screen when the first load finishes (or say why it failed)."""
@@ -120,7 +120,7 @@ class PptraceViewer(App[None]):
                 and len(findings) == len(current.findings)
             ):
                 return
-            index = TraceIndex.build(trace, findings)
+            index = TraceIndex.build(trace, findings, verify=False)
             self.call_from_thread(self._show_reloaded, index)
         except Exception as exc:  # a torn write mid-poll: say so, keep the last good view
             self.call_from_thread(self.notify, f"reload failed: {exc}", severity="warning",

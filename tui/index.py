@@ -180,21 +180,55 @@ class TraceIndex:
         #: the earliest finding that is a warning or worse, and its cell.
         self.first_divergence: int | None = None
         self.first_divergence_cell: tuple[int, int] | None = None
+        self._runs: list[tuple[Row, int, Row, int, int]] = []
+        self._verified = False
         self._timeline: array | None = None
         self._positions: list[array] = []
         self._lock = threading.Lock()
 
     @classmethod
-    def build(cls, trace: Trace, findings: Sequence[Finding]) -> TraceIndex:
-        """Index a trace and its findings."""
+    def build(cls, trace: Trace, findings: Sequence[Finding], *, verify: bool = True
+              ) -> TraceIndex:
+        """Index a trace and its findings. With ``verify=False`` paired cells show as equal
+        until ``verify_pairs()`` has compared both sides (the viewer does that after first
+        paint: at 1M events it is the slowest part of indexing)."""
         index = cls(trace, findings)
         index._build_rows()
         index._build_pairs()
         index._build_findings()
-        for row in index.rows:
+        if verify:
+            index.verify_pairs()
+        index._count()
+        return index
+
+    def _count(self) -> None:
+        for row in self.rows:
             counts = Counter(row.cells)
             row.counts = Counter({Cell(k): v for k, v in counts.items() if k != Cell.EMPTY})
-        return index
+
+    @property
+    def verified(self) -> bool:
+        """True once every pair's two sides have been compared."""
+        return self._verified
+
+    def verify_pairs(self) -> int:
+        """Compare both sides of every pair; mark the differing ones MISMATCH (the analyzer
+        summarises a cascade of equal findings into one, so the grid cannot rely on findings
+        alone). Returns how many cells changed; safe to call from a worker thread."""
+        changed = 0
+        for a_row, a0, e_row, e0, n in self._runs:
+            states = _pair_states(a_row.events[a0 : a0 + n], e_row.events[e0 : e0 + n])
+            if Cell.MISMATCH not in states:
+                continue
+            for row, start in ((a_row, a0), (e_row, e0)):
+                old = row.cells[start : start + n]
+                new = bytes(map(max, old, states))
+                changed += sum(map(ne, old, new))
+                row.cells[start : start + n] = new
+        self._verified = True
+        if changed:
+            self._count()
+        return changed
 
     # --- building ------------------------------------------------------------------------
     def _build_rows(self) -> None:
@@ -247,12 +281,11 @@ class TraceIndex:
             # Whole runs at once: slices and C-driven maps, not a Python loop per pair.
             a_row.partners[a0 : a0 + n] = array("q", range((re_ << 32) | e0, (re_ << 32) | e0 + n))
             e_row.partners[e0 : e0 + n] = array("q", range((ra << 32) | a0, (ra << 32) | a0 + n))
-            # The analyzer summarises a cascade of equal findings into one, so compare the
-            # two sides here too: every differing pair shows as a mismatch in the grid.
-            states = _pair_states(a_row.events[a0 : a0 + n], e_row.events[e0 : e0 + n])
+            self._runs.append((a_row, a0, e_row, e0, n))
+            paired = bytes([Cell.PAIRED]) * n
             for row, start in ((a_row, a0), (e_row, e0)):
                 old = row.cells[start : start + n]
-                row.cells[start : start + n] = bytes(map(max, old, states))
+                row.cells[start : start + n] = bytes(map(max, old, paired))
 
     def _build_findings(self) -> None:
         best: tuple[int, int] | None = None
