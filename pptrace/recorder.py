@@ -227,9 +227,14 @@ class Recorder:
 
     def rank(self) -> RankInfo:
         """This process's rank info (re-discovered until torch.distributed is up)."""
-        if self._rank is None or not self._rank_final:
-            self._rank, self._rank_final = self._rank_provider()
-        return self._rank
+        found = self._rank
+        if found is None or not self._rank_final:
+            rank, final = self._rank_provider()
+            with self._lock:  # two threads may ask: never replace a final rank by a guess
+                if self._rank is None or not self._rank_final:
+                    self._rank, self._rank_final = rank, final
+                found = self._rank or rank
+        return found
 
     _rank_final = False
 
