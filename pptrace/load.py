@@ -398,6 +398,11 @@ def _read_lines(
         except BadShape as exc:
             builder.problem(f"{exc}; line skipped")
             continue
+        except RecursionError:
+            if first_can_switch:
+                return False
+            builder.problem("JSON nested too deeply; line skipped")
+            continue
         except ValueError as exc:
             if first_can_switch:
                 return False

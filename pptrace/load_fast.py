@@ -197,11 +197,15 @@ class FastLines:
         except _Fallback:
             return False
         b = self.builder
-        for item in out:
-            if isinstance(item, Event):
-                b.add_event(item)
-            else:
-                otlp_span(item, service, b)
+        try:
+            for item in out:
+                if isinstance(item, Event):
+                    b.add_event(item)
+                else:
+                    otlp_span(item, service, b)
+        except (BadShape, RecursionError) as exc:  # as the ordinary path reports a bad line
+            reason = "JSON nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+            b.problem(f"{reason}; line skipped")
         return True
 
     def _spans(self, body: bytes, service: str) -> list[Any]:
@@ -241,8 +245,8 @@ class FastLines:
     def _parse(chunk: bytes) -> dict[str, Any]:
         try:
             span = json.loads(_HEAD + chunk)
-        except ValueError:
-            raise _Fallback from None  # the split was not at span boundaries
+        except (ValueError, RecursionError):
+            raise _Fallback from None  # not at span boundaries, or for the ordinary path to say
         if not isinstance(span, dict):
             raise _Fallback
         return span
@@ -271,7 +275,7 @@ class FastLines:
             if exc.path is not None:
                 raise  # an unsupported schema version: fatal, as on the ordinary path
             return span  # the ordinary path reports it
-        except BadShape:
+        except (BadShape, RecursionError):
             return span
         has_duration = schema.DURATION_NS in attrs
         # Every value cut out must be the one the decoder read; a value not cut out (a marker
