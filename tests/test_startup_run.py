@@ -226,3 +226,12 @@ def test_help_lists_every_variable_and_print_env_and_bad_values(tmp_path: Path) 
     missing = run_pptrace(["--", "no-such-command-xyz"], child_env(PYTHONPATH=str(REPO)),
                           tmp_path)
     assert missing.returncode == 2 and "no-such-command-xyz" in missing.stderr
+
+
+def test_the_pptrace_command_has_run(capsys: pytest.CaptureFixture[str]) -> None:
+    from pptrace.cli import main
+
+    assert main(["run", "--print-env", "--export", "file,otlp"]) == 0
+    out = capsys.readouterr().out
+    assert "export PPTRACE_ENABLED=1" in out and "export PPTRACE_EXPORT=file,otlp" in out
+    assert bootstrap_dir() in out
