@@ -158,3 +158,17 @@ def test_literal_text_is_never_markup_and_never_a_control_sequence() -> None:
     assert text.spans == []
     assert clean("tab\tnl\n") == "tab\\tnl\\n"
     assert T0 > 0
+
+
+def test_a_lost_event_leaves_an_empty_cell_and_the_pairs_realign() -> None:
+    trace = pipeline(4)
+    procs = list(trace.processes)
+    kept = tuple(ev for ev in procs[0].events if ev.seq != 2)  # stage 0 lost extract #2
+    procs[0] = ProcessTrace(rank=procs[0].rank, events=kept)
+    index = TraceIndex.build(Trace(processes=tuple(procs)), [])
+    assert cells(index, "pp0 tp0 extract")[2] == "."
+    assert sum(index.rows[0].counts.values()) == 3 and len(index.rows[0].cells) == 4
+    # The rest is paired exactly as the analyzer's walk pairs it.
+    expected = pair(list(procs[1].events), list(kept))
+    assert sorted((a, index.partner(1, a)) for a in range(4) if index.partner(1, a)) == sorted(
+        (procs[1].events[i].seq, (0, kept[j].seq)) for i, j in expected.pairs)

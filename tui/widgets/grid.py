@@ -207,7 +207,7 @@ class GridView(ScrollView, can_focus=True):
             return Strip.blank(width)
         r = self.visible_rows[pos]
         row = index.rows[r]
-        count = len(row.cells) - row.counts.get(Cell.EMPTY, 0)
+        count = sum(row.counts.values())  # events (gaps from dropped events are not counted)
         gutter = f"{row.label[:18]:<18}{count:>7,} "[: GUTTER - 4]
         segments = [Segment(f"{gutter:<{GUTTER - 4}}", styles["grid--gutter"])]
         bad = row.problems
