@@ -79,7 +79,7 @@ class Row:
     rank: RankInfo
     events: list[Event | None]
     cells: bytearray
-    partners: array  # packed (row << 32 | col) of the other side, -1 when unpaired
+    partners: array[int]  # packed (row << 32 | col) of the other side, -1 when unpaired
     counts: Counter[Cell] = field(default_factory=Counter)
 
     @property
@@ -182,8 +182,8 @@ class TraceIndex:
         self.first_divergence_cell: tuple[int, int] | None = None
         self._runs: list[tuple[Row, int, Row, int, int]] = []
         self._verified = False
-        self._timeline: array | None = None
-        self._positions: list[array] = []
+        self._timeline: array[int] | None = None
+        self._positions: list[array[int]] = []
         self._lock = threading.Lock()
 
     @classmethod
@@ -259,9 +259,9 @@ class TraceIndex:
                     slots[ev.seq] = ev
             cells = bytearray(size)
             plain = Cell.ATTACH if d is Direction.ATTACH else Cell.EXTRACT
-            for i, ev in enumerate(slots):
-                if ev is not None:
-                    cells[i] = Cell.ERROR if ev.error_type is not None else plain
+            for i, slot in enumerate(slots):
+                if slot is not None:
+                    cells[i] = Cell.ERROR if slot.error_type is not None else plain
             self.row_of[(p, d)] = len(self.rows)
             partners = array("q", [-1]) * size
             self.rows.append(Row(p, d, self.trace.processes[p].rank, slots, cells, partners))
@@ -363,7 +363,7 @@ class TraceIndex:
         """True once ``timeline()`` has been built."""
         return self._timeline is not None
 
-    def timeline(self) -> array:
+    def timeline(self) -> array[int]:
         """Every cell in recorded wall-clock order, packed as ``row << 32 | col`` (built once)."""
         with self._lock:
             if self._timeline is None:

@@ -15,6 +15,7 @@ from rich.text import Text
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
+from pptrace.findings import Severity
 from pptrace.record import Event
 from tui.compare import FIELDS, PairView, field_text
 from tui.literal import literal
@@ -84,9 +85,10 @@ def render_pair(pair: PairView | None) -> RenderableType:
         _side_header("attach", pair.attach),
         _side_header("extract", pair.extract),
     ]
-    for f in pair.findings:
-        sev = "red" if f.severity >= 30 else "yellow"
-        parts.append(Text.assemble((f"{f.kind.value}: ", f"bold {sev}"), literal(f.message)))
+    for finding in pair.findings:
+        sev = "red" if finding.severity >= Severity.ERROR else "yellow"
+        parts.append(Text.assemble((f"{finding.kind.value}: ", f"bold {sev}"),
+                                   literal(finding.message)))
     if pair.order_differs:
         parts.append(Text("the two sides carry the same names in a different order", "yellow"))
     parts.append(table if pair.tensors else Text("no auxiliary tensors", style="dim"))
