@@ -376,3 +376,17 @@ async def test_pairs_the_analyzer_summarised_are_compared_after_first_paint() ->
         await pilot.pause()
         assert "= = = = = ◆ = = = ≠ = = a" in grid_line(screen, 2)
         assert "4 cells in trouble" in screen_text(app)
+
+
+@sync
+async def test_an_empty_trace_opens_and_every_key_is_harmless() -> None:
+    from pptrace.model import Trace
+
+    app = PptraceViewer.of(Trace(processes=()), [])
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await wait_main(pilot)
+        await pilot.press("right", "down", "end", "n", "p", "right_square_bracket", "d", "space")
+        await pilot.pause(0.1)
+        assert isinstance(app.screen, MainScreen) and screen.grid.visible_rows == []
+        assert "no findings" in screen_text(app)
+        assert "no more events" in notes(app)

@@ -374,6 +374,8 @@ class TraceIndex:
     def position(self, row: int, col: int) -> int:
         """The timeline position of a cell's event (-1 for an empty cell)."""
         self.timeline()
+        if not 0 <= row < len(self._positions):
+            return -1
         positions = self._positions[row]
         return positions[col] if 0 <= col < len(positions) else -1
 

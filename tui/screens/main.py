@@ -231,6 +231,7 @@ class MainScreen(Screen[None]):
         index = self.index
         timeline = index.timeline()
         if not timeline:
+            self.notify("no more events: the trace has none", severity="warning", timeout=2)
             return False
         row, col = self.grid.cursor
         pos = index.position(row, col)

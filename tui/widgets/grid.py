@@ -112,7 +112,7 @@ class GridView(ScrollView, can_focus=True):
     # --- cursor --------------------------------------------------------------------------
     def goto(self, row: int, col: int, *, announce: bool = True) -> None:
         """Move the cursor to a cell, scroll it into view and (by default) announce it."""
-        if self.index is None:
+        if self.index is None or not 0 <= row < len(self.index.rows):
             return
         col = max(0, min(col, self.index.width - 1))
         self.cursor = (row, col)
@@ -158,7 +158,7 @@ class GridView(ScrollView, can_focus=True):
 
     def action_edge(self, end: int) -> None:
         """Jump to the first column, or the last cell of the current row."""
-        if self.index is None:
+        if self.index is None or not self.visible_rows:
             return
         row = self.cursor[0]
         self.goto(row, len(self.index.rows[row].cells) - 1 if end else 0)
