@@ -32,6 +32,7 @@ __all__ = ["FailOpenProcessor", "make_exporter", "otlp_processor",
 PROTOCOLS = ("grpc", "http/protobuf")
 QUEUE_SIZE = 8192  # spans waiting for the collector; beyond this new ones are dropped, counted
 BATCH_SIZE = 512
+MAX_BACKOFF = 30.0  # seconds between attempts while the collector keeps failing
 DropCallback = Callable[[int, str], None]
 
 
@@ -128,6 +129,7 @@ class FailOpenProcessor(SpanProcessor):
                 pass
 
     def _run(self) -> None:
+        backoff = 0.0
         while True:
             with self._cond:
                 while not self._queue and not self._closed:
@@ -154,6 +156,13 @@ class FailOpenProcessor(SpanProcessor):
                 self._cond.notify_all()
             if cause:
                 self._drop(batch, cause)
+                # A collector that failed is not asked again at once: fewer wasted timeouts and
+                # fewer error lines from the exporter. Spans wait (bounded) meanwhile.
+                backoff = min(MAX_BACKOFF, max(1.0, backoff * 2))
+                with self._cond:
+                    self._cond.wait_for(lambda: self._closed, timeout=backoff)
+            else:
+                backoff = 0.0
 
     def _wait_idle(self, deadline: float) -> bool:
         with self._cond:

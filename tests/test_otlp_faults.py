@@ -88,16 +88,11 @@ def test_a_failing_collector_changes_nothing_and_every_loss_is_counted(
     assert int(attrs[schema.S_DROPPED]["intValue"]) == 2 * PAIRS
 
 
-def test_a_full_queue_drops_new_spans_and_counts_them() -> None:
+def test_a_full_queue_drops_new_spans_and_counts_them(monkeypatch: pytest.MonkeyPatch) -> None:
     with Receiver("http", "hang") as rx:
-        import os
-
-        os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = rx.endpoint
-        try:
-            exporter = make_exporter(Config(exit_timeout=0.5), {"OTEL_EXPORTER_OTLP_PROTOCOL":
-                                                               "http/protobuf"})
-        finally:
-            del os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"]
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rx.endpoint)
+        exporter = make_exporter(Config(exit_timeout=0.5))
         lost: list[tuple[int, str]] = []
         proc = FailOpenProcessor(exporter, exit_timeout=0.3, on_drop=lambda n, c: lost.append(
             (n, c)), queue_size=5, batch_size=1)
@@ -115,6 +110,31 @@ def test_a_full_queue_drops_new_spans_and_counts_them() -> None:
     assert proc.dropped_spans == 20 and proc.dropped_events == 20
     assert proc.causes["queue full"] >= 14  # one in flight, five queued, the rest refused
     assert sum(n for n, _ in lost) == 20
+
+
+def test_after_a_failure_the_collector_is_retried_later_and_delivery_resumes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+
+    with Receiver("http", "error") as rx:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rx.endpoint)
+        exporter = make_exporter(Config(exit_timeout=2))
+        proc = FailOpenProcessor(exporter, exit_timeout=2)
+        provider = TracerProvider()
+        provider.add_span_processor(proc)
+        tracer = provider.get_tracer("t")
+        tracer.start_span(schema.SPAN_ATTACH).end()
+        deadline = time.monotonic() + 10
+        while not proc.failed_batches and time.monotonic() < deadline:
+            time.sleep(0.02)
+        rx.mode = "ok"  # the collector comes back while pptrace waits before retrying
+        tracer.start_span(schema.SPAN_EXTRACT).end()
+        assert proc.force_flush(10_000)
+        provider.shutdown()
+    assert (proc.sent, proc.dropped_events, proc.failed_batches) == (1, 1, 1)
+    assert [name for _, _, name in rx.spans()] == [schema.SPAN_EXTRACT]
 
 
 ENGINE = BARE_SGLANG + """
