@@ -121,6 +121,10 @@ def build_env(args: argparse.Namespace, environ: Mapping[str, str]) -> dict[str,
         env["PPTRACE_EXPORT"] = "file,otlp"  # asking for a collector means sending to it
     env.setdefault("PPTRACE_RUN_ID", uuid.uuid4().hex[:16])
     Config.from_env(env)  # refuse bad values here, once, rather than in every rank
+    for var in ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"):
+        value = env.get(var, "").strip().lower()
+        if value and value not in ("grpc", "http/protobuf"):
+            raise ConfigError(f"{var}={env[var]!r}: pptrace exports grpc or http/protobuf")
     paths = [bootstrap_dir()] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep)
                                  if p and p != bootstrap_dir()]
     env["PYTHONPATH"] = os.pathsep.join(paths)

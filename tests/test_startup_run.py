@@ -15,6 +15,7 @@ import pytest
 from pptrace import schema
 from pptrace.cli_run import OTEL_DOC, add_parser, bootstrap_dir, build_env
 from pptrace.config import ENV_DOC
+from pptrace.errors import ConfigError
 from pptrace.sglang_module import ATTACH, EXTRACT, MODULE
 from tests.helpers_startup import BARE_SGLANG, PYTHON, REPO, child_env, run_pptrace
 from tests.otlp_receiver import Receiver
@@ -205,6 +206,8 @@ def test_build_env_sets_pptrace_and_otel_variables_and_the_bootstrap_path() -> N
     assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://c:4317"
     assert env["PPTRACE_EXIT_TIMEOUT"] == "0.5" and len(env["PPTRACE_RUN_ID"]) == 16
     assert args.command[-2:] == ["python", "x.py"]
+    with pytest.raises(ConfigError, match="OTEL_EXPORTER_OTLP_PROTOCOL='http/json'"):
+        build_env(_parse(["--", "true"]), {"OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"})
     kept = build_env(_parse(["--", "true"]), {"PPTRACE_RUN_ID": "outer"})
     assert kept["PPTRACE_RUN_ID"] == "outer"  # a nested run keeps the outer run's id
     assert "PPTRACE_EXPORT" not in kept
