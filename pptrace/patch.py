@@ -107,7 +107,7 @@ class _PatchingLoader(importlib.abc.Loader):
         if module.__spec__ is not None:
             module.__spec__.loader = self._real
         self._real.exec_module(module)
-        self._after(module)
+        self._after(module)  # contains its own failures: the engine's import never fails
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._real, name)
@@ -201,11 +201,16 @@ class EnginePatch:
                           "nothing to trace")
                 return
             originals = [_unwrap(attach), _unwrap(extract)]
-            if id(originals[0]) not in self._wrappers or id(originals[1]) not in self._wrappers:
-                w_attach, w_extract = self.factory(originals[0], originals[1])
-                self._wrappers[id(originals[0])] = (originals[0], w_attach)
-                self._wrappers[id(originals[1])] = (originals[1], w_extract)
-            self._rebind_everywhere()
+            try:
+                if id(originals[0]) not in self._wrappers or (
+                        id(originals[1]) not in self._wrappers):
+                    w_attach, w_extract = self.factory(originals[0], originals[1])
+                    self._wrappers[id(originals[0])] = (originals[0], w_attach)
+                    self._wrappers[id(originals[1])] = (originals[1], w_extract)
+                self._rebind_everywhere()
+            except Exception as exc:  # pptrace failing must never fail the engine
+                _say_once(f"{mod.__name__}:patch", f"cannot patch {mod.__name__} "
+                          f"({type(exc).__name__}: {exc}); not tracing")
 
     def _rebind_everywhere(self) -> None:
         """Point every module-level binding of an original (or foreign wrapper) at our wrapper."""

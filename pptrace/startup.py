@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import atexit
 import collections
-import logging
 import os
 import signal
 import sys
@@ -38,7 +37,6 @@ from pptrace.sglang_module import MODULE
 
 __all__ = ["activate", "activate_from_env", "active_recorder", "instrument", "uninstrument"]
 
-log = logging.getLogger("pptrace")
 _TRUE = {"1", "true", "yes", "on"}
 Handler = Callable[[int, FrameType | None], Any] | int | None
 

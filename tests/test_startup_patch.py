@@ -170,3 +170,27 @@ def test_absent_or_missing_modules_are_said_once_and_nothing_else(
     assert sys.meta_path == meta_path  # no import hook left behind
     said = [r.getMessage() for r in caplog.records if "no_such_engine_pkg" in r.getMessage()]
     assert len(said) == 1 and "nothing to trace" in said[0]
+
+
+def test_a_failure_inside_pptrace_leaves_the_engine_untouched(
+    engine: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(attach: Any, extract: Any) -> tuple[Any, Any]:
+        raise MemoryError("no room for wrappers")  # a stand-in for any failure in pptrace
+
+    attach = getattr(engine, ATTACH)
+    patch = EnginePatch(broken, (MODULE,))
+    with caplog.at_level(logging.WARNING, logger="pptrace"):
+        assert patch.apply() is True  # watching, but nothing was wrapped
+        parent = sys.modules[MODULE.rsplit(".", 1)[0]]
+        saved = sys.modules.pop(MODULE)
+        try:
+            fresh = importlib.import_module(MODULE)  # the engine's import still succeeds
+            assert not is_wrapped(getattr(fresh, ATTACH))
+        finally:
+            sys.modules[MODULE] = saved
+            setattr(parent, MODULE.rsplit(".", 1)[1], saved)
+            patch.restore()
+    assert getattr(engine, ATTACH) is attach
+    said = [r.getMessage() for r in caplog.records if "cannot patch" in r.getMessage()]
+    assert len(said) == 1 and "MemoryError" in said[0]
