@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from pptrace.findings import Finding
     from pptrace.model import Trace
 
-__all__ = ["add_parser", "run"]
+__all__ = ["add_parser", "run", "view"]
 
 EPILOG = """\
 keys (the footer shows them; ? lists every one; ctrl+p searches the actions):
@@ -95,11 +95,21 @@ def run(args: argparse.Namespace) -> int:
     # --follow re-reads what the user named (a directory may gain files as ranks start); a
     # Jaeger fetch is not re-fetched: its temporary file is among the sources read.
     paths = list(args.paths or ()) or list(trace.sources)
-    if sys.stderr.isatty() and not args.no_progress:
+    shown = sys.stderr.isatty() and not args.no_progress
+    if shown:
         sys.stderr.write(f"pptrace: analyzing {trace.event_count:,} events…\r")
         sys.stderr.flush()
     findings = analyze(trace)
+    if shown:
+        sys.stderr.write(" " * 60 + "\r")
+        sys.stderr.flush()
+    return view(trace, findings, paths, follow=args.follow, theme=args.theme)
 
+
+def view(trace: Trace, findings: list[Finding], paths: Sequence[str], *, follow: bool = False,
+         theme: str = "dark") -> int:
+    """Open the viewer on a loaded, analyzed trace (``pptrace demo`` calls this too); ``paths``
+    are re-read for ``follow``. Returns the exit status."""
     open_viewer = _viewer()
     first = [True]
     reload = _reloader(paths)
@@ -110,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
             return trace, findings
         return reload(status)
 
-    error = open_viewer(loader, follow=args.follow, theme=args.theme)
+    error = open_viewer(loader, follow=follow, theme=theme)
     if error is not None:
         print(f"pptrace: error: {error}", file=sys.stderr)
         return 2
