@@ -16,6 +16,7 @@ see): its events carry no keys and no tensors.
 from __future__ import annotations
 
 import functools
+import itertools
 import sys
 import threading
 import time
@@ -37,6 +38,7 @@ _Tensor = torch.Tensor
 _dict_keys = dict.keys
 _dict_items = dict.items
 _dict_get = dict.__getitem__
+_islice = itertools.islice
 _no_torch_function = torch._C.DisableTorchFunctionSubclass
 _startswith = str.startswith  # a str subclass key's own startswith is never called
 
@@ -121,14 +123,15 @@ def wrap_attach(fn: F, recorder: Recorder) -> F:
         try:
             dur = mono_ns() - t0
             after = _keys(tensors)
-            new = after[len(before):]
-            values = [_dict_get(tensors, k) for k in new]
-            # _meta inlined for plain tensors on the success path: a call per tensor costs
-            # about as much as reading its metadata (benchmarks/bench_hotpath.py).
+            # One pass over the inserted items, with _meta inlined for plain tensors: on this
+            # path a Python call or list per tensor costs about as much as reading its
+            # metadata (benchmarks/bench_hotpath.py). A non-dict container gave no keys.
             items = tuple([(k, (v.shape, v.dtype, v.device, v.is_contiguous())
                             if type(v) is _Tensor else _meta(v))
-                           for k, v in zip(new, values, strict=True)])
-            fps = _fingerprints(rec, values) if rec.fingerprint else None
+                           for k, v in _islice(_dict_items(tensors), len(before), None)]
+                          ) if after else ()
+            fps = _fingerprints(rec, [_dict_get(tensors, k) for k, _ in items]
+                                ) if rec.fingerprint else None
             append((attach, next(seq), wall, t0, dur, ident(), type(output), before, after,
                     items, result is None, None, rec.dropped, fps))
         except Exception as inner:
@@ -154,14 +157,16 @@ def wrap_extract(fn: F, recorder: Recorder, prefix: str = PREFIX) -> F:
             return fn(tensors, observer)
         try:
             if isinstance(tensors, dict):
-                pairs = [(k, v) for k, v in _dict_items(tensors)
-                         if isinstance(k, str) and _startswith(k, prefix)]
+                items = tuple([(k, (v.shape, v.dtype, v.device, v.is_contiguous())
+                                if type(v) is _Tensor else _meta(v))
+                               for k, v in _dict_items(tensors)
+                               if isinstance(k, str) and _startswith(k, prefix)])
                 before = tuple(_dict_keys(tensors))
             else:
-                pairs, before = [], ()
-            items = tuple([(k, (v.shape, v.dtype, v.device, v.is_contiguous())
-                            if type(v) is _Tensor else _meta(v)) for k, v in pairs])
-            fps = _fingerprints(rec, [v for _, v in pairs]) if rec.fingerprint else None
+                items, before = (), ()
+            fps = _fingerprints(rec, [v for k, v in _dict_items(tensors)
+                                      if isinstance(k, str) and _startswith(k, prefix)]
+                                ) if rec.fingerprint and items else None
         except Exception as exc:
             rec.internal_error("extract snapshot", exc)
             return fn(tensors, observer)
