@@ -26,8 +26,7 @@ from pptrace import schema
 from pptrace.config import Config
 from pptrace.errors import ConfigError
 
-__all__ = ["FailOpenProcessor", "make_exporter", "otlp_processor",
-           "protocol"]
+__all__ = ["FailOpenProcessor", "make_exporter", "otlp_processor", "protocol"]
 
 PROTOCOLS = ("grpc", "http/protobuf")
 QUEUE_SIZE = 8192  # spans waiting for the collector; beyond this new ones are dropped, counted
