@@ -33,3 +33,23 @@ def test_rank_discovery(overrides: dict[str, int], env: dict[str, str],
     assert got == want
     assert final is False  # torch.distributed is not up in this process
     assert info.pid > 0 and info.host
+
+
+def test_the_engine_s_own_groups_win_over_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import sys
+    import types
+
+    class Group:
+        def __init__(self, rank: int, size: int) -> None:
+            self.rank_in_group, self.world_size = rank, size
+
+    state = types.ModuleType("sglang.srt.distributed.parallel_state")
+    state.get_pp_group = lambda: Group(2, 4)  # type: ignore[attr-defined]
+    state.get_tp_group = lambda: Group(1, 2)  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, state.__name__, state)
+    info, _ = discover_rank({}, {"RANK": "5", "WORLD_SIZE": "8"})
+    assert (info.rank, info.pp_rank, info.pp_size, info.tp_rank, info.tp_size) == (5, 2, 4, 1, 2)
+    info, _ = discover_rank({"pp_rank": 0}, {"RANK": "5", "WORLD_SIZE": "8"})
+    assert info.pp_rank == 0  # an explicit override wins over the engine
