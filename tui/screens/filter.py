@@ -8,7 +8,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Button, Input, Label, SelectionList, Switch
+from textual.widgets import Button, Footer, Input, Label, SelectionList, Switch
 
 from pptrace.errors import ConfigError
 from pptrace.findings import FindingKind
@@ -56,6 +56,7 @@ class FilterScreen(ModalScreen[FilterSpec | None]):
             with Horizontal(id="filter-buttons"):
                 yield Button("Apply", variant="primary", id="apply")
                 yield Button("Cancel", id="cancel")
+        yield Footer(compact=True)
 
     def action_apply(self) -> None:
         """Parse the form and close with the new filter."""

@@ -9,7 +9,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Static
+from textual.widgets import Footer, Static
 
 from tui.bindings_catalog import Entry
 from tui.widgets.status import legend_text
@@ -55,3 +55,4 @@ class HelpScreen(ModalScreen[None]):
         )
         with VerticalScroll(id="help-body"):
             yield Static(body)
+        yield Footer(compact=True)
