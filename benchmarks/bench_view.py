@@ -14,6 +14,8 @@ keeps the keypress ratio near 1.
 
     python benchmarks/bench_view.py            # 100k and 1M
     python benchmarks/bench_view.py --sizes 100000
+    python benchmarks/bench_view.py --files --sizes 100000   # end to end from OTLP files:
+        # write per-rank files, then time pptrace.load and pptrace.analyze before the viewer
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import asyncio
 import gc
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -40,12 +43,37 @@ KEYS = ["x", "right", "left", "down", "up", "pagedown", "n", "p", "right_square_
 ROUNDS = 5
 
 
-async def measure(events: int) -> dict[str, float]:
-    trace, findings = synthetic(events)
+def from_files(events: int, directory: str) -> tuple[object, list[object], dict[str, float]]:
+    """Write the synthetic trace as per-rank OTLP/JSON lines files, then load and analyze them
+    the way ``pptrace view`` does; return the trace, findings and the two timings."""
+    from helpers_analyze import write_otlp_lines
+
+    from pptrace.analyze import analyze
+    from pptrace.load import load_paths
+
+    trace, _ = synthetic(events)
+    for proc in trace.processes:
+        write_otlp_lines(f"{directory}/rank{proc.rank.rank}.otlp.jsonl", proc.events)
+    del trace
     gc.collect()
-    out: dict[str, float] = {"events": float(trace.event_count)}
+    t = time.perf_counter()
+    loaded = load_paths([directory])
+    load_s = time.perf_counter() - t
+    t = time.perf_counter()
+    findings = analyze(loaded)
+    return loaded, list(findings), {"load_s": load_s, "analyze_s": time.perf_counter() - t}
+
+
+async def measure(events: int, files: str | None = None) -> dict[str, float]:
+    pre: dict[str, float] = {}
+    if files is not None:
+        trace, findings, pre = from_files(events, files)
+    else:
+        trace, findings = synthetic(events)
+    gc.collect()
+    out: dict[str, float] = {"events": float(trace.event_count), **pre}  # type: ignore[attr-defined]
     start = time.perf_counter()
-    app = PptraceViewer.of(trace, findings)
+    app = PptraceViewer.of(trace, findings)  # type: ignore[arg-type]
     async with app.run_test(size=(160, 45)) as pilot:
         while not isinstance(app.screen, (LoadingScreen, MainScreen)):
             await asyncio.sleep(0.001)
@@ -82,12 +110,18 @@ async def measure(events: int) -> dict[str, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000])
+    parser.add_argument("--files", action="store_true",
+                        help="write OTLP files first and time loading and analyzing them")
     args = parser.parse_args()
     results = {}
     for n in args.sizes:
-        r = asyncio.run(measure(n))
+        with tempfile.TemporaryDirectory() as tmp:
+            r = asyncio.run(measure(n, tmp if args.files else None))
         results[n] = r
         print(f"\n== {int(r['events']):,} events ==")
+        if args.files:
+            print(f"  pptrace.load of the OTLP files      {r['load_s']:7.3f} s")
+            print(f"  pptrace.analyze                    {r['analyze_s']:7.3f} s")
         print(f"  loading screen (progress) painted  {r['progress_paint_s']:7.3f} s")
         print(f"  first paint of the grid            {r['first_paint_s']:7.3f} s")
         print(f"  timeline ordered (background)      {r['timeline_ready_s']:7.3f} s")
