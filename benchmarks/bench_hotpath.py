@@ -195,8 +195,10 @@ def run(n: int, repeats: int, calls: int, tmp: str) -> None:
     lost = stream.stats()
     print(f"  stream recorder: recorded {lost.recorded}, exported {lost.exported}, "
           f"dropped {lost.dropped}")
-    print(f"  flight recorder at exit: recorded {flight.stats().recorded}, overwritten "
-          f"{flight.stats().overwritten} (ring of {flight.config.flight_size})")
+    fs = flight.stats()
+    print(f"  flight recorder at exit: recorded {fs.recorded}, overwritten {fs.overwritten} "
+          f"(ring of {flight.config.flight_size}), dump exported {fs.exported}, "
+          f"dropped {fs.dropped} (exit timeout 5 s)")
 
 
 def main() -> None:

@@ -309,12 +309,18 @@ class Recorder:
                 return 0
             exported = 0
             convert = _Converter(self, rank)
-            for start in range(0, len(raws), _CHUNK):
+            starts = list(range(0, len(raws), _CHUNK))
+            if self.flight and deadline is not None:
+                # A flight dump against the clock writes the newest events first: they are the
+                # ones next to whatever went wrong (readers order events by their own clocks).
+                starts.reverse()
+            for i, start in enumerate(starts):
                 chunk = raws[start:start + _CHUNK]
                 if deadline is not None and time.monotonic() > deadline:
+                    left = sum(len(raws[s:s + _CHUNK]) for s in starts[i:])
                     with self._lock:
-                        self.dropped += len(raws) - start
-                    self._warn_timeout(len(raws) - start)
+                        self.dropped += left
+                    self._warn_timeout(left)
                     break
                 events = []
                 for raw in chunk:

@@ -4,6 +4,7 @@ an explicit dump or shutdown; each dump says how many events the ring overwrote.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from helpers_recorder import (
     RANK,
     Composite,
     MemorySink,
+    Output,
     drive,
     recorder,
     wait_for,
@@ -78,18 +80,12 @@ def test_extract_error_dumps_too() -> None:
     attach, extract = wrapped(rec)
     tensors: dict[str, Any] = {"next_token_ids": torch.zeros(1)}
     drive(attach, extract, pairs=1)
-    attach(tensors, _one())
+    attach(tensors, Output(1))
     with pytest.raises(RuntimeError, match=errors.EXTRACT_NO_OBSERVER):
         extract(tensors, None)
     assert wait_for(lambda: len(sink.events) == 4, timeout=10.0)
     assert sink.events[-1].error_message == errors.EXTRACT_NO_OBSERVER
     rec.shutdown(timeout=5.0)
-
-
-def _one() -> Any:
-    from helpers_recorder import Output
-
-    return Output(1)
 
 
 def test_request_dump_is_served_by_the_background_thread() -> None:
@@ -126,8 +122,6 @@ def test_dump_file_has_the_overwritten_count(tmp_path: Path) -> None:
 
 
 def test_threads_in_flight_mode_share_no_sequence_number() -> None:
-    import threading
-
     sink = MemorySink()
     rec = recorder(Config(mode="flight", flight_size=100_000), sink)
     attach, extract = wrapped(rec)

@@ -8,6 +8,7 @@ import time
 from helpers_recorder import MemorySink, drive, recorder, wrapped
 
 from pptrace.config import Config
+from pptrace.record import Direction
 
 
 def test_hanging_sink_cannot_hold_exit_and_the_loss_is_counted() -> None:
@@ -52,3 +53,18 @@ def test_shutdown_flushes_everything_and_closes_the_sink() -> None:
     assert len(sink.events) == 100 and sink.closed
     assert rec._thread is not None and not rec._thread.is_alive()
     assert sink.stats[-1].exported == 100
+
+
+def test_flight_dump_short_of_time_keeps_the_newest_events() -> None:
+    sink = MemorySink(delay=0.3)  # per chunk of 512 events
+    rec = recorder(Config(mode="flight", flight_size=4096), sink)
+    attach, extract = wrapped(rec)
+    drive(attach, extract, pairs=2048, n=1)  # a full ring: 8 chunks, 2.4 s to write them all
+    rec.shutdown(timeout=1.0)
+    last = sink.stats[-1]
+    assert 0 < last.exported < 4096
+    assert last.exported + last.dropped == last.recorded == 4096
+    # What made it out is the end of the ring: the calls right before exit.
+    for direction in Direction:
+        written = sorted(sink.seqs(direction))
+        assert written == list(range(written[0], 2048)), direction
