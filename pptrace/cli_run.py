@@ -145,6 +145,12 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if not command:
         raise ConfigError("pptrace run: no command given (put it after '--')")
+    from pptrace.patch import module_status
+    from pptrace.sglang_module import MODULE
+
+    if module_status(MODULE) is not None:  # said once here, not in every process of the tree
+        print(f"pptrace: {MODULE} is not installed for {sys.executable}; "
+              "processes that never load it are not traced", file=sys.stderr)
     _exec(command, env)
     return 127  # only reached in tests that replace _exec
 

@@ -180,12 +180,13 @@ def test_spawned_children_are_instrumented_without_code_in_them(tmp_path: Path) 
 @pytest.mark.slow
 def test_a_process_that_never_loads_the_engine_pays_only_an_import_hook(tmp_path: Path) -> None:
     probe = ("import sys, threading; print(sorted(m for m in ('torch', 'opentelemetry.sdk.trace', "
-             "'pptrace.startup', 'pptrace.instrument') if m in sys.modules), "
-             "threading.active_count())")
+             "'pptrace', 'pptrace.startup') if m in sys.modules), threading.active_count(), "
+             "[type(f).__name__ for f in sys.meta_path][:1])")
     proc = run_pptrace(["--dir", str(tmp_path / "t"), "--", PYTHON, "-c", probe],
                        child_env(PYTHONPATH=str(REPO)), tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split("\n")[0] == "['pptrace.startup'] 1"  # active, no torch/SDK/thread
+    # Nothing of pptrace imported, no thread: only a one-name import hook, waiting.
+    assert proc.stdout.split("\n")[0] == "[] 1 ['_WaitForEngine']"
     assert not (tmp_path / "t").exists()  # and it writes nothing
 
 
