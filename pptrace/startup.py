@@ -5,10 +5,11 @@
     ...
     pptrace.uninstrument()           # originals back everywhere, spans flushed
 
-``pptrace run`` (and ``PPTRACE_ENABLED=1`` with pptrace's ``sitecustomize`` on ``PYTHONPATH``)
-calls ``activate_from_env`` before the engine's code runs, in every Python process of the tree.
-Activation is cheap: it installs an import hook and nothing else. Only when the engine's
-transport module is patched does the process start its recorder thread and register its exit
+Under ``pptrace run`` (or ``PPTRACE_ENABLED=1`` with pptrace's ``sitecustomize`` on
+``PYTHONPATH``) every Python process of the tree calls ``activate_from_env`` the moment SGLang's
+transport module has loaded, before anything imports from it. Activation installs an import hook
+and patches what is loaded. Only when the engine's transport module is patched does the process
+start its recorder thread and register its exit
 flush (atexit, SIGTERM when the handler is the default, chained otherwise) and, in flight mode,
 a SIGUSR1 dump. A process that records nothing writes nothing. Spans go through the engine's own
 SDK tracer provider when it configured one and OTLP export is asked for; otherwise through
