@@ -59,6 +59,7 @@ ENGINE_ERROR_KINDS = frozenset(
 )
 #: Findings about a missing other side.
 ABSENCE_KINDS = frozenset({FindingKind.ORPHAN_ATTACH, FindingKind.UNMATCHED_EXTRACT})
+_MAX_SEQ_GAP = 1_000_000  # seq numbers this far past a row's event count are not gaps: corrupt
 
 
 def cell_for_finding(kind: FindingKind) -> Cell:
@@ -254,6 +255,12 @@ class TraceIndex:
             if size == len(events) and all(ev.seq == i for i, ev in enumerate(events)):
                 slots = list(events)
             else:  # gaps (dropped events) or out-of-order seqs: place each at its seq
+                limit = len(events) + _MAX_SEQ_GAP
+                if size > limit or any(ev.seq < 0 for ev in events):
+                    # A corrupt or hostile seq (negative, or far beyond the others) gets no
+                    # slot: one slot for every number below it would exhaust memory.
+                    events = [ev for ev in events if 0 <= ev.seq < limit]
+                    size = max((ev.seq for ev in events), default=-1) + 1
                 slots = [None] * size
                 for ev in events:
                     slots[ev.seq] = ev
@@ -276,7 +283,7 @@ class TraceIndex:
             a_row, e_row = self.rows[ra], self.rows[re_]
             a0, e0 = run.attach_seq, run.extract_seq
             n = min(run.length, len(a_row.cells) - a0, len(e_row.cells) - e0)
-            if n <= 0:
+            if n <= 0 or a0 < 0 or e0 < 0:
                 continue
             # Whole runs at once: slices and C-driven maps, not a Python loop per pair.
             a_row.partners[a0 : a0 + n] = array("q", range((re_ << 32) | e0, (re_ << 32) | e0 + n))
@@ -319,7 +326,7 @@ class TraceIndex:
     def cell_of(self, ref: EventId) -> tuple[int, int] | None:
         """The (row, col) of an event id, or None when the trace has no such event."""
         row = self.row_of.get((ref.process, ref.direction))
-        if row is None or ref.seq >= len(self.rows[row].events):
+        if row is None or not 0 <= ref.seq < len(self.rows[row].events):
             return None
         return (row, ref.seq) if self.rows[row].events[ref.seq] is not None else None
 
