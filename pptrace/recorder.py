@@ -33,7 +33,7 @@ from typing import Any, Protocol
 
 from pptrace.config import Config
 from pptrace.ranks import discover_rank
-from pptrace.record import Direction, Event, RankInfo, RecorderStats, TensorMeta
+from pptrace.record import PREFIX, Direction, Event, RankInfo, RecorderStats, TensorMeta
 
 __all__ = ["Recorder", "Sink", "WarnOnce"]
 
@@ -164,7 +164,7 @@ class Recorder:
         self._abandoned = False  # the exit flush gave up: late exports no longer count
         self._thread: threading.Thread | None = None
         self._flush_lock = threading.Lock()
-        self._prefix = "__sampling_observer_output__."
+        self._prefix = PREFIX
 
     # --- hot path ----------------------------------------------------------------------------
 
