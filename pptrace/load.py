@@ -8,9 +8,11 @@ pptrace's per-rank files) or a glob. Each file holds one of:
 - a single JSON document: an OTLP ``TracesData`` object, a Jaeger v3 API response
   (``{"result": {"resourceSpans": ...}}``), or Jaeger's JSON (``{"data": [...]}``).
 
-JSON lines stream: one line in memory at a time. A single document is parsed whole, so it needs
-about ten times its size in memory; traces larger than a few hundred MB should be JSON lines
-(which is what pptrace writes). Spans of other tools are kept aside as ``ForeignSpan``.
+JSON lines stream: one line in memory at a time; pptrace's own lines go through a fast path
+(``pptrace.load_fast``) that decodes each distinct span shape once. A single document, and a
+line over 16 MB, is walked span by span (``pptrace.load_stream``): about twice its size in
+memory rather than the ten times a whole ``json.loads`` takes. Spans of other tools are kept
+aside as ``ForeignSpan``.
 
 Bad input never raises anything but ``TraceInputError`` (one line: file, line, what). A part of
 an otherwise usable input that cannot be read (a torn last line, a line that is not JSON, a span
