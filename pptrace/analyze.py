@@ -141,6 +141,10 @@ class _Analysis:
         self.microbatch_of: dict[EventId, int] = {}  # extract -> paired attach seq
         self.attaches = {p.index: _payload_attaches(p.trace) for p in self.procs}
         self.extracts = {p.index: _payload_extracts(p.trace) for p in self.procs}
+        run_ids = [_run_id(p.trace) for p in self.procs]
+        several = len(set(run_ids)) > 1
+        # Channel names carry the run when traces of several runs are analysed together.
+        self.run_prefix = [f"{run or '?'}:" if several else "" for run in run_ids]
         pp_sizes = [p.rank.pp_size for p in self.procs if p.rank.pp_size is not None]
         pp_ranks = [p.rank.pp_rank for p in self.procs if p.rank.pp_rank is not None]
         self.pp_size = max(pp_sizes) if pp_sizes else None
@@ -214,7 +218,7 @@ class _Analysis:
 
     def proc_channel(self, p: _Proc) -> str:
         r = p.rank
-        return f"{stage_of(r)}/tp{tp_of(r)}"
+        return f"{self.run_prefix[p.index]}{stage_of(r)}/tp{tp_of(r)}"
 
     def errors(self, p: _Proc) -> None:
         for ev in p.trace.events:
@@ -266,28 +270,33 @@ class _Analysis:
     # --- across ranks -----------------------------------------------------------------------
 
     def channels(self) -> None:
-        lasts = [p for p in self.procs if self.is_last(p)]
-        firsts = [p for p in self.procs if self.is_first(p)]
-        tps = sorted({tp_of(p.rank) for p in lasts + firsts})
-        for tp in tps:
-            senders = [p for p in lasts if tp_of(p.rank) == tp and self.attaches[p.index]]
-            receivers = [p for p in firsts if tp_of(p.rank) == tp]
-            if not senders and not any(self.extracts[p.index] for p in receivers):
-                continue
-            for k in range(max(len(senders), len(receivers))):
-                s = senders[k] if k < len(senders) else None
-                r = receivers[k] if k < len(receivers) else None
-                self.channel(s, r, tp)
+        # Traces of several runs may be loaded together: pair only within one run.
+        runs: dict[str, list[_Proc]] = {}
+        for p in self.procs:
+            runs.setdefault(_run_id(p.trace), []).append(p)
+        for procs in runs.values():
+            lasts = [p for p in procs if self.is_last(p)]
+            firsts = [p for p in procs if self.is_first(p)]
+            for tp in sorted({tp_of(p.rank) for p in lasts + firsts}):
+                senders = [p for p in lasts if tp_of(p.rank) == tp and self.attaches[p.index]]
+                receivers = [p for p in firsts if tp_of(p.rank) == tp]
+                if not senders and not any(self.extracts[p.index] for p in receivers):
+                    continue
+                for k in range(max(len(senders), len(receivers))):
+                    s = senders[k] if k < len(senders) else None
+                    r = receivers[k] if k < len(receivers) else None
+                    self.channel(s, r, tp)
 
     def channel(self, s: _Proc | None, r: _Proc | None, tp: int) -> None:
         last_pp = s.rank.pp_rank if s is not None and s.rank.pp_rank is not None else "?"
-        name = f"pp0<-pp{last_pp}/tp{tp}"
+        present = s or r
+        if present is None:
+            return
+        name = f"{self.run_prefix[present.index]}pp0<-pp{last_pp}/tp{tp}"
         lost = [self.lost[p.index] for p in (s, r) if p is not None and p.index in self.lost]
         if lost:
             self.lowered[name] = "; ".join(lost)
         if s is None or r is None:
-            present = s or r
-            assert present is not None
             n = len(self.attaches[present.index] if s else self.extracts[present.index])
             what = "attaches" if s else "extracts"
             missing = "stage 0" if s else "the last stage"
@@ -407,6 +416,12 @@ class _Analysis:
             for r in self.raws
         ]
         return _summarise(raws, self.lowered)
+
+
+def _run_id(proc: ProcessTrace) -> str:
+    if proc.events:
+        return proc.events[0].run_id
+    return proc.stats.run_id if proc.stats is not None else ""
 
 
 def analyze(trace: Trace) -> list[Finding]:

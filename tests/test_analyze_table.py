@@ -6,6 +6,7 @@ One row per finding kind and per collision type, plus clean runs that must give 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import pytest
 from helpers_analyze import Run, meta
@@ -13,6 +14,7 @@ from helpers_analyze import Run, meta
 from pptrace import errors
 from pptrace.analyze import analyze
 from pptrace.findings import FindingKind, Severity
+from pptrace.model import Trace
 from pptrace.record import PREFIX
 
 K = FindingKind
@@ -379,3 +381,19 @@ def test_unknown_layout_pairs_by_role() -> None:
         evs[:] = [with_rank(e, pp_rank=None, pp_size=None, tp_rank=None) for e in evs]
     (f,) = analyze(run.trace(all_ranks=False))
     assert f.kind is K.DTYPE_MISMATCH
+
+
+def test_runs_loaded_together_pair_within_each_run() -> None:
+    good, bad = Run(run_id="good"), Run(run_id="bad")
+    healthy(good, 3)
+    pair_of([meta("s")], [meta("s", dtype="float16")])(bad)
+    procs = []
+    for run, offset in ((good, 0), (bad, 50)):
+        for proc in run.trace().processes:  # other pids: other processes
+            rank = replace(proc.rank, pid=proc.rank.pid + offset)
+            events = tuple(replace(e, rank=rank) for e in proc.events)
+            procs.append(replace(proc, rank=rank, events=events))
+    procs.sort(key=lambda p: (p.rank.rank, -p.rank.pid))  # interleave the runs
+    (f,) = analyze(Trace(processes=tuple(procs)))
+    assert f.kind is K.DTYPE_MISMATCH
+    assert f.channel == "bad:pp0<-pp1/tp0"
