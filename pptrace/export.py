@@ -129,12 +129,15 @@ class OtlpJsonFileExporter(SpanExporter):
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         if not spans:
             return SpanExportResult.SUCCESS
-        line = encode_json_line(spans) + "\n"
+        self.write_line(encode_json_line(spans))
+        return SpanExportResult.SUCCESS
+
+    def write_line(self, line: str) -> None:
+        """Append one encoded OTLP/JSON line and flush it to the OS."""
         with self._lock:
             f = self._open()
-            f.write(line)
+            f.write(line + "\n")
             f.flush()
-        return SpanExportResult.SUCCESS
 
     def shutdown(self) -> None:
         with self._lock:
@@ -243,25 +246,55 @@ class SpanSink:
                 flush(int(timeout * 1000))
 
 
+class _Tee:
+    """Hand every batch to each sink; one failing does not stop the others (raised after)."""
+
+    def __init__(self, sinks: Sequence[Any]) -> None:
+        self.sinks = list(sinks)
+
+    def _each(self, method: str, *args: Any) -> None:
+        errors = []
+        for sink in self.sinks:
+            try:
+                getattr(sink, method)(*args)
+            except Exception as exc:
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+    def export(self, events: Sequence[Event]) -> None:
+        self._each("export", events)
+
+    def export_stats(self, stats: RecorderStats) -> None:
+        self._each("export_stats", stats)
+
+    def shutdown(self, timeout: float) -> None:
+        self._each("shutdown", timeout)
+
+
 def build_provider(
     config: Config, rank: RankInfo, on_drop: Callable[[int, str], None] | None = None
-) -> SpanSink:
-    """Build pptrace's own provider with the file (and OTLP) exporters the config names.
+) -> Any:
+    """Build pptrace's own sink for the exporters a config names (a recorder ``Sink``).
 
-    ``on_drop(events, cause)`` hears of spans the asynchronous OTLP exporter lost.
+    Files are written by ``FileSink`` straight from events; OTLP goes through real SDK spans on
+    pptrace's own provider. ``on_drop(events, cause)`` hears of spans the OTLP exporter lost.
     """
-    provider = TracerProvider(
-        resource=rank_resource(rank, config.run_id),
-        span_limits=SpanLimits(max_span_attributes=256, max_attribute_length=None),
-    )
-    direct: list[_BatchToExporter] = []
+    from pptrace.file_sink import FileSink
+
+    resource = rank_resource(rank, config.run_id)
+    sinks: list[Any] = []
     if "file" in config.exporters:
         path = os.path.join(config.trace_dir, trace_file_name(rank))
-        processor = _BatchToExporter(OtlpJsonFileExporter(path))
-        provider.add_span_processor(processor)
-        direct.append(processor)
-    if "otlp" in config.exporters:
-        from pptrace.otlp import otlp_processor
+        sinks.append(FileSink(path, resource, _version()))
+    if "otlp" in config.exporters or not sinks:
+        provider = TracerProvider(
+            resource=resource,
+            span_limits=SpanLimits(max_span_attributes=256, max_attribute_length=None),
+        )
+        if "otlp" in config.exporters:
+            from pptrace.otlp import otlp_processor
 
-        provider.add_span_processor(otlp_processor(config, on_drop=on_drop))
-    return SpanSink(provider, direct, owns_provider=True)
+            provider.add_span_processor(otlp_processor(config, on_drop=on_drop))
+        sinks.append(SpanSink(provider, owns_provider=True))
+    return sinks[0] if len(sinks) == 1 else _Tee(sinks)
