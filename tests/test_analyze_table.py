@@ -397,3 +397,18 @@ def test_runs_loaded_together_pair_within_each_run() -> None:
     (f,) = analyze(Trace(processes=tuple(procs)))
     assert f.kind is K.DTYPE_MISMATCH
     assert f.channel == "bad:pp0<-pp1/tp0"
+
+
+def test_flight_mode_rings_that_cover_different_windows() -> None:
+    # Each process kept only its last 8 calls; stage 0's ring ends one call later.
+    run = Run()
+    for k in range(24, 32):
+        run.attach([meta("s", (k % 3 + 1, 5))], seq=k)
+    for k in range(25, 33):
+        run.extract([meta("s", (k % 3 + 1, 5))], seq=k)
+    run.set_stats(0, recorded=33, overwritten=25)
+    run.set_stats(1, recorded=32, overwritten=24)
+    findings = analyze(run.trace())
+    kinds = sorted((f.kind.value, f.severity.name) for f in findings)
+    assert kinds == [("events-dropped", "WARNING"), ("events-dropped", "WARNING"),
+                     ("orphan-attach", "INFO"), ("unmatched-extract", "WARNING")]
