@@ -86,3 +86,29 @@ def test_disabled_recorder_is_a_pass_through() -> None:
                 else mod.pop_auxiliary_output_from_pp_tensors)
         same_outcome(run_call(bare, *case.build()), run_call(fn, *case.build()))
     assert rec.recorded == 0
+
+
+ODD_NAMES = ["\ud800", "\x00", "é", "\u2028", "x" * 10_000, " ", "\\", '"', "\x1b[2J", "{0}",
+             "__sampling_observer_output__.", "日本"]
+
+
+def test_odd_names_are_recorded_exactly(tmp_path: object) -> None:
+    # Any str is a legal tensor name to the engine: none may cost an event or come back altered.
+    from helpers_reliability import SENTINEL, T1, Observer, Output
+
+    from pptrace.load import load_paths
+
+    mod = transport()
+    config = Config(trace_dir=str(tmp_path), flush_interval=60)
+    rec = make_recorder(config, sink_factory=file_sink_factory(config))
+    attach, extract = wrap_transport(mod.add_auxiliary_output_to_pp_tensors,
+                                     mod.pop_auxiliary_output_from_pp_tensors, rec)
+    d: dict[str, object] = {}
+    attach(d, Output({n: T1 for n in ODD_NAMES}))
+    assert extract(d, Observer(SENTINEL)) is SENTINEL
+    rec.shutdown(timeout=5.0)
+    assert rec.dropped == 0 and rec.internal_errors == 0 and rec.export_errors == 0
+    trace = load_paths([str(tmp_path)])
+    assert not trace.problems
+    (proc,) = trace.processes
+    assert [e.names for e in proc.events] == [tuple(ODD_NAMES)] * 2
