@@ -65,24 +65,32 @@ class _Raw:
     severity: Severity | None = None
 
 
-def _summarise(raws: Sequence[_Raw], lowered: dict[str, str]) -> list[Finding]:
+# A raw finding, how many identical ones on the following pairs it stands for, and the last
+# of those pairs' microbatch.
+_Counted = tuple[_Raw, int, "int | None"]
+
+
+def _summarise(raws: Sequence[_Counted], lowered: dict[str, str]) -> list[Finding]:
     """Keep the first finding per (kind, channel, subject); count the rest as its cascade."""
-    ordered = sorted(raws, key=lambda r: (r.time_ns or 0, r.microbatch or 0))
-    groups: dict[tuple[FindingKind, str, str], list[_Raw]] = {}
-    for raw in ordered:
-        groups.setdefault((raw.kind, raw.channel, raw.subject), []).append(raw)
+    ordered = sorted(raws, key=lambda r: (r[0].time_ns or 0, r[0].microbatch or 0))
+    groups: dict[tuple[FindingKind, str, str], list[_Counted]] = {}
+    for counted in ordered:
+        raw = counted[0]
+        groups.setdefault((raw.kind, raw.channel, raw.subject), []).append(counted)
     out: list[Finding] = []
     for (kind, channel, _), items in groups.items():
-        first = items[0]
+        first = items[0][0]
+        cascade = sum(1 + repeats for _, repeats, _ in items) - 1
         severity = first.severity or kind.default_severity
         message = first.message
         if kind in _ABSENCE and channel in lowered:
             severity = Severity(max(Severity.INFO, severity - 10))
             message += f" ({lowered[channel]}: this may be a recording gap)"
-        if len(items) > 1:
-            last = items[-1]
-            until = f" through microbatch {last.microbatch}" if last.microbatch is not None else ""
-            message += f" (and {len(items) - 1} more like this{until})"
+        if cascade:
+            last, repeats, last_mb = items[-1]
+            mb = last_mb if repeats else last.microbatch
+            until = f" through microbatch {mb}" if mb is not None else ""
+            message += f" (and {cascade} more like this{until})"
         out.append(
             Finding(
                 kind=kind,
@@ -93,7 +101,7 @@ def _summarise(raws: Sequence[_Raw], lowered: dict[str, str]) -> list[Finding]:
                 time_ns=first.time_ns,
                 events=first.events,
                 channel=channel,
-                cascade=len(items) - 1,
+                cascade=cascade,
             )
         )
     # At the same moment a cause goes before its effects (TP ranks disagreeing before the
@@ -136,8 +144,11 @@ class _Analysis:
         self.raws: list[_Raw] = []
         self.lost: dict[int, str] = {}  # process index -> "rank 2 lost 5 events"
         self.lowered: dict[str, str] = {}  # channel -> why its absence findings are less sure
-        self._compared: dict[tuple[Any, ...], tuple[tuple[FindingKind, str, str], ...]] = {}
+        self._compared: dict[tuple[Any, ...], tuple[Any, Any]] = {}  # -> (specs, their kinds)
         self._payloads: dict[int, tuple[Any, ...]] = {}  # id(tensors): events keep them alive
+        # channel -> (the kinds of its last pair's differences, the raw findings they started)
+        self._streak: dict[str, tuple[Any, list[int]]] = {}
+        self.repeats: dict[int, list[Any]] = {}  # raw index -> [repeats, last microbatch]
         self.microbatch_of: dict[EventId, int] = {}  # extract -> paired attach seq
         self.attaches = {p.index: _payload_attaches(p.trace) for p in self.procs}
         self.extracts = {p.index: _payload_extracts(p.trace) for p in self.procs}
@@ -153,9 +164,10 @@ class _Analysis:
     def add(self, kind: FindingKind, message: str, *, ranks: Iterable[int] = (),
             microbatch: int | None = None, time_ns: int | None = None,
             events: Iterable[EventId] = (), channel: str = "", subject: str = "",
-            severity: Severity | None = None) -> None:
+            severity: Severity | None = None) -> int:
         self.raws.append(_Raw(kind, message, tuple(ranks), microbatch, time_ns,
                               tuple(events), channel, subject, severity))
+        return len(self.raws) - 1
 
     # --- roles ----------------------------------------------------------------------------
 
@@ -357,13 +369,33 @@ class _Analysis:
         if a.tensors is e.tensors:
             return
         key = (id(a.tensors), id(e.tensors), id(a.keys_before), channel)
-        specs = self._compared.get(key)
-        if specs is None:
-            specs = self._compared[key] = compare_specs(who(s.rank), who(r.rank), a, e)
-        for kind, message, subject in specs:
+        cached = self._compared.get(key)
+        if cached is None:
+            specs = compare_specs(who(s.rank), who(r.rank), a, e)
+            kinds = tuple((kind, subject) for kind, _, subject in specs)
+            cached = self._compared[key] = (specs, kinds)
+        specs, kinds = cached
+        streak = self._streak.get(channel)
+        if streak is not None and streak[0] == kinds:
+            # The same differences as the pair before: count them (a dtype changed for good
+            # gives one finding per pair; building each one costs more than the walk).
+            for index in streak[1]:
+                counter = self.repeats[index]
+                counter[0] += 1
+                counter[1] = a.seq
+            return
+        if not specs:
+            self._streak.pop(channel, None)
+            return
+        started = [
             self.add(kind, message, ranks=[rank_id(s.rank), rank_id(r.rank)],
                      microbatch=a.seq, time_ns=a.start_ns, events=[s.eid(a), r.eid(e)],
                      channel=channel, subject=subject)
+            for kind, message, subject in specs
+        ]
+        for index in started:
+            self.repeats[index] = [0, None]
+        self._streak[channel] = (kinds, started)
 
     def payload(self, ev: Event) -> tuple[Any, ...]:
         """What TP ranks must agree on, computed once per distinct tensors tuple."""
@@ -410,11 +442,12 @@ class _Analysis:
             self.hygiene(p)
         self.channels()
         self.tensor_parallel()
-        raws = [
-            replace(r, microbatch=self.microbatch_of.get(r.events[0], r.microbatch))
-            if r.microbatch is None and r.events else r
-            for r in self.raws
-        ]
+        raws: list[_Counted] = []
+        for index, r in enumerate(self.raws):
+            if r.microbatch is None and r.events:
+                r = replace(r, microbatch=self.microbatch_of.get(r.events[0]))
+            repeats, last_mb = self.repeats.get(index, (0, None))
+            raws.append((r, repeats, last_mb))
         return _summarise(raws, self.lowered)
 
 

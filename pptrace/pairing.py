@@ -108,6 +108,7 @@ def pair(attaches: Sequence[Event], extracts: Sequence[Event]) -> Pairing:
     orphans: list[int] = []
     unmatched: list[int] = []
     walk = _Walk(attaches, extracts)
+    diverged: set[tuple[int, int]] = set()  # (id of attach signature, id of extract signature)
     i = j = 0
     na, ne = len(attaches), len(extracts)
     while i < na and j < ne:
@@ -119,6 +120,14 @@ def pair(attaches: Sequence[Event], extracts: Sequence[Event]) -> Pairing:
         if walk.same(i, j) and walk.in_step(i, j):
             pairs.append((i, j))
             walk.offset = e.seq - a.seq
+            i += 1
+            j += 1
+            continue
+        # The same disagreement as one already judged a divergence (a dtype changed for good):
+        # judge it the same way without looking ahead again, which keeps the walk linear.
+        known = (id(walk.sa[i]), id(walk.se[j]))
+        if known in diverged and walk.in_step(i, j):
+            pairs.append((i, j))
             i += 1
             j += 1
             continue
@@ -141,6 +150,8 @@ def pair(attaches: Sequence[Event], extracts: Sequence[Event]) -> Pairing:
             unmatched.extend(range(j, j + skip_e))
             j += skip_e
         else:
+            if walk.in_step(i, j):
+                diverged.add(known)
             pairs.append((i, j))
             walk.offset = e.seq - a.seq
             i += 1
