@@ -9,6 +9,7 @@ Every variable is listed in ``ENV_DOC`` (printed by ``pptrace run --help``); a b
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -36,6 +37,7 @@ ENV_DOC: dict[str, str] = {
 }
 
 _TRUE = {"1", "true", "yes", "on"}
+_MAX_SECONDS = 1e9  # about 31 years
 _FALSE = {"0", "false", "no", "off", ""}
 
 
@@ -62,6 +64,9 @@ def _number(env: Mapping[str, str], name: str, default: float, *, integer: bool)
         raise ConfigError(f"{name}={raw!r}: expected {kind}") from None
     if value < 0:
         raise ConfigError(f"{name}={raw!r}: must not be negative")
+    # inf (or anything past threading.TIMEOUT_MAX) made the exit flush raise OverflowError.
+    if not math.isfinite(value) or (not integer and value > _MAX_SECONDS):
+        raise ConfigError(f"{name}={raw!r}: must be a finite number up to {_MAX_SECONDS:.0f}")
     return value
 
 
