@@ -331,3 +331,22 @@ def test_otlp_collector_down_or_silent(kind: str, protocol: str, caplog: pytest.
     assert stats.dropped == _total(), (stats, rec.warn.counts)
     assert any(c.startswith("exporter dropped spans (") for c in rec.warn.counts)
     _assert_once_per_cause(rec, caplog)
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e309", "1e10"])
+@pytest.mark.parametrize("var", ["PPTRACE_EXIT_TIMEOUT", "PPTRACE_FLUSH_INTERVAL"])
+def test_non_finite_or_huge_seconds_are_refused(var: str, value: str) -> None:
+    # An infinite exit timeout made shutdown raise OverflowError (losing the exit flush); nan
+    # made it give up at once. Refuse them where they are read, with the variable's name.
+    from pptrace.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=var):
+        Config.from_env({var: value})
+
+
+def test_largest_accepted_exit_timeout_still_shuts_down() -> None:
+    sink = ListSink()
+    config = Config.from_env({"PPTRACE_EXIT_TIMEOUT": "1e9", "PPTRACE_FLUSH_INTERVAL": "1e9"})
+    rec = make_recorder(config, sink).start()
+    rec.shutdown()  # idle: returns at once, and never overflows a wait
+    assert sink.stats and sink.closed
