@@ -332,3 +332,13 @@ def test_tensor_meta_has_no_field_for_values() -> None:
     assert fields == {"name", "key", "shape", "dtype", "device", "nbytes", "contiguous",
                       "is_tensor", "fingerprint"}, fields
 
+
+
+def test_diff_text_is_inert(tmp_path: Path) -> None:
+    write_hostile_traces(tmp_path / "a")
+    (tmp_path / "b").mkdir()
+    write_hostile_traces(tmp_path / "b")
+    code, out, err = _cli("diff", str(tmp_path / "a"), str(tmp_path / "b"))
+    assert code in (0, 1), err
+    assert not CONTROL.search(out), repr(CONTROL.search(out))
+    assert "\\x1b[31mred\\x1b[0m" in out and "[bold magenta]markup[/bold magenta]" in out
