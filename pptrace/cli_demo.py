@@ -72,6 +72,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         help="do not hash auxiliary tensors (then changed bytes go unseen)")
     parser.add_argument("--no-analyze", action="store_true",
                         help="only run the pipeline and write the traces")
+    parser.add_argument("--no-view", action="store_true",
+                        help="do not open the viewer afterwards (it opens only when stdin and "
+                             "stdout are a terminal)")
     parser.add_argument("--timeout", type=float, default=180.0, metavar="S",
                         help="stop every rank after this many seconds (default 180)")
     parser.set_defaults(func=run)
@@ -172,8 +175,9 @@ def _summary(result: RunResult, out: IO[str]) -> bool:
     return result.ok and mismatched == 0 and len(result.reports) == opts.ranks
 
 
-def _analyze_and_report(out_dir: str) -> int | None:
-    """Analyze the run's traces and print the report; None when analysis is unavailable."""
+def _analyze_and_report(out_dir: str, view: bool = False) -> int | None:
+    """Analyze the run's traces, print the report and, when asked, open the viewer on them;
+    return the analysis exit status (None when analysis is unavailable)."""
     try:
         from pptrace.analyze import analyze
         from pptrace.findings import Severity
@@ -186,7 +190,16 @@ def _analyze_and_report(out_dir: str) -> int | None:
     trace = load_paths([out_dir])
     findings = analyze(trace)
     sys.stdout.write("\n" + render_text(trace, findings, Severity.ERROR))
+    if view:
+        from pptrace.cli_view import view as open_view
+
+        sys.stdout.flush()
+        open_view(trace, findings, [out_dir])
     return exit_status(findings, Severity.ERROR)
+
+
+def _interactive() -> bool:
+    return sys.stdin.isatty() and sys.stdout.isatty()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -219,7 +232,7 @@ def run(args: argparse.Namespace) -> int:
     healthy = _summary(result, sys.stdout)
     status = 0 if healthy else 1
     if not args.no_analyze:
-        analysis = _analyze_and_report(out_dir)
+        analysis = _analyze_and_report(out_dir, view=not args.no_view and _interactive())
         if analysis:
             status = 1
     print(f"\nnext: pptrace analyze {out_dir}")

@@ -90,7 +90,8 @@ def test_healthy_demo_exits_0_with_a_summary(
 ) -> None:
     handed: list[str] = []
 
-    def analysis(out_dir: str) -> int:
+    def analysis(out_dir: str, view: bool = False) -> int:
+        assert not view  # pytest's stdin is no terminal: the viewer stays closed
         handed.append(out_dir)
         return 0
 
@@ -116,6 +117,28 @@ def test_demo_hands_its_traces_to_the_analyzer(tmp_path: Path,
     assert status == 1
     assert "rank 1: RuntimeError: duplicate auxiliary PP tensor 'topk_logprobs'" in text
     assert "pptrace analyze" in text
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("no_view", [False, True])
+def test_interactive_demo_opens_the_viewer_on_its_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_view: bool
+) -> None:
+    from pptrace import cli_view
+
+    opened: list[tuple[int, int, list[str]]] = []
+
+    def view(trace: object, findings: list[object], paths: list[str], **_: object) -> int:
+        opened.append((trace.event_count, len(findings), list(paths)))  # type: ignore[attr-defined]
+        return 0
+
+    monkeypatch.setattr(cli_demo, "_interactive", lambda: True)
+    monkeypatch.setattr(cli_view, "view", view)
+    out = str(tmp_path / "demo")
+    argv = ["--ranks", "2", "--steps", "3", "--out", out] + (["--no-view"] if no_view else [])
+    assert cli_demo.run(_parse(*argv)) == 0
+    assert opened == ([] if no_view else [(6, 0, [out])])
 
 
 @pytest.mark.slow
