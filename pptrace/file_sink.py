@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping, Sequence
+from json.encoder import encode_basestring_ascii as _esc  # as otlp_json and json.dumps
 from typing import Any
 
 from opentelemetry.sdk.resources import Resource
@@ -27,7 +28,6 @@ __all__ = ["FileSink"]
 SPANS_PER_LINE = 512
 _CACHE_LIMIT = 50_000
 
-_esc = otlp_json._esc
 _VALUES = otlp_json._VALUES
 
 

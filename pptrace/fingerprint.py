@@ -29,14 +29,15 @@ def _start(tensor: torch.Tensor) -> Any:
     if tensor.device.type == "cpu":
         data = tensor.detach().contiguous().reshape(-1).view(torch.uint8)
         # memoryview over a CPU tensor we own: a plain host read, no device involved.
-        return "b2:" + hashlib.blake2b(memoryview(data.numpy()), digest_size=8).hexdigest()
+        host = memoryview(data.numpy())  # type: ignore[arg-type]  # ndarray is a buffer
+        return "b2:" + hashlib.blake2b(host, digest_size=8).hexdigest()
     if tensor.device.type == "meta":
         return None  # no contents to hash
     flat = tensor.detach().reshape(-1)
     if flat.numel() == 0:
         return "x64:" + "0" * 16  # the XOR of no words (hash_tensor refuses an empty input)
     digest = torch.hash_tensor(flat)
-    done = torch.cuda.Event() if tensor.device.type == "cuda" else None
+    done = torch.cuda.Event() if tensor.device.type == "cuda" else None  # type: ignore[no-untyped-call]
     if done is not None:
         done.record()
     return (digest, done)

@@ -24,6 +24,7 @@ EXTRACT = "pop_auxiliary_output_from_pp_tensors"
 
 def load_transport_module(allow_bare: bool = False) -> types.ModuleType | None:
     """Return SGLang's transport module, or None when it is not installed or lacks the API."""
+    mod: types.ModuleType | None
     try:
         mod = importlib.import_module(MODULE)
     except Exception:
