@@ -26,6 +26,7 @@ from __future__ import annotations
 import collections
 import itertools
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -229,7 +230,11 @@ class Recorder:
         """This process's rank info (re-discovered until torch.distributed is up)."""
         found = self._rank
         if found is None or not self._rank_final:
-            rank, final = self._rank_provider()
+            try:
+                rank, final = self._rank_provider()
+            except Exception as exc:  # the events must still go out, and be counted
+                self.internal_error("rank discovery", exc)
+                rank, final = found or RankInfo(pid=os.getpid()), False
             with self._lock:  # two threads may ask: never replace a final rank by a guess
                 if self._rank is None or not self._rank_final:
                     self._rank, self._rank_final = rank, final
