@@ -350,3 +350,34 @@ def test_largest_accepted_exit_timeout_still_shuts_down() -> None:
     rec = make_recorder(config, sink).start()
     rec.shutdown()  # idle: returns at once, and never overflows a wait
     assert sink.stats and sink.closed
+
+
+def test_failing_rank_discovery_loses_nothing(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="pptrace")
+
+    def broken() -> Any:
+        raise RuntimeError("rank discovery broke")
+
+    sink = ListSink()
+    rec = Recorder(Config(flush_interval=FLUSH), sink_factory=lambda rank: sink,
+                   rank_provider=broken).start()
+    _drive(rec)
+    rec.shutdown(timeout=2.0)
+    assert rec.recorded == _total() == rec.exported == len(sink.events)
+    assert rec.dropped == 0 and rec.internal_errors > 0
+    assert sink.stats and sink.stats[-1].rank.pid == os.getpid()
+    _assert_once_per_cause(rec, caplog)
+
+
+def test_sink_that_cannot_be_opened_counts_every_event(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="pptrace")
+
+    def refuse(rank: Any) -> Any:
+        raise PermissionError("no trace directory for you")
+
+    rec = make_recorder(Config(flush_interval=FLUSH), sink_factory=refuse).start()
+    _drive(rec)
+    rec.shutdown(timeout=2.0)
+    assert rec.recorded == _total() == rec.dropped
+    assert rec.warn.counts["cannot open sink"] == 1
+    _assert_once_per_cause(rec, caplog)
