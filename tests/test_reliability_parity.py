@@ -112,3 +112,22 @@ def test_odd_names_are_recorded_exactly(tmp_path: object) -> None:
     assert not trace.problems
     (proc,) = trace.processes
     assert [e.names for e in proc.events] == [tuple(ODD_NAMES)] * 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fingerprint", [False, True], ids=["fp0", "fp1"])
+def test_sample_pipeline_tokens_equal_an_untraced_recomputation(tmp_path: object,
+                                                                fingerprint: bool) -> None:
+    # The sample launcher does not hand out the sampled tokens, nor run untraced; what it does
+    # offer: stage 0 compares every token the traced ring delivered, with torch.equal, against
+    # the same forward recomputed locally with no transport and no pptrace in the way.
+    from samples.launch import run_pipeline
+    from samples.options import PipelineOptions
+
+    steps = 6
+    result = run_pipeline(PipelineOptions(ranks=2, steps=steps, fingerprint=fingerprint,
+                                          out_dir=str(tmp_path), comm_timeout=20.0))
+    assert result.ok, result.reports
+    stage0 = result.reports[0]
+    assert (stage0.matched, stage0.mismatched) == (steps, 0), stage0.first_mismatch
+    assert stage0.recorded > 0 and stage0.dropped == 0
