@@ -50,6 +50,8 @@ def _load_bare() -> types.ModuleType | None:
         return None
     bare = types.ModuleType("sglang")
     bare.__path__ = list(spec.submodule_search_locations)
+    # The spec the real package has: importlib.util.find_spec("sglang") keeps answering.
+    bare.__spec__ = spec
     sys.modules["sglang"] = bare
     try:
         return importlib.import_module(MODULE)
