@@ -37,10 +37,10 @@ import torch
 from pptrace import export
 from pptrace.config import Config
 from pptrace.export import build_provider
-from pptrace.instrument import wrap_transport
 from pptrace.record import RankInfo
 from pptrace.recorder import Recorder, _Converter
 from pptrace.sglang_module import load_transport_module
+from pptrace.wrapper import wrap_transport
 
 ROOT = Path(__file__).resolve().parent.parent
 RANK = RankInfo(rank=0, world_size=1, pp_rank=0, pp_size=1, tp_rank=0, tp_size=1,

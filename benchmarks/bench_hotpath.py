@@ -40,9 +40,9 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 
 from pptrace.config import Config
 from pptrace.export import build_provider
-from pptrace.instrument import wrap_transport
 from pptrace.recorder import Recorder
 from pptrace.sglang_module import load_transport_module
+from pptrace.wrapper import wrap_transport
 
 PREFIX = "__sampling_observer_output__."
 

@@ -34,7 +34,7 @@ _WHERE = {
     "TensorMeta": "pptrace.record",
     "instrument": "pptrace.startup",
     "uninstrument": "pptrace.startup",
-    "wrap_transport": "pptrace.instrument",
+    "wrap_transport": "pptrace.wrapper",
 }
 
 

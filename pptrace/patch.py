@@ -36,7 +36,7 @@ log = logging.getLogger("pptrace")
 
 #: ``(original attach, original extract) -> (wrapped attach, wrapped extract)``
 WrapperFactory = Callable[[Any, Any], tuple[Any, Any]]
-WRAPPED_ATTR = "__pptrace_wrapped__"  # the same marker pptrace.instrument sets
+WRAPPED_ATTR = "__pptrace_wrapped__"  # the same marker pptrace.wrapper sets
 _said: set[str] = set()
 
 

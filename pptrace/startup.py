@@ -162,7 +162,7 @@ def activate_from_env() -> Recorder | None:
 
 def _wrap(state: _Active, attach: Any, extract: Any) -> tuple[Any, Any]:
     """Build the wrappers (imports torch, which the engine module has just loaded) and arm."""
-    from pptrace.instrument import wrap_transport
+    from pptrace.wrapper import wrap_transport
 
     wrapped = wrap_transport(attach, extract, state.recorder)
     _arm(state)

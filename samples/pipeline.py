@@ -36,10 +36,10 @@ import torch.distributed as dist
 
 from pptrace.config import Config
 from pptrace.export import build_provider, trace_file_name
-from pptrace.instrument import wrap_transport
 from pptrace.record import PREFIX, RankInfo
 from pptrace.recorder import Recorder
 from pptrace.sglang_module import load_transport_module
+from pptrace.wrapper import wrap_transport
 from samples.faults import FAULTS
 from samples.inject import LOOKALIKE_KEY, FaultPlan
 from samples.model import ModelSpec, TinyDecoder, sample

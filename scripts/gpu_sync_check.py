@@ -18,10 +18,10 @@ from typing import Any
 import torch
 
 from pptrace.config import Config
-from pptrace.instrument import wrap_transport
 from pptrace.record import Event, RecorderStats
 from pptrace.recorder import Recorder
 from pptrace.sglang_module import load_transport_module
+from pptrace.wrapper import wrap_transport
 
 CALLS = 200
 

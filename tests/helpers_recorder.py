@@ -18,9 +18,9 @@ import torch
 
 import pptrace.engine as engine
 from pptrace.config import Config
-from pptrace.instrument import wrap_transport
 from pptrace.record import Direction, Event, RankInfo, RecorderStats
 from pptrace.recorder import Recorder
+from pptrace.wrapper import wrap_transport
 
 RANK = RankInfo(rank=0, world_size=1, pp_rank=0, pp_size=1, tp_rank=0, tp_size=1,
                 host="testhost", pid=os.getpid())

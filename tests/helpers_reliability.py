@@ -302,8 +302,8 @@ def recording_child(trace_dir: str, interval: float, how: str) -> None:
     config = Config(trace_dir=trace_dir, flush_interval=interval, exit_timeout=5.0)
     mod = transport()
     if how == "startup":
-        from pptrace.instrument import is_wrapped
         from pptrace.startup import instrument
+        from pptrace.wrapper import is_wrapped
 
         instrument(config)
         attach = mod.add_auxiliary_output_to_pp_tensors
@@ -311,7 +311,7 @@ def recording_child(trace_dir: str, interval: float, how: str) -> None:
         assert is_wrapped(attach) and is_wrapped(extract)
     else:
         from pptrace.export import build_provider
-        from pptrace.instrument import wrap_transport
+        from pptrace.wrapper import wrap_transport
 
         rec = Recorder(config, sink_factory=lambda rank: build_provider(config, rank),
                        rank_provider=lambda: (RANK, True)).start()
@@ -333,7 +333,7 @@ def recording_child(trace_dir: str, interval: float, how: str) -> None:
 def write_good_trace(directory: str, flushes: int = 3) -> str:
     """Record ``flushes`` attach/extract pairs, one flush each, with the real file sink; return
     the trace file's path (one OTLP JSON line per flush, plus stats)."""
-    from pptrace.instrument import wrap_transport
+    from pptrace.wrapper import wrap_transport
 
     config = Config(trace_dir=directory, flush_interval=60)
     rec = make_recorder(config, sink_factory=file_sink_factory(config))
@@ -431,7 +431,7 @@ def write_hostile_traces(directory: Any) -> None:
     """Two ranks whose tensor names carry escape sequences and markup; the extract side sees
     other shapes and another order, so the report quotes every name."""
     from pptrace.export import build_provider
-    from pptrace.instrument import wrap_transport
+    from pptrace.wrapper import wrap_transport
 
     mod = transport()
 

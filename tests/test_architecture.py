@@ -99,7 +99,7 @@ def test_import_pptrace_alone_imports_no_torch() -> None:
 
 @pytest.mark.slow
 def test_the_recording_path_imports_no_textual_and_no_network_exporter() -> None:
-    modules = ["pptrace.instrument", "pptrace.recorder", "pptrace.export"]
+    modules = ["pptrace.wrapper", "pptrace.recorder", "pptrace.export"]
     found = imported_in_fresh_interpreter(modules, UI_AND_NETWORK)
     assert found == {m: [] for m in modules}
 

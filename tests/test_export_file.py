@@ -24,9 +24,9 @@ import pptrace.engine as engine
 from pptrace import schema
 from pptrace.config import Config
 from pptrace.export import build_provider, trace_file_name
-from pptrace.instrument import wrap_transport
 from pptrace.record import PREFIX
 from pptrace.recorder import Recorder
+from pptrace.wrapper import wrap_transport
 from tests.helpers_core import RANK, CallLog, Observer, ObserverError, Output, TeeSink
 
 HEX_IDS = {"traceId": 32, "spanId": 16, "parentSpanId": 16}

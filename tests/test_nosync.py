@@ -19,7 +19,7 @@ from torch.overrides import TorchFunctionMode
 
 import pptrace.engine as engine
 from pptrace.config import Config
-from pptrace.instrument import wrap_transport
+from pptrace.wrapper import wrap_transport
 
 SYNCING = ("item", "cpu", "tolist", "numpy")
 #: What the wrapper may do to a tensor beyond what the engine does: read its metadata.

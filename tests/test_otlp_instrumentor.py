@@ -18,10 +18,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 import pptrace
 from pptrace import schema
 from pptrace.config import Config
-from pptrace.instrument import is_wrapped
 from pptrace.otel_instrumentor import PptraceInstrumentor
 from pptrace.sglang_module import ATTACH, MODULE
 from pptrace.startup import active_recorder
+from pptrace.wrapper import is_wrapped
 from tests.helpers_startup import (
     BARE_SGLANG,
     PYTHON,

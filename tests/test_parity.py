@@ -3,7 +3,7 @@
 Four transports run side by side on every generated input:
 
 - ``real``: SGLang's released ``sampling_observer_pp`` module (from the wheel; never skipped),
-- ``real+wrap``: the real functions wrapped by ``pptrace.instrument.wrap_transport``, recording,
+- ``real+wrap``: the real functions wrapped by ``pptrace.wrapper.wrap_transport``, recording,
 - ``ref``: pptrace's reference transport ``pptrace.engine``,
 - ``ref+wrap``: the reference wrapped, recording.
 
@@ -31,8 +31,8 @@ from hypothesis import strategies as st
 import pptrace.engine as ref_engine
 from pptrace import errors
 from pptrace.config import Config
-from pptrace.instrument import is_wrapped, unwrap, wrap_transport
 from pptrace.record import PREFIX, Direction
+from pptrace.wrapper import is_wrapped, unwrap, wrap_transport
 from tests.helpers_core import (
     TENSOR_KINDS,
     VALUE_KINDS,

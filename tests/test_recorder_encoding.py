@@ -19,8 +19,8 @@ import pptrace.engine as engine
 from pptrace import export, otlp_json
 from pptrace.config import Config
 from pptrace.export import SpanSink, rank_resource
-from pptrace.instrument import wrap_transport
 from pptrace.recorder import Recorder
+from pptrace.wrapper import wrap_transport
 
 
 def _reference(spans: Sequence[ReadableSpan], monkeypatch: pytest.MonkeyPatch) -> str:

@@ -29,8 +29,8 @@ from helpers_reliability import (
 )
 
 from pptrace.config import Config
-from pptrace.instrument import wrap_transport
 from pptrace.record import PREFIX, Direction, Event
+from pptrace.wrapper import wrap_transport
 
 THREADS = 6
 PAIRS = 150

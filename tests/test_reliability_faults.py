@@ -42,8 +42,8 @@ from helpers_reliability import (
 
 from pptrace.config import Config
 from pptrace.export import trace_file_name
-from pptrace.instrument import wrap_transport
 from pptrace.recorder import Recorder
+from pptrace.wrapper import wrap_transport
 
 CALLS = 60  # attach + extract pairs per test
 FLUSH = 0.02  # a short flush interval so that each test sees many flushes

@@ -30,9 +30,9 @@ from helpers_reliability import (
 
 from pptrace.config import Config
 from pptrace.export import trace_file_name
-from pptrace.instrument import wrap_transport
 from pptrace.record import PREFIX, RankInfo, TensorMeta
 from pptrace.recorder import Recorder
+from pptrace.wrapper import wrap_transport
 
 ROOT = Path(__file__).resolve().parent.parent
 

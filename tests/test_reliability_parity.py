@@ -24,7 +24,7 @@ from helpers_reliability import (
 )
 
 from pptrace.config import Config
-from pptrace.instrument import wrap_transport
+from pptrace.wrapper import wrap_transport
 
 MODES = [
     pytest.param(mode, fp, sink, id=f"{mode}-fp{int(fp)}-{sink}")

@@ -27,8 +27,8 @@ import pptrace.engine as engine
 from pptrace import errors, schema
 from pptrace.config import Config
 from pptrace.export import SpanSink
-from pptrace.instrument import wrap_transport
 from pptrace.record import PREFIX, Direction
+from pptrace.wrapper import wrap_transport
 from tests.helpers_core import (
     RANK,
     BlockedObserver,

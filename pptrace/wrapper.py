@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import functools
 import itertools
-import sys
 import threading
 import time
-import types
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -204,17 +202,3 @@ def wrap_transport(attach: F, extract: Callable[..., Any], recorder: Recorder) -
 def _qualname(tp: type) -> str:
     module = tp.__module__
     return tp.__qualname__ if module == "builtins" else f"{module}.{tp.__qualname__}"
-
-
-class _CallableModule(types.ModuleType):
-    """``pptrace.instrument(...)`` is the public activation call, yet ``pptrace.instrument`` is
-    also this module's name: importing it rebinds the package attribute to the module. Calling
-    the module therefore does what ``pptrace.startup.instrument`` does."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        from pptrace.startup import instrument
-
-        return instrument(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
