@@ -68,6 +68,7 @@ class PipelineOptions:
     async_depth: int = 1  # microbatch slots = pp + async_depth
     comm_timeout: float = 20.0  # gloo timeout: the longest a rank waits for a silent peer
     fingerprint: bool = True  # let pptrace hash auxiliary tensors (finds changed bytes)
+    trace: bool = True  # False: the engine's bare functions, no pptrace at all
     transport: str = "auto"  # "auto" (SGLang's module if loadable), "sglang" or "pptrace"
     store_path: str = ""  # the FileStore used for rendezvous (set by the launcher)
 
@@ -132,6 +133,7 @@ class RankReport:
     skipped: int = 0  # stage 0: outputs whose send the last stage skipped
     first_mismatch: str | None = None
     notes: tuple[str, ...] = field(default=())
+    tokens: str = ""  # a hash of every token id this rank sampled (last stage) or received (0)
 
     @property
     def outcome(self) -> str:

@@ -23,6 +23,7 @@ the launcher) and shuts it down on every way out, so a failing rank's error is i
 from __future__ import annotations
 
 import datetime
+import hashlib
 import os
 import socket
 import sys
@@ -120,6 +121,9 @@ class Stage:
         self.matched = self.mismatched = self.skipped = 0
         self.first_mismatch: str | None = None
         self.notes: list[str] = []
+        # Every token id sampled (last stage) or received (stage 0), in order: tracing on and
+        # off must give the same digest (the engine's results never change).
+        self.token_digest = hashlib.blake2b(digest_size=16)
 
     # --- calls that can fail -------------------------------------------------------------
 
@@ -174,6 +178,7 @@ class Stage:
             else:
                 aux = self._engine(self.extract, tensors, self.stage0_observer)
                 ids = tensors["next_token_ids"]
+                self.token_digest.update(ids.numpy().tobytes())
                 self.check(j, aux, ids)
                 self.tokens[j % self.opts.slots] = ids
         elif not skip:
@@ -230,6 +235,7 @@ class Stage:
             return
         logits = self.model.head(hidden)
         ids = sample(logits, _seed(opts, k))
+        self.token_digest.update(ids.numpy().tobytes())
         out = self.observer.observe(logits)
         tensors = self.plan.fresh_dict(k, self.previous)
         tensors["next_token_ids"] = ids
@@ -265,13 +271,15 @@ def run_rank(opts: PipelineOptions, rank: int, progress: Progress) -> RankReport
     torch.set_num_threads(1)
     info = _rank_info(opts, rank)
     cfg = Config(trace_dir=opts.out_dir, run_id=opts.run_id, fingerprint=opts.fingerprint,
-                 flush_interval=0.5)
+                 flush_interval=0.5, enabled=opts.trace)
     recorder = Recorder(cfg, sink_factory=lambda r: build_provider(cfg, r),
-                        rank_provider=lambda: (info, True)).start()
+                        rank_provider=lambda: (info, True))
     mod = transport_module(opts.transport)
-    attach, extract = wrap_transport(
-        mod.add_auxiliary_output_to_pp_tensors, mod.pop_auxiliary_output_from_pp_tensors, recorder
-    )
+    attach = mod.add_auxiliary_output_to_pp_tensors
+    extract = mod.pop_auxiliary_output_from_pp_tensors
+    if opts.trace:
+        recorder.start()
+        attach, extract = wrap_transport(attach, extract, recorder)
     stage: Stage | None = None
     code, error = EXIT_OK, None
     try:
@@ -298,7 +306,8 @@ def run_rank(opts: PipelineOptions, rank: int, progress: Progress) -> RankReport
             code = EXIT_CRASH
             traceback.print_exc(file=sys.stderr)
     finally:
-        recorder.shutdown()
+        if opts.trace:
+            recorder.shutdown()
     stats = recorder.stats()
     return RankReport(
         rank=rank, pp_rank=info.pp_rank or 0, tp_rank=info.tp_rank or 0, exit_code=code,
@@ -309,4 +318,5 @@ def run_rank(opts: PipelineOptions, rank: int, progress: Progress) -> RankReport
         skipped=stage.skipped if stage else 0,
         first_mismatch=stage.first_mismatch if stage else None,
         notes=tuple(stage.notes) if stage else (),
+        tokens=stage.token_digest.hexdigest() if stage else "",
     )

@@ -9,6 +9,7 @@ exception type and message, same dict keys holding the same objects).
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import pytest
 from helpers_reliability import (
@@ -131,3 +132,33 @@ def test_sample_pipeline_tokens_equal_an_untraced_recomputation(tmp_path: object
     stage0 = result.reports[0]
     assert (stage0.matched, stage0.mismatched) == (steps, 0), stage0.first_mismatch
     assert stage0.recorded > 0 and stage0.dropped == 0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("fingerprint", [False, True])
+def test_sample_tokens_are_bit_identical_with_tracing_on_and_off(
+    tmp_path: Path, fingerprint: bool
+) -> None:
+    from samples.launch import run_pipeline
+    from samples.options import PipelineOptions
+
+    runs = {}
+    for trace in (False, True):
+        out = tmp_path / f"trace-{trace}"
+        opts = PipelineOptions(ranks=2, steps=6, out_dir=str(out), trace=trace,
+                               fingerprint=fingerprint)
+        result = run_pipeline(opts, timeout=120)
+        assert result.ok, result.exit_codes
+        runs[trace] = {rank: report.tokens for rank, report in result.reports.items()}
+        traced_files = [p for p in out.iterdir() if p.suffix == ".jsonl"] if out.exists() else []
+        assert len(traced_files) == (2 if trace else 0)
+    assert set(runs[True]) == {0, 1}
+    assert all(len(digest) == 32 for digest in runs[True].values())
+    # Stage 0 received exactly what the last stage sampled, and tracing changed no token.
+    assert runs[True][0] == runs[True][1]
+    assert runs[True] == runs[False]
+    # The digest does see the tokens: another seed samples others.
+    other = run_pipeline(PipelineOptions(ranks=2, steps=6, out_dir=str(tmp_path / "seed"),
+                                         seed=7, trace=False), timeout=120)
+    assert other.ok and other.reports[0].tokens != runs[False][0]
