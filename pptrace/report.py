@@ -17,10 +17,17 @@ from collections.abc import Sequence
 from typing import Any
 
 from pptrace.findings import Finding, FindingKind, Severity
-from pptrace.model import Trace
+from pptrace.model import EventId, Trace
 from pptrace.record import Direction
 
-__all__ = ["JSON_SCHEMA", "exit_status", "render_text", "to_json"]
+__all__ = [
+    "JSON_SCHEMA",
+    "event_ref_json",
+    "exit_status",
+    "finding_json",
+    "render_text",
+    "to_json",
+]
 
 #: The JSON report's schema id.
 JSON_SCHEMA = "pptrace.analyze/1"
@@ -128,7 +135,13 @@ def render_text(trace: Trace, findings: Sequence[Finding], fail_on: Severity) ->
     return "\n".join(map(_inert, lines)) + "\n"
 
 
-def _finding_json(f: Finding) -> dict[str, Any]:
+def event_ref_json(ref: EventId) -> dict[str, Any]:
+    """An event reference as the JSON report writes it."""
+    return {"process": ref.process, "direction": ref.direction.value, "seq": ref.seq}
+
+
+def finding_json(f: Finding) -> dict[str, Any]:
+    """One finding as the JSON report writes it (the viewer's export uses the same shape)."""
     return {
         "kind": f.kind.value,
         "severity": f.severity.name.lower(),
@@ -138,9 +151,7 @@ def _finding_json(f: Finding) -> dict[str, Any]:
         "time_ns": f.time_ns,
         "channel": f.channel,
         "cascade": f.cascade,
-        "events": [
-            {"process": e.process, "direction": e.direction.value, "seq": e.seq} for e in f.events
-        ],
+        "events": [event_ref_json(e) for e in f.events],
     }
 
 
@@ -184,7 +195,7 @@ def to_json(trace: Trace, findings: Sequence[Finding], fail_on: Severity) -> dic
         },
         "sources": list(trace.sources),
         "processes": [_process_json(i, trace) for i in range(len(trace.processes))],
-        "findings": [_finding_json(f) for f in findings],
+        "findings": [finding_json(f) for f in findings],
         "problems": [
             {"source": p.source, "line": p.line, "message": p.message} for p in trace.problems
         ],

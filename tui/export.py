@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pptrace.findings import Finding
 from pptrace.model import EventId
 from pptrace.record import Event, TensorMeta
+from pptrace.report import event_ref_json, finding_json
 from tui.compare import FIELDS, PairView, field_text
 from tui.literal import clean
 
@@ -34,23 +35,7 @@ class ExportDoc:
 
 
 def _ref(ref: EventId | None) -> dict[str, Any] | None:
-    if ref is None:
-        return None
-    return {"process": ref.process, "direction": ref.direction.value, "seq": ref.seq}
-
-
-def _finding(f: Finding) -> dict[str, Any]:
-    return {
-        "kind": f.kind.value,
-        "severity": f.severity.name.lower(),
-        "message": f.message,
-        "ranks": list(f.ranks),
-        "microbatch": f.microbatch,
-        "time_ns": f.time_ns,
-        "channel": f.channel,
-        "cascade": f.cascade,
-        "events": [_ref(e) for e in f.events],
-    }
+    return None if ref is None else event_ref_json(ref)
 
 
 def _tensor(m: TensorMeta | None) -> dict[str, Any] | None:
@@ -97,7 +82,7 @@ def _pair(p: PairView) -> dict[str, Any]:
             for line in p.tensors
         ],
         "order_differs": p.order_differs,
-        "findings": [_finding(f) for f in p.findings],
+        "findings": [finding_json(f) for f in p.findings],
     }
 
 
@@ -106,7 +91,7 @@ def to_json(doc: ExportDoc) -> str:
     body = {
         "filter": doc.filter,
         "sources": list(doc.sources),
-        "findings": [_finding(f) for f in doc.findings],
+        "findings": [finding_json(f) for f in doc.findings],
         "pair": _pair(doc.pair) if doc.pair is not None else None,
     }
     return json.dumps(body, indent=2) + "\n"
