@@ -242,6 +242,19 @@ class Recorder:
         return found
 
     _rank_final = False
+    #: True until the rank is final or a few calls have tried: the wrappers then call
+    #: ``learn_rank`` once per call, while the engine's process group is surely up.
+    rank_pending = True
+    _rank_tries = 0
+
+    def learn_rank(self) -> None:
+        """Discover the rank during a transport call (the first few calls only)."""
+        try:
+            self.rank()
+        finally:
+            self._rank_tries += 1
+            if self._rank_final or self._rank_tries >= 8:
+                self.rank_pending = False
 
     # --- background --------------------------------------------------------------------------
 

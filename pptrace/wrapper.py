@@ -132,6 +132,8 @@ def wrap_attach(fn: F, recorder: Recorder) -> F:
                                 ) if rec.fingerprint else None
             append((attach, next(seq), wall, t0, dur, ident(), type(output), before, after,
                     items, result is None, None, rec.dropped, fps))
+            if rec.rank_pending:  # the first calls only: the engine's process group is up now
+                rec.learn_rank()
         except Exception as inner:
             rec.internal_error("attach record", inner)
         return result
@@ -186,6 +188,8 @@ def wrap_extract(fn: F, recorder: Recorder, prefix: str = PREFIX) -> F:
             dur = mono_ns() - t0
             append((extract, next(seq), wall, t0, dur, ident(), type(observer), before,
                     _keys(tensors), items, result is None, None, rec.dropped, fps))
+            if rec.rank_pending:  # the first calls only: the engine's process group is up now
+                rec.learn_rank()
         except Exception as inner:
             rec.internal_error("extract record", inner)
         return result
