@@ -21,7 +21,7 @@ from pptrace.model import Trace
 
 DATA = Path(__file__).parent / "data"
 GOLDEN = DATA / "golden-pp2"
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+SHARED = Path(__file__).parent / "data" / "third_party"  # copies of shared/data
 SHARED_FILES = [SHARED / "jaeger-ui-otlp2jaeger-in.json", SHARED / "jaeger-ui-otlp2jaeger-out.json"]
 
 

@@ -13,7 +13,7 @@ from pptrace.findings import FindingKind, Severity
 from pptrace.report import JSON_SCHEMA
 
 GOLDEN = Path(__file__).parent / "data" / "golden-pp2"
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+SHARED = Path(__file__).parent / "data" / "third_party"  # copies of shared/data
 SHARED_OUT = SHARED / "jaeger-ui-otlp2jaeger-out.json"
 README = Path(__file__).resolve().parents[1] / "README.md"
 
