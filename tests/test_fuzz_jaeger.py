@@ -8,10 +8,8 @@ wrote) may only succeed or raise the one-line ``TraceInputError``, within its ti
 from __future__ import annotations
 
 import contextlib
-import http.server
 import json
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +21,7 @@ from hypothesis import strategies as st
 from pptrace.errors import TraceInputError
 from pptrace.jaeger import JaegerQuery, fetch_to_file
 from pptrace.load import load_paths
+from tests.fake_jaeger import fake_jaeger
 
 
 class _Answers:
@@ -34,29 +33,11 @@ class _Answers:
 def _jaeger() -> Iterator[tuple[str, type[_Answers]]]:
     answers = type("Answers", (_Answers,), {})
 
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
-            status, body = answers.v3 if self.path.startswith("/api/v3/") else answers.legacy
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    def answer(path: str) -> tuple[int, bytes]:
+        return answers.v3 if path.startswith("/api/v3/") else answers.legacy
 
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                              daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", answers
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
+    with fake_jaeger(answer) as url:
+        yield url, answers
 
 
 @pytest.fixture(scope="module")

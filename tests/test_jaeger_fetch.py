@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import http.server
 import json
-import threading
 import time
 import urllib.parse
 from collections.abc import Iterator
@@ -25,6 +23,7 @@ from pptrace.export import SpanSink, encode_json_line, rank_resource
 from pptrace.jaeger import JaegerQuery, add_jaeger_arguments, fetch_to_file, query_from_args
 from pptrace.load import load_paths
 from pptrace.record import PREFIX, Direction, Event, RankInfo, TensorMeta
+from tests.fake_jaeger import fake_jaeger
 
 NOW = time.time_ns()
 T = TensorMeta(name="scores", key=PREFIX + "scores", shape=(2, 3), dtype="float32", device="cpu",
@@ -95,28 +94,12 @@ def _legacy_body(spans: list[ReadableSpan]) -> bytes:
 def _jaeger(v3: tuple[int, bytes], legacy: tuple[int, bytes]) -> Iterator[tuple[str, list[str]]]:
     seen: list[str] = []
 
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
-            seen.append(self.path)
-            status, body = v3 if self.path.startswith("/api/v3/") else legacy
-            self.send_response(status)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    def answer(path: str) -> tuple[int, bytes]:
+        seen.append(path)
+        return v3 if path.startswith("/api/v3/") else legacy
 
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                              daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", seen
-    finally:
-        server.shutdown()
-        server.server_close()
+    with fake_jaeger(answer) as url:
+        yield url, seen
 
 
 def _summary(events: Any) -> list[tuple[Any, ...]]:
