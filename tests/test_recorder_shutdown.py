@@ -56,11 +56,12 @@ def test_shutdown_flushes_everything_and_closes_the_sink() -> None:
 
 
 def test_flight_dump_short_of_time_keeps_the_newest_events() -> None:
-    sink = MemorySink(delay=0.3)  # per chunk of 512 events
+    sink = MemorySink(delay=0.4)  # per chunk of 512 events
     rec = recorder(Config(mode="flight", flight_size=4096), sink)
     attach, extract = wrapped(rec)
-    drive(attach, extract, pairs=2048, n=1)  # a full ring: 8 chunks, 2.4 s to write them all
-    rec.shutdown(timeout=1.0)
+    drive(attach, extract, pairs=2048, n=1)  # a full ring: 8 chunks, 3.2 s to write them all
+    # 2 s: room for the first chunks even on a loaded machine, too short for all eight.
+    rec.shutdown(timeout=2.0)
     last = sink.stats[-1]
     assert 0 < last.exported < 4096
     assert last.exported + last.dropped == last.recorded == 4096
