@@ -17,7 +17,7 @@ from typing import Any
 
 from pptrace.record import RankInfo
 
-__all__ = ["discover_rank", "torch_rank_known"]
+__all__ = ["discover_rank"]
 
 
 def _env_int(env: Mapping[str, str], name: str) -> int | None:
@@ -41,11 +41,6 @@ def _from_sglang() -> dict[str, int]:
         except Exception:  # not initialised, or another version: simply unknown
             continue
     return found
-
-
-def torch_rank_known() -> bool:
-    """True when torch.distributed is initialised (the rank can be read now)."""
-    return bool(_from_torch())
 
 
 def _from_torch() -> dict[str, int]:

@@ -24,7 +24,6 @@ import os
 import signal
 import sys
 import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from types import FrameType
@@ -185,8 +184,6 @@ def _arm(state: _Active) -> None:
             state.processor = otlp_processor(state.config, on_drop=state.on_drop)
         except Exception as exc:
             state.recorder.warn("cannot set up OTLP export", f"{type(exc).__name__}: {exc}")
-    threading.Thread(target=_watch_rank, args=(state.recorder,), name="pptrace-rank",
-                     daemon=True).start()
     threading.Thread(target=_prepare, name="pptrace-prepare", daemon=True).start()
     if threading.current_thread() is threading.main_thread():
         _install(state, signal.SIGTERM, _on_sigterm)
@@ -205,21 +202,6 @@ def _prepare() -> None:
             import pptrace.export  # noqa: F401  (the OTel SDK: a second or so, better now)
     except Exception:  # the flush will meet the same error and report it
         pass
-
-
-def _watch_rank(recorder: Recorder) -> None:
-    """Learn the rank while torch.distributed is up: a short run may flush only after
-    ``destroy_process_group``, when the rank is no longer known. Polls, off the engine's path."""
-    from pptrace.ranks import torch_rank_known
-
-    waited = 0.0
-    while True:
-        if torch_rank_known():
-            recorder.rank()  # discovered now, kept by the recorder from here on
-            return
-        step = 0.02 if waited < 120 else 1.0
-        time.sleep(step)
-        waited += step
 
 
 def _install(state: _Active, signum: int, handler: Callable[[int, FrameType | None], None]) -> None:

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 import torch
 
 from pptrace.record import PREFIX, Direction
-from pptrace.recorder import Recorder
+from pptrace.recorder import Recorder, _qualname
 
 __all__ = ["is_wrapped", "unwrap", "wrap_attach", "wrap_extract", "wrap_transport"]
 
@@ -201,8 +201,3 @@ def wrap_extract(fn: F, recorder: Recorder, prefix: str = PREFIX) -> F:
 def wrap_transport(attach: F, extract: Callable[..., Any], recorder: Recorder) -> tuple[F, Any]:
     """Wrap an (attach, extract) pair with one recorder."""
     return wrap_attach(attach, recorder), wrap_extract(extract, recorder)
-
-
-def _qualname(tp: type) -> str:
-    module = tp.__module__
-    return tp.__qualname__ if module == "builtins" else f"{module}.{tp.__qualname__}"
