@@ -283,16 +283,17 @@ def _plain(value: dict[str, Any]) -> Any:
     return inner
 
 
-def _tag(key: str, value: Any) -> dict[str, Any]:
+def jaeger_tag(key: str, value: Any) -> dict[str, Any]:
+    """An attribute as a Jaeger JSON tag (Jaeger has no arrays: converters store JSON text)."""
     if isinstance(value, bool):
         return {"key": key, "type": "bool", "value": value}
     if isinstance(value, int):
         return {"key": key, "type": "int64", "value": value}
     if isinstance(value, float):
         return {"key": key, "type": "float64", "value": value}
-    if isinstance(value, list):  # Jaeger has no arrays: converters store JSON in a string
-        return {"key": key, "type": "string", "value": json.dumps(value)}
-    return {"key": key, "type": "string", "value": value}
+    if isinstance(value, (list, tuple)):
+        return {"key": key, "type": "string", "value": json.dumps(list(value))}
+    return {"key": key, "type": "string", "value": str(value)}
 
 
 def otlp_to_jaeger(docs: Iterable[dict[str, Any]]) -> dict[str, Any]:
@@ -314,6 +315,7 @@ def otlp_to_jaeger(docs: Iterable[dict[str, Any]]) -> dict[str, Any]:
                         "traceID": span["traceId"], "spanID": span["spanId"],
                         "operationName": span["name"], "references": [],
                         "startTime": start // 1000, "duration": (end - start) // 1000,
-                        "tags": [_tag(a["key"], _plain(a["value"])) for a in span["attributes"]],
+                        "tags": [jaeger_tag(a["key"], _plain(a["value"]))
+                                 for a in span["attributes"]],
                         "logs": [], "processID": "p1", "warnings": None})
     return {"data": list(traces.values()), "total": 0, "limit": 0, "offset": 0, "errors": None}

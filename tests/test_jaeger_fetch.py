@@ -24,6 +24,7 @@ from pptrace.jaeger import JaegerQuery, add_jaeger_arguments, fetch_to_file, que
 from pptrace.load import load_paths
 from pptrace.record import PREFIX, Direction, Event, RankInfo, TensorMeta
 from tests.fake_jaeger import fake_jaeger
+from tests.helpers_analyze import jaeger_tag
 
 NOW = time.time_ns()
 T = TensorMeta(name="scores", key=PREFIX + "scores", shape=(2, 3), dtype="float32", device="cpu",
@@ -59,18 +60,6 @@ def _v3_body(spans: list[ReadableSpan]) -> bytes:
     return b"\n".join(b'{"result":' + encode_json_line([s]).encode() + b"}" for s in spans)
 
 
-def _tag(key: str, value: Any) -> dict[str, Any]:
-    if isinstance(value, bool):
-        return {"key": key, "type": "bool", "value": value}
-    if isinstance(value, int):
-        return {"key": key, "type": "int64", "value": value}
-    if isinstance(value, float):
-        return {"key": key, "type": "float64", "value": value}
-    if isinstance(value, (list, tuple)):  # Jaeger has no arrays: it stores them as JSON text
-        return {"key": key, "type": "string", "value": json.dumps(list(value))}
-    return {"key": key, "type": "string", "value": str(value)}
-
-
 def _legacy_body(spans: list[ReadableSpan]) -> bytes:
     data = []
     for s in spans:
@@ -82,10 +71,10 @@ def _legacy_body(spans: list[ReadableSpan]) -> bytes:
                 "traceID": f"{ctx.trace_id:032x}", "spanID": f"{ctx.span_id:016x}",
                 "operationName": s.name, "references": [], "processID": "p1",
                 "startTime": s.start_time // 1000, "duration": (s.end_time - s.start_time) // 1000,
-                "tags": [_tag(k, v) for k, v in (s.attributes or {}).items()], "logs": [],
+                "tags": [jaeger_tag(k, v) for k, v in (s.attributes or {}).items()], "logs": [],
             }],
             "processes": {"p1": {"serviceName": "pptrace", "tags": [
-                _tag(k, v) for k, v in s.resource.attributes.items()]}},
+                jaeger_tag(k, v) for k, v in s.resource.attributes.items()]}},
         })
     return json.dumps({"data": data, "total": 0, "limit": 0, "offset": 0, "errors": None}).encode()
 
