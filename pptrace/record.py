@@ -13,7 +13,8 @@ This module imports neither torch nor OpenTelemetry, so loading traces never pay
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import NamedTuple
 
 __all__ = [
     "PREFIX",
@@ -93,9 +94,14 @@ class RankInfo:
         return f"{head} ({', '.join(parts)})" if parts else head
 
 
-@dataclass(frozen=True, slots=True)
-class Event:
-    """One call of attach or extract, as recorded on one rank."""
+class Event(NamedTuple):
+    """One call of attach or extract, as recorded on one rank.
+
+    A ``NamedTuple`` rather than a frozen dataclass, unlike the other records: a trace holds
+    millions of events, and building a 20-field frozen dataclass costs about 3.8 us in CPython
+    3.11 (one ``object.__setattr__`` per field) against about 0.5 us for a tuple. It is just as
+    immutable and typed; ``ev._replace(...)`` takes the place of ``dataclasses.replace``.
+    """
 
     direction: Direction
     seq: int  # per process and direction, from 0, in call order
@@ -116,7 +122,7 @@ class Event:
     inserted_before_error: tuple[str, ...] = ()  # keys the call left behind when it raised
     dropped_before: int = 0  # events this process had dropped when this one was recorded
     run_id: str = ""
-    extra: tuple[tuple[str, str], ...] = field(default=())  # free-form tags, sorted
+    extra: tuple[tuple[str, str], ...] = ()  # free-form tags, sorted
 
     @property
     def ok(self) -> bool:

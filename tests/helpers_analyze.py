@@ -193,7 +193,7 @@ def golden_run() -> Run:
 
 def with_rank(ev: Event, **fields: Any) -> Event:
     """The same event with some RankInfo fields changed."""
-    return replace(ev, rank=replace(ev.rank, **fields))
+    return ev._replace(rank=replace(ev.rank, **fields))
 
 
 # --- writing trace files ----------------------------------------------------------------------

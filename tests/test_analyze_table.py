@@ -391,7 +391,7 @@ def test_runs_loaded_together_pair_within_each_run() -> None:
     for run, offset in ((good, 0), (bad, 50)):
         for proc in run.trace().processes:  # other pids: other processes
             rank = replace(proc.rank, pid=proc.rank.pid + offset)
-            events = tuple(replace(e, rank=rank) for e in proc.events)
+            events = tuple(e._replace(rank=rank) for e in proc.events)
             procs.append(replace(proc, rank=rank, events=events))
     procs.sort(key=lambda p: (p.rank.rank, -p.rank.pid))  # interleave the runs
     (f,) = analyze(Trace(processes=tuple(procs)))
