@@ -205,6 +205,20 @@ class _Builder:
         self._check_version(attrs)
         return self._intern(schema.attributes_to_event(attrs, start_ns, end_ns))
 
+    def add_events(self, events: Sequence[Event]) -> None:
+        """``add_event`` for many events: a line's events share a few processes."""
+        last: RankInfo | None = None
+        bucket: list[Event] = []
+        for ev in events:
+            if ev.rank is not last:
+                last = ev.rank
+                key = (last.host, last.pid)
+                bucket = self.events.setdefault(key, [])
+                if self._noted.get(key) != (last, self.source):
+                    self._note_process(key, last)
+            bucket.append(ev)
+        self.accepted += len(events)
+
     def add_event(self, ev: Event) -> None:
         """Add a decoded event to its process."""
         key = (ev.rank.host, ev.rank.pid)
@@ -368,15 +382,15 @@ def _read_lines(
     for raw in f:
         lineno += 1
         tick(len(raw))
-        text = raw.strip()
-        if not text:
-            continue
         builder.line = lineno
         if b"\0" in raw:
             raise TraceInputError("binary data, not a JSON trace", path=path, line=lineno)
-        if fast.line(text):
+        if fast.line(raw):  # before strip(): a line of pptrace's is megabytes, copied for nothing
             first_can_switch = False
             builder.accepted += 1
+            continue
+        text = raw.strip()
+        if not text:
             continue
         try:
             line = text.decode("utf-8")

@@ -54,6 +54,9 @@ _SPAN_ID = b'"spanId":"'
 _MAX_TEMPLATES = 50_000
 
 
+_UNSEEN: Any = object()
+
+
 class _Fallback(Exception):
     """This line is not for the fast path."""
 
@@ -98,6 +101,29 @@ def _cut(chunk: bytes) -> tuple[bytes, list[bytes | None]]:
     pieces.append(chunk[last:])
     return b"G\0" + b"\0".join(pieces), values  # "\0" never occurs raw in JSON text
 
+
+def _int_attr_re(key: str) -> bytes:
+    return re.escape(_attr(key)) + rb'(\d{1,20})"\}\},'
+
+
+# pptrace's own layout today: ``schema.event_to_attributes`` writes the attributes that change
+# from one call to the next first, so one anchored match cuts out every changing value, and the
+# text after the match is the same for every span of one shape: it is the template's key. Ids
+# are lower-case hex as pptrace writes them; at most 20 digits keep ``int`` within its limits.
+_OWN = re.compile(
+    rb'[0-9a-f]{32}","spanId":"[0-9a-f]{16}'
+    rb'(","name":"pptrace\.(?:attach|extract)","kind":(?:\d{1,3}|"[A-Z_]{1,40}"),'
+    rb'"startTimeUnixNano":")(\d{1,20})","endTimeUnixNano":"\d{1,20}","attributes":\['
+    + _int_attr_re(schema.SEQ) + _int_attr_re(schema.MONO_NS) + _int_attr_re(schema.DURATION_NS)
+    + _int_attr_re(schema.DROPPED_BEFORE) + _int_attr_re(schema.THREAD_ID)
+)
+# A key whose text holds one of these again (a duplicate member that the JSON decoder would
+# take instead of the cut one) is never cached; error spans (nested "name") are parsed each time.
+_NOT_IN_REST = (b'"traceId"', b'"spanId"', b'"name"', b'"kind"', b'"startTimeUnixNano"',
+                b'"endTimeUnixNano"', b'"attributes"') + tuple(
+    ('"' + k + '"').encode() for k in (schema.SEQ, schema.MONO_NS, schema.DURATION_NS,
+                                        schema.DROPPED_BEFORE, schema.THREAD_ID))
+_new_event = tuple.__new__
 
 _START_END = b'"startTimeUnixNano":"'
 _END_AFTER = b'","endTimeUnixNano":"'
@@ -164,6 +190,9 @@ class FastLines:
         self.builder = builder
         # key -> (template event, has duration attribute), or None: not cacheable.
         self.templates: dict[bytes, tuple[Event, bool] | None] = {}
+        # (name and kind, text after the changing values) -> template event, or None: not
+        # cacheable (pptrace's own layout, ``_OWN``).
+        self.own: dict[tuple[bytes, bytes], Event | None] = {}
         self.heads: dict[bytes, str] = {}  # the text before the spans -> service name
         self.hits = self.misses = 0
 
@@ -180,12 +209,18 @@ class FastLines:
         return service
 
     def line(self, text: bytes) -> bool:
-        """Read one JSON line into the builder; False when the ordinary path must read it."""
+        """Read one JSON line into the builder; False when the ordinary path must read it.
+
+        The line is split into spans at ``,{"traceId":"`` in one pass. That is sound because a
+        quote inside a JSON string is escaped, and because every span is checked to be exactly
+        one span object: a learned span is parsed on its own (a resource or scope boundary
+        inside it fails that), and a cached one equals a learned one outside the cut digits.
+        """
         start = text.find(_SPANS)
-        if start < 0 or text.find(_SPANS, start + 1) >= 0:
+        if start < 0:
             return False
         body_start = start + len(_SPANS)
-        if not text.startswith(_HEAD, body_start):
+        if not text.startswith(_HEAD, body_start) or text.find(_SPLIT, 0, body_start) >= 0:
             return False
         window = max(body_start, len(text) - _TAIL_WINDOW)
         m = _TAIL.search(text, window)
@@ -193,53 +228,121 @@ class FastLines:
             return False
         try:
             service = self._service(text[:body_start], m.group(0))
-            out = self._spans(text[body_start + len(_HEAD) : m.start()], service)
+            chunks = text.split(_SPLIT)
+            chunks[0] = chunks[0][body_start + len(_HEAD):]
+            chunks[-1] = chunks[-1][: m.start() - len(text)]  # the tail's length, from the end
+            events, others = self._spans(chunks)
         except _Fallback:
             return False
         b = self.builder
+        b.add_events(events)
         try:
-            for item in out:
-                if isinstance(item, Event):
-                    b.add_event(item)
-                else:
+            for item in others:
+                if isinstance(item, dict):
                     otlp_span(item, service, b)
+                else:
+                    b.add_event(item)
         except (BadShape, RecursionError) as exc:  # as the ordinary path reports a bad line
             reason = "JSON nested too deeply" if isinstance(exc, RecursionError) else str(exc)
             b.problem(f"{reason}; line skipped")
         return True
 
-    def _spans(self, body: bytes, service: str) -> list[Any]:
-        out: list[Any] = []
+    def _spans(self, chunks: list[bytes]) -> tuple[list[Event], list[Any]]:
+        """(events from cached templates, everything else: decoded events and raw spans)."""
+        events: list[Event] = []
+        others: list[Any] = []
+        own = self.own
+        match = _OWN.match
+        new = _new_event
+        for chunk in chunks:
+            m = match(chunk)
+            if m is not None:
+                key = (m[1], chunk[m.end():])
+                t = own.get(key, _UNSEEN)
+                if t.__class__ is Event:
+                    _, begin, seq, mono, dur, dropped, thread = m.groups()
+                    events.append(new(Event, (
+                        t[0], int(seq), t[2], int(begin), int(mono), int(dur), int(thread),
+                        *t[7:17], int(dropped), t[18], t[19])))
+                    continue
+                self.hits += t is None  # a known shape that cannot be cached
+                others.append(self._learn_own(chunk, key, m) if t is _UNSEEN
+                              else self._parse(chunk))
+                continue
+            others.append(self._older(chunk))
+        self.hits += len(events)
+        return events, others
+
+    def _learn_own(self, chunk: bytes, key: tuple[bytes, bytes], m: re.Match[bytes]) -> Any:
+        """Parse a span of pptrace's own layout; cache it when the cut values check out."""
+        self.misses += 1
+        span = self._parse(chunk)
+        own = self.own
+        if len(own) >= _MAX_TEMPLATES:
+            own.clear()
+        own[key] = None
+        rest = key[1]
+        if any(marker in rest for marker in _NOT_IN_REST):
+            return span
+        decoded = self._decode(span)
+        if decoded is None:
+            return span
+        ev = decoded[0]
+        _, begin, seq, mono, dur, dropped, thread = m.groups()
+        if (ev.seq, ev.start_ns, ev.mono_ns, ev.duration_ns, ev.dropped_before, ev.thread_id) == (
+            int(seq), int(begin), int(mono), int(dur), int(dropped), int(thread)
+        ):
+            own[key] = ev
+        return ev
+
+    def _decode(self, span: dict[str, Any]) -> tuple[Event, dict[str, Any]] | None:
+        """(event, attributes) as the ordinary path decodes the span, or None to leave it to
+        that path."""
+        if span.get("name") not in (schema.SPAN_ATTACH, schema.SPAN_EXTRACT):
+            return None
+        try:
+            from pptrace.load_otlp import attributes, to_int
+
+            attrs = attributes(span.get("attributes", []))
+            begin = to_int(span.get("startTimeUnixNano", 0), "start")
+            end = to_int(span.get("endTimeUnixNano", begin), "end")
+            return self.builder.decode_event(attrs, begin, end), attrs
+        except SchemaVersionError as exc:
+            if exc.path is not None:
+                raise  # an unsupported schema version: fatal, as on the ordinary path
+            return None  # the ordinary path reports it
+        except (BadShape, RecursionError):
+            return None
+
+    def _older(self, chunk: bytes) -> Any:
+        """A span in another layout (pptrace before attributes were reordered, or another
+        writer): cut by markers, as ``_cut_usual``/``_cut`` say."""
         templates = self.templates
-        for chunk in body.split(_SPLIT):
-            cut = _cut_usual(chunk)
-            key, v = cut if cut is not None else _cut(chunk)
-            try:
-                hit = templates[key]
-            except KeyError:
-                self.misses += 1
-                out.append(self._learn(chunk, key, v))
-                continue
-            if hit is None:
-                out.append(self._parse(chunk))
-                continue
-            self.hits += 1
-            t, has_duration = hit
-            start_s, end_s, seq_s, thread_s, mono_s, dur_s, dropped_s = v
-            begin = int(start_s)  # type: ignore[arg-type]
-            if has_duration:
-                duration = int(dur_s)  # type: ignore[arg-type]
-            else:
-                duration = max(0, int(end_s) - begin) if end_s else 0
-            out.append(Event(
-                t.direction, int(seq_s), t.rank, begin,  # type: ignore[arg-type]
-                int(mono_s) if mono_s else t.mono_ns, duration,
-                int(thread_s) if thread_s else t.thread_id, t.thread_name, t.subject_type,
-                t.subject_pp_capable, t.tensors, t.keys_before, t.keys_after, t.returned_none,
-                t.error_type, t.error_message, t.inserted_before_error,
-                int(dropped_s) if dropped_s else t.dropped_before, t.run_id, t.extra,
-            ))
-        return out
+        cut = _cut_usual(chunk)
+        key, v = cut if cut is not None else _cut(chunk)
+        try:
+            hit = templates[key]
+        except KeyError:
+            self.misses += 1
+            return self._learn(chunk, key, v)
+        if hit is None:
+            return self._parse(chunk)
+        self.hits += 1
+        t, has_duration = hit
+        start_s, end_s, seq_s, thread_s, mono_s, dur_s, dropped_s = v
+        begin = int(start_s)  # type: ignore[arg-type]
+        if has_duration:
+            duration = int(dur_s)  # type: ignore[arg-type]
+        else:
+            duration = max(0, int(end_s) - begin) if end_s else 0
+        return t._replace(
+            seq=int(seq_s),  # type: ignore[arg-type]
+            start_ns=begin,
+            mono_ns=int(mono_s) if mono_s else t.mono_ns,
+            duration_ns=duration,
+            thread_id=int(thread_s) if thread_s else t.thread_id,
+            dropped_before=int(dropped_s) if dropped_s else t.dropped_before,
+        )
 
     @staticmethod
     def _parse(chunk: bytes) -> dict[str, Any]:
@@ -257,26 +360,16 @@ class FastLines:
         if len(self.templates) >= _MAX_TEMPLATES:
             self.templates.clear()
         self.templates[key] = None
-        name = span.get("name")
-        if name not in (schema.SPAN_ATTACH, schema.SPAN_EXTRACT) or v[_START] is None:
+        if v[_START] is None:
             return span
         if chunk.count(_SPAN_ID) != 1 or any(
             chunk.count(m) != 1 for m, value in zip(_MARKERS, v, strict=True) if value is not None
         ):
             return span
-        try:
-            from pptrace.load_otlp import attributes, to_int
-
-            attrs = attributes(span.get("attributes", []))
-            begin = to_int(span.get("startTimeUnixNano", 0), "start")
-            end = to_int(span.get("endTimeUnixNano", begin), "end")
-            ev = self.builder.decode_event(attrs, begin, end)
-        except SchemaVersionError as exc:
-            if exc.path is not None:
-                raise  # an unsupported schema version: fatal, as on the ordinary path
-            return span  # the ordinary path reports it
-        except (BadShape, RecursionError):
+        decoded = self._decode(span)
+        if decoded is None:
             return span
+        ev, attrs = decoded
         has_duration = schema.DURATION_NS in attrs
         # Every value cut out must be the one the decoder read; a value not cut out (a marker
         # absent, or left in the key) comes from the template, as it did for this span.

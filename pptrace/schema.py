@@ -112,21 +112,28 @@ def _rank_attributes(rank: RankInfo, out: dict[str, AttributeValue]) -> None:
 
 
 def event_to_attributes(event: Event) -> dict[str, AttributeValue]:
-    """Encode an event as span attributes (the inverse of ``attributes_to_event``)."""
+    """Encode an event as span attributes (the inverse of ``attributes_to_event``).
+
+    The attributes that change from one call to the next come first, in a fixed order, and
+    everything that repeats from one microbatch to the next after them: a reader can then tell
+    two spans of the same shape apart by their first few hundred bytes (``pptrace.load_fast``).
+    Readers must not depend on the order; pptrace's own fast path falls back when it differs.
+    """
     t = event.tensors
     out: dict[str, AttributeValue] = {
+        SEQ: event.seq,
+        MONO_NS: event.mono_ns,
+        DURATION_NS: event.duration_ns,
+        DROPPED_BEFORE: event.dropped_before,
+        THREAD_ID: event.thread_id,
         VERSION: SCHEMA_VERSION,
         DIRECTION: event.direction.value,
-        SEQ: event.seq,
         RUN_ID: event.run_id,
     }
     _rank_attributes(event.rank, out)
     out.update(
         {
-            THREAD_ID: event.thread_id,
             THREAD_NAME: event.thread_name,
-            MONO_NS: event.mono_ns,
-            DURATION_NS: event.duration_ns,
             SUBJECT_TYPE: event.subject_type,
             TENSOR_COUNT: len(t),
             TOTAL_BYTES: sum(m.nbytes for m in t),
@@ -141,7 +148,6 @@ def event_to_attributes(event: Event) -> dict[str, AttributeValue]:
             KEYS_BEFORE: list(event.keys_before),
             KEYS_AFTER: list(event.keys_after),
             RETURNED_NONE: event.returned_none,
-            DROPPED_BEFORE: event.dropped_before,
         }
     )
     if event.subject_pp_capable is not None:
