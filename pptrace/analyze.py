@@ -27,22 +27,21 @@ from typing import Any
 
 from pptrace.analyze_rules import (
     ENGINE_KEYS,
-    Spec,
     classify_error,
     compare_specs,
     describe_diff,
-    hygiene_specs,
-    payload,
+    payload_item,
     rank_id,
     stage_of,
     tensor_names,
     tp_of,
     who,
 )
+from pptrace.analyze_scan import scan
 from pptrace.findings import Finding, FindingKind, Severity
 from pptrace.model import EventId, ProcessTrace, Trace
 from pptrace.pairing import pair
-from pptrace.record import Direction, Event, RankInfo
+from pptrace.record import Direction, Event, RankInfo, TensorMeta
 
 __all__ = ["ENGINE_KEYS", "analyze", "classify_error"]
 
@@ -127,16 +126,6 @@ class _Proc:
         return EventId(self.index, ev.direction, ev.seq)
 
 
-def _payload_attaches(proc: ProcessTrace) -> list[Event]:
-    return [
-        e for e in proc.events if e.direction is Direction.ATTACH and e.ok and e.tensors
-    ]
-
-
-def _payload_extracts(proc: ProcessTrace) -> list[Event]:
-    return [e for e in proc.events if e.direction is Direction.EXTRACT and e.tensors]
-
-
 class _Analysis:
     def __init__(self, trace: Trace) -> None:
         self.trace = trace
@@ -144,14 +133,18 @@ class _Analysis:
         self.raws: list[_Raw] = []
         self.lost: dict[int, str] = {}  # process index -> "rank 2 lost 5 events"
         self.lowered: dict[str, str] = {}  # channel -> why its absence findings are less sure
-        self._compared: dict[tuple[Any, ...], tuple[Any, Any]] = {}  # -> (specs, their kinds)
         self._payloads: dict[int, tuple[Any, ...]] = {}  # id(tensors): events keep them alive
+        self._shared_payloads: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         # channel -> (the kinds of its last pair's differences, the raw findings they started)
         self._streak: dict[str, tuple[Any, list[int]]] = {}
         self.repeats: dict[int, list[Any]] = {}  # raw index -> [repeats, last microbatch]
-        self.microbatch_of: dict[EventId, int] = {}  # extract -> paired attach seq
-        self.attaches = {p.index: _payload_attaches(p.trace) for p in self.procs}
-        self.extracts = {p.index: _payload_extracts(p.trace) for p in self.procs}
+        # Each channel's pairs, to learn the microbatch of an extract's finding (only findings
+        # need it, so the table is built on the first question, per receiving process).
+        self.paired: list[tuple[int, list[Event], list[Event], tuple[tuple[int, int], ...]]] = []
+        self._microbatch_of: dict[int, dict[int, int]] = {}  # process -> extract seq -> attach
+        self.scans = [scan(p.trace.events, p.rank.pp_rank) for p in self.procs]
+        self.attaches = {p.index: self.scans[p.index].attaches for p in self.procs}
+        self.extracts = {p.index: self.scans[p.index].extracts for p in self.procs}
         run_ids = [_run_id(p.trace) for p in self.procs]
         several = len(set(run_ids)) > 1
         # Channel names carry the run when traces of several runs are analysed together.
@@ -191,12 +184,9 @@ class _Analysis:
     def losses(self, p: _Proc) -> None:
         events = p.trace.events
         stats = p.trace.stats
-        missing_seq = 0
-        for direction in Direction:
-            seqs = [e.seq for e in events if e.direction is direction]
-            if seqs:
-                missing_seq += max(seqs) + 1 - len(seqs)
-        dropped = max((e.dropped_before for e in events), default=0)
+        found = self.scans[p.index]
+        missing_seq = found.missing_seq
+        dropped = found.dropped
         overwritten = internal = 0
         unexported = 0
         if stats is not None:
@@ -233,9 +223,7 @@ class _Analysis:
         return f"{self.run_prefix[p.index]}{stage_of(r)}/tp{tp_of(r)}"
 
     def errors(self, p: _Proc) -> None:
-        for ev in p.trace.events:
-            if ev.ok:
-                continue
+        for ev in self.scans[p.index].failed:
             kind = classify_error(ev)
             verb = "attach" if ev.direction is Direction.ATTACH else "extract"
             role = "output" if ev.direction is Direction.ATTACH else "observer"
@@ -260,17 +248,7 @@ class _Analysis:
     def hygiene(self, p: _Proc) -> None:
         label = who(p.rank)
         channel = self.proc_channel(p)
-        cache: dict[tuple[Any, ...], tuple[Spec, ...]] = {}
-        for ev in p.trace.events:
-            if not ev.tensors and not ev.keys_before:
-                continue
-            # Events of one process repeat a few shapes (and the loader shares equal parts),
-            # so the checks run once per distinct shape.
-            key = (ev.direction, id(ev.tensors), id(ev.keys_before), id(ev.keys_after), ev.ok,
-                   ev.error_type, ev.error_message)
-            specs = cache.get(key)
-            if specs is None:
-                specs = cache[key] = hygiene_specs(ev, p.rank.pp_rank)
+        for ev, specs in self.scans[p.index].flagged:  # the scan ran the checks, once per shape
             for kind, template, subject, severity, on_channel in specs:
                 self.add(kind, template.format(label=label, seq=ev.seq),
                          ranks=[rank_id(p.rank)],
@@ -323,10 +301,8 @@ class _Analysis:
         self.observer(s, r, name)
         attaches, extracts = self.attaches[s.index], self.extracts[r.index]
         result = pair(attaches, extracts)
-        for ia, ie in result.pairs:
-            a, e = attaches[ia], extracts[ie]
-            self.microbatch_of[r.eid(e)] = a.seq
-            self.compare(s, a, r, e, name)
+        self.paired.append((r.index, attaches, extracts, result.pairs))
+        self.compare(s, r, attaches, extracts, result.pairs, name)
         for ia in result.orphans:
             a = attaches[ia]
             self.add(K.ORPHAN_ATTACH,
@@ -346,14 +322,11 @@ class _Analysis:
     def observer(self, s: _Proc, r: _Proc, name: str) -> None:
         if not self.attaches[s.index]:
             return
-        raised = {classify_error(e) for e in r.trace.events if not e.ok}
+        found = self.scans[r.index]
+        raised = {classify_error(e) for e in found.failed}
         if raised & {K.EXTRACT_NO_OBSERVER, K.EXTRACT_NOT_PP}:
             return  # the engine already said so, with its own message
-        bad = [
-            e for e in r.trace.events
-            if e.direction is Direction.EXTRACT and (
-                e.subject_pp_capable is False or e.subject_type in ("NoneType", "None"))
-        ]
+        bad = found.unobserved
         if not bad:
             return
         e = bad[0]
@@ -365,16 +338,31 @@ class _Analysis:
                  ranks=[rank_id(s.rank), rank_id(r.rank)], time_ns=e.start_ns,
                  events=[r.eid(e)], channel=name)
 
-    def compare(self, s: _Proc, a: Event, r: _Proc, e: Event, channel: str) -> None:
-        if a.tensors is e.tensors:
+    def compare(self, s: _Proc, r: _Proc, attaches: Sequence[Event],
+                extracts: Sequence[Event], pairs: Iterable[tuple[int, int]],
+                channel: str) -> None:
+        """Compare each pair's tensors, in pair order."""
+        # A pair whose ends share one tensors tuple (the loader shares equal ones) agrees by
+        # construction: only the others are compared, once per distinct pair of shapes.
+        differing = [(a, e) for a, e in ((attaches[ia], extracts[ie]) for ia, ie in pairs)
+                     if a.tensors is not e.tensors]
+        if not differing:
             return
-        key = (id(a.tensors), id(e.tensors), id(a.keys_before), channel)
-        cached = self._compared.get(key)
-        if cached is None:
-            specs = compare_specs(who(s.rank), who(r.rank), a, e)
-            kinds = tuple((kind, subject) for kind, _, subject in specs)
-            cached = self._compared[key] = (specs, kinds)
-        specs, kinds = cached
+        ls, rs = who(s.rank), who(r.rank)
+        compared: dict[tuple[int, int, int], tuple[Any, Any]] = {}  # -> (specs, their kinds)
+        for a, e in differing:
+            key = (id(a.tensors), id(e.tensors), id(a.keys_before))
+            cached = compared.get(key)
+            if cached is None:
+                specs = compare_specs(ls, rs, a, e)
+                kinds = tuple((kind, subject) for kind, _, subject in specs)
+                cached = compared[key] = (specs, kinds)
+            if cached[0] or channel in self._streak:
+                self.differences(s, a, r, e, channel, *cached)
+
+    def differences(self, s: _Proc, a: Event, r: _Proc, e: Event, channel: str,
+                    specs: tuple[tuple[FindingKind, str, str], ...], kinds: Any) -> None:
+        """Record what differs in one pair, or count it with the pairs before it."""
         streak = self._streak.get(channel)
         if streak is not None and streak[0] == kinds:
             # The same differences as the pair before: count them (a dtype changed for good
@@ -397,11 +385,13 @@ class _Analysis:
             self.repeats[index] = [0, None]
         self._streak[channel] = (kinds, started)
 
-    def payload(self, ev: Event) -> tuple[Any, ...]:
-        """What TP ranks must agree on, computed once per distinct tensors tuple."""
-        got = self._payloads.get(id(ev.tensors))
+    def payload(self, tensors: tuple[TensorMeta, ...]) -> tuple[Any, ...]:
+        """What TP ranks must agree on, computed once per distinct tensors tuple; equal
+        payloads are one object, so ``is`` compares them."""
+        got = self._payloads.get(id(tensors))
         if got is None:
-            got = self._payloads[id(ev.tensors)] = payload(ev)
+            value = tuple(payload_item(t) for t in tensors)
+            got = self._payloads[id(tensors)] = self._shared_payloads.setdefault(value, value)
         return got
 
     def tensor_parallel(self) -> None:
@@ -415,16 +405,10 @@ class _Analysis:
             if len(tps) < 2:
                 continue
             ref = min(group, key=lambda p: tp_of(p.rank))
-            ref_by_seq = {e.seq: e for e in self.attaches[ref.index]}
-            payload = self.payload
             for p in group:
                 if p is ref or tp_of(p.rank) == tp_of(ref.rank):
                     continue
-                channel = f"{stage_of(p.rank)}/tp{tp_of(ref.rank)}~tp{tp_of(p.rank)}"
-                for ev in self.attaches[p.index]:
-                    base = ref_by_seq.get(ev.seq)
-                    if base is None or base.tensors is ev.tensors or payload(base) == payload(ev):
-                        continue
+                for base, ev in self.disagreeing(ref, p):
                     self.add(K.TP_DISAGREE,
                              f"{who(ref.rank)} (tp {tp_of(ref.rank)}) attached "
                              f"{describe_diff(base.tensors, ev.tensors)}; {who(p.rank)} "
@@ -432,7 +416,43 @@ class _Analysis:
                              f"{describe_diff(ev.tensors, base.tensors)} for microbatch {ev.seq}",
                              ranks=[rank_id(ref.rank), rank_id(p.rank)], microbatch=ev.seq,
                              time_ns=min(base.start_ns, ev.start_ns),
-                             events=[ref.eid(base), p.eid(ev)], channel=channel)
+                             events=[ref.eid(base), p.eid(ev)],
+                             channel=f"{stage_of(p.rank)}/tp{tp_of(ref.rank)}~tp{tp_of(p.rank)}")
+
+    def disagreeing(self, ref: _Proc, p: _Proc) -> list[tuple[Event, Event]]:
+        """``p``'s attaches whose payload differs from ``ref``'s attach of the same seq."""
+        ref_by_seq = {e.seq: e for e in self.attaches[ref.index]}
+        find = ref_by_seq.get
+        known = self._payloads.get
+        payload = self.payload
+        out = []
+        for ev in self.attaches[p.index]:
+            base = find(ev.seq)
+            if base is None:
+                continue
+            mine, theirs = base.tensors, ev.tensors
+            if mine is theirs:
+                continue
+            # Inlined ``payload`` for the common case: both tuples seen before.
+            pm, pt = known(id(mine)), known(id(theirs))
+            if pm is None or pt is None:
+                pm, pt = payload(mine), payload(theirs)
+            if pm is not pt:
+                out.append((base, ev))
+        return out
+
+    def microbatch(self, ref: EventId) -> int | None:
+        """The seq of the attach an extract paired with (None for any other event)."""
+        if ref.direction is not Direction.EXTRACT:
+            return None
+        table = self._microbatch_of.get(ref.process)
+        if table is None:
+            table = self._microbatch_of[ref.process] = {}
+            for index, attaches, extracts, pairs in self.paired:
+                if index == ref.process:
+                    for ia, ie in pairs:
+                        table[extracts[ie].seq] = attaches[ia].seq
+        return table.get(ref.seq)
 
     def run(self) -> list[Finding]:
         for p in self.procs:
@@ -445,7 +465,7 @@ class _Analysis:
         raws: list[_Counted] = []
         for index, r in enumerate(self.raws):
             if r.microbatch is None and r.events:
-                r = replace(r, microbatch=self.microbatch_of.get(r.events[0]))
+                r = replace(r, microbatch=self.microbatch(r.events[0]))
             repeats, last_mb = self.repeats.get(index, (0, None))
             raws.append((r, repeats, last_mb))
         return _summarise(raws, self.lowered)

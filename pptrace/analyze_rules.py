@@ -27,6 +27,7 @@ __all__ = [
     "describe_diff",
     "hygiene_specs",
     "payload",
+    "payload_item",
     "rank_id",
     "stage_of",
     "tensor_names",

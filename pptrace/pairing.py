@@ -41,17 +41,13 @@ class _Signatures:
         self.by_id: dict[int, tuple[tuple[TensorMeta, ...], Signature]] = {}
         self.shared: dict[Signature, Signature] = {}
 
-    def of(self, events: Sequence[Event]) -> list[Signature]:
-        out = []
-        for ev in events:
-            tensors = ev.tensors
-            hit = self.by_id.get(id(tensors))
-            if hit is None or hit[0] is not tensors:
-                sig = signature(ev)
-                sig = self.shared.setdefault(sig, sig)
-                hit = self.by_id[id(tensors)] = (tensors, sig)
-            out.append(hit[1])
-        return out
+    def of(self, tensors: tuple[TensorMeta, ...]) -> Signature:
+        hit = self.by_id.get(id(tensors))
+        if hit is None or hit[0] is not tensors:
+            sig = tuple((t.name, t.shape, t.dtype) for t in tensors)
+            sig = self.shared.setdefault(sig, sig)
+            hit = self.by_id[id(tensors)] = (tensors, sig)
+        return hit[1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,16 +71,30 @@ class _Walk:
 
     def __init__(self, attaches: Sequence[Event], extracts: Sequence[Event]) -> None:
         self.attaches, self.extracts = attaches, extracts
-        sigs = _Signatures()
-        self.sa, self.se = sigs.of(attaches), sigs.of(extracts)
+        # Computed only where two events do not share one tensors tuple (the loader shares
+        # equal ones), so a healthy walk computes few.
+        self.signatures = _Signatures()
         # Both stages call once per microbatch slot, so a healthy run keeps a constant offset
         # between the extract's and the attach's sequence numbers. A skipped send shifts it
         # when stage 0 makes no call for the skipped slot, so it is a hint, never a rule.
         self.offset: int | None = None
 
+    def sigs(self, i: int, j: int) -> tuple[Signature, Signature]:
+        """The signatures of attach ``i`` and extract ``j`` (equal ones are one object)."""
+        of = self.signatures.of
+        return of(self.attaches[i].tensors), of(self.extracts[j].tensors)
+
+    def same_sig(self, i: int, j: int) -> bool:
+        """Attach ``i`` and extract ``j`` carry the same names, shapes and dtypes."""
+        a, e = self.attaches[i], self.extracts[j]
+        if a.tensors is e.tensors:
+            return True
+        sa, se = self.sigs(i, j)
+        return sa is se
+
     def same(self, i: int, j: int) -> bool:
         """The signatures agree and the extract may have followed the attach."""
-        return self.sa[i] is self.se[j] and _possible(self.attaches[i], self.extracts[j])
+        return self.same_sig(i, j) and _possible(self.attaches[i], self.extracts[j])
 
     def in_step(self, i: int, j: int) -> bool:
         """The pair keeps the sequence-number offset of the pairs before it."""
@@ -111,21 +121,30 @@ def pair(attaches: Sequence[Event], extracts: Sequence[Event]) -> Pairing:
     diverged: set[tuple[int, int]] = set()  # (id of attach signature, id of extract signature)
     i = j = 0
     na, ne = len(attaches), len(extracts)
+    offset: int | None = None  # walk.offset, kept in a local on the healthy path (most of a trace)
     while i < na and j < ne:
         a, e = attaches[i], extracts[j]
-        if not _possible(a, e):
+        # Inlined ``_possible``: a pair is impossible only when both clocks are one host's.
+        start_a, start_e = a.start_ns, e.start_ns
+        if (start_e < start_a and start_a and start_e and a.rank.host
+                and a.rank.host == e.rank.host):
             unmatched.append(j)  # this extract came before the attach: its own attach is lost
             j += 1
             continue
-        if walk.same(i, j) and walk.in_step(i, j):
+        step = e.seq - a.seq
+        # Inlined ``same and in_step`` (the order is possible, checked just above).
+        if (offset is None or step == offset) and (
+                a.tensors is e.tensors or walk.same_sig(i, j)):
             pairs.append((i, j))
-            walk.offset = e.seq - a.seq
+            offset = step
             i += 1
             j += 1
             continue
+        walk.offset = offset
         # The same disagreement as one already judged a divergence (a dtype changed for good):
         # judge it the same way without looking ahead again, which keeps the walk linear.
-        known = (id(walk.sa[i]), id(walk.se[j]))
+        sig_a, sig_e = walk.sigs(i, j)
+        known = (id(sig_a), id(sig_e))
         if known in diverged and walk.in_step(i, j):
             pairs.append((i, j))
             i += 1
@@ -153,7 +172,7 @@ def pair(attaches: Sequence[Event], extracts: Sequence[Event]) -> Pairing:
             if walk.in_step(i, j):
                 diverged.add(known)
             pairs.append((i, j))
-            walk.offset = e.seq - a.seq
+            offset = step
             i += 1
             j += 1
     orphans.extend(range(i, na))
