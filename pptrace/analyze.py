@@ -40,7 +40,7 @@ from pptrace.analyze_rules import (
 from pptrace.analyze_scan import scan
 from pptrace.findings import Finding, FindingKind, Severity
 from pptrace.model import EventId, ProcessTrace, Trace
-from pptrace.pairing import pair
+from pptrace.pairing import Alignment, align
 from pptrace.record import Direction, Event, RankInfo, TensorMeta
 
 __all__ = ["ENGINE_KEYS", "analyze", "classify_error"]
@@ -140,7 +140,7 @@ class _Analysis:
         self.repeats: dict[int, list[Any]] = {}  # raw index -> [repeats, last microbatch]
         # Each channel's pairs, to learn the microbatch of an extract's finding (only findings
         # need it, so the table is built on the first question, per receiving process).
-        self.paired: list[tuple[int, list[Event], list[Event], tuple[tuple[int, int], ...]]] = []
+        self.paired: list[tuple[int, list[Event], list[Event], Alignment]] = []
         self._microbatch_of: dict[int, dict[int, int]] = {}  # process -> extract seq -> attach
         self.scans = [scan(p.trace.events, p.rank.pp_rank) for p in self.procs]
         self.attaches = {p.index: self.scans[p.index].attaches for p in self.procs}
@@ -300,9 +300,9 @@ class _Analysis:
             return  # one process is both ends (pp_size 1): there is no transport to check
         self.observer(s, r, name)
         attaches, extracts = self.attaches[s.index], self.extracts[r.index]
-        result = pair(attaches, extracts)
-        self.paired.append((r.index, attaches, extracts, result.pairs))
-        self.compare(s, r, attaches, extracts, result.pairs, name)
+        result = align(attaches, extracts)
+        self.paired.append((r.index, attaches, extracts, result))
+        self.compare(s, r, attaches, extracts, result.unshared, name)
         for ia in result.orphans:
             a = attaches[ia]
             self.add(K.ORPHAN_ATTACH,
@@ -341,16 +341,13 @@ class _Analysis:
     def compare(self, s: _Proc, r: _Proc, attaches: Sequence[Event],
                 extracts: Sequence[Event], pairs: Iterable[tuple[int, int]],
                 channel: str) -> None:
-        """Compare each pair's tensors, in pair order."""
+        """Compare the tensors of the pairs whose ends are not one tensors tuple, in order."""
         # A pair whose ends share one tensors tuple (the loader shares equal ones) agrees by
-        # construction: only the others are compared, once per distinct pair of shapes.
-        differing = [(a, e) for a, e in ((attaches[ia], extracts[ie]) for ia, ie in pairs)
-                     if a.tensors is not e.tensors]
-        if not differing:
-            return
+        # construction; the others are compared once per distinct pair of shapes.
         ls, rs = who(s.rank), who(r.rank)
         compared: dict[tuple[int, int, int], tuple[Any, Any]] = {}  # -> (specs, their kinds)
-        for a, e in differing:
+        for ia, ie in pairs:
+            a, e = attaches[ia], extracts[ie]
             key = (id(a.tensors), id(e.tensors), id(a.keys_before))
             cached = compared.get(key)
             if cached is None:
@@ -448,9 +445,9 @@ class _Analysis:
         table = self._microbatch_of.get(ref.process)
         if table is None:
             table = self._microbatch_of[ref.process] = {}
-            for index, attaches, extracts, pairs in self.paired:
+            for index, attaches, extracts, result in self.paired:
                 if index == ref.process:
-                    for ia, ie in pairs:
+                    for ia, ie in result.pairs():
                         table[extracts[ie].seq] = attaches[ia].seq
         return table.get(ref.seq)
 

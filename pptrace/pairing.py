@@ -9,17 +9,21 @@ follows agrees, so that one gap yields one orphan instead of a cascade of false 
 
     pairs, orphans, unmatched = pair(attaches, extracts)
 
+``align`` gives the same outcome compactly, for the analyzer: the pairs as diagonal runs (a
+healthy channel is one run, however long), and apart the pairs whose two ends do not share one
+tensors tuple (the only ones whose contents need comparing).
+
 Pure: no I/O.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from pptrace.record import Event, TensorMeta
 
-__all__ = ["Pairing", "pair", "signature"]
+__all__ = ["Alignment", "Pairing", "align", "pair", "signature"]
 
 #: How many attaches or extracts a re-alignment may skip at once.
 MAX_SKIP = 4
@@ -57,6 +61,22 @@ class Pairing:
     pairs: tuple[tuple[int, int], ...]  # (attach index, extract index)
     orphans: tuple[int, ...]  # attach indexes with no extract
     unmatched: tuple[int, ...]  # extract indexes with no attach
+
+
+@dataclass(frozen=True, slots=True)
+class Alignment:
+    """The outcome of pairing one channel, compactly (see ``Pairing``)."""
+
+    runs: tuple[tuple[int, int, int], ...]  # (attach index, extract index, length), in order
+    unshared: tuple[tuple[int, int], ...]  # pairs whose ends are not one tensors tuple, in order
+    orphans: tuple[int, ...]
+    unmatched: tuple[int, ...]
+
+    def pairs(self) -> Iterator[tuple[int, int]]:
+        """Every (attach index, extract index) pair, in order."""
+        for i, j, n in self.runs:
+            for k in range(n):
+                yield i + k, j + k
 
 
 def _possible(a: Event, e: Event) -> bool:
@@ -114,39 +134,57 @@ class _Walk:
 
 def pair(attaches: Sequence[Event], extracts: Sequence[Event]) -> Pairing:
     """Pair payload-carrying attaches with extracts, both in call order."""
-    pairs: list[tuple[int, int]] = []
+    found = align(attaches, extracts)
+    return Pairing(tuple(found.pairs()), found.orphans, found.unmatched)
+
+
+def align(attaches: Sequence[Event], extracts: Sequence[Event]) -> Alignment:
+    """``pair``, with the pairs as diagonal runs and the unshared pairs apart."""
+    runs: list[tuple[int, int, int]] = []
+    unshared: list[tuple[int, int]] = []
     orphans: list[int] = []
     unmatched: list[int] = []
     walk = _Walk(attaches, extracts)
     diverged: set[tuple[int, int]] = set()  # (id of attach signature, id of extract signature)
     i = j = 0
+    run_i, run_j = 0, 0  # where the current run of pairs began
     na, ne = len(attaches), len(extracts)
-    offset: int | None = None  # walk.offset, kept in a local on the healthy path (most of a trace)
+    offset: int | None = None  # walk.offset, kept in a local on the healthy path
     while i < na and j < ne:
         a, e = attaches[i], extracts[j]
         # Inlined ``_possible``: a pair is impossible only when both clocks are one host's.
         start_a, start_e = a.start_ns, e.start_ns
         if (start_e < start_a and start_a and start_e and a.rank.host
                 and a.rank.host == e.rank.host):
+            if i > run_i:
+                runs.append((run_i, run_j, i - run_i))
             unmatched.append(j)  # this extract came before the attach: its own attach is lost
             j += 1
+            run_i, run_j = i, j
             continue
         step = e.seq - a.seq
-        # Inlined ``same and in_step`` (the order is possible, checked just above).
-        if (offset is None or step == offset) and (
-                a.tensors is e.tensors or walk.same_sig(i, j)):
-            pairs.append((i, j))
-            offset = step
-            i += 1
-            j += 1
-            continue
+        # Inlined ``same and in_step`` (the order is possible, checked just above): the
+        # healthy step, most of a trace.
+        if offset is None or step == offset:
+            if a.tensors is e.tensors:
+                offset = step
+                i += 1
+                j += 1
+                continue
+            if walk.same_sig(i, j):
+                unshared.append((i, j))
+                offset = step
+                i += 1
+                j += 1
+                continue
         walk.offset = offset
         # The same disagreement as one already judged a divergence (a dtype changed for good):
         # judge it the same way without looking ahead again, which keeps the walk linear.
         sig_a, sig_e = walk.sigs(i, j)
         known = (id(sig_a), id(sig_e))
         if known in diverged and walk.in_step(i, j):
-            pairs.append((i, j))
+            if a.tensors is not e.tensors:
+                unshared.append((i, j))
             i += 1
             j += 1
             continue
@@ -162,19 +200,24 @@ def pair(attaches: Sequence[Event], extracts: Sequence[Event]) -> Pairing:
             if c < best_cost:
                 best, best_cost = (0, k), c
         skip_a, skip_e = best
-        if skip_a:
+        if skip_a or skip_e:
+            if i > run_i:
+                runs.append((run_i, run_j, i - run_i))
             orphans.extend(range(i, i + skip_a))
-            i += skip_a
-        elif skip_e:
             unmatched.extend(range(j, j + skip_e))
+            i += skip_a
             j += skip_e
-        else:
-            if walk.in_step(i, j):
-                diverged.add(known)
-            pairs.append((i, j))
-            offset = step
-            i += 1
-            j += 1
+            run_i, run_j = i, j
+            continue
+        if walk.in_step(i, j):
+            diverged.add(known)
+        if a.tensors is not e.tensors:
+            unshared.append((i, j))
+        offset = step
+        i += 1
+        j += 1
+    if i > run_i:
+        runs.append((run_i, run_j, i - run_i))
     orphans.extend(range(i, na))
     unmatched.extend(range(j, ne))
-    return Pairing(tuple(pairs), tuple(orphans), tuple(unmatched))
+    return Alignment(tuple(runs), tuple(unshared), tuple(orphans), tuple(unmatched))
