@@ -12,7 +12,9 @@ JSON lines stream: one line in memory at a time; pptrace's own lines go through 
 (``pptrace.load_fast``) that decodes each distinct span shape once. A single document, and a
 line over 16 MB, is walked span by span (``pptrace.load_stream``): about twice its size in
 memory rather than the ten times a whole ``json.loads`` takes. Spans of other tools are kept
-aside as ``ForeignSpan``.
+aside as ``ForeignSpan``. With two or more cores and at least 32 MB in two or more files, a
+second process reads the later files meanwhile (``pptrace.load_worker``; off with
+``PPTRACE_LOAD_WORKERS=0``): the result is the same, only sooner.
 
 Bad input never raises anything but ``TraceInputError`` (one line: file, line, what). A part of
 an otherwise usable input that cannot be read (a torn last line, a line that is not JSON, a span
@@ -32,7 +34,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from pptrace import schema
+from pptrace import load_worker, schema
 from pptrace.errors import SchemaVersionError, TraceInputError
 from pptrace.load_fast import FastLines
 from pptrace.load_jaeger import for_each_jaeger_span
@@ -205,6 +207,27 @@ class _Builder:
         self._check_version(attrs)
         return self._intern(schema.attributes_to_event(attrs, start_ns, end_ns))
 
+    def add_stats(self, stats: RecorderStats) -> tuple[str, int]:
+        """Keep a process's latest stats; return the process's key."""
+        stats = _replace_rank(stats, self._rank(stats.rank))
+        key = (stats.rank.host, stats.rank.pid)
+        old = self.stats.get(key)
+        if old is None or stats.time_ns >= old.time_ns:
+            self.stats[key] = stats
+        return key
+
+    def merge_rank(self, key: tuple[str, int], rank: RankInfo) -> None:
+        """Take another reader's best rank for a process (``pptrace.load_worker``)."""
+        best = self.ranks.get(key)
+        if best is None or _rank_score(rank) >= _rank_score(best):
+            self.ranks[key] = self._rank(rank)
+
+    def add_process_events(self, events: Iterable[Event]) -> None:
+        """Add events read elsewhere, whose processes and sources are merged separately."""
+        buckets = self.events
+        for ev in events:
+            buckets.setdefault((ev.rank.host, ev.rank.pid), []).append(ev)
+
     def add_events(self, events: Sequence[Event]) -> None:
         """``add_event`` for many events: a line's events share a few processes."""
         last: RankInfo | None = None
@@ -257,12 +280,7 @@ class _Builder:
             except SchemaVersionError as exc:
                 self.problem(f"skipped a {name} span: {exc}")
                 return
-            stats = _replace_rank(stats, self._rank(stats.rank))
-            key = (stats.rank.host, stats.rank.pid)
-            old = self.stats.get(key)
-            if old is None or stats.time_ns >= old.time_ns:
-                self.stats[key] = stats
-            self._note_process(key, stats.rank)
+            self._note_process(self.add_stats(stats), stats.rank)
         else:
             self.foreign.append(
                 ForeignSpan(name, service, trace_id, span_id, start_ns, end_ns, self.source)
@@ -528,7 +546,68 @@ def _load(paths: Iterable[str], progress: Progress | None) -> Trace:
             raise TraceInputError(f"cannot read: {exc.strerror or exc}", path=f) from None
     total = sum(sizes.values())
     builder = _Builder()
-    done = 0
+    split = load_worker.split_files(files, sizes)
+    worker = None
+    if split:
+        try:
+            worker = load_worker.Worker(files[split:])
+        except OSError:
+            worker = None
+    if worker is None:
+        errors = read_files(files, sizes, builder, progress)
+    else:
+        try:
+            errors = _read_with_worker(files, split, sizes, total, builder, progress, worker)
+        finally:
+            worker.close()
+    if errors:
+        if len(errors) == len(files):
+            raise errors[0]
+        for err in errors:
+            builder.problems.append(
+                InputProblem(err.path or "", err.line, f"file skipped: {_bare(err)}")
+            )
+    return builder.build(files)
+
+
+def _read_with_worker(files: Sequence[str], split: int, sizes: dict[str, int], total: int,
+                      builder: _Builder, progress: Progress | None,
+                      worker: load_worker.Worker) -> list[TraceInputError]:
+    """Read ``files[:split]`` here while the worker reads the rest; then take its result."""
+    mine = sum(sizes[f] for f in files[:split])
+    grand = total
+    report = None
+    if progress is not None:
+        def report(done: int, total: int, source: str) -> None:  # this process's bytes
+            progress(min(grand, done + worker.poll()), grand, source)
+
+    errors = read_files(files[:split], sizes, builder, report)
+    theirs = files[split:]
+    last = theirs[-1]
+    got = worker.finish(lambda n: progress(min(total, mine + n), total, last)
+                        if progress is not None else None)
+    if got is not None:
+        try:
+            their_errors, fatal = load_worker.take(builder, *got)
+        except (ValueError, TypeError, KeyError, IndexError, SchemaVersionError):
+            pass  # a malformed result: read those files here, as without a worker
+        else:
+            if fatal is not None:
+                raise fatal
+            if progress is not None:
+                progress(total, total, last)
+            return errors + their_errors
+    return errors + read_files(theirs, sizes, builder, progress, base=mine)
+
+
+def read_files(files: Sequence[str], sizes: dict[str, int], builder: _Builder,
+               progress: Progress | None, base: int = 0) -> list[TraceInputError]:
+    """Read files in order into ``builder``; return the errors of files that were skipped.
+
+    A ``SchemaVersionError`` (a span this pptrace cannot read) is raised at once.
+    """
+    total = base + sum(sizes[f] for f in files)
+    done = base
     errors: list[TraceInputError] = []
     for path in files:
         tick = _Ticker(progress, done, total, path)
@@ -544,14 +623,7 @@ def _load(paths: Iterable[str], progress: Progress | None) -> Trace:
         done += sizes[path]
         if progress is not None:
             progress(done, total, path)
-    if errors:
-        if len(errors) == len(files):
-            raise errors[0]
-        for err in errors:
-            builder.problems.append(
-                InputProblem(err.path or "", err.line, f"file skipped: {_bare(err)}")
-            )
-    return builder.build(files)
+    return errors
 
 
 def _bare(exc: TraceInputError) -> str:

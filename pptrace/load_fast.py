@@ -54,9 +54,6 @@ _SPAN_ID = b'"spanId":"'
 _MAX_TEMPLATES = 50_000
 
 
-_UNSEEN: Any = object()
-
-
 class _Fallback(Exception):
     """This line is not for the fast path."""
 
@@ -190,9 +187,11 @@ class FastLines:
         self.builder = builder
         # key -> (template event, has duration attribute), or None: not cacheable.
         self.templates: dict[bytes, tuple[Event, bool] | None] = {}
-        # (name and kind, text after the changing values) -> template event, or None: not
-        # cacheable (pptrace's own layout, ``_OWN``).
-        self.own: dict[tuple[bytes, bytes], Event | None] = {}
+        # pptrace's own layout (``_OWN``): (name and kind, text after the changing values) ->
+        # index into ``shapes``: the template event, or None when that shape cannot be cached.
+        self.own: dict[tuple[bytes, bytes], int] = {}
+        self.shapes: list[Event | None] = []
+        self.rows: list[tuple[int, ...]] | None = None  # see ``_spans``
         self.heads: dict[bytes, str] = {}  # the text before the spans -> service name
         self.hits = self.misses = 0
 
@@ -248,39 +247,51 @@ class FastLines:
         return True
 
     def _spans(self, chunks: list[bytes]) -> tuple[list[Event], list[Any]]:
-        """(events from cached templates, everything else: decoded events and raw spans)."""
+        """(events from cached shapes, everything else: decoded events and raw spans).
+
+        With ``rows`` set (a loader worker, ``pptrace.load_worker``), a cached span becomes a
+        row ``(shape index, seq, start, mono, duration, dropped_before, thread id)`` instead of
+        an event: the process that receives the rows builds the events.
+        """
         events: list[Event] = []
         others: list[Any] = []
-        own = self.own
+        own, shapes, rows = self.own, self.shapes, self.rows
         match = _OWN.match
         new = _new_event
         for chunk in chunks:
             m = match(chunk)
-            if m is not None:
-                key = (m[1], chunk[m.end():])
-                t = own.get(key, _UNSEEN)
-                if t.__class__ is Event:
-                    _, begin, seq, mono, dur, dropped, thread = m.groups()
-                    events.append(new(Event, (
-                        t[0], int(seq), t[2], int(begin), int(mono), int(dur), int(thread),
-                        *t[7:17], int(dropped), t[18], t[19])))
-                    continue
-                self.hits += t is None  # a known shape that cannot be cached
-                others.append(self._learn_own(chunk, key, m) if t is _UNSEEN
-                              else self._parse(chunk))
+            if m is None:
+                others.append(self._older(chunk))
                 continue
-            others.append(self._older(chunk))
-        self.hits += len(events)
+            key = (m[1], chunk[m.end():])
+            i = own.get(key)
+            if i is None:
+                others.append(self._learn_own(chunk, key, m))
+                continue
+            t = shapes[i]
+            if t is None:  # a known shape that cannot be cached
+                others.append(self._parse(chunk))
+                continue
+            _, begin, seq, mono, dur, dropped, thread = m.groups()
+            if rows is None:
+                events.append(new(Event, (
+                    t[0], int(seq), t[2], int(begin), int(mono), int(dur), int(thread),
+                    *t[7:17], int(dropped), t[18], t[19])))
+            else:
+                rows.append((i, int(seq), int(begin), int(mono), int(dur), int(dropped),
+                             int(thread)))
+        self.hits += len(chunks) - len(others)
         return events, others
 
     def _learn_own(self, chunk: bytes, key: tuple[bytes, bytes], m: re.Match[bytes]) -> Any:
         """Parse a span of pptrace's own layout; cache it when the cut values check out."""
         self.misses += 1
         span = self._parse(chunk)
-        own = self.own
+        own, shapes = self.own, self.shapes
         if len(own) >= _MAX_TEMPLATES:
-            own.clear()
-        own[key] = None
+            own.clear()  # (rows already taken keep their indices into ``shapes``)
+        own[key] = len(shapes)
+        shapes.append(None)
         rest = key[1]
         if any(marker in rest for marker in _NOT_IN_REST):
             return span
@@ -292,7 +303,7 @@ class FastLines:
         if (ev.seq, ev.start_ns, ev.mono_ns, ev.duration_ns, ev.dropped_before, ev.thread_id) == (
             int(seq), int(begin), int(mono), int(dur), int(dropped), int(thread)
         ):
-            own[key] = ev
+            shapes[-1] = ev
         return ev
 
     def _decode(self, span: dict[str, Any]) -> tuple[Event, dict[str, Any]] | None:

@@ -1,0 +1,201 @@
+"""The loader's second process (``pptrace.load_worker``) changes nothing but the time it takes.
+
+Each test loads the same files twice, once with the worker forced on (the size threshold set to
+zero) and once without it (``PPTRACE_LOAD_WORKERS=0``), and compares everything in the Trace.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers_analyze import Run, meta
+
+from pptrace import load_worker
+from pptrace.config import Config
+from pptrace.errors import SchemaVersionError, TraceInputError
+from pptrace.export import build_provider
+from pptrace.load import load_paths
+from pptrace.model import Trace
+from pptrace.record import RecorderStats
+
+pytestmark = pytest.mark.slow  # starts a worker process
+
+SHARED = Path(__file__).parent / "data" / "third_party" / "jaeger-ui-otlp2jaeger-in.json"
+
+
+def _write_run(directory: Path, steps: int = 40, pp: int = 2, tp: int = 2) -> None:
+    """A pp x tp run written by pptrace's real exporter: one file per rank."""
+    run = Run(pp_size=pp, tp_size=tp)
+    for k in range(steps):
+        run.step([meta("scores", (k % 3 + 1, 5)), meta("ids", (k % 3 + 1,), "int64")])
+    run.attach([meta("scores", (2, 5))], error=("RuntimeError", "boom"))
+    for proc in run.trace().processes:
+        sink = build_provider(Config(trace_dir=str(directory)), proc.rank)
+        for i in range(0, len(proc.events), 16):
+            sink.export(list(proc.events[i : i + 16]))
+        sink.export_stats(RecorderStats(rank=proc.rank, time_ns=1, recorded=len(proc.events),
+                                        exported=len(proc.events)))
+        sink.shutdown(1.0)
+
+
+def _both(monkeypatch: pytest.MonkeyPatch, paths: list[str], **kw: Any) -> tuple[Trace, Trace]:
+    monkeypatch.setattr(load_worker, "MIN_PARALLEL_BYTES", 0)
+    started: list[load_worker.Worker] = []
+    real = load_worker.Worker.__init__
+
+    def spy(self: load_worker.Worker, files: Any) -> None:
+        real(self, files)
+        started.append(self)
+
+    monkeypatch.setattr(load_worker.Worker, "__init__", spy)
+    taken: list[int] = []
+    real_take = load_worker.take
+
+    def take_spy(builder: Any, result: Any, rows: bytes) -> Any:
+        taken.append(len(rows) // 56)
+        return real_take(builder, result, rows)
+
+    monkeypatch.setattr(load_worker, "take", take_spy)
+    monkeypatch.setattr(load_worker, "_cpus", lambda: 2)
+    monkeypatch.delenv("PPTRACE_LOAD_WORKERS", raising=False)
+    parallel = load_paths(paths, **kw)
+    # The worker ran, and its events came back as rows (not by reading its files here again).
+    assert started and taken and taken[0] > 0, (started, taken)
+    monkeypatch.setenv("PPTRACE_LOAD_WORKERS", "0")
+    serial = load_paths(paths, **kw)
+    return parallel, serial
+
+
+def test_a_worker_reads_exactly_what_this_process_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _write_run(tmp_path)
+    files = sorted(tmp_path.iterdir())
+    # The worker's share holds a torn last line, a line that is not JSON, and foreign spans.
+    with files[-1].open("ab") as f:
+        f.write(b"not json at all\n")
+        f.write(SHARED.read_bytes().replace(b"\n", b"") + b"\n")
+        f.write(b'{"resourceSpans": [')
+    parallel, serial = _both(monkeypatch, [str(tmp_path)])
+    assert parallel == serial
+    assert parallel.event_count > 150 and len(parallel.problems) == 2
+    assert len(parallel.foreign) == 2
+    assert all(p.stats is not None for p in parallel.processes)
+    # Shared records stay shared across the two processes' events.
+    for proc in parallel.processes:
+        assert len({id(e.rank) for e in proc.events}) == 1
+
+
+def test_a_skipped_file_and_its_place_in_the_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _write_run(tmp_path)
+    (tmp_path / "zz-empty.jsonl").write_bytes(b"")
+    (tmp_path / "aa-binary.jsonl").write_bytes(b"\x00\x01\x02")
+    parallel, serial = _both(monkeypatch, [str(tmp_path)])
+    assert parallel == serial
+    assert [p.message.split(":")[0] for p in parallel.problems] == ["file skipped"] * 2
+
+
+def test_an_unsupported_schema_version_in_the_workers_share_is_the_same_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _write_run(tmp_path)
+    last = sorted(tmp_path.iterdir())[-1]
+    text = last.read_text().replace('"pptrace.schema_version","value":{"intValue":"1"}',
+                                    '"pptrace.schema_version","value":{"intValue":"99"}')
+    last.write_text(text)
+    errors = []
+    for mode in ("parallel", "serial"):
+        if mode == "serial":
+            monkeypatch.setenv("PPTRACE_LOAD_WORKERS", "0")
+        else:
+            monkeypatch.setattr(load_worker, "MIN_PARALLEL_BYTES", 0)
+            monkeypatch.setattr(load_worker, "_cpus", lambda: 2)
+        with pytest.raises(SchemaVersionError) as info:
+            load_paths([str(tmp_path)])
+        errors.append(str(info.value))
+    assert errors[0] == errors[1] and "99" in errors[0] and str(last) in errors[0]
+
+
+def test_numbers_beyond_int64_travel_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                           ) -> None:
+    _write_run(tmp_path, steps=10)
+    last = sorted(tmp_path.iterdir())[-1]
+    lines = last.read_text().splitlines()
+    # A 20-digit monotonic clock (beyond int64, within what the fast path cuts) in the
+    # worker's share, on a span whose shape the worker has already cached.
+    doc = json.loads(lines[0])
+    spans = doc["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    attrs = spans[-1]["attributes"]
+    mono = next(a for a in attrs if a["key"] == "pptrace.mono_ns")
+    mono["value"]["intValue"] = "9" * 20
+    lines[0] = json.dumps(doc, separators=(",", ":"))
+    last.write_text("\n".join(lines) + "\n")
+    parallel, serial = _both(monkeypatch, [str(tmp_path)])
+    assert parallel == serial
+    assert any(e.mono_ns == int("9" * 20) for p in parallel.processes for e in p.events)
+
+
+def test_a_failing_worker_costs_only_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                          ) -> None:
+    _write_run(tmp_path)
+    monkeypatch.setenv("PPTRACE_LOAD_WORKERS", "0")
+    serial = load_paths([str(tmp_path)])
+    monkeypatch.delenv("PPTRACE_LOAD_WORKERS")
+    monkeypatch.setattr(load_worker, "MIN_PARALLEL_BYTES", 0)
+    monkeypatch.setattr(load_worker, "_cpus", lambda: 2)
+    real_popen = subprocess.Popen
+    # A worker that dies at once, and one that answers garbage.
+    for script in ("import sys; sys.exit(3)",
+                   "import sys; sys.stdout.buffer.write(b'R' + (5).to_bytes(8, 'little') + "
+                   "b'[1,2]' + b'A' + bytes(8))"):
+
+        def popen(argv: list[str], *a: Any, script: str = script, **k: Any) -> Any:
+            return real_popen([argv[0], "-c", script], *a, **k)
+
+        monkeypatch.setattr(subprocess, "Popen", popen)
+        assert load_paths([str(tmp_path)]) == serial
+        monkeypatch.setattr(subprocess, "Popen", real_popen)
+
+
+def test_progress_counts_both_processes_to_the_total(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _write_run(tmp_path, steps=400)
+    seen: list[tuple[int, int]] = []
+    _both(monkeypatch, [str(tmp_path)], progress=lambda d, t, s: seen.append((d, t)))
+    total = sum(os.path.getsize(p) for p in tmp_path.iterdir())
+    parallel_part = seen[: next(i for i in range(1, len(seen)) if seen[i][0] < seen[i - 1][0])]
+    assert parallel_part[-1] == (total, total)
+    assert all(t == total for _, t in parallel_part)
+
+
+def test_too_little_input_or_one_file_needs_no_worker(tmp_path: Path) -> None:
+    sizes = {"a": 10 << 20, "b": 10 << 20}
+    assert load_worker.split_files(["a", "b"], sizes) == 0  # 20 MB: not worth a process
+    big = {"a": 100 << 20, "b": 100 << 20, "c": 100 << 20, "d": 100 << 20}
+    if load_worker._cpus() >= 2:
+        assert load_worker.split_files(list(big), big) == 2
+    assert load_worker.split_files(["a"], {"a": 1 << 40}) == 0
+
+
+def test_a_bad_file_in_the_workers_share_names_its_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _write_run(tmp_path, steps=5)
+    for f in sorted(tmp_path.iterdir()):
+        f.write_bytes(b"\x7fELF not a trace\n")
+    monkeypatch.setattr(load_worker, "MIN_PARALLEL_BYTES", 0)
+    monkeypatch.setattr(load_worker, "_cpus", lambda: 2)
+    with pytest.raises(TraceInputError) as parallel:
+        load_paths([str(tmp_path)])
+    monkeypatch.setenv("PPTRACE_LOAD_WORKERS", "0")
+    with pytest.raises(TraceInputError) as serial:
+        load_paths([str(tmp_path)])
+    assert str(parallel.value) == str(serial.value)
