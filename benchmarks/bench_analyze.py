@@ -3,6 +3,7 @@
     python benchmarks/bench_analyze.py                 # 10k, 100k, 1M
     python benchmarks/bench_analyze.py --sizes 10000   # just one size
     python benchmarks/bench_analyze.py --keep DIR      # keep the generated files in DIR
+    python benchmarks/bench_analyze.py --serial        # also load in one process: the ratio
 
 The layout is pp=2 x tp=4: the last stage's 4 ranks attach, stage 0's 4 ranks extract, so every
 one of the 8 ranks records events. The files are OTLP/JSON lines with exactly the attributes
@@ -131,7 +132,11 @@ def generate(directory: str, total: int) -> int:
 
 
 def measure(directory: str) -> dict[str, float]:
-    """Load and analyze in this process; return seconds and peak memory."""
+    """Load and analyze in this process; return seconds and peak memory.
+
+    The peak is this process's plus the loader worker's (``pptrace.load_worker``), as if both
+    peaked at once: an upper bound of what the machine needs.
+    """
     from pptrace.analyze import analyze
     from pptrace.load import load_paths
 
@@ -141,24 +146,42 @@ def measure(directory: str) -> dict[str, float]:
     findings = analyze(trace)
     t2 = time.perf_counter()
     peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    worker_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     return {"events": trace.event_count, "load_s": t1 - t0, "analyze_s": t2 - t1,
-            "peak_mb": peak_kb / 1024, "findings": len(findings),
+            "peak_mb": (peak_kb + worker_kb) / 1024, "findings": len(findings),
             "occurrences": sum(1 + f.cascade for f in findings)}
+
+
+def measure_serial_load(directory: str) -> float:
+    """Seconds to load in one process (``PPTRACE_LOAD_WORKERS=0``), for the side-by-side ratio."""
+    from pptrace.load import load_paths
+
+    os.environ["PPTRACE_LOAD_WORKERS"] = "0"
+    t0 = time.perf_counter()
+    load_paths([directory])
+    return time.perf_counter() - t0
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
     parser.add_argument("--keep", help="write the files here and keep them")
+    parser.add_argument("--serial", action="store_true",
+                        help="also load each size in one process, for the ratio")
     parser.add_argument("--measure", help=argparse.SUPPRESS)  # child mode
+    parser.add_argument("--measure-serial", help=argparse.SUPPRESS)  # child mode
     args = parser.parse_args()
     if args.measure:
         print(json.dumps(measure(args.measure)))
         return
+    if args.measure_serial:
+        print(json.dumps(measure_serial_load(args.measure_serial)))
+        return
     base = args.keep or tempfile.mkdtemp(prefix="pptrace-bench-")
     print(f"cpus available: {len(os.sched_getaffinity(0))}; python {sys.version.split()[0]}")
     print(f"{'events':>9} {'file MB':>8} {'write s':>8} {'load s':>8} {'analyze s':>9} "
-          f"{'total s':>8} {'us/event':>8} {'peak MB':>8} {'findings':>8}")
+          f"{'total s':>8} {'us/event':>8} {'peak MB':>8} {'findings':>8}"
+          + (f" {'1-proc load s':>13} {'x':>5}" if args.serial else ""))
     try:
         for size in args.sizes:
             directory = os.path.join(base, f"n{size}")
@@ -172,9 +195,17 @@ def main() -> None:
             ).stdout
             m = json.loads(out.strip().splitlines()[-1])
             total = m["load_s"] + m["analyze_s"]
+            serial = ""
+            if args.serial:
+                one = float(subprocess.run(
+                    [sys.executable, os.path.abspath(__file__), "--measure-serial", directory],
+                    check=True, capture_output=True, text=True,
+                ).stdout.strip().splitlines()[-1])
+                serial = f" {one:>13.2f} {one / m['load_s']:>5.2f}"
             print(f"{m['events']:>9} {nbytes / 1e6:>8.1f} {write_s:>8.2f} {m['load_s']:>8.2f} "
                   f"{m['analyze_s']:>9.2f} {total:>8.2f} {1e6 * total / m['events']:>8.2f} "
-                  f"{m['peak_mb']:>8.0f} {m['findings']:>4}/{m['occurrences']:<4}", flush=True)
+                  f"{m['peak_mb']:>8.0f} {m['findings']:>4}/{m['occurrences']:<4}{serial}",
+                  flush=True)
             if not args.keep:
                 shutil.rmtree(directory, ignore_errors=True)
     finally:
