@@ -30,6 +30,7 @@ from __future__ import annotations
 import gc
 import glob
 import json
+import operator
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -42,7 +43,7 @@ from pptrace.load_otlp import BadShape, for_each_otlp_span
 from pptrace.load_stream import stream_document
 from pptrace.model import ForeignSpan, InputProblem, ProcessTrace, Trace
 from pptrace.progress import Progress
-from pptrace.record import Event, RankInfo, RecorderStats, TensorMeta
+from pptrace.record import Direction, Event, RankInfo, RecorderStats, TensorMeta
 
 __all__ = ["TRACE_SUFFIXES", "expand_paths", "load_paths"]
 
@@ -51,6 +52,8 @@ _LINE_SUFFIXES = (".jsonl", ".ndjson")
 _MAX_PROBLEMS_PER_FILE = 20
 _PROGRESS_STEP = 1 << 20
 _BIG_LINE = 16 << 20  # characters: above this a line is walked span by span
+_ORDER = operator.itemgetter(4, 0, 1)  # an event's (mono_ns, direction, seq)
+_ATTACH = Direction.ATTACH
 
 
 def expand_paths(paths: Iterable[str]) -> list[str]:
@@ -294,11 +297,12 @@ class _Builder:
         duplicates = 0
         for key in set(self.events) | set(self.stats):
             events = self.events.get(key, [])
-            events.sort(key=lambda e: (e.mono_ns, e.direction.value, e.seq))
+            # (mono_ns, direction, seq): a str enum orders as its value, "attach" first.
+            events.sort(key=_ORDER)
             unique: list[Event] = []
-            seen: set[tuple[str, int]] = set()
+            seen: set[tuple[bool, int]] = set()
             for ev in events:
-                ident = (ev.direction.value, ev.seq)
+                ident = (ev[0] is _ATTACH, ev[1])  # (direction, seq), without enum lookups
                 if ident in seen:
                     duplicates += 1
                     continue
