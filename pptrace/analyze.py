@@ -134,6 +134,8 @@ class _Analysis:
         self.lost: dict[int, str] = {}  # process index -> "rank 2 lost 5 events"
         self.lowered: dict[str, str] = {}  # channel -> why its absence findings are less sure
         self._payloads: dict[int, tuple[Any, ...]] = {}  # id(tensors): events keep them alive
+        self._equal_tensors: dict[int, tuple[TensorMeta, ...]] = {}  # id -> the first equal one
+        self._first_tensors: dict[tuple[TensorMeta, ...], tuple[TensorMeta, ...]] = {}
         self._shared_payloads: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         # channel -> (the kinds of its last pair's differences, the raw findings they started)
         self._streak: dict[str, tuple[Any, list[int]]] = {}
@@ -346,9 +348,19 @@ class _Analysis:
         # construction; the others are compared once per distinct pair of shapes.
         ls, rs = who(s.rank), who(r.rank)
         compared: dict[tuple[int, int, int], tuple[Any, Any]] = {}  # -> (specs, their kinds)
+        canonical, known = self.canonical, self._equal_tensors.get
+        streaks = self._streak
         for ia, ie in pairs:
             a, e = attaches[ia], extracts[ie]
-            key = (id(a.tensors), id(e.tensors), id(a.keys_before))
+            mine, theirs = a.tensors, e.tensors
+            # Equal tensors (two tuples, one content) differ in nothing; they only end a streak.
+            cm, ct = known(id(mine)), known(id(theirs))
+            if cm is None or ct is None:
+                cm, ct = canonical(mine), canonical(theirs)
+            if cm is ct:
+                streaks.pop(channel, None)
+                continue
+            key = (id(mine), id(theirs), id(a.keys_before))
             cached = compared.get(key)
             if cached is None:
                 specs = compare_specs(ls, rs, a, e)
@@ -381,6 +393,14 @@ class _Analysis:
         for index in started:
             self.repeats[index] = [0, None]
         self._streak[channel] = (kinds, started)
+
+    def canonical(self, tensors: tuple[TensorMeta, ...]) -> tuple[TensorMeta, ...]:
+        """The first tensors tuple seen equal to ``tensors`` (so ``is`` compares contents)."""
+        got = self._equal_tensors.get(id(tensors))
+        if got is None:
+            got = self._equal_tensors[id(tensors)] = self._first_tensors.setdefault(
+                tensors, tensors)
+        return got
 
     def payload(self, tensors: tuple[TensorMeta, ...]) -> tuple[Any, ...]:
         """What TP ranks must agree on, computed once per distinct tensors tuple; equal

@@ -39,19 +39,21 @@ def signature(ev: Event) -> Signature:
 
 
 class _Signatures:
-    """Signatures computed once per distinct tensors tuple, equal ones shared (so ``is`` holds)."""
+    """Signatures computed once per distinct tensors tuple, equal ones shared (so ``is`` holds).
+
+    Keyed by the tuple's id: the events being paired keep every tuple alive meanwhile.
+    """
 
     def __init__(self) -> None:
-        self.by_id: dict[int, tuple[tuple[TensorMeta, ...], Signature]] = {}
+        self.by_id: dict[int, Signature] = {}
         self.shared: dict[Signature, Signature] = {}
 
     def of(self, tensors: tuple[TensorMeta, ...]) -> Signature:
-        hit = self.by_id.get(id(tensors))
-        if hit is None or hit[0] is not tensors:
+        sig = self.by_id.get(id(tensors))
+        if sig is None:
             sig = tuple((t.name, t.shape, t.dtype) for t in tensors)
-            sig = self.shared.setdefault(sig, sig)
-            hit = self.by_id[id(tensors)] = (tensors, sig)
-        return hit[1]
+            sig = self.by_id[id(tensors)] = self.shared.setdefault(sig, sig)
+        return sig
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +152,7 @@ def align(attaches: Sequence[Event], extracts: Sequence[Event]) -> Alignment:
     run_i, run_j = 0, 0  # where the current run of pairs began
     na, ne = len(attaches), len(extracts)
     offset: int | None = None  # walk.offset, kept in a local on the healthy path
+    known_sig = walk.signatures.by_id.get
     while i < na and j < ne:
         a, e = attaches[i], extracts[j]
         # Inlined ``_possible``: a pair is impossible only when both clocks are one host's.
@@ -166,12 +169,17 @@ def align(attaches: Sequence[Event], extracts: Sequence[Event]) -> Alignment:
         # Inlined ``same and in_step`` (the order is possible, checked just above): the
         # healthy step, most of a trace.
         if offset is None or step == offset:
-            if a.tensors is e.tensors:
+            tensors_a, tensors_e = a.tensors, e.tensors
+            if tensors_a is tensors_e:
                 offset = step
                 i += 1
                 j += 1
                 continue
-            if walk.same_sig(i, j):
+            # Inlined ``same_sig`` for signatures seen before.
+            sig_a, sig_e = known_sig(id(tensors_a)), known_sig(id(tensors_e))
+            if sig_a is None or sig_e is None:
+                sig_a, sig_e = walk.sigs(i, j)
+            if sig_a is sig_e:
                 unshared.append((i, j))
                 offset = step
                 i += 1
