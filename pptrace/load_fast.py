@@ -104,22 +104,22 @@ def _int_attr_re(key: str) -> bytes:
 
 
 # pptrace's own layout today: ``schema.event_to_attributes`` writes the attributes that change
-# from one call to the next first, so one anchored match cuts out every changing value, and the
-# text after the match is the same for every span of one shape: it is the template's key. Ids
+# from one call to the next first (seq, mono_ns, duration_ns; then dropped_before and thread.id,
+# which rarely change), so one anchored match cuts out the start time and the first three, and
+# the text after the match is the same for every span of one shape: it is the template's key
+# (a new drop count or thread is a new shape: parsing a number costs more than a lookup). Ids
 # are lower-case hex as pptrace writes them; at most 20 digits keep ``int`` within its limits.
 _OWN = re.compile(
     rb'[0-9a-f]{32}","spanId":"[0-9a-f]{16}'
     rb'(","name":"pptrace\.(?:attach|extract)","kind":(?:\d{1,3}|"[A-Z_]{1,40}"),'
     rb'"startTimeUnixNano":")(\d{1,20})","endTimeUnixNano":"\d{1,20}","attributes":\['
     + _int_attr_re(schema.SEQ) + _int_attr_re(schema.MONO_NS) + _int_attr_re(schema.DURATION_NS)
-    + _int_attr_re(schema.DROPPED_BEFORE) + _int_attr_re(schema.THREAD_ID)
 )
-# A key whose text holds one of these again (a duplicate member that the JSON decoder would
-# take instead of the cut one) is never cached; error spans (nested "name") are parsed each time.
+# A key whose text holds one of these (a duplicate member that the JSON decoder would take
+# instead of the cut one) is never cached; error spans (nested "name") are parsed each time.
 _NOT_IN_REST = (b'"traceId"', b'"spanId"', b'"name"', b'"kind"', b'"startTimeUnixNano"',
                 b'"endTimeUnixNano"', b'"attributes"') + tuple(
-    ('"' + k + '"').encode() for k in (schema.SEQ, schema.MONO_NS, schema.DURATION_NS,
-                                        schema.DROPPED_BEFORE, schema.THREAD_ID))
+    ('"' + k + '"').encode() for k in (schema.SEQ, schema.MONO_NS, schema.DURATION_NS))
 _new_event = tuple.__new__
 
 _START_END = b'"startTimeUnixNano":"'
@@ -250,8 +250,8 @@ class FastLines:
         """(events from cached shapes, everything else: decoded events and raw spans).
 
         With ``rows`` set (a loader worker, ``pptrace.load_worker``), a cached span becomes a
-        row ``(shape index, seq, start, mono, duration, dropped_before, thread id)`` instead of
-        an event: the process that receives the rows builds the events.
+        row ``(shape index, seq, start, mono, duration)`` instead of an event: the process
+        that receives the rows builds the events.
         """
         events: list[Event] = []
         others: list[Any] = []
@@ -272,14 +272,12 @@ class FastLines:
             if t is None:  # a known shape that cannot be cached
                 others.append(self._parse(chunk))
                 continue
-            _, begin, seq, mono, dur, dropped, thread = m.groups()
+            _, begin, seq, mono, dur = m.groups()
             if rows is None:
                 events.append(new(Event, (
-                    t[0], int(seq), t[2], int(begin), int(mono), int(dur), int(thread),
-                    *t[7:17], int(dropped), t[18], t[19])))
+                    t[0], int(seq), t[2], int(begin), int(mono), int(dur), *t[6:])))
             else:
-                rows.append((i, int(seq), int(begin), int(mono), int(dur), int(dropped),
-                             int(thread)))
+                rows.append((i, int(seq), int(begin), int(mono), int(dur)))
         self.hits += len(chunks) - len(others)
         return events, others
 
@@ -299,9 +297,9 @@ class FastLines:
         if decoded is None:
             return span
         ev = decoded[0]
-        _, begin, seq, mono, dur, dropped, thread = m.groups()
-        if (ev.seq, ev.start_ns, ev.mono_ns, ev.duration_ns, ev.dropped_before, ev.thread_id) == (
-            int(seq), int(begin), int(mono), int(dur), int(dropped), int(thread)
+        _, begin, seq, mono, dur = m.groups()
+        if (ev.seq, ev.start_ns, ev.mono_ns, ev.duration_ns) == (
+            int(seq), int(begin), int(mono), int(dur)
         ):
             shapes[-1] = ev
         return ev

@@ -4,8 +4,8 @@ Reading pptrace's own files is pure CPython work (cutting numbers out of about 3
 per event), so one process reads about 100k events a second on this kind of machine. With two
 cores and several files, ``pptrace.load`` starts one worker (``python -m pptrace.load_worker``)
 for the later files and reads the earlier ones itself. The worker does not build events: each
-event whose span shape it has seen before (``load_fast``) becomes a row of seven integers
-``(shape, seq, start, mono, duration, dropped_before, thread id)``, sent as raw int64s; every
+event whose span shape it has seen before (``load_fast``) becomes a row of five integers
+``(shape, seq, start, mono, duration)``, sent as raw int64s; every
 shape, every other event, and everything else the worker found (stats, foreign spans, problems,
 per-file errors) travel as JSON, in pptrace's own span attributes (``pptrace.schema``), whose
 round trip is exact. No pickle: nothing the worker sends can run code here.
@@ -38,7 +38,7 @@ from pptrace.record import Event, RankInfo
 __all__ = ["Worker", "main", "split_files"]
 
 _HEADER = struct.Struct("<cQ")
-_ROW = 7  # shape, seq, start, mono, duration, dropped_before, thread id
+_ROW = 5  # shape, seq, start, mono, duration
 #: Below this many bytes in all, a second process costs more than it saves (start-up ~0.2 s).
 MIN_PARALLEL_BYTES = 32 << 20
 _new_event = tuple.__new__
@@ -95,11 +95,10 @@ def _encode(builder: Any, errors: Sequence[TraceInputError],
         packed = array("q")
         for row in rows:
             try:
-                packed.extend(row)
+                packed.extend(array("q", row))  # the whole row or none of it
             except OverflowError:
                 t = fast.shapes[row[0]]
-                ev = t._replace(seq=row[1], start_ns=row[2], mono_ns=row[3], duration_ns=row[4],
-                                dropped_before=row[5], thread_id=row[6])
+                ev = t._replace(seq=row[1], start_ns=row[2], mono_ns=row[3], duration_ns=row[4])
                 builder.events.setdefault((ev.rank.host, ev.rank.pid), []).append(ev)
     result = {
         "shapes": [None if t is None else _event_json(t) for t in fast.shapes],
@@ -217,7 +216,7 @@ class Worker:
             self.close()
             return None
         data, rows = self._frames.get(b"R"), self._frames.get(b"A")
-        if self.proc.returncode != 0 or data is None or rows is None or len(rows) % 8:
+        if self.proc.returncode != 0 or data is None or rows is None or len(rows) % (8 * _ROW):
             return None
         try:
             result = json.loads(data)
@@ -252,13 +251,11 @@ def take(builder: Any, result: dict[str, Any], rows: bytes
     packed.frombytes(rows)
     new = _new_event
     it = iter(packed)
-    for i, seq, begin, mono, dur, dropped, thread in zip(it, it, it, it, it, it, it,
-                                                          strict=True):
+    for i, seq, begin, mono, dur in zip(it, it, it, it, it, strict=True):
         t = shapes[i]
         if t is None:
             raise ValueError("a row names a shape that was not cached")
-        events.append(new(Event, (t[0], seq, t[2], begin, mono, dur, thread, *t[7:17], dropped,
-                                  t[18], t[19])))
+        events.append(new(Event, (t[0], seq, t[2], begin, mono, dur, *t[6:])))
     stats = [schema.attributes_to_stats(attrs) for attrs in result["stats"]]
     ranks = [((host, pid), RankInfo(**fields)) for host, pid, fields in result["ranks"]]
     sources = [((host, pid), list(map(str, found))) for host, pid, found in result["sources"]]

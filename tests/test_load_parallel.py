@@ -57,7 +57,7 @@ def _both(monkeypatch: pytest.MonkeyPatch, paths: list[str], **kw: Any) -> tuple
     real_take = load_worker.take
 
     def take_spy(builder: Any, result: Any, rows: bytes) -> Any:
-        taken.append(len(rows) // 56)
+        taken.append(len(rows) // 40)
         return real_take(builder, result, rows)
 
     monkeypatch.setattr(load_worker, "take", take_spy)
