@@ -29,20 +29,24 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Protocol, overload
 
 from pptrace.config import Config
 from pptrace.ranks import discover_rank
 from pptrace.record import PREFIX, Direction, Event, RankInfo, RecorderStats, TensorMeta
 
-__all__ = ["Recorder", "Sink", "WarnOnce"]
+__all__ = ["RawEvents", "Recorder", "Sink", "WarnOnce"]
 
 log = logging.getLogger("pptrace")
 
 
 class Sink(Protocol):
-    """Where finished events go (spans to files, OTLP, an engine's tracer provider...)."""
+    """Where finished events go (spans to files, OTLP, an engine's tracer provider...).
+
+    The recorder hands ``export`` a ``RawEvents``: a sequence that converts its raw tuples as
+    it is read, so that a sink able to encode the raws itself skips the records.
+    """
 
     def export(self, events: Sequence[Event]) -> None: ...
 
@@ -340,29 +344,23 @@ class Recorder:
                         self.dropped += left
                     self._warn_timeout(left)
                     break
-                events = []
-                for raw in chunk:
-                    try:
-                        events.append(convert(raw))
-                    except Exception as exc:
-                        self.internal_error("event conversion", exc)
-                        with self._lock:
-                            self.dropped += 1
-                if not events:
-                    continue
+                # Converted as the sink reads them; a raw that fails conversion is counted then,
+                # by _conversion_failed, and every other raw of the chunk counts as exported.
+                events = RawEvents(chunk, convert, self._conversion_failed)
                 try:
                     sink.export(events)
                 except BaseException as exc:  # even a BaseException: count what was lost
                     with self._lock:
                         self.export_errors += 1
-                        self.dropped += len(events)
+                        self.dropped += len(chunk) - events.failed
                     self.warn(f"export failed ({type(exc).__name__})", str(exc))
                     continue
+                done = len(chunk) - events.failed
                 with self._lock:
                     if self._abandoned:  # exit already counted these as lost
                         continue
-                    self.exported += len(events)
-                exported += len(events)
+                    self.exported += done
+                exported += done
             self._export_stats(sink)
             return exported
 
@@ -435,6 +433,17 @@ class Recorder:
         """Turn a raw hot-path tuple into an ``Event``."""
         return _Converter(self, rank)(raw)
 
+    def _conversion_failed(self, exc: BaseException) -> None:
+        self.internal_error("event conversion", exc)
+        with self._lock:
+            self.dropped += 1
+
+
+#: What ``_Converter.shape`` finds in a raw: (key, seq, start_ns, mono_ns, duration_ns,
+#: dropped_before).
+Shape = tuple[tuple[Any, ...], int, int, int, int, int]
+_ATTACH, _EXTRACT = Direction.ATTACH, Direction.EXTRACT
+
 
 class _Converter:
     """Raw tuples to ``Event`` records for one flush, caching per-type and per-thread strings."""
@@ -468,6 +477,58 @@ class _Converter:
                 capable = getattr(tp, "from_pp_tensors", None) is not None
             found = self.subjects[(direction, tp)] = (_qualname(tp), capable)
         return found
+
+    def shape(self, raw: Raw) -> Shape | None:
+        """Split a raw tuple into its shape and what varies from one call to the next.
+
+        Returns ``(key, seq, start_ns, mono_ns, duration_ns, dropped_before)``. ``key`` holds,
+        as plain hashable values, everything else ``__call__`` builds the event from (direction,
+        thread, subject type, keys before and after, items, returned-None, error); the rest
+        (rank, run id, prefix, thread names) is fixed for this converter. None when the raw must
+        be converted on its own: fingerprints (they differ per call), a key that is not a
+        ``str`` (comparing it would run the user's ``__eq__``), a number that is not a plain
+        int in [0, 2**62), anything malformed.
+        """
+        try:
+            (direction, seq, wall_ns, mono_ns, duration_ns, thread, subject, before, after,
+             items, returned_none, error, dropped, fingerprints) = raw
+            if fingerprints or type(returned_none) is not bool:
+                return None
+            if direction is _ATTACH:
+                attach = True
+            elif direction is _EXTRACT:
+                attach = False
+            else:
+                return None
+            if not (type(seq) is type(wall_ns) is type(mono_ns) is type(duration_ns)
+                    is type(dropped) is int):
+                return None
+            # Each within [0, 2**62): any negative one sets the high bits, and the end time
+            # (wall_ns + duration_ns) stays within int64.
+            if (seq | wall_ns | mono_ns | duration_ns | dropped) >> 62:
+                return None
+            if type(thread) is int:
+                ident, name = thread, self.threads.get(thread, "")
+            else:
+                ident, name = thread.ident or 0, thread.name
+                if type(ident) is not int or type(name) is not str:
+                    return None
+            for k in before:
+                if type(k) is not str:
+                    return None
+            for k in after:
+                if type(k) is not str:
+                    return None
+            for k, _ in items:
+                if type(k) is not str:
+                    return None
+            if error is not None and not (type(error) is tuple and len(error) == 2 and
+                                          type(error[0]) is str and type(error[1]) is str):
+                return None
+        except Exception:  # a malformed raw: __call__ says what is wrong with it
+            return None
+        key = (attach, ident, name, subject, before, after, items, returned_none, error)
+        return key, seq, wall_ns, mono_ns, duration_ns, dropped
 
     def __call__(self, raw: Raw) -> Event:
         (direction, seq, wall_ns, mono_ns, duration_ns, thread, subject, before, after, items,
@@ -509,6 +570,68 @@ class _Converter:
             dropped_before=dropped,
             run_id=self.run_id,
         )
+
+
+class RawEvents(Sequence[Event]):
+    """One chunk of a flush: its raw tuples, and their ``Event`` records made on first use.
+
+    A sink that needs records reads it as a sequence (each raw is converted once, however
+    many sinks read it). A sink that encodes raw tuples itself (``FileSink``) reads ``raws``
+    with ``convert.shape`` and asks ``event(i)`` only for what it cannot encode directly. A raw
+    that fails conversion is reported to ``on_failure``, counted in ``failed`` and left out.
+
+        events = RawEvents(raws, converter, on_failure)
+        sink.export(events)
+        exported = len(raws) - events.failed
+    """
+
+    def __init__(self, raws: Sequence[Raw], convert: _Converter,
+                 on_failure: Callable[[BaseException], None]) -> None:
+        self.raws = raws
+        self.convert = convert
+        self.failed = 0
+        self._on_failure = on_failure
+        self._memo: dict[int, Event | None] = {}
+        self._events: list[Event] | None = None
+
+    def event(self, i: int) -> Event | None:
+        """The record of ``raws[i]``, or None when it cannot be converted (counted once)."""
+        memo = self._memo
+        if i in memo:
+            return memo[i]
+        try:
+            event: Event | None = self.convert(self.raws[i])
+        except Exception as exc:
+            event = None
+            self.failed += 1
+            self._on_failure(exc)
+        memo[i] = event
+        return event
+
+    def _all(self) -> list[Event]:
+        if self._events is None:
+            found = (self.event(i) for i in range(len(self.raws)))
+            self._events = [e for e in found if e is not None]
+        return self._events
+
+    def __bool__(self) -> bool:
+        # Without converting anything: a raw that later fails conversion leaves fewer events.
+        return bool(self.raws)
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+    @overload
+    def __getitem__(self, index: int) -> Event: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Event]: ...
+
+    def __getitem__(self, index: int | slice) -> Event | list[Event]:
+        return self._all()[index]
+
+    def __iter__(self) -> Iterator[Event]:
+        return iter(self._all())
 
 
 #: How often the background thread looks at the dump flag (seconds).
