@@ -11,6 +11,13 @@ original timestamps. Two modes:
   thread within ``_TICK``), on ``dump()`` (synchronous) and at shutdown; each dump's stats span
   says how many events the ring overwrote.
 
+Memory stays bounded in both modes. Stream: at most ``buffer_size`` events wait (the wrappers
+check the length before appending; beyond it new events are dropped and counted). Flight: the
+engine's thread only appends (``deque.append``, in C); the recorder thread trims the ring back to
+``flight_size`` every ``_TICK``, so that freeing old events costs the engine nothing. Should that
+thread fall behind, the deque's own ``maxlen`` (``flight_size + max(flight_size, _SLACK)``) evicts
+the oldest event on append, as a plain ring would; sequence numbers count those too.
+
 Every event ends up exported, dropped or overwritten, and the counts travel in the trace: a stats
 span at each flush that changed them, and ``dropped_before`` on each event. Shutdown writes what
 it can within its timeout and counts the rest as dropped.
@@ -73,6 +80,8 @@ class WarnOnce:
 # (an int ident is accepted too), 6 subject type,
 # 7 keys before, 8 keys after, 9 items ((key, meta), ...), 10 returned None,
 # 11 (error type, message) or None, 12 dropped so far, 13 fingerprints or None
+# In the buffer, items may also be a flat list (key, shape, dtype, device, contiguous, key, ...):
+# the wrappers' form for plain tensors, made back into pairs by the recorder thread (_expand).
 Raw = tuple[Any, ...]
 
 
@@ -125,8 +134,9 @@ def _tensor_meta(key: object, meta: Any, prefix: str, fingerprint: str | None) -
 class Recorder:
     """One process's event buffer, counters and background flush thread."""
 
-    #: The hot path's append: ``deque.append`` itself in flight mode (the ring never refuses),
-    #: a capped append in stream mode (new events are dropped and counted when full).
+    #: The buffer's own ``deque.append`` (C, no check). ``add`` is the checked append: in
+    #: stream mode it drops and counts a new event when ``buffer_size`` are waiting (flight
+    #: mode's ring never refuses); the wrappers inline that check on their success paths.
     append: Callable[[Raw], None]
 
     def __init__(
@@ -145,10 +155,12 @@ class Recorder:
             lambda: discover_rank(self.config.rank_overrides)
         )
         self._rank: RankInfo | None = None
-        maxlen = self.config.flight_size if self.flight else None
+        size = self._flight_size = self.config.flight_size
+        # Flight: the thread trims to flight_size; maxlen is the hard bound if it falls behind.
+        maxlen = size + max(size, _SLACK) if self.flight else None
         self._buf: collections.deque[Raw] = collections.deque(maxlen=maxlen)
         self._cap = self.config.buffer_size
-        self.append = self._buf.append if self.flight else self._append_capped
+        self.append = self._buf.append
         # itertools.count is atomic under the GIL: unique sequence numbers across threads.
         self.seq = {Direction.ATTACH: itertools.count(), Direction.EXTRACT: itertools.count()}
         self._lock = threading.Lock()  # counters touched off the common path
@@ -157,10 +169,12 @@ class Recorder:
         self.export_errors = 0
         self.exported = 0
         self.overwritten = 0
-        # Flight mode: per direction, the highest sequence number drained and how many were
-        # drained; the gap between them is what the ring overwrote (see _count_overwritten).
+        # Flight mode: per direction, the highest sequence number taken out of the ring (trimmed
+        # or drained) and how many were; the gap between them is what the deque's maxlen evicted
+        # (see _count_overwritten). The trimmed ones are counted as they go.
         self._high = {Direction.ATTACH: -1, Direction.EXTRACT: -1}
         self._taken = {Direction.ATTACH: 0, Direction.EXTRACT: 0}
+        self._trimmed = 0
         self._last_stats: tuple[int, ...] | None = None
         self.warn = WarnOnce()
         self._wake = threading.Event()
@@ -173,15 +187,18 @@ class Recorder:
 
     # --- hot path ----------------------------------------------------------------------------
 
-    def _append_capped(self, raw: Raw) -> None:
-        """Buffer one raw record, or drop and count it when the buffer is full (stream mode)."""
-        buf = self._buf
-        if len(buf) < self._cap:
-            buf.append(raw)
+    def add(self, raw: Raw) -> None:
+        """Buffer one raw record; in stream mode, drop and count it when the buffer is full."""
+        if self.flight or len(self._buf) < self._cap:
+            self.append(raw)
         else:
-            with self._lock:
-                self.dropped += 1
-            self.warn("buffer full", f"more than {self._cap} events waiting; dropping new ones")
+            self.drop_new()
+
+    def drop_new(self) -> None:
+        """Count one new event that found the buffer full (stream mode)."""
+        with self._lock:
+            self.dropped += 1
+        self.warn("buffer full", f"more than {self._cap} events waiting; dropping new ones")
 
     def internal_error(self, where: str, exc: BaseException) -> None:
         """Count a failure inside pptrace; never raise it."""
@@ -280,6 +297,8 @@ class Recorder:
             self._wake.clear()
             if self._stop:
                 break
+            if self.flight:
+                self._trim()
             if self._dump_requested:
                 self._dump_requested = False
             elif self.flight or time.monotonic() - last < interval:
@@ -295,21 +314,44 @@ class Recorder:
         pop = self._buf.popleft
         try:
             while True:
-                out.append(pop())
+                out.append(_expand(pop()))
         except IndexError:
             pass
         return out
 
+    def _trim(self) -> None:
+        """Flight mode: take the ring's oldest events beyond ``flight_size`` out (on the recorder
+        thread, which then frees them) and count them as overwritten."""
+        if len(self._buf) <= self._flight_size:
+            return
+        with self._flush_lock:
+            old = self._take_excess()
+            self._count_overwritten(old)
+        del old  # freed here, off the engine's thread
+
+    def _take_excess(self) -> list[Raw]:
+        buf, size = self._buf, self._flight_size
+        old: list[Raw] = []
+        try:
+            while len(buf) > size:
+                old.append(buf.popleft())
+        except IndexError:  # emptied meanwhile by a flush on another thread
+            pass
+        self._trimmed += len(old)
+        return old
+
     def _count_overwritten(self, raws: Sequence[Raw]) -> None:
-        """Flight mode: sequence numbers below the highest drained that never arrived were
-        overwritten by the ring (each direction's numbers are gap-free from 0)."""
+        """Flight mode: what the ring lost is what was trimmed, plus the sequence numbers below
+        the highest taken out that never arrived (evicted by the deque's maxlen; each
+        direction's numbers are gap-free from 0)."""
         high, taken = self._high, self._taken
         for raw in raws:
             direction, seq = raw[0], raw[1]
-            taken[direction] += 1
-            if seq > high[direction]:
-                high[direction] = seq
-        self.overwritten = sum(high[d] + 1 - taken[d] for d in high)
+            if direction in taken:  # a malformed record is counted by the conversion
+                taken[direction] += 1
+                if seq > high[direction]:
+                    high[direction] = seq
+        self.overwritten = self._trimmed + sum(high[d] + 1 - taken[d] for d in high)
 
     def flush(self, deadline: float | None = None) -> int:
         """Convert and export everything buffered now; return the number of events exported.
@@ -318,6 +360,8 @@ class Recorder:
         value) the rest are counted as dropped instead of exported.
         """
         with self._flush_lock:
+            if self.flight:  # the ring holds the last flight_size events, whatever the thread did
+                self._count_overwritten(self._take_excess())
             raws = self._drain()
             if self.flight:
                 self._count_overwritten(raws)
@@ -638,6 +682,19 @@ class RawEvents(Sequence[Event]):
 _TICK = 0.05
 #: Events per sink call: bounds one export's memory and lets the exit flush keep its deadline.
 _CHUNK = 512
+#: Flight mode: room beyond ``flight_size`` for the events of one ``_TICK`` (and more) before the
+#: deque's maxlen evicts on the engine's thread.
+_SLACK = 8192
+
+
+def _expand(raw: Raw) -> Raw:
+    """A raw record with flat items (the wrappers' form) in the general form."""
+    if type(raw) is not tuple or len(raw) != 14 or type(raw[9]) is not list:
+        return raw  # a malformed one goes through as is: its conversion counts it
+    flat = raw[9]
+    items = tuple([(flat[i], (flat[i + 1], flat[i + 2], flat[i + 3], flat[i + 4]))
+                   for i in range(0, len(flat), 5)])
+    return raw[:9] + (items,) + raw[10:]
 
 
 def _peek(counter: itertools.count[int]) -> int:

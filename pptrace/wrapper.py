@@ -8,6 +8,10 @@ The wrapped functions return the identical object and re-raise the identical exc
 contiguity: no device sync, no tensor values) and append one tuple to the recorder. A failure
 inside recording is counted by the recorder and never reaches the engine.
 
+The success paths are written for the engine's thread: no Python call per tensor, no
+comprehension frame, ``deque.append`` (C) into the recorder's buffer. Every such call costs
+about as much as reading one tensor's metadata (``benchmarks/bench_hotpath.py``).
+
 Dict snapshots go through ``dict``'s own methods so that a dict subclass sees no extra calls. A
 container that is not a dict is never read (any call into it could have effects the engine would
 see): its events carry no keys and no tensors.
@@ -35,10 +39,22 @@ WRAPPED_ATTR = "__pptrace_wrapped__"
 _Tensor = torch.Tensor
 _dict_keys = dict.keys
 _dict_items = dict.items
+_dict_values = dict.values
 _dict_get = dict.__getitem__
 _islice = itertools.islice
 _no_torch_function = torch._C.DisableTorchFunctionSubclass
 _startswith = str.startswith  # a str subclass key's own startswith is never called
+_current_thread = threading.current_thread
+# Each thread's threading.Thread, cached: a thread-local read is half a current_thread() call.
+_here = threading.local()
+
+
+def _thread() -> threading.Thread:
+    try:
+        return _here.thread  # type: ignore[no-any-return]
+    except AttributeError:
+        _here.thread = thread = _current_thread()
+        return thread
 
 
 def _keys(d: Any) -> tuple[Any, ...]:
@@ -53,6 +69,11 @@ def _meta(v: Any) -> Any:
         with _no_torch_function():
             return (v.shape, v.dtype, v.device, v.is_contiguous())
     return type(v)
+
+
+def _items(pairs: Any) -> tuple[tuple[Any, Any], ...]:
+    """((key, meta), ...) for any values: the general form of a raw record's items."""
+    return tuple([(k, _meta(v)) for k, v in pairs])
 
 
 def _fingerprints(rec: Recorder, values: list[Any]) -> tuple[Any, ...]:
@@ -88,16 +109,18 @@ def wrap_attach(fn: F, recorder: Recorder) -> F:
     fn = unwrap(fn)  # never double-wrap
     rec = recorder
     seq = rec.seq[Direction.ATTACH]
-    append = rec.append
-    time_ns, mono_ns, ident = time.time_ns, time.monotonic_ns, threading.current_thread
+    buf, cap, ring = rec._buf, rec._cap, rec.flight
+    append = rec.append  # deque.append: the cap is checked here, inline
+    time_ns, mono_ns = time.time_ns, time.monotonic_ns
     attach = Direction.ATTACH
 
     @functools.wraps(fn)
     def pptrace_attach(tensors: Any, output: Any) -> Any:
         if not rec.enabled:
             return fn(tensors, output)
+        items: Any
         try:
-            before = _keys(tensors)
+            before = tuple(_dict_keys(tensors)) if isinstance(tensors, dict) else ()
         except Exception as exc:
             rec.internal_error("attach snapshot", exc)
             return fn(tensors, output)
@@ -111,8 +134,9 @@ def wrap_attach(fn: F, recorder: Recorder) -> F:
                 new = after[len(before):]
                 values = [_dict_get(tensors, k) for k in new]
                 items = tuple((k, _meta(v)) for k, v in zip(new, values, strict=True))
-                append((attach, next(seq), wall, t0, dur, ident(), type(output), before, after,
-                        items, True, (_qualname(type(exc)), str(exc)), rec.dropped, None))
+                rec.add((attach, next(seq), wall, t0, dur, _thread(), type(output), before,
+                            after, items, True, (_qualname(type(exc)), str(exc)), rec.dropped,
+                            None))
                 if rec.flight:
                     rec.request_dump()
             except Exception as inner:
@@ -120,18 +144,31 @@ def wrap_attach(fn: F, recorder: Recorder) -> F:
             raise
         try:
             dur = mono_ns() - t0
-            after = _keys(tensors)
-            # One pass over the inserted items, with _meta inlined for plain tensors: on this
-            # path a Python call or list per tensor costs about as much as reading its
-            # metadata (benchmarks/bench_hotpath.py). A non-dict container gave no keys.
-            items = tuple([(k, (v.shape, v.dtype, v.device, v.is_contiguous())
-                            if type(v) is _Tensor else _meta(v))
-                           for k, v in _islice(_dict_items(tensors), len(before), None)]
-                          ) if after else ()
-            fps = _fingerprints(rec, [_dict_get(tensors, k) for k, _ in items]
-                                ) if rec.fingerprint else None
-            append((attach, next(seq), wall, t0, dur, ident(), type(output), before, after,
-                    items, result is None, None, rec.dropped, fps))
+            if isinstance(tensors, dict):
+                after = tuple(_dict_keys(tensors))
+                # The inserted items. Plain tensors go flat into a list (the recorder thread
+                # rebuilds the pairs: see Recorder._drain): fewer objects made on this thread.
+                items = []
+                for k, v in _islice(_dict_items(tensors), len(before), None):
+                    if type(v) is not _Tensor:
+                        items = _items(_islice(_dict_items(tensors), len(before), None))
+                        break
+                    items += (k, v.shape, v.dtype, v.device, v.is_contiguous())
+                fps = _fingerprints(rec, list(_islice(_dict_values(tensors), len(before), None))
+                                    ) if rec.fingerprint else None
+            else:  # a non-dict container: no keys, no items
+                after = items = ()
+                fps = () if rec.fingerprint else None
+            try:
+                thread = _here.thread
+            except AttributeError:
+                thread = _thread()
+            raw = (attach, next(seq), wall, t0, dur, thread, type(output), before, after, items,
+                   result is None, None, rec.dropped, fps)
+            if ring or len(buf) < cap:  # the flight ring's maxlen bounds it instead
+                append(raw)
+            else:
+                rec.drop_new()
             if rec.rank_pending:  # the first calls only: the engine's process group is up now
                 rec.learn_rank()
         except Exception as inner:
@@ -147,8 +184,9 @@ def wrap_extract(fn: F, recorder: Recorder, prefix: str = PREFIX) -> F:
     fn = unwrap(fn)
     rec = recorder
     seq = rec.seq[Direction.EXTRACT]
-    append = rec.append
-    time_ns, mono_ns, ident = time.time_ns, time.monotonic_ns, threading.current_thread
+    buf, cap, ring = rec._buf, rec._cap, rec.flight
+    append = rec.append  # deque.append: the cap is checked here, inline
+    time_ns, mono_ns = time.time_ns, time.monotonic_ns
     extract = Direction.EXTRACT
 
     @functools.wraps(fn)
@@ -157,10 +195,15 @@ def wrap_extract(fn: F, recorder: Recorder, prefix: str = PREFIX) -> F:
             return fn(tensors, observer)
         try:
             if isinstance(tensors, dict):
-                items = tuple([(k, (v.shape, v.dtype, v.device, v.is_contiguous())
-                                if type(v) is _Tensor else _meta(v))
-                               for k, v in _dict_items(tensors)
-                               if isinstance(k, str) and _startswith(k, prefix)])
+                # As in attach: plain tensors flat, anything else in the general form.
+                items: Any = []
+                for k, v in _dict_items(tensors):
+                    if isinstance(k, str) and _startswith(k, prefix):
+                        if type(v) is not _Tensor:
+                            items = _items((k, v) for k, v in _dict_items(tensors)
+                                           if isinstance(k, str) and _startswith(k, prefix))
+                            break
+                        items += (k, v.shape, v.dtype, v.device, v.is_contiguous())
                 before = tuple(_dict_keys(tensors))
             else:
                 items, before = (), ()
@@ -176,9 +219,9 @@ def wrap_extract(fn: F, recorder: Recorder, prefix: str = PREFIX) -> F:
         except BaseException as exc:
             try:
                 dur = mono_ns() - t0
-                append((extract, next(seq), wall, t0, dur, ident(), type(observer), before,
-                        _keys(tensors), items, True, (_qualname(type(exc)), str(exc)),
-                        rec.dropped, fps))
+                rec.add((extract, next(seq), wall, t0, dur, _thread(), type(observer), before,
+                            _keys(tensors), items, True, (_qualname(type(exc)), str(exc)),
+                            rec.dropped, fps))
                 if rec.flight:
                     rec.request_dump()
             except Exception as inner:
@@ -186,8 +229,17 @@ def wrap_extract(fn: F, recorder: Recorder, prefix: str = PREFIX) -> F:
             raise
         try:
             dur = mono_ns() - t0
-            append((extract, next(seq), wall, t0, dur, ident(), type(observer), before,
-                    _keys(tensors), items, result is None, None, rec.dropped, fps))
+            after = tuple(_dict_keys(tensors)) if isinstance(tensors, dict) else ()
+            try:
+                thread = _here.thread
+            except AttributeError:
+                thread = _thread()
+            raw = (extract, next(seq), wall, t0, dur, thread, type(observer), before, after,
+                   items, result is None, None, rec.dropped, fps)
+            if ring or len(buf) < cap:  # the flight ring's maxlen bounds it instead
+                append(raw)
+            else:
+                rec.drop_new()
             if rec.rank_pending:  # the first calls only: the engine's process group is up now
                 rec.learn_rank()
         except Exception as inner:
