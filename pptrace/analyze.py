@@ -422,10 +422,15 @@ class _Analysis:
             if len(tps) < 2:
                 continue
             ref = min(group, key=lambda p: tp_of(p.rank))
+            ref_payloads = self.payloads_by_seq(self.attaches[ref.index])
+            ref_by_seq: dict[int, Event] = {}  # built for the first disagreement only
             for p in group:
                 if p is ref or tp_of(p.rank) == tp_of(ref.rank):
                     continue
-                for base, ev in self.disagreeing(ref, p):
+                for ev in self.disagreeing(ref_payloads, self.attaches[p.index]):
+                    if not ref_by_seq:
+                        ref_by_seq = {e.seq: e for e in self.attaches[ref.index]}
+                    base = ref_by_seq[ev.seq]
                     self.add(K.TP_DISAGREE,
                              f"{who(ref.rank)} (tp {tp_of(ref.rank)}) attached "
                              f"{describe_diff(base.tensors, ev.tensors)}; {who(p.rank)} "
@@ -436,26 +441,21 @@ class _Analysis:
                              events=[ref.eid(base), p.eid(ev)],
                              channel=f"{stage_of(p.rank)}/tp{tp_of(ref.rank)}~tp{tp_of(p.rank)}")
 
-    def disagreeing(self, ref: _Proc, p: _Proc) -> list[tuple[Event, Event]]:
-        """``p``'s attaches whose payload differs from ``ref``'s attach of the same seq."""
-        ref_by_seq = {e.seq: e for e in self.attaches[ref.index]}
-        find = ref_by_seq.get
-        known = self._payloads.get
-        payload = self.payload
+    def payloads_by_seq(self, attaches: Sequence[Event]) -> dict[int, tuple[Any, ...]]:
+        """Each attach's payload by its seq (the last attach of a repeated seq wins)."""
+        known, payload = self._payloads.get, self.payload
+        # A payload is never empty (these attaches carry tensors), so ``or`` falls back.
+        return {e.seq: known(id(e.tensors)) or payload(e.tensors) for e in attaches}
+
+    def disagreeing(self, ref_payloads: dict[int, tuple[Any, ...]],
+                    attaches: Sequence[Event]) -> list[Event]:
+        """The attaches whose payload differs from the reference's attach of the same seq."""
+        find, known, payload = ref_payloads.get, self._payloads.get, self.payload
         out = []
-        for ev in self.attaches[p.index]:
-            base = find(ev.seq)
-            if base is None:
-                continue
-            mine, theirs = base.tensors, ev.tensors
-            if mine is theirs:
-                continue
-            # Inlined ``payload`` for the common case: both tuples seen before.
-            pm, pt = known(id(mine)), known(id(theirs))
-            if pm is None or pt is None:
-                pm, pt = payload(mine), payload(theirs)
-            if pm is not pt:
-                out.append((base, ev))
+        for ev in attaches:
+            mine = find(ev.seq)
+            if mine is not None and mine is not (known(id(ev.tensors)) or payload(ev.tensors)):
+                out.append(ev)
         return out
 
     def microbatch(self, ref: EventId) -> int | None:

@@ -44,26 +44,31 @@ class _Hygiene:
     """The hygiene specs of each distinct event shape, computed once per shape.
 
     Events of one process repeat a few shapes, and the loader shares equal parts between
-    events, so a shape is looked up by the identity of its parts. The common case (a call that
-    returned, with the same keys as the last event that carried the same tensors) costs one
-    dictionary lookup and three identity checks.
+    events, so a shape is looked up by the identity of its parts. ``scan`` inlines the common
+    case, a call that returned: by direction, the last shape seen with the same tensors tuple,
+    checked by the identity of the keys (an attach's specs never read the keys after it).
     """
 
     def __init__(self, pp_rank: int | None) -> None:
         self.pp_rank = pp_rank
         self.by_shape: dict[tuple[Any, ...], tuple[Spec, ...]] = {}
-        # id(tensors) -> (keys_before, keys_after, direction, specs) of a call that returned
-        self.recent: dict[int, tuple[Any, Any, Direction, tuple[Spec, ...]]] = {}
+        # id(tensors) -> (keys_before, specs) / (keys_before, keys_after, specs), calls that
+        # returned; the events keep every tuple alive meanwhile
+        self.attach: dict[int, tuple[Any, tuple[Spec, ...]]] = {}
+        self.extract: dict[int, tuple[Any, Any, tuple[Spec, ...]]] = {}
 
     def specs(self, ev: Event) -> tuple[Spec, ...]:
-        """The specs of ``ev``'s shape (the slow path of ``scan``'s inlined lookup)."""
+        """The specs of ``ev``'s shape (the slow path of ``scan``'s inlined lookups)."""
         key = (id(ev.direction), id(ev.tensors), id(ev.keys_before), id(ev.keys_after),
                ev.error_type, ev.error_message)
         got = self.by_shape.get(key)
         if got is None:
             got = self.by_shape[key] = hygiene_specs(ev, self.pp_rank)
         if ev.error_type is None:
-            self.recent[id(ev.tensors)] = (ev.keys_before, ev.keys_after, ev.direction, got)
+            if ev.direction is _ATTACH:
+                self.attach[id(ev.tensors)] = (ev.keys_before, got)
+            elif ev.direction is _EXTRACT:
+                self.extract[id(ev.tensors)] = (ev.keys_before, ev.keys_after, got)
         return got
 
 
@@ -73,7 +78,7 @@ def scan(events: Sequence[Event], pp_rank: int | None) -> Scan:
     attaches, extracts, failed = out.attaches, out.extracts, out.failed
     flagged, unobserved = out.flagged, out.unobserved
     hygiene = _Hygiene(pp_rank)
-    recent = hygiene.recent.get
+    attach_shape, extract_shape = hygiene.attach.get, hygiene.extract.get
     n_attach = n_extract = 0
     max_attach: float = float("-inf")
     max_extract: float = float("-inf")
@@ -83,12 +88,17 @@ def scan(events: Sequence[Event], pp_rank: int | None) -> Scan:
         tensors = ev.tensors
         error = ev.error_type
         seq = ev.seq
+        keys_before = ev.keys_before
+        specs = None
         if direction is _ATTACH:
             n_attach += 1
             if seq > max_attach:
                 max_attach = seq
-            if error is None and tensors:
-                attaches.append(ev)
+            if error is None:
+                if tensors:
+                    attaches.append(ev)
+                hit = attach_shape(id(tensors))
+                specs = hit[1] if hit is not None and hit[0] is keys_before else None
         elif direction is _EXTRACT:
             n_extract += 1
             if seq > max_extract:
@@ -97,19 +107,17 @@ def scan(events: Sequence[Event], pp_rank: int | None) -> Scan:
                 extracts.append(ev)
             if ev.subject_pp_capable is False or ev.subject_type in _NO_OBSERVER:
                 unobserved.append(ev)
+            if error is None:
+                got = extract_shape(id(tensors))
+                if got is not None and got[0] is keys_before and got[1] is ev.keys_after:
+                    specs = got[2]
         if ev.dropped_before > dropped:
             dropped = ev.dropped_before
         if error is not None:
             failed.append(ev)
-        keys_before = ev.keys_before
-        if not tensors and not keys_before:
-            continue  # nothing to name, no key to judge
-        # Inlined ``hygiene.specs`` for the common case; see ``_Hygiene``.
-        hit = recent(id(tensors))
-        if (hit is not None and hit[0] is keys_before and hit[1] is ev.keys_after
-                and hit[2] is direction and error is None):
-            specs = hit[3]
-        else:
+        if specs is None:
+            if not tensors and not keys_before:
+                continue  # nothing to name, no key to judge
             specs = hygiene.specs(ev)
         if specs:
             flagged.append((ev, specs))
