@@ -17,6 +17,12 @@ What it checks (see ``pptrace.findings.FindingKind`` for the list):
 - recorder losses, which lower the severity of absence findings on the channels they touch.
 
     findings = analyze(load_paths(["pptrace-traces/"]))
+
+A trace may hold millions of events, so the work per event is kept small and linear: one pass
+per process (``pptrace.analyze_scan``) gathers what the per-process checks need; a shape's
+checks run once per distinct shape; a pair whose two ends share one tensors tuple (the loader
+shares equal ones) is not compared, and healthy pairs are kept as runs (``pairing.align``).
+Equal but unshared tuples take the slower path to the same findings.
 """
 
 from __future__ import annotations
