@@ -45,9 +45,9 @@ _TEMPLATE_LIMIT = 1024
 
 _VALUES = otlp_json._VALUES
 
-#: A template: the values (trace id hex, span id hex, start, end, seq, mono_ns, duration_ns,
-#: dropped_before) to the span's text.
-Render = Callable[[tuple[Any, ...]], str]
+#: A template: the span's text from the values that vary (trace id and span id in hex, start,
+#: end, seq, mono_ns, duration_ns, dropped_before; in this order, as positional arguments).
+Render = Callable[..., str]
 
 # The template of a shape is cut from the encoding of a probe: its first event with these
 # values, whose digits cannot come out of anything else in a span (19 digits within int64;
@@ -73,18 +73,18 @@ def _renderer(parts: list[str], order: list[int]) -> Render | None:
     """Join ``parts`` with the values ``order`` names in between (None if there are none)."""
     if len(order) < 2:
         return None
-    pick = operator.itemgetter(*order)
-    if len(order) == 8:  # every span without an error: one f-string, the fastest join
+    if len(order) == 8:  # a span without an error: one f-string, the fastest join
         s0, s1, s2, s3, s4, s5, s6, s7, s8 = parts
+        if order == list(range(8)):  # the values in the order they are passed (the usual)
 
-        def render8(values: tuple[Any, ...]) -> str:
-            a, b, c, d, e, f, g, h = pick(values)
-            return f"{s0}{a}{s1}{b}{s2}{c}{s3}{d}{s4}{e}{s5}{f}{s6}{g}{s7}{h}{s8}"
+            def render8(a: Any, b: Any, c: Any, d: Any, e: Any, f: Any, g: Any, h: Any) -> str:
+                return f"{s0}{a}{s1}{b}{s2}{c}{s3}{d}{s4}{e}{s5}{f}{s6}{g}{s7}{h}{s8}"
 
-        return render8
+            return render8
+    pick = operator.itemgetter(*order)
     head, last = parts[:-1], parts[-1]
 
-    def render(values: tuple[Any, ...]) -> str:
+    def render(*values: Any) -> str:
         return "".join(chain.from_iterable(zip(head, map(str, pick(values)), strict=True))) + last
 
     return render
@@ -185,8 +185,8 @@ class FileSink:
                 except Exception:  # a value whose hash or == fails: convert it on its own
                     found = render = None
                 if render is not None:
-                    spans.append(render((f"{bits(128):032x}", f"{bits(64):016x}", start,
-                                         start + duration, seq, mono, duration, dropped)))
+                    spans.append(render(f"{bits(128):032x}", f"{bits(64):016x}", start,
+                                        start + duration, seq, mono, duration, dropped))
                     continue
             event = batch.event(i)
             if event is None:  # the recorder counted it
@@ -213,9 +213,8 @@ class FileSink:
             return
         render = self._template(event)
         if render is not None:
-            values = (f"{ids[0]:032x}", f"{ids[1]:016x}", event.start_ns, event.end_ns,
-                      event.seq, event.mono_ns, event.duration_ns, event.dropped_before)
-            if render(values) != text:
+            if render(f"{ids[0]:032x}", f"{ids[1]:016x}", event.start_ns, event.end_ns,
+                      event.seq, event.mono_ns, event.duration_ns, event.dropped_before) != text:
                 render = None
         if render is None:
             seen[key] = False

@@ -563,9 +563,15 @@ class _Converter:
             for k in after:
                 if type(k) is not str:
                     return None
-            for k, _ in items:
-                if type(k) is not str:
-                    return None
+            if type(items) is list:  # the wrappers' flat form: keys every fifth item
+                for k in items[::5]:
+                    if type(k) is not str:
+                        return None
+                items = tuple(items)
+            else:
+                for k, _ in items:
+                    if type(k) is not str:
+                        return None
             if error is not None and not (type(error) is tuple and len(error) == 2 and
                                           type(error[0]) is str and type(error[1]) is str):
                 return None
@@ -576,7 +582,7 @@ class _Converter:
 
     def __call__(self, raw: Raw) -> Event:
         (direction, seq, wall_ns, mono_ns, duration_ns, thread, subject, before, after, items,
-         returned_none, error, dropped, fingerprints) = raw
+         returned_none, error, dropped, fingerprints) = _expand(raw)
         # The Thread object keeps its name after the thread ends (its ident may be reused).
         if isinstance(thread, int):
             ident, name = thread, self.threads.get(thread, "")

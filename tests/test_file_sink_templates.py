@@ -303,3 +303,26 @@ def test_many_shapes_within_the_cache_limit(tmp_path: Path,
 
     sink, rec, written = run(tmp_path, body)
     assert rec.exported == 36 and sink.raw.templates_built >= 1
+
+
+def test_raws_as_the_wrappers_leave_them_in_the_buffer(tmp_path: Path) -> None:
+    """The converter reads the buffer's raws as they are (the wrappers may keep plain tensors'
+    metadata flat), whether or not the drain rebuilt them first."""
+    rec = recorder(Config(), MemorySink())
+    attach, extract = wrapped(rec)
+    drive(attach, extract, pairs=4, n=3)
+    with pytest.raises(RuntimeError):
+        attach({}, Composite())
+    raws = list(rec._buf)
+    flat = [r for r in raws if type(r[9]) is list]
+    assert flat or all(type(r[9]) is tuple for r in raws)  # one form or the other
+    convert = _Converter(rec, RANK)
+    sink = BothPaths(tmp_path)
+    sink.export(RawEvents(raws, convert, pytest.fail))
+    sink.shutdown(1.0)
+    written = spans(tmp_path / "raw.jsonl")
+    assert len(written) == 9 and written == spans(tmp_path / "records.jsonl")
+    assert sink.raw.templates_built == 2
+    drained = rec._drain()
+    assert [convert(r) for r in raws] == [convert(r) for r in drained]
+    assert [convert.shape(r) is None for r in raws] == [False] * 9
