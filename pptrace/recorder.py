@@ -697,9 +697,10 @@ def _expand(raw: Raw) -> Raw:
     """A raw record with flat items (the wrappers' form) in the general form."""
     if type(raw) is not tuple or len(raw) != 14 or type(raw[9]) is not list:
         return raw  # a malformed one goes through as is: its conversion counts it
-    flat = raw[9]
-    items = tuple([(flat[i], (flat[i + 1], flat[i + 2], flat[i + 3], flat[i + 4]))
-                   for i in range(0, len(flat), 5)])
+    flat = iter(raw[9])
+    # zip takes the key from ``flat``, then the four metadata fields (all in C); one shared
+    # iterator, so never strict (the list holds whole groups of five by construction).
+    items = tuple(zip(flat, zip(flat, flat, flat, flat, strict=False), strict=False))
     return raw[:9] + (items,) + raw[10:]
 
 
