@@ -81,7 +81,7 @@ class WarnOnce:
 # 7 keys before, 8 keys after, 9 items ((key, meta), ...), 10 returned None,
 # 11 (error type, message) or None, 12 dropped so far, 13 fingerprints or None
 # In the buffer, items may also be a flat list (key, shape, dtype, device, contiguous, key, ...):
-# the wrappers' form for plain tensors, made back into pairs by the recorder thread (_expand).
+# the wrappers' form for plain tensors, read as it is by _Converter (_expand makes the pairs).
 Raw = tuple[Any, ...]
 
 
@@ -314,7 +314,7 @@ class Recorder:
         pop = self._buf.popleft
         try:
             while True:
-                out.append(_expand(pop()))
+                out.append(pop())
         except IndexError:
             pass
         return out
