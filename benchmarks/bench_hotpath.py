@@ -3,8 +3,11 @@
     python benchmarks/bench_hotpath.py                 # 1, 4 and 16 tensors, 15 repeats
     python benchmarks/bench_hotpath.py --tensors 4 --repeats 31 --calls 2000
 
-Variants, measured side by side in one run, interleaved (each repeat runs every variant once, in
-a rotated order) so that machine noise hits them alike; the figure is the median over repeats:
+Variants, measured side by side in one run, interleaved: each repeat runs every variant for
+``--calls`` calls, in chunks of ``calls / 10``, one chunk of each variant after another (in a
+rotated order), so that a change in machine load within a repeat hits every variant alike. The
+figures are medians over repeats; "x bare" is the median of the per-repeat ratios (each repeat
+compares variants measured within the same few milliseconds):
 
 - ``bare``: SGLang's real functions (``sampling_observer_pp``, loaded without its GPU deps);
 - ``disabled``: pptrace's wrappers with the recorder disabled (``PPTRACE_ENABLED=0``);
@@ -14,7 +17,10 @@ a rotated order) so that machine noise hits them alike; the figure is the median
   caller's path alone;
 - ``flight``: flight-recorder mode (ring of 4096, background thread idle until a dump);
 - ``otel-span``: the naive peer: an OpenTelemetry SDK span (TracerProvider + BatchSpanProcessor
-  + a no-op exporter) around each call, with per-tensor attributes.
+  + a no-op exporter) around each call, with per-tensor attributes;
+- ``reads only``: not a tracer, the floor for one written in Python: the reads every pptrace
+  event needs (keys before and after, three clock reads, shape, dtype, device and contiguity of
+  each tensor), with nothing kept.
 
 A loop that only builds the per-call dict is timed too and subtracted from every variant, so the
 ratios compare the functions themselves. Each figure is given as the calling thread's CPU time
@@ -27,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import itertools
 import statistics
 import sys
 import tempfile
@@ -100,9 +107,40 @@ def naive_peer(attach: Callable[..., Any], extract: Callable[..., Any],
     return span_attach, span_extract
 
 
+def reads_only(attach: Callable[..., Any], extract: Callable[..., Any]
+               ) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """The reads a pptrace event needs and nothing else: what a Python tracer cannot go under."""
+    keys, time_ns, mono_ns = dict.keys, time.time_ns, time.monotonic_ns
+
+    def read_attach(tensors: Any, output: Any) -> Any:
+        before = tuple(keys(tensors))
+        wall, t0 = time_ns(), mono_ns()
+        result = attach(tensors, output)
+        dur = mono_ns() - t0
+        after = tuple(keys(tensors))
+        for t in itertools.islice(tensors.values(), len(before), None):
+            t.shape, t.dtype, t.device, t.is_contiguous()  # noqa: B018
+        del wall, dur, after
+        return result
+
+    def read_extract(tensors: Any, observer: Any) -> Any:
+        for k, t in tensors.items():
+            if k.startswith(PREFIX):
+                t.shape, t.dtype, t.device, t.is_contiguous()  # noqa: B018
+        before = tuple(keys(tensors))
+        wall, t0 = time_ns(), mono_ns()
+        result = extract(tensors, observer)
+        dur = mono_ns() - t0
+        after = tuple(keys(tensors))
+        del before, wall, dur, after
+        return result
+
+    return read_attach, read_extract
+
+
 def timed_loop(attach: Callable[..., Any] | None, extract: Callable[..., Any] | None,
                output: Output, observer: Observer, calls: int) -> tuple[float, float]:
-    """(CPU, wall) nanoseconds per attach+extract pair over ``calls`` pairs (GC off).
+    """(CPU, wall) nanoseconds over ``calls`` attach+extract pairs (GC off).
 
     CPU is this thread's own CPU time: on a shared machine it leaves out the time the thread
     was preempted by other processes or waited for the GIL held by a recorder thread, so it is
@@ -116,13 +154,13 @@ def timed_loop(attach: Callable[..., Any] | None, extract: Callable[..., Any] | 
             c0, w0 = cpu(), wall()
             for _ in range(calls):
                 tensors = {"next_token_ids": ids}
-            return (cpu() - c0) / calls, (wall() - w0) / calls
+            return cpu() - c0, wall() - w0
         c0, w0 = cpu(), wall()
         for _ in range(calls):
             tensors = {"next_token_ids": ids}
             attach(tensors, output)
             extract(tensors, observer)
-        return (cpu() - c0) / calls, (wall() - w0) / calls
+        return cpu() - c0, wall() - w0
     finally:
         gc.enable()
 
@@ -151,6 +189,7 @@ def run(n: int, repeats: int, calls: int, tmp: str) -> None:
         "stream/caller": wrap_transport(*bare, caller),
         "flight": wrap_transport(*bare, flight),
         "otel-span": naive_peer(*bare, provider),
+        "reads only": reads_only(*bare),
     }
     output, observer = Output(n), Observer()
     names = list(variants)
@@ -160,31 +199,43 @@ def run(n: int, repeats: int, calls: int, tmp: str) -> None:
     for name in names:  # warm-up
         timed_loop(*variants[name], output, observer, max(1, calls // 10))
     caller.flush()
+    chunks = 10
+    sizes = [calls // chunks + (1 if i < calls % chunks else 0) for i in range(chunks)]
     for r in range(repeats):
         order = names[r % len(names):] + names[:r % len(names)]
-        for name in order:
-            c, w = timed_loop(*variants[name], output, observer, calls)
-            cpu_samples[name].append(c)
-            wall_samples[name].append(w)
-            if name == "stream/caller":
-                t0 = time.thread_time_ns()
-                events = caller.flush()
-                if events:
-                    flush_ns.append((time.thread_time_ns() - t0) / events)
+        cpu_ns = dict.fromkeys(names, 0.0)
+        wall_ns = dict.fromkeys(names, 0.0)
+        for size in sizes:
+            for name in order:
+                c, w = timed_loop(*variants[name], output, observer, size)
+                cpu_ns[name] += c
+                wall_ns[name] += w
+                if name == "stream/caller":
+                    t0 = time.thread_time_ns()
+                    events = caller.flush()
+                    if events:
+                        flush_ns.append((time.thread_time_ns() - t0) / events)
+        for name in names:  # per pair, the loop's own cost subtracted
+            cpu_samples[name].append((cpu_ns[name] - cpu_ns["loop only"]) / calls)
+            wall_samples[name].append((wall_ns[name] - wall_ns["loop only"]) / calls)
 
     def medians(samples: dict[str, list[float]]) -> dict[str, float]:
-        loop = statistics.median(samples["loop only"])
-        return {k: statistics.median(v) - loop for k, v in samples.items() if k != "loop only"}
+        return {k: statistics.median(v) for k, v in samples.items() if k != "loop only"}
+
+    def ratios(samples: dict[str, list[float]], to: str) -> dict[str, float]:
+        return {k: statistics.median(a / b for a, b in zip(v, samples[to], strict=True))
+                for k, v in samples.items() if k != "loop only"}
 
     cpu, wall = medians(cpu_samples), medians(wall_samples)
+    cpu_x, wall_x = ratios(cpu_samples, "bare"), ratios(wall_samples, "bare")
+    cpu_xs = ratios(cpu_samples, "stream/caller")
     print(f"\n{n} tensor(s) per call: attach+extract, {repeats} interleaved repeats x "
           f"{calls} calls, medians (the loop's own cost subtracted)")
     print(f"  {'variant':<15}{'CPU us/call':>12}{'x bare':>8}{'x stream/caller':>17}"
           f"{'wall us/call':>14}{'x bare':>8}")
     for k in cpu:
-        print(f"  {k:<15}{cpu[k] / 1000:>12.2f}{cpu[k] / cpu['bare']:>8.2f}"
-              f"{cpu[k] / cpu['stream/caller']:>17.1f}"
-              f"{wall[k] / 1000:>14.2f}{wall[k] / wall['bare']:>8.2f}")
+        print(f"  {k:<15}{cpu[k] / 1000:>12.2f}{cpu_x[k]:>8.2f}{cpu_xs[k]:>17.1f}"
+              f"{wall[k] / 1000:>14.2f}{wall_x[k]:>8.2f}")
     if flush_ns:
         per_event = statistics.median(flush_ns) / 1000
         print(f"  background (recorder thread CPU): {per_event:.1f} us per event "
