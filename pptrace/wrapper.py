@@ -9,8 +9,9 @@ contiguity: no device sync, no tensor values) and append one tuple to the record
 inside recording is counted by the recorder and never reaches the engine.
 
 The success paths are written for the engine's thread: no Python call per tensor, no
-comprehension frame, ``deque.append`` (C) into the recorder's buffer. Every such call costs
-about as much as reading one tensor's metadata (``benchmarks/bench_hotpath.py``).
+comprehension frame, plain tensors' metadata kept flat in one list (see ``recorder.Raw``), and
+``deque.append`` (C) into the recorder's buffer, the stream cap checked inline. What is left is
+mostly the reads themselves: ``benchmarks/bench_hotpath.py`` times them alone ("reads only").
 
 Dict snapshots go through ``dict``'s own methods so that a dict subclass sees no extra calls. A
 container that is not a dict is never read (any call into it could have effects the engine would
