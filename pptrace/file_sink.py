@@ -108,11 +108,12 @@ class FileSink:
         self._head = head + ',"spans":['
         self._cache: dict[tuple[str, Any], str] = {}
         self._bits = random.getrandbits
-        # Templates are good for one converter (one flush): its rank, run id and thread names
-        # are baked into them. ``_seen``: shape -> True once seen, False when no template fits.
+        # Templates hold the converter's context (rank, run id, prefix): they are kept from one
+        # flush to the next while it stays the same. ``_seen``: shape -> True once seen, False
+        # when no template fits.
         self._templates: dict[Any, Render] = {}
         self._seen: dict[Any, bool] = {}
-        self._templates_for: object = None
+        self._context: object = None
         #: Templates built (for tests and benchmarks).
         self.templates_built = 0
 
@@ -169,9 +170,9 @@ class FileSink:
             self._write([self._event_span(event) for event in events])
 
     def _raw_spans(self, batch: RawEvents) -> list[str]:
-        if batch.convert is not self._templates_for:
+        if batch.convert.context != self._context:
             self._templates, self._seen = {}, {}
-            self._templates_for = batch.convert
+            self._context = batch.convert.context
         templates = self._templates
         shape = batch.convert.shape
         bits = self._bits

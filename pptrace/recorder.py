@@ -496,6 +496,9 @@ class _Converter:
         self.rank = rank
         self.run_id = rec.config.run_id
         self.prefix = rec._prefix
+        #: What events get from the converter rather than from their raw: with ``shape``'s key,
+        #: all an event is made of (the thread's name is in the key).
+        self.context = (rank, self.run_id, self.prefix)
         self.threads = {t.ident: t.name for t in threading.enumerate()}
         self.subjects: dict[tuple[Direction, type], tuple[str, bool | None]] = {}
         # Step after step the same names, shapes and dtypes come back: one frozen TensorMeta

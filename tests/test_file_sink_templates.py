@@ -32,7 +32,7 @@ from pptrace import schema
 from pptrace.config import Config
 from pptrace.export import _Tee, rank_resource
 from pptrace.file_sink import FileSink
-from pptrace.record import PREFIX, Direction, Event, RecorderStats
+from pptrace.record import PREFIX, Direction, Event, RankInfo, RecorderStats
 from pptrace.recorder import RawEvents, Recorder, _Converter
 
 
@@ -326,3 +326,23 @@ def test_raws_as_the_wrappers_leave_them_in_the_buffer(tmp_path: Path) -> None:
     drained = rec._drain()
     assert [convert(r) for r in raws] == [convert(r) for r in drained]
     assert [convert.shape(r) is None for r in raws] == [False] * 9
+
+
+def test_templates_last_across_flushes_until_the_rank_changes(tmp_path: Path) -> None:
+    known = [False]  # torch.distributed comes up after the second flush
+    sink = BothPaths(tmp_path)
+    rec = Recorder(Config(), sink_factory=lambda _rank: sink,
+                   rank_provider=lambda: (RANK, True) if known[0] else (RankInfo(pid=1), False))
+    attach, extract = wrapped(rec)
+    for i in range(4):
+        drive(attach, extract, pairs=3)
+        rec.flush()
+        known[0] = i >= 1
+    rec.shutdown(timeout=5.0)
+    written = spans(tmp_path / "raw.jsonl")
+    assert written == spans(tmp_path / "records.jsonl")
+    ranks_seen = [attributes(s).get(schema.RANK) for s in written
+                  if s["name"] == schema.SPAN_ATTACH]
+    assert None in ranks_seen and ranks_seen[-1] == str(RANK.rank)
+    # Two shapes, templated once under the guessed rank and once under the final one.
+    assert sink.raw.templates_built == 4
