@@ -10,8 +10,10 @@ recorder's raw tuples (``RawEvents``), the sink encodes one span of each such sh
 way and keeps it as a template, with holes for what varies (ids, times, ``seq``, ``mono_ns``,
 ``duration_ns``, ``dropped_before``); the next events of that shape are one dict lookup and one
 string join each, with no ``Event`` record built. The template is cut from the ordinary encoding
-(whatever order ``schema.event_to_attributes`` gives) and kept only if it renders its first event
-exactly as the ordinary encoding does; anything else goes the ordinary way.
+(whatever order ``schema.event_to_attributes`` gives) at a shape's second event, and kept only if
+it renders that event exactly as the ordinary encoding does; anything else goes the ordinary way.
+Templates last while the rank and run id do; what they hold of the subject's type (its name,
+whether it has ``to_pp_tensors``) is read when they are made, as each flush's records read it.
 
     sink = FileSink(path, rank_resource(rank, run_id))
     sink.export(events)      # one or more lines, flushed
@@ -40,7 +42,7 @@ __all__ = ["FileSink"]
 #: writing costs a quarter of what it does at 512 (benchmarks/bench_export.py).
 SPANS_PER_LINE = 64
 _CACHE_LIMIT = 50_000
-#: Shapes remembered per flush (a template is a few kB).
+#: Shapes remembered (a template is a few kB); past it the sink starts again with none.
 _TEMPLATE_LIMIT = 1024
 
 _VALUES = otlp_json._VALUES
@@ -49,7 +51,7 @@ _VALUES = otlp_json._VALUES
 #: end, seq, mono_ns, duration_ns, dropped_before; in this order, as positional arguments).
 Render = Callable[..., str]
 
-# The template of a shape is cut from the encoding of a probe: its first event with these
+# The template of a shape is cut from the encoding of a probe: an event of that shape with these
 # values, whose digits cannot come out of anything else in a span (19 digits within int64;
 # end = start + duration). The check against the ordinary encoding catches any coincidence.
 _P_TRACE, _P_SPAN = int("7ace" * 8, 16), int("5eed" * 4, 16)
@@ -195,7 +197,10 @@ class FileSink:
             ids = (bits(128), bits(64))
             text = self._event_span(event, ids)
             if found is not None:
-                self._learn(found[0], event, text, ids)
+                try:
+                    self._learn(found[0], event, text, ids)
+                except Exception:  # a key that fails to compare in _seen: no template for it
+                    pass
             spans.append(text)
         return spans
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
+import pytest
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 
 from pptrace.export import (
@@ -88,3 +90,44 @@ def test_file_sink_splits_long_batches_into_lines(tmp_path: Path) -> None:
     lines = path.read_text().splitlines()
     assert len(lines) == 2
     assert len(_without_ids(path)) == SPANS_PER_LINE + 3
+
+
+def test_file_sink_from_raw_tuples_writes_what_the_sdk_path_writes(tmp_path: Path) -> None:
+    """The template path (raws through per-shape templates) against the SDK, end to end."""
+    from helpers_recorder import Composite, Output, drive, recorder, wrapped
+
+    from pptrace.config import Config
+
+    resource = rank_resource(RANK, "r")
+    sdk_path, file_path = tmp_path / "sdk.jsonl", tmp_path / "file.jsonl"
+    provider = TracerProvider(resource=resource, span_limits=SpanLimits(
+        max_span_attributes=256, max_attribute_length=None))
+    direct = _BatchToExporter(OtlpJsonFileExporter(str(sdk_path)))
+    provider.add_span_processor(direct)
+    sdk = SpanSink(provider, [direct])
+    files = FileSink(str(file_path), resource, _version())
+
+    class Both:
+        def export(self, events: Sequence[Event]) -> None:
+            files.export(events)
+            sdk.export(list(events))
+
+        def export_stats(self, stats: RecorderStats) -> None:
+            files.export_stats(stats)
+            sdk.export_stats(stats)
+
+        def shutdown(self, timeout: float) -> None:
+            files.shutdown(timeout)
+            sdk.shutdown(timeout)
+
+    rec = recorder(Config(run_id="r"), Both())
+    attach, extract = wrapped(rec)
+    drive(attach, extract, pairs=5, n=3)
+    for _ in range(3):
+        with pytest.raises(RuntimeError):
+            attach({"next_token_ids": [1]}, Composite())
+    attach({}, Output(1))
+    rec.shutdown(timeout=5.0)
+    assert files.templates_built == 3
+    written = _without_ids(file_path)
+    assert len(written) == 14 + 1 and written == _without_ids(sdk_path)
