@@ -299,15 +299,17 @@ class _Builder:
             events = self.events.get(key, [])
             # (mono_ns, direction, seq): a str enum orders as its value, "attach" first.
             events.sort(key=_ORDER)
-            unique: list[Event] = []
-            seen: set[tuple[bool, int]] = set()
-            for ev in events:
-                ident = (ev[0] is _ATTACH, ev[1])  # (direction, seq), without enum lookups
-                if ident in seen:
-                    duplicates += 1
-                    continue
-                seen.add(ident)
-                unique.append(ev)
+            unique = events
+            if _has_duplicates(events):
+                unique = []
+                seen: set[tuple[bool, int]] = set()
+                for ev in events:
+                    ident = (ev[0] is _ATTACH, ev[1])  # (direction, seq), without enum lookups
+                    if ident in seen:
+                        duplicates += 1
+                        continue
+                    seen.add(ident)
+                    unique.append(ev)
             processes.append(
                 ProcessTrace(
                     rank=self.ranks[key],
@@ -330,6 +332,13 @@ class _Builder:
             problems=tuple(self.problems),
             sources=tuple(sources),
         )
+
+
+def _has_duplicates(events: Sequence[Event]) -> bool:
+    """Whether two events share a direction and a sequence number (C-speed sets of ints)."""
+    attach = [ev[1] for ev in events if ev[0] is _ATTACH]
+    extract = [ev[1] for ev in events if ev[0] is not _ATTACH]
+    return len(set(attach)) < len(attach) or len(set(extract)) < len(extract)
 
 
 def _replace_rank(stats: RecorderStats, rank: RankInfo) -> RecorderStats:

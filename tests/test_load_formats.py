@@ -192,3 +192,15 @@ def test_a_document_cut_short_keeps_the_spans_before_the_damage(tmp_path: Path) 
     (problem,) = trace.problems
     assert problem.message.startswith("not valid JSON from here on")
     assert problem.line == text[: len(text) * 3 // 4].count("\n") + 1
+
+
+def test_the_same_events_read_twice_are_kept_once(tmp_path: Path) -> None:
+    for path in GOLDEN.iterdir():
+        data = path.read_bytes()
+        (tmp_path / path.name).write_bytes(data)
+        (tmp_path / ("copy-" + path.name)).write_bytes(data)
+    trace = load_paths([str(tmp_path)])
+    assert _events(trace) == EXPECTED
+    n = sum(len(events) for _, events in EXPECTED)
+    assert [p.message for p in trace.problems] == [
+        f"{n} duplicate events ignored (the same input read twice?)"]
