@@ -28,7 +28,7 @@ Equal but unshared tuples take the slower path to the same findings.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from pptrace.analyze_rules import (
@@ -57,6 +57,11 @@ _ABSENCE = frozenset({K.ORPHAN_ATTACH, K.UNMATCHED_EXTRACT, K.MISSING_RANK, K.NO
 # --- raw findings and the cascade ------------------------------------------------------------
 
 
+# An EventId's fields: a trace with a fault on every event gives a raw finding per event, and
+# only the findings kept (the first of each group) need real EventIds.
+_Ref = tuple[int, Direction, int]
+
+
 @dataclass(frozen=True, slots=True)
 class _Raw:
     kind: FindingKind
@@ -64,36 +69,37 @@ class _Raw:
     ranks: tuple[int, ...]
     microbatch: int | None
     time_ns: int | None
-    events: tuple[EventId, ...]
+    events: tuple[_Ref, ...]
     channel: str
     subject: str = ""  # what separates findings of one kind on one channel (e.g. the name)
     severity: Severity | None = None
 
 
-# A raw finding, how many identical ones on the following pairs it stands for, and the last
-# of those pairs' microbatch.
-_Counted = tuple[_Raw, int, "int | None"]
+# A raw finding, how many identical ones on the following pairs it stands for, the last of
+# those pairs' microbatch, and its own microbatch (learnt from the pairing when it had none).
+_Counted = tuple[_Raw, int, "int | None", "int | None"]
 
 
 def _summarise(raws: Sequence[_Counted], lowered: dict[str, str]) -> list[Finding]:
     """Keep the first finding per (kind, channel, subject); count the rest as its cascade."""
-    ordered = sorted(raws, key=lambda r: (r[0].time_ns or 0, r[0].microbatch or 0))
+    ordered = sorted(raws, key=lambda r: (r[0].time_ns or 0, r[3] or 0))
     groups: dict[tuple[FindingKind, str, str], list[_Counted]] = {}
     for counted in ordered:
         raw = counted[0]
         groups.setdefault((raw.kind, raw.channel, raw.subject), []).append(counted)
     out: list[Finding] = []
     for (kind, channel, _), items in groups.items():
-        first = items[0][0]
-        cascade = sum(1 + repeats for _, repeats, _ in items) - 1
+        first, _, _, first_mb = items[0]
+        cascade = sum(1 + repeats for _, repeats, _, _ in items) - 1
         severity = first.severity or kind.default_severity
         message = first.message
         if kind in _ABSENCE and channel in lowered:
             severity = Severity(max(Severity.INFO, severity - 10))
             message += f" ({lowered[channel]}: this may be a recording gap)"
         if cascade:
-            last, repeats, last_mb = items[-1]
-            mb = last_mb if repeats else last.microbatch
+            _, repeats, last_mb, mb = items[-1]
+            if repeats:
+                mb = last_mb
             until = f" through microbatch {mb}" if mb is not None else ""
             message += f" (and {cascade} more like this{until})"
         out.append(
@@ -102,9 +108,9 @@ def _summarise(raws: Sequence[_Counted], lowered: dict[str, str]) -> list[Findin
                 severity=severity,
                 message=message,
                 ranks=first.ranks,
-                microbatch=first.microbatch,
+                microbatch=first_mb,
                 time_ns=first.time_ns,
-                events=first.events,
+                events=tuple(EventId(*ref) for ref in first.events),
                 channel=channel,
                 cascade=cascade,
             )
@@ -128,8 +134,8 @@ class _Proc:
     def rank(self) -> RankInfo:
         return self.trace.rank
 
-    def eid(self, ev: Event) -> EventId:
-        return EventId(self.index, ev.direction, ev.seq)
+    def eid(self, ev: Event) -> _Ref:
+        return (self.index, ev.direction, ev.seq)
 
 
 class _Analysis:
@@ -164,7 +170,7 @@ class _Analysis:
 
     def add(self, kind: FindingKind, message: str, *, ranks: Iterable[int] = (),
             microbatch: int | None = None, time_ns: int | None = None,
-            events: Iterable[EventId] = (), channel: str = "", subject: str = "",
+            events: Iterable[_Ref] = (), channel: str = "", subject: str = "",
             severity: Severity | None = None) -> int:
         self.raws.append(_Raw(kind, message, tuple(ranks), microbatch, time_ns,
                               tuple(events), channel, subject, severity))
@@ -464,18 +470,19 @@ class _Analysis:
                 out.append(ev)
         return out
 
-    def microbatch(self, ref: EventId) -> int | None:
+    def microbatch(self, ref: _Ref) -> int | None:
         """The seq of the attach an extract paired with (None for any other event)."""
-        if ref.direction is not Direction.EXTRACT:
+        process, direction, seq = ref
+        if direction is not Direction.EXTRACT:
             return None
-        table = self._microbatch_of.get(ref.process)
+        table = self._microbatch_of.get(process)
         if table is None:
-            table = self._microbatch_of[ref.process] = {}
+            table = self._microbatch_of[process] = {}
             for index, attaches, extracts, result in self.paired:
-                if index == ref.process:
+                if index == process:
                     for ia, ie in result.pairs():
                         table[extracts[ie].seq] = attaches[ia].seq
-        return table.get(ref.seq)
+        return table.get(seq)
 
     def run(self) -> list[Finding]:
         for p in self.procs:
@@ -487,10 +494,11 @@ class _Analysis:
         self.tensor_parallel()
         raws: list[_Counted] = []
         for index, r in enumerate(self.raws):
-            if r.microbatch is None and r.events:
-                r = replace(r, microbatch=self.microbatch(r.events[0]))
+            mb = r.microbatch
+            if mb is None and r.events:
+                mb = self.microbatch(r.events[0])
             repeats, last_mb = self.repeats.get(index, (0, None))
-            raws.append((r, repeats, last_mb))
+            raws.append((r, repeats, last_mb, mb))
         return _summarise(raws, self.lowered)
 
 
