@@ -35,7 +35,11 @@ Signature = tuple[tuple[str, tuple[int, ...], str], ...]
 
 def signature(ev: Event) -> Signature:
     """What must agree between the two ends: names, shapes and dtypes, in order."""
-    return tuple((t.name, t.shape, t.dtype) for t in ev.tensors)
+    return _signature(ev.tensors)
+
+
+def _signature(tensors: tuple[TensorMeta, ...]) -> Signature:
+    return tuple((t.name, t.shape, t.dtype) for t in tensors)
 
 
 class _Signatures:
@@ -51,7 +55,7 @@ class _Signatures:
     def of(self, tensors: tuple[TensorMeta, ...]) -> Signature:
         sig = self.by_id.get(id(tensors))
         if sig is None:
-            sig = tuple((t.name, t.shape, t.dtype) for t in tensors)
+            sig = _signature(tensors)
             sig = self.by_id[id(tensors)] = self.shared.setdefault(sig, sig)
         return sig
 
