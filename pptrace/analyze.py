@@ -378,7 +378,7 @@ class _Analysis:
                 specs = compare_specs(ls, rs, a, e)
                 kinds = tuple((kind, subject) for kind, _, subject in specs)
                 cached = compared[key] = (specs, kinds)
-            if cached[0] or channel in self._streak:
+            if cached[0] or channel in streaks:
                 self.differences(s, a, r, e, channel, *cached)
 
     def differences(self, s: _Proc, a: Event, r: _Proc, e: Event, channel: str,
