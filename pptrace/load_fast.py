@@ -344,14 +344,11 @@ class FastLines:
             duration = int(dur_s)  # type: ignore[arg-type]
         else:
             duration = max(0, int(end_s) - begin) if end_s else 0
-        return t._replace(
-            seq=int(seq_s),  # type: ignore[arg-type]
-            start_ns=begin,
-            mono_ns=int(mono_s) if mono_s else t.mono_ns,
-            duration_ns=duration,
-            thread_id=int(thread_s) if thread_s else t.thread_id,
-            dropped_before=int(dropped_s) if dropped_s else t.dropped_before,
-        )
+        return _new_event(Event, (
+            t[0], int(seq_s), t[2], begin,  # type: ignore[arg-type]
+            int(mono_s) if mono_s else t.mono_ns, duration,
+            int(thread_s) if thread_s else t.thread_id, *t[7:17],
+            int(dropped_s) if dropped_s else t.dropped_before, t[18], t[19]))
 
     @staticmethod
     def _parse(chunk: bytes) -> dict[str, Any]:

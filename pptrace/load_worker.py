@@ -6,9 +6,9 @@ cores and several files, ``pptrace.load`` starts one worker (``python -m pptrace
 for the later files and reads the earlier ones itself. The worker does not build events: each
 event whose span shape it has seen before (``load_fast``) becomes a row of five integers
 ``(shape, seq, start, mono, duration)``, sent as raw int64s; every
-shape, every other event, and everything else the worker found (stats, foreign spans, problems,
-per-file errors) travel as JSON, in pptrace's own span attributes (``pptrace.schema``), whose
-round trip is exact. No pickle: nothing the worker sends can run code here.
+shape and every other event travel as compact JSON (each shared part once, in a table), and
+everything else the worker found (stats, foreign spans, problems, per-file errors) as plain
+JSON. No pickle: nothing the worker sends can run code here.
 
 Frames on the worker's stdout, each ``type (1 byte) + length (8 bytes, little-endian) + data``:
 ``P`` bytes read so far, ``R`` the result as JSON, ``A`` the rows. The files to read come as
@@ -33,7 +33,7 @@ from typing import IO, Any
 from pptrace import schema
 from pptrace.errors import SchemaVersionError, TraceInputError
 from pptrace.model import ForeignSpan, InputProblem
-from pptrace.record import Event, RankInfo
+from pptrace.record import Direction, Event, RankInfo, TensorMeta
 
 __all__ = ["Worker", "main", "split_files"]
 
@@ -80,8 +80,69 @@ def _frame(out: IO[bytes], kind: bytes, data: bytes) -> None:
     out.flush()
 
 
-def _event_json(ev: Event) -> list[Any]:
-    return [schema.event_to_attributes(ev), ev.start_ns, ev.end_ns]
+class _Packer:
+    """Events as compact JSON: each shared part (rank, tensors, tuples of keys, strings) once,
+    in a table, and each event as a list of numbers and table indices. Decoding one costs the
+    receiving process about as much as building the event, far less than a schema decode."""
+
+    def __init__(self) -> None:
+        self.tables: dict[str, list[Any]] = {"ranks": [], "tensors": [], "tuples": [],
+                                             "strings": []}
+        self._index: dict[tuple[str, Any], int] = {}
+
+    def _put(self, table: str, obj: Any, as_json: Callable[[Any], Any]) -> int:
+        key = (table, obj)
+        i = self._index.get(key)
+        if i is None:
+            rows = self.tables[table]
+            i = self._index[key] = len(rows)
+            rows.append(as_json(obj))
+        return i
+
+    def event(self, ev: Event) -> list[Any]:
+        put, s, t = self._put, self.string, self.tuple
+        return [
+            ev.direction.value, ev.seq, put("ranks", ev.rank, lambda r: list(asdict(r).values())),
+            ev.start_ns, ev.mono_ns, ev.duration_ns, ev.thread_id, s(ev.thread_name),
+            s(ev.subject_type), ev.subject_pp_capable,
+            put("tensors", ev.tensors, lambda ts: [list(asdict(m).values()) for m in ts]),
+            t(ev.keys_before), t(ev.keys_after), ev.returned_none, ev.error_type,
+            ev.error_message, t(ev.inserted_before_error), ev.dropped_before, s(ev.run_id),
+            t(ev.extra),
+        ]
+
+    def tuple(self, items: tuple[Any, ...]) -> int:
+        return self._put("tuples", items,
+                         lambda t: [list(x) if isinstance(x, tuple) else x for x in t])
+
+    def string(self, text: str) -> int:
+        return self._put("strings", text, lambda t: t)
+
+
+class _Unpacker:
+    """The receiving side of ``_Packer``; shared parts go through the builder's interning."""
+
+    def __init__(self, builder: Any, tables: dict[str, list[Any]]) -> None:
+        self.ranks = [builder._rank(RankInfo(*r)) for r in tables["ranks"]]
+        self.tensors = [
+            builder._tensors(tuple(TensorMeta(m[0], m[1], tuple(m[2]), *m[3:]) for m in ts))
+            for ts in tables["tensors"]
+        ]
+        self.tuples = [builder._t(tuple(tuple(x) if isinstance(x, list) else x for x in t))
+                       for t in tables["tuples"]]
+        self.strings = [builder._s(t) for t in tables["strings"]]
+
+    def event(self, e: list[Any]) -> Event:
+        t, s = self.tuples, self.strings
+        (d, seq, rank, start, mono, dur, tid, tname, subject, pp, tensors, before, after,
+         none, etype, emsg, inserted, dropped, run_id, extra) = e
+        return _new_event(Event, (
+            _DIRECTIONS[d], seq, self.ranks[rank], start, mono, dur, tid, s[tname], s[subject],
+            pp, self.tensors[tensors], t[before], t[after], none, etype, emsg, t[inserted],
+            dropped, s[run_id], t[extra]))
+
+
+_DIRECTIONS = {d.value: d for d in Direction}
 
 
 def _encode(builder: Any, errors: Sequence[TraceInputError],
@@ -100,9 +161,11 @@ def _encode(builder: Any, errors: Sequence[TraceInputError],
                 t = fast.shapes[row[0]]
                 ev = t._replace(seq=row[1], start_ns=row[2], mono_ns=row[3], duration_ns=row[4])
                 builder.events.setdefault((ev.rank.host, ev.rank.pid), []).append(ev)
+    pack = _Packer()
     result = {
-        "shapes": [None if t is None else _event_json(t) for t in fast.shapes],
-        "events": [_event_json(ev) for evs in builder.events.values() for ev in evs],
+        "shapes": [None if t is None else pack.event(t) for t in fast.shapes],
+        "events": [pack.event(ev) for evs in builder.events.values() for ev in evs],
+        "tables": pack.tables,
         "stats": [schema.stats_to_attributes(s) for s in builder.stats.values()],
         "ranks": [[k[0], k[1], asdict(r)] for k, r in builder.ranks.items()],
         "sources": [[k[0], k[1], v] for k, v in builder.proc_sources.items()],
@@ -243,10 +306,9 @@ def take(builder: Any, result: dict[str, Any], rows: bytes
     Everything is decoded before anything is added, so that a malformed result (ValueError,
     TypeError, KeyError, IndexError) leaves the builder as it was.
     """
-    shapes: list[Event | None] = [
-        None if s is None else builder.decode_event(s[0], s[1], s[2]) for s in result["shapes"]
-    ]
-    events = [builder.decode_event(s[0], s[1], s[2]) for s in result["events"]]
+    unpack = _Unpacker(builder, result["tables"])
+    shapes = [None if s is None else unpack.event(s) for s in result["shapes"]]
+    events = [unpack.event(s) for s in result["events"]]
     packed = array("q")
     packed.frombytes(rows)
     new = _new_event
