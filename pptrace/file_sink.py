@@ -47,9 +47,10 @@ _TEMPLATE_LIMIT = 1024
 
 _VALUES = otlp_json._VALUES
 
-#: A template: the span's text from the values that vary (trace id and span id in hex, start,
-#: end, seq, mono_ns, duration_ns, dropped_before; in this order, as positional arguments).
-Render = Callable[..., str]
+#: A template: ``render(out, *values)`` extends the list ``out`` with the span's text, in pieces
+#: (joined once per line), from the values that vary: trace id and span id in hex, start, end,
+#: seq, mono_ns, duration_ns, dropped_before (in this order, as positional arguments).
+Render = Callable[..., None]
 
 # The template of a shape is cut from the encoding of a probe: an event of that shape with these
 # values, whose digits cannot come out of anything else in a span (19 digits within int64;
@@ -72,22 +73,25 @@ _PROBE_RE = re.compile("|".join(map(re.escape, _PROBES)))
 
 
 def _renderer(parts: list[str], order: list[int]) -> Render | None:
-    """Join ``parts`` with the values ``order`` names in between (None if there are none)."""
+    """Interleave ``parts`` with the values ``order`` names (None if there are none)."""
     if len(order) < 2:
         return None
-    if len(order) == 8:  # a span without an error: one f-string, the fastest join
+    if order == list(range(8)):  # a span without an error, its values in the order passed
+
         s0, s1, s2, s3, s4, s5, s6, s7, s8 = parts
-        if order == list(range(8)):  # the values in the order they are passed (the usual)
 
-            def render8(a: Any, b: Any, c: Any, d: Any, e: Any, f: Any, g: Any, h: Any) -> str:
-                return f"{s0}{a}{s1}{b}{s2}{c}{s3}{d}{s4}{e}{s5}{f}{s6}{g}{s7}{h}{s8}"
+        def render8(out: list[str], a: str, b: str, c: int, d: int, e: int, f: int, g: int,
+                    h: int) -> None:
+            out += (s0, a, s1, b, s2, str(c), s3, str(d), s4, str(e), s5, str(f), s6, str(g),
+                    s7, str(h), s8)
 
-            return render8
+        return render8
     pick = operator.itemgetter(*order)
     head, last = parts[:-1], parts[-1]
 
-    def render(*values: Any) -> str:
-        return "".join(chain.from_iterable(zip(head, map(str, pick(values)), strict=True))) + last
+    def render(out: list[str], *values: Any) -> None:
+        out += chain.from_iterable(zip(head, map(str, pick(values)), strict=True))
+        out.append(last)
 
     return render
 
@@ -167,42 +171,60 @@ class FileSink:
     def export(self, events: Sequence[Event]) -> None:
         """Write the events' spans (from the raw tuples when given ``RawEvents``)."""
         if isinstance(events, RawEvents):
-            self._write(self._raw_spans(events))
+            for line in self._raw_lines(events):
+                self._out.write_line(line)
         else:
             self._write([self._event_span(event) for event in events])
 
-    def _raw_spans(self, batch: RawEvents) -> list[str]:
+    def _raw_lines(self, batch: RawEvents) -> list[str]:
+        """The lines ``_write`` would make of the batch's spans, each joined once from pieces:
+        a template's span is never a string of its own."""
         if batch.convert.context != self._context:
             self._templates, self._seen = {}, {}
             self._context = batch.convert.context
         templates = self._templates
         shape = batch.convert.shape
         bits = self._bits
-        spans: list[str] = []
+        head, tail = self._head, self._tail
+        lines: list[str] = []
+        pieces = [head]
+        count = 0
         for i, raw in enumerate(batch.raws):
             found = shape(raw)
+            render = None
             if found is not None:
-                key, seq, start, mono, duration, dropped = found
                 try:
-                    render = templates.get(key)
+                    render = templates.get(found[0])
                 except Exception:  # a value whose hash or == fails: convert it on its own
-                    found = render = None
-                if render is not None:
-                    spans.append(render(f"{bits(128):032x}", f"{bits(64):016x}", start,
-                                        start + duration, seq, mono, duration, dropped))
+                    found = None
+            if render is None or found is None:
+                event = batch.event(i)
+                if event is None:  # the recorder counted it
                     continue
-            event = batch.event(i)
-            if event is None:  # the recorder counted it
-                continue
-            ids = (bits(128), bits(64))
-            text = self._event_span(event, ids)
-            if found is not None:
-                try:
-                    self._learn(found[0], event, text, ids)
-                except Exception:  # a key that fails to compare in _seen: no template for it
-                    pass
-            spans.append(text)
-        return spans
+                ids = (bits(128), bits(64))
+                text = self._event_span(event, ids)
+                if found is not None:
+                    try:
+                        self._learn(found[0], event, text, ids)
+                    except Exception:  # a key that fails to compare in _seen: no template
+                        pass
+            if count == SPANS_PER_LINE:
+                pieces.append(tail)
+                lines.append("".join(pieces))
+                pieces, count = [head], 0
+            elif count:
+                pieces.append(",")
+            count += 1
+            if render is None or found is None:
+                pieces.append(text)
+            else:
+                _, seq, start, mono, duration, dropped = found
+                render(pieces, f"{bits(128):032x}", f"{bits(64):016x}", start, start + duration,
+                       seq, mono, duration, dropped)
+        if count:
+            pieces.append(tail)
+            lines.append("".join(pieces))
+        return lines
 
     def _learn(self, key: Any, event: Event, text: str, ids: tuple[int, int]) -> None:
         """Make the template of ``event``'s shape at its second sighting (one-off shapes cost
@@ -219,8 +241,10 @@ class FileSink:
             return
         render = self._template(event)
         if render is not None:
-            if render(f"{ids[0]:032x}", f"{ids[1]:016x}", event.start_ns, event.end_ns,
-                      event.seq, event.mono_ns, event.duration_ns, event.dropped_before) != text:
+            out: list[str] = []
+            render(out, f"{ids[0]:032x}", f"{ids[1]:016x}", event.start_ns, event.end_ns,
+                   event.seq, event.mono_ns, event.duration_ns, event.dropped_before)
+            if "".join(out) != text:
                 render = None
         if render is None:
             seen[key] = False
