@@ -529,12 +529,11 @@ class _Converter:
         """Split a raw tuple into its shape and what varies from one call to the next.
 
         Returns ``(key, seq, start_ns, mono_ns, duration_ns, dropped_before)``. ``key`` holds,
-        as plain hashable values, everything else ``__call__`` builds the event from (direction,
-        thread, subject type, keys before and after, items, returned-None, error); the rest
-        (rank, run id, prefix, thread names) is fixed for this converter. None when the raw must
-        be converted on its own: fingerprints (they differ per call), a key that is not a
-        ``str`` (comparing it would run the user's ``__eq__``), a number that is not a plain
-        int in [0, 2**62), anything malformed.
+        as hashable values, everything else ``__call__`` builds the event from (direction,
+        thread id and name, subject type, keys before and after, items, returned-None, error);
+        the rest is ``context``. None when the raw must be converted on its own: fingerprints
+        (they differ per call), a key that is not a ``str`` (comparing it would run the user's
+        ``__eq__``), a number that is not a plain int in [0, 2**62), anything malformed.
         """
         try:
             (direction, seq, wall_ns, mono_ns, duration_ns, thread, subject, before, after,
