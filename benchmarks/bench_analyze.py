@@ -7,8 +7,9 @@
 
 The layout is pp=2 x tp=4: the last stage's 4 ranks attach, stage 0's 4 ranks extract, so every
 one of the 8 ranks records events. The files are OTLP/JSON lines with exactly the attributes
-pptrace's exporter writes (``pptrace.schema.event_to_attributes``), 256 spans a line as a flush
-writes them; they are generated from per-rank templates so that writing 1M events takes seconds.
+pptrace's exporter writes (``pptrace.schema.event_to_attributes``), as many spans a line as the
+file sink writes (``pptrace.file_sink.SPANS_PER_LINE``); they are generated from per-rank
+templates so that writing 1M events takes seconds.
 One microbatch in 1000 carries a dtype change, so the analyzer has findings to report.
 
 Each size is measured in a fresh subprocess: load seconds, analysis seconds, and peak resident
@@ -28,7 +29,6 @@ import tempfile
 import time
 
 PP, TP = 2, 4
-PER_LINE = 256
 BATCHES = (1, 3, 8, 16)  # batch sizes cycle, so shapes vary like a real run's
 
 
@@ -98,6 +98,8 @@ def _resource(pp: int, tp: int) -> str:
 
 def generate(directory: str, total: int) -> int:
     """Write ``total`` events (half attach, half extract) as 8 per-rank files; return bytes."""
+    from pptrace.file_sink import SPANS_PER_LINE as PER_LINE
+
     os.makedirs(directory, exist_ok=True)
     per_rank = total // (PP * TP)
     written = 0
