@@ -266,7 +266,10 @@ class Worker:
 
     def poll(self) -> int:
         """Take in the worker's progress without waiting; return its bytes read."""
-        self._read(0)
+        try:
+            self._read(0)
+        except (OSError, ValueError):  # ``finish`` meets the same failure and falls back
+            pass
         return self.done
 
     def finish(self, tick: Callable[[int], None]) -> tuple[dict[str, Any], bytes] | None:
