@@ -42,6 +42,7 @@ _ROW = 5  # shape, seq, start, mono, duration
 #: Below this many bytes in all, a second process costs more than it saves (start-up ~0.2 s).
 MIN_PARALLEL_BYTES = 32 << 20
 _new_event = tuple.__new__
+_MODULE = os.path.realpath(os.path.abspath(__file__))  # which pptrace is reading
 
 
 def split_files(files: Sequence[str], sizes: dict[str, int]) -> int:
@@ -163,6 +164,7 @@ def _encode(builder: Any, errors: Sequence[TraceInputError],
                 builder.events.setdefault((ev.rank.host, ev.rank.pid), []).append(ev)
     pack = _Packer()
     result = {
+        "module": _MODULE,
         "shapes": [None if t is None else pack.event(t) for t in fast.shapes],
         "events": [pack.event(ev) for evs in builder.events.values() for ev in evs],
         "tables": pack.tables,
@@ -218,19 +220,26 @@ class Worker:
         self.done = 0  # bytes the worker has read
         self._buf = bytearray()
         self._frames: dict[bytes, bytes] = {}
-        # Never trace the loader itself; find this very pptrace, installed or not.
-        here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        path = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
-        env = dict(os.environ, PPTRACE_ENABLED="0", PYTHONPATH=path)
+        env = dict(os.environ, PPTRACE_ENABLED="0")  # never trace the loader itself
+        here = os.path.dirname(os.path.dirname(_MODULE))
+        if os.path.basename(here) not in ("site-packages", "dist-packages"):
+            # A source checkout: let the worker find this very pptrace (an installed one is
+            # found as here; a site directory is never put ahead of the standard library).
+            env["PYTHONPATH"] = os.pathsep.join(
+                p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "pptrace.load_worker"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
         )
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(json.dumps(self.files).encode())
-        self.proc.stdin.close()
-        self._fd = self.proc.stdout.fileno()
-        os.set_blocking(self._fd, False)
+        try:
+            assert self.proc.stdin is not None and self.proc.stdout is not None
+            self.proc.stdin.write(json.dumps(self.files).encode())
+            self.proc.stdin.close()
+            self._fd = self.proc.stdout.fileno()
+            os.set_blocking(self._fd, False)
+        except OSError:  # it died at once: reap it, and this process reads the files
+            self.close()
+            raise
 
     def _read(self, timeout: float) -> bool:
         """Read what is there (waiting up to ``timeout``); False at the end of the stream."""
@@ -288,7 +297,9 @@ class Worker:
             result = json.loads(data)
         except ValueError:
             return None
-        return result if isinstance(result, dict) else None, rows  # type: ignore[return-value]
+        if not isinstance(result, dict) or result.get("module") != _MODULE:
+            return None  # another pptrace answered: its reading could differ from this one's
+        return result, rows
 
     def close(self) -> None:
         """Stop the worker (when this process gave up first) and reap it."""

@@ -164,6 +164,12 @@ def test_a_failing_worker_costs_only_time(tmp_path: Path, monkeypatch: pytest.Mo
         monkeypatch.setattr(subprocess, "Popen", popen)
         assert load_paths([str(tmp_path)]) == serial
         monkeypatch.setattr(subprocess, "Popen", real_popen)
+    # A worker that is another pptrace (another checkout or version): its answer is not taken.
+    taken: list[int] = []
+    monkeypatch.setattr(load_worker, "take", lambda *a: taken.append(1))
+    monkeypatch.setattr(load_worker, "_MODULE", "/elsewhere/pptrace/load_worker.py")
+    assert load_paths([str(tmp_path)]) == serial
+    assert not taken
 
 
 def test_progress_counts_both_processes_to_the_total(
