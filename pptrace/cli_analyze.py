@@ -25,6 +25,9 @@ The JSON report (--format json) has "schema": "{JSON_SCHEMA}", a "summary", the 
 read, every "findings" item (kind, severity, message, ranks, microbatch, time_ns, channel,
 cascade, events) and the input "problems" that were skipped. See the README for the full schema.
 
+Large inputs: with two or more cores and 32 MB or more in several files, a second process reads
+half of them (the result is the same; PPTRACE_LOAD_WORKERS=0 reads in this process only).
+
 examples:
   pptrace analyze pptrace-traces/
   pptrace analyze 'traces/*.jsonl' --format json --fail-on warning > report.json
