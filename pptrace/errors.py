@@ -20,14 +20,15 @@ __all__ = [
     "ATTACH_EMPTY",
     "ATTACH_NOT_PP",
     "ATTACH_NOT_TENSOR",
-    "EXTRACT_NO_OBSERVER",
     "EXTRACT_NOT_PP",
-    "EXTRACT_NOT_TENSOR",
     "EXTRACT_NOT_RECONSTRUCTED",
+    "EXTRACT_NOT_TENSOR",
+    "EXTRACT_NO_OBSERVER",
     "ConfigError",
     "PptraceError",
     "SchemaVersionError",
     "TraceInputError",
+    "inert",
 ]
 
 # Attach ("add_auxiliary_output_to_pp_tensors"), in the order the engine checks.
@@ -48,9 +49,17 @@ class PptraceError(Exception):
     """Base of every error pptrace raises to a user."""
 
 
-# Trace content quoted in a message must neither act on a terminal (ESC, BEL, CR, C1 CSI) nor
-# break the one-line promise (a newline): control characters are shown as escapes.
+# Trace content quoted in a message must neither act on a terminal (ESC, BEL, CR, C1 CSI, a bidi
+# override) nor break the one-line promise (a newline, a Unicode line separator): such
+# characters are shown as escapes.
 _INERT = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
+_INERT.update({c: f"\\u{c:04x}" for c in (0x2028, 0x2029, *range(0x202A, 0x202F),
+                                          *range(0x2066, 0x206A))})
+
+
+def inert(text: str) -> str:
+    """``text`` with control, line-separator and bidi characters shown as escapes."""
+    return text.translate(_INERT)
 
 
 class TraceInputError(PptraceError):
@@ -60,7 +69,7 @@ class TraceInputError(PptraceError):
         where = ""
         if path is not None:
             where = f"{path}:{line}: " if line is not None else f"{path}: "
-        super().__init__(f"{where}{message}".translate(_INERT))
+        super().__init__(inert(f"{where}{message}"))
         self.path = path
         self.line = line
 

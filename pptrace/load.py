@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from pptrace import load_worker, schema
-from pptrace.errors import SchemaVersionError, TraceInputError
+from pptrace.errors import SchemaVersionError, TraceInputError, inert
 from pptrace.load_fast import FastLines
 from pptrace.load_jaeger import for_each_jaeger_span
 from pptrace.load_otlp import BadShape, for_each_otlp_span
@@ -128,7 +128,7 @@ class _Builder:
         self.file_problems += 1
         if self.file_problems <= _MAX_PROBLEMS_PER_FILE:
             self.problems.append(
-                InputProblem(self.source, self.line if line is None else line, message)
+                InputProblem(self.source, self.line if line is None else line, inert(message))
             )
 
     def start_file(self, source: str) -> None:
@@ -247,14 +247,7 @@ class _Builder:
 
     def add_event(self, ev: Event) -> None:
         """Add a decoded event to its process."""
-        key = (ev.rank.host, ev.rank.pid)
-        bucket = self.events.get(key)
-        if bucket is None:
-            bucket = self.events[key] = []
-        bucket.append(ev)
-        if self._noted.get(key) != (ev.rank, self.source):
-            self._note_process(key, ev.rank)
-        self.accepted += 1
+        self.add_events((ev,))
 
     def span(
         self,

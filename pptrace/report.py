@@ -16,6 +16,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+from pptrace.errors import inert
 from pptrace.findings import Finding, FindingKind, Severity
 from pptrace.model import EventId, Trace
 from pptrace.record import Direction
@@ -34,15 +35,9 @@ JSON_SCHEMA = "pptrace.analyze/1"
 
 _SHOWN_PER_KIND = 10
 
-# Names and messages come from trace files: a control character (ESC, BEL, CR, newline, C1 CSI)
-# or a bidi override would act on the user's terminal, so the text report shows it as an escape.
-_INERT = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
-_INERT.update({c: f"\\u{c:04x}" for c in (0x2028, 0x2029, *range(0x202A, 0x202F),
-                                          *range(0x2066, 0x206A))})
-
-
-def _inert(line: str) -> str:
-    return line.translate(_INERT)
+# Names and messages come from trace files: the text report shows a control character or a
+# bidi override as an escape, so that it cannot act on the user's terminal (``errors.inert``).
+_inert = inert
 
 
 def exit_status(findings: Sequence[Finding], fail_on: Severity) -> int:

@@ -165,3 +165,17 @@ def test_unknown_schema_version_is_fatal_even_among_good_files(tmp_path: Path) -
         load_paths([str(tmp_path)])
     assert str(info.value).startswith(f"{tmp_path / 'new.jsonl'}:1: pptrace schema version 2")
     assert isinstance(info.value, TraceInputError)
+
+
+def test_a_skipped_line_quoting_a_newline_or_separator_stays_one_line(tmp_path: Path) -> None:
+    # A JSON key with a newline, a line separator and an ESC, quoted in the problem's message.
+    bad = json.dumps({"\n": 1, "\u2028": 2, "\x1b[2J": 3})
+    path = tmp_path / "t.jsonl"
+    good = _good_lines(2)
+    path.write_text("\n".join([good[0], bad, *good[1:]]) + "\n")
+    trace = load_paths([str(path)])
+    assert trace.event_count > 0
+    [problem] = trace.problems
+    text = str(problem)
+    assert "found keys" in text and "\\x0a" in text and "\\u2028" in text and "\\x1b" in text
+    assert len(text.splitlines()) == 1 and "\x1b" not in text
