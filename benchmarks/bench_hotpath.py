@@ -18,7 +18,7 @@ compares variants measured within the same few milliseconds):
 - ``flight``: flight-recorder mode (ring of 4096, background thread idle until a dump);
 - ``otel-span``: the naive peer: an OpenTelemetry SDK span (TracerProvider + BatchSpanProcessor
   + a no-op exporter) around each call, with per-tensor attributes;
-- ``reads only``: not a tracer, the floor for one written in Python: the reads every pptrace
+- ``reads only``: not a tracer: what a plain Python wrapper pays to read what every pptrace
   event needs (keys before and after, three clock reads, shape, dtype, device and contiguity of
   each tensor), with nothing kept.
 
@@ -109,7 +109,7 @@ def naive_peer(attach: Callable[..., Any], extract: Callable[..., Any],
 
 def reads_only(attach: Callable[..., Any], extract: Callable[..., Any]
                ) -> tuple[Callable[..., Any], Callable[..., Any]]:
-    """The reads a pptrace event needs and nothing else: what a Python tracer cannot go under."""
+    """The reads a pptrace event needs and nothing else, in a plain Python wrapper."""
     keys, time_ns, mono_ns = dict.keys, time.time_ns, time.monotonic_ns
 
     def read_attach(tensors: Any, output: Any) -> Any:
