@@ -17,10 +17,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pptrace.analyze import classify_error
+from pptrace.errors import inert
 from pptrace.findings import Finding
 from pptrace.model import Trace
 from pptrace.record import Direction, Event
-from pptrace.report import _inert
 
 __all__ = ["DiffRow", "RunProfile", "diff", "profile", "render_text", "to_json"]
 
@@ -167,8 +167,8 @@ def diff(a: RunProfile, b: RunProfile) -> list[DiffRow]:
 def render_text(rows: Sequence[DiffRow], label_a: str, label_b: str) -> str:
     """A readable table: A, B, and a mark on each changed row."""
     # Names come from trace files: show their control characters as escapes (as analyze does).
-    rows = [replace(r, subject=_inert(r.subject), a=_inert(r.a), b=_inert(r.b)) for r in rows]
-    label_a, label_b = _inert(label_a), _inert(label_b)
+    rows = [replace(r, subject=inert(r.subject), a=inert(r.a), b=inert(r.b)) for r in rows]
+    label_a, label_b = inert(label_a), inert(label_b)
     width = max([len(r.subject) for r in rows] + [8]) + 2
     col = max([len(r.a) for r in rows] + [len(label_a), 8]) + 2
     lines = [f"pptrace diff: A = {label_a}, B = {label_b}"]

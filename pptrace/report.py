@@ -35,10 +35,6 @@ JSON_SCHEMA = "pptrace.analyze/1"
 
 _SHOWN_PER_KIND = 10
 
-# Names and messages come from trace files: the text report shows a control character or a
-# bidi override as an escape, so that it cannot act on the user's terminal (``errors.inert``).
-_inert = inert
-
 
 def exit_status(findings: Sequence[Finding], fail_on: Severity) -> int:
     """1 when any finding is at or above ``fail_on``, else 0."""
@@ -127,7 +123,9 @@ def render_text(trace: Trace, findings: Sequence[Finding], fail_on: Severity) ->
     verdict = "FAIL" if failing else "OK"
     lines += ["", f"{verdict}: {sum(counts[s] for s in counts if s >= fail_on)} findings at or "
               f"above {fail_on.name.lower()}."]
-    return "\n".join(map(_inert, lines)) + "\n"
+    # Names and messages come from trace files: a control character or a bidi override is shown
+    # as an escape, so that it cannot act on the user's terminal.
+    return "\n".join(map(inert, lines)) + "\n"
 
 
 def event_ref_json(ref: EventId) -> dict[str, Any]:
