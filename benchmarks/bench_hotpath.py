@@ -16,6 +16,9 @@ compares variants measured within the same few milliseconds):
 - ``stream/caller``: the same wrappers, with the flush done between timed batches: the
   caller's path alone;
 - ``flight``: flight-recorder mode (ring of 4096, background thread idle until a dump);
+- ``caller/python`` and ``flight/python``: when the native metadata reader is built
+  (``pptrace native build``), ``stream/caller`` and ``flight`` use it, and these two are the same
+  recorders on the Python reads;
 - ``otel-span``: the naive peer: an OpenTelemetry SDK span (TracerProvider + BatchSpanProcessor
   + a no-op exporter) around each call, with per-tensor attributes;
 - ``reads only``: not a tracer: what a plain Python wrapper pays to read what every pptrace
@@ -45,6 +48,7 @@ import torch
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
+from pptrace import native
 from pptrace.config import Config
 from pptrace.export import build_provider
 from pptrace.recorder import Recorder
@@ -179,6 +183,17 @@ def run(n: int, repeats: int, calls: int, tmp: str) -> None:
     stream = recorder()
     caller = recorder(flush_interval=3600.0)  # flushed by hand, between timed batches
     flight = recorder(mode="flight")
+    hand_flushed = [caller]
+    # With the native reader built, the same two again on the Python reads, side by side.
+    python_reads: dict[str, tuple[Any, Any]] = {}
+    closing: list[Recorder] = []
+    if native.reader() is not None:
+        py_caller = recorder(flush_interval=3600.0, native=False)
+        py_flight = recorder(mode="flight", native=False)
+        hand_flushed.append(py_caller)
+        closing = [py_caller, py_flight]
+        python_reads = {"caller/python": wrap_transport(*bare, py_caller),
+                        "flight/python": wrap_transport(*bare, py_flight)}
     provider = TracerProvider()
     provider.add_span_processor(BatchSpanProcessor(NullExporter()))
     variants: dict[str, tuple[Any, Any]] = {
@@ -188,6 +203,7 @@ def run(n: int, repeats: int, calls: int, tmp: str) -> None:
         "stream": wrap_transport(*bare, stream),
         "stream/caller": wrap_transport(*bare, caller),
         "flight": wrap_transport(*bare, flight),
+        **python_reads,
         "otel-span": naive_peer(*bare, provider),
         "reads only": reads_only(*bare),
     }
@@ -198,7 +214,8 @@ def run(n: int, repeats: int, calls: int, tmp: str) -> None:
     flush_ns: list[float] = []
     for name in names:  # warm-up
         timed_loop(*variants[name], output, observer, max(1, calls // 10))
-    caller.flush()
+    for rec in hand_flushed:
+        rec.flush()
     chunks = 10
     sizes = [calls // chunks + (1 if i < calls % chunks else 0) for i in range(chunks)]
     for r in range(repeats):
@@ -215,6 +232,8 @@ def run(n: int, repeats: int, calls: int, tmp: str) -> None:
                     events = caller.flush()
                     if events:
                         flush_ns.append((time.thread_time_ns() - t0) / events)
+                elif name == "caller/python":
+                    hand_flushed[1].flush()
         for name in names:  # per pair, the loop's own cost subtracted
             cpu_samples[name].append((cpu_ns[name] - cpu_ns["loop only"]) / calls)
             wall_samples[name].append((wall_ns[name] - wall_ns["loop only"]) / calls)
@@ -240,7 +259,7 @@ def run(n: int, repeats: int, calls: int, tmp: str) -> None:
         per_event = statistics.median(flush_ns) / 1000
         print(f"  background (recorder thread CPU): {per_event:.1f} us per event "
               f"({2 * per_event:.1f} us per call, off the caller's path)")
-    for rec in (stream, caller, flight):
+    for rec in (stream, caller, flight, *closing):
         rec.shutdown(5.0)
     provider.shutdown()
     lost = stream.stats()
@@ -259,6 +278,10 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=1000)
     args = parser.parse_args()
     print(f"python {sys.version.split()[0]}, torch {torch.__version__}")
+    st = native.status()
+    print(f"native metadata reader: {st.reason}"
+          + ("; stream and flight use it, caller/python and flight/python do not" if st.loaded
+             else "; stream and flight use the Python reads"))
     with tempfile.TemporaryDirectory(prefix="pptrace-bench-") as tmp:
         for n in args.tensors:
             run(n, args.repeats, args.calls, tmp)

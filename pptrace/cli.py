@@ -16,7 +16,7 @@ from pptrace.errors import PptraceError
 
 __all__ = ["main"]
 
-COMMANDS = ("demo", "analyze", "diff", "view", "run")
+COMMANDS = ("demo", "analyze", "diff", "view", "run", "native")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -28,6 +28,9 @@ ENV_DOC: dict[str, str] = {
     "PPTRACE_FLUSH_INTERVAL": "seconds between background flushes (default 1.0)",
     "PPTRACE_EXIT_TIMEOUT": "seconds allowed to flush at exit (default 2.0)",
     "PPTRACE_FINGERPRINT": "1/0: hash tensor contents (reads tensor memory; default 0)",
+    "PPTRACE_NATIVE": "1/0: read tensor metadata with the native reader once built (default 1;"
+                      " see pptrace native --help)",
+    "PPTRACE_NATIVE_DIR": "where pptrace native build puts the reader (default ~/.cache/pptrace)",
     "PPTRACE_RUN_ID": "an id shared by all ranks of one run (default: set by pptrace run)",
     "PPTRACE_RANK": "override the global rank",
     "PPTRACE_PP_RANK": "override the pipeline-parallel rank",
@@ -89,6 +92,7 @@ class Config:
     flush_interval: float = 1.0
     exit_timeout: float = 2.0
     fingerprint: bool = False
+    native: bool = True  # use pptrace.native's reader when it is built for this process
     run_id: str = ""
     rank_overrides: dict[str, int] = field(default_factory=dict)
 
@@ -131,6 +135,7 @@ class Config:
             flush_interval=_number(env, "PPTRACE_FLUSH_INTERVAL", 1.0, integer=False),
             exit_timeout=_number(env, "PPTRACE_EXIT_TIMEOUT", 2.0, integer=False),
             fingerprint=_bool(env, "PPTRACE_FINGERPRINT", False),
+            native=_bool(env, "PPTRACE_NATIVE", True),
             run_id=env.get("PPTRACE_RUN_ID", ""),
             rank_overrides=ranks,
         )

@@ -81,7 +81,9 @@ class WarnOnce:
 # 7 keys before, 8 keys after, 9 items ((key, meta), ...), 10 returned None,
 # 11 (error type, message) or None, 12 dropped so far, 13 fingerprints or None
 # In the buffer, items may also be a flat list (key, shape, dtype, device, contiguous, key, ...):
-# the wrappers' form for plain tensors, read as it is by _Converter (_expand makes the pairs).
+# the wrappers' form for plain tensors, read as it is by _Converter (_expand makes the pairs);
+# or bytes, packed by pptrace.native's reader, without keys: an attach's are the keys after
+# those before, an extract's the prefixed keys before (_expand decodes them).
 Raw = tuple[Any, ...]
 
 
@@ -92,7 +94,12 @@ def _qualname(tp: type) -> str:
 
 
 def _key(k: object) -> str:
-    return k if isinstance(k, str) else repr(k)
+    """A key as a plain str: a str subclass's characters (none of its methods run), else repr."""
+    if type(k) is str:
+        return k
+    if isinstance(k, str):
+        return str.__getitem__(k, slice(None))  # an exact str copy
+    return repr(k)
 
 
 def _dtype(dtype: Any) -> str:
@@ -112,7 +119,7 @@ def _itemsize(dtype: Any) -> int:
 
 def _tensor_meta(key: object, meta: Any, prefix: str, fingerprint: str | None) -> TensorMeta:
     k = _key(key)
-    name = k[len(prefix):] if isinstance(key, str) and key.startswith(prefix) else k
+    name = k[len(prefix):] if isinstance(key, str) and k.startswith(prefix) else k
     if isinstance(meta, type):
         return TensorMeta(name=name, key=k, dtype=_qualname(meta), is_tensor=False)
     shape, dtype, device, contiguous = meta
@@ -565,7 +572,9 @@ class _Converter:
             for k in after:
                 if type(k) is not str:
                     return None
-            if type(items) is list:  # the wrappers' flat form: keys every fifth item
+            if type(items) is bytes:  # packed by the native reader: the bytes say it all
+                pass
+            elif type(items) is list:  # the wrappers' flat form: keys every fifth item
                 for k in items[::5]:
                     if type(k) is not str:
                         return None
@@ -584,7 +593,7 @@ class _Converter:
 
     def __call__(self, raw: Raw) -> Event:
         (direction, seq, wall_ns, mono_ns, duration_ns, thread, subject, before, after, items,
-         returned_none, error, dropped, fingerprints) = _expand(raw)
+         returned_none, error, dropped, fingerprints) = _expand(raw, self.prefix)
         # The Thread object keeps its name after the thread ends (its ident may be reused).
         if isinstance(thread, int):
             ident, name = thread, self.threads.get(thread, "")
@@ -695,15 +704,34 @@ _CHUNK = 512
 _SLACK = 8192
 
 
-def _expand(raw: Raw) -> Raw:
-    """A raw record with flat items (the wrappers' form) in the general form."""
-    if type(raw) is not tuple or len(raw) != 14 or type(raw[9]) is not list:
+def _expand(raw: Raw, prefix: str = PREFIX) -> Raw:
+    """A raw record with flat or packed items (the wrappers' forms) in the general form."""
+    if type(raw) is not tuple or len(raw) != 14:
         return raw  # a malformed one goes through as is: its conversion counts it
+    if type(raw[9]) is bytes:
+        return raw[:9] + (_unpack(raw, prefix),) + raw[10:]
+    if type(raw[9]) is not list:
+        return raw
     flat = iter(raw[9])
     # zip takes the key from ``flat``, then the four metadata fields (all in C); one shared
     # iterator, so never strict (the list holds whole groups of five by construction).
     items = tuple(zip(flat, zip(flat, flat, flat, flat, strict=False), strict=False))
     return raw[:9] + (items,) + raw[10:]
+
+
+def _unpack(raw: Raw, prefix: str) -> tuple[tuple[Any, Any], ...]:
+    """((key, meta), ...) of a raw whose items the native reader packed (see ``Raw``)."""
+    from pptrace.native import decode
+
+    direction, before, after = raw[0], raw[7], raw[8]
+    if direction is Direction.ATTACH:
+        keys = after[len(before):]
+    else:  # the reader's test: a str key (or a str subclass's) that starts with the prefix
+        keys = tuple(k for k in before if issubclass(type(k), str) and str.startswith(k, prefix))
+    metas = decode(raw[9])
+    if len(metas) != len(keys):
+        raise ValueError(f"{len(metas)} packed tensors for {len(keys)} keys")
+    return tuple(zip(keys, metas, strict=True))
 
 
 def _peek(counter: itertools.count[int]) -> int:

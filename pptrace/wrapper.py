@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 
 import torch
 
+from pptrace import native
 from pptrace.record import PREFIX, Direction
 from pptrace.recorder import Recorder, _qualname
 
@@ -56,6 +57,17 @@ def _thread() -> threading.Thread:
     except AttributeError:
         _here.thread = thread = _current_thread()
         return thread
+
+
+def _native_reader(rec: Recorder) -> Any:
+    """The native metadata reader when the config allows it and it loads here, else None."""
+    if not rec.config.native:
+        return None
+    try:
+        return native.reader()
+    except Exception as exc:  # the Python reads record the same events
+        rec.internal_error("native reader", exc)
+        return None
 
 
 def _keys(d: Any) -> tuple[Any, ...]:
@@ -114,6 +126,8 @@ def wrap_attach(fn: F, recorder: Recorder) -> F:
     append = rec.append  # deque.append: the cap is checked here, inline
     time_ns, mono_ns = time.time_ns, time.monotonic_ns
     attach = Direction.ATTACH
+    reader = _native_reader(rec)
+    inserted = reader.inserted if reader is not None else None
 
     @functools.wraps(fn)
     def pptrace_attach(tensors: Any, output: Any) -> Any:
@@ -149,12 +163,15 @@ def wrap_attach(fn: F, recorder: Recorder) -> F:
                 after = tuple(_dict_keys(tensors))
                 # The inserted items. Plain tensors go flat into a list (the recorder thread
                 # rebuilds the pairs: see Recorder._drain): fewer objects made on this thread.
-                items = []
-                for k, v in _islice(_dict_items(tensors), len(before), None):
-                    if type(v) is not _Tensor:
-                        items = _items(_islice(_dict_items(tensors), len(before), None))
-                        break
-                    items += (k, v.shape, v.dtype, v.device, v.is_contiguous())
+                # The native reader packs them all in one call (None: it left them to us).
+                items = inserted(tensors, len(before)) if inserted is not None else None
+                if items is None:
+                    items = []
+                    for k, v in _islice(_dict_items(tensors), len(before), None):
+                        if type(v) is not _Tensor:
+                            items = _items(_islice(_dict_items(tensors), len(before), None))
+                            break
+                        items += (k, v.shape, v.dtype, v.device, v.is_contiguous())
                 fps = _fingerprints(rec, list(_islice(_dict_values(tensors), len(before), None))
                                     ) if rec.fingerprint else None
             else:  # a non-dict container: no keys, no items
@@ -189,15 +206,23 @@ def wrap_extract(fn: F, recorder: Recorder, prefix: str = PREFIX) -> F:
     append = rec.append  # deque.append: the cap is checked here, inline
     time_ns, mono_ns = time.time_ns, time.monotonic_ns
     extract = Direction.EXTRACT
+    # The recorder thread finds the packed tensors' keys with its own prefix: only that one here.
+    reader = _native_reader(rec) if prefix == rec._prefix else None
+    prefixed = reader.prefixed if reader is not None else None
 
     @functools.wraps(fn)
     def pptrace_extract(tensors: Any, observer: Any) -> Any:
         if not rec.enabled:
             return fn(tensors, observer)
         try:
-            if isinstance(tensors, dict):
+            items: Any = None
+            if prefixed is not None and type(tensors) is dict:
+                items = prefixed(tensors, prefix)  # None: the native reader left them to us
+            if items is not None:
+                before = tuple(_dict_keys(tensors))
+            elif isinstance(tensors, dict):
                 # As in attach: plain tensors flat, anything else in the general form.
-                items: Any = []
+                items = []
                 for k, v in _dict_items(tensors):
                     if isinstance(k, str) and _startswith(k, prefix):
                         if type(v) is not _Tensor:

@@ -131,3 +131,38 @@ def test_file_sink_from_raw_tuples_writes_what_the_sdk_path_writes(tmp_path: Pat
     assert files.templates_built == 3
     written = _without_ids(file_path)
     assert len(written) == 14 + 1 and written == _without_ids(sdk_path)
+
+
+def test_a_str_subclass_key_costs_nothing(tmp_path: Path) -> None:
+    # Any str is a legal dict key to the engine, a str subclass too; the file sink's encoder
+    # takes exact types only, so the converter hands it plain characters. Before, such a key
+    # made the sink refuse the whole chunk (every event in it counted as dropped).
+    import torch
+    from helpers_recorder import RANK, Observer
+
+    import pptrace.engine as engine
+    from pptrace.config import Config
+    from pptrace.export import build_provider
+    from pptrace.load import load_paths
+    from pptrace.recorder import Recorder
+    from pptrace.wrapper import wrap_transport
+
+    class Key(str):
+        def startswith(self, *args: object) -> bool:
+            return str.startswith(self, *args)  # type: ignore[arg-type]
+
+        def __str__(self) -> str:
+            raise AssertionError("the recorder called the key's own __str__")
+
+    cfg = Config(trace_dir=str(tmp_path), run_id="r", flush_interval=3600, native=False)
+    rec = Recorder(cfg, sink_factory=lambda rank: build_provider(cfg, rank),
+                   rank_provider=lambda: (RANK, True))
+    _, extract = wrap_transport(engine.add_auxiliary_output_to_pp_tensors,
+                                engine.pop_auxiliary_output_from_pp_tensors, rec)
+    for _ in range(3):
+        extract({Key("engine.key"): 1, Key(PREFIX + "a"): torch.zeros(2)}, Observer())
+    rec.shutdown(5.0)
+    assert (rec.dropped, rec.export_errors, rec.internal_errors) == (0, 0, 0)
+    (proc,) = load_paths([str(tmp_path)]).processes
+    assert [(e.keys_before, e.names) for e in proc.events] == [
+        (("engine.key", PREFIX + "a"), ("a",))] * 3

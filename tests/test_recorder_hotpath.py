@@ -93,7 +93,7 @@ class Marked(torch.Tensor):
 
 def test_a_value_that_is_not_a_plain_tensor_switches_the_event_to_the_general_form() -> None:
     sink = MemorySink()
-    rec = recorder(Config(), sink)
+    rec = recorder(Config(native=False), sink)  # the Python reads' forms
     attach, extract = wrapped(rec)
     plain = torch.zeros(3, 2).t()  # not contiguous
     marked = torch.ones(5, dtype=torch.float16).as_subclass(Marked)
