@@ -16,6 +16,9 @@
 #include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/autograd/python_variable.h>
 
+#include <time.h>
+
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -167,7 +170,346 @@ PyObject* device(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Hot: the wrappers' common case as one C callable (see pptrace/wrapper.py, which makes it).
+//
+// A call with two positional arguments, an exact dict and the recorder enabled is recorded here: keys before, clocks, the engine's function, keys after, the packed
+// tensors, one raw tuple appended to the recorder's buffer (the very tuple the Python wrapper
+// appends). Everything else goes to ``slow``, the Python
+// wrapper itself, before the engine's function runs; an exception from the engine's function
+// is handed to ``on_error`` (Python) and then re-raised, the very same object; ``on_items``
+// (Python) reads an attach's values the reader leaves to Python. A failure in recording after
+// the engine's function returned goes to ``rec.internal_error`` and never reaches the caller.
+
+struct Hot {
+  PyObject_HEAD
+  vectorcallfunc vectorcall;
+  PyObject* dict;
+  PyObject* fn;
+  PyObject* slow;
+  PyObject* rec;
+  PyObject* direction;
+  PyObject* seq;
+  PyObject* buf;
+  PyObject* append;
+  PyObject* prefix;  // extract: the prefix; attach: None
+  PyObject* on_error;
+  PyObject* on_items;
+  PyObject* here;    // the wrappers' threading.local: .thread is the calling Thread, once set
+  PyObject* thread;  // () -> the calling Thread (sets here.thread)
+  Py_ssize_t cap;
+  int ring;
+};
+
+PyObject* s_enabled = nullptr;
+PyObject* s_rank_pending = nullptr;
+PyObject* s_dropped = nullptr;
+PyObject* s_drop_new = nullptr;
+PyObject* s_internal_error = nullptr;
+PyObject* s_record_where = nullptr;
+PyObject* s_learn_rank = nullptr;
+PyObject* s_thread = nullptr;
+
+int64_t now_ns(clockid_t clock) {
+  struct timespec ts;
+  clock_gettime(clock, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+PyObject* keys_of(PyObject* d) {
+  PyObject* out = PyTuple_New(PyDict_GET_SIZE(d));
+  if (out == nullptr) return nullptr;
+  Py_ssize_t pos = 0, i = 0;
+  PyObject *k, *v;
+  while (PyDict_Next(d, &pos, &k, &v)) {
+    if (i >= PyTuple_GET_SIZE(out)) break;  // cannot happen without Python code running
+    Py_INCREF(k);
+    PyTuple_SET_ITEM(out, i++, k);
+  }
+  if (i != PyTuple_GET_SIZE(out)) {
+    Py_DECREF(out);
+    PyErr_SetString(PyExc_RuntimeError, "dict changed size while its keys were read");
+    return nullptr;
+  }
+  return out;
+}
+
+// rec.<flag> as a bool; -1 when it cannot be read (the caller then takes the slow path).
+int flag(PyObject* rec, PyObject* name) {
+  PyObject* v = PyObject_GetAttr(rec, name);
+  if (v == nullptr) {
+    PyErr_Clear();
+    return -1;
+  }
+  int out = PyObject_IsTrue(v);
+  Py_DECREF(v);
+  if (out < 0) PyErr_Clear();
+  return out;
+}
+
+// The current exception goes to rec.internal_error("<direction> record", exc); nothing raised.
+void internal_error(Hot* self) {
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  PyErr_NormalizeException(&type, &value, &tb);
+  if (value != nullptr) {
+    PyObject* r = PyObject_CallMethodObjArgs(self->rec, s_internal_error, s_record_where, value,
+                                             nullptr);
+    if (r == nullptr) PyErr_Clear();
+    Py_XDECREF(r);
+  }
+  Py_XDECREF(type);
+  Py_XDECREF(value);
+  Py_XDECREF(tb);
+}
+
+PyObject* call_slow(Hot* self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+  return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
+}
+
+PyObject* hot_call(PyObject* obj, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+  Hot* self = reinterpret_cast<Hot*>(obj);
+  const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+  if (nargs != 2 || kwnames != nullptr || !PyDict_CheckExact(args[0])) {
+    return call_slow(self, args, nargsf, kwnames);
+  }
+  const int enabled = flag(self->rec, s_enabled);
+  if (enabled == 0) return PyObject_Vectorcall(self->fn, args, nargsf, kwnames);
+  if (enabled < 0) return call_slow(self, args, nargsf, kwnames);
+  PyObject* tensors = args[0];
+  PyObject* subject = args[1];
+  const bool attach = self->prefix == Py_None;
+  PyObject* items = nullptr;  // extract: read before the call
+  if (!attach) {
+    PyObject* pargs[2] = {tensors, self->prefix};
+    items = prefixed(nullptr, pargs, 2);
+    if (items == nullptr) {
+      PyErr_Clear();
+      return call_slow(self, args, nargsf, kwnames);
+    }
+    if (items == Py_None) {  // a value the reader leaves to Python: the whole call is Python's
+      Py_DECREF(items);
+      return call_slow(self, args, nargsf, kwnames);
+    }
+  }
+  PyObject* before = keys_of(tensors);
+  if (before == nullptr) {
+    Py_XDECREF(items);
+    PyErr_Clear();
+    return call_slow(self, args, nargsf, kwnames);
+  }
+  const int64_t wall = now_ns(CLOCK_REALTIME);
+  const int64_t t0 = now_ns(CLOCK_MONOTONIC);
+  PyObject* result = PyObject_Vectorcall(self->fn, args, nargsf, kwnames);
+  const int64_t dur = now_ns(CLOCK_MONOTONIC) - t0;
+  if (result == nullptr) {
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (value != nullptr && tb != nullptr) PyException_SetTraceback(value, tb);
+    PyObject* r = PyObject_CallFunction(self->on_error, "OOOLLLOO", tensors, subject, before,
+                                        static_cast<long long>(wall), static_cast<long long>(t0),
+                                        static_cast<long long>(dur), items ? items : Py_None,
+                                        value ? value : Py_None);
+    if (r == nullptr) PyErr_Clear();  // on_error counts its own failures; never replace exc
+    Py_XDECREF(r);
+    Py_DECREF(before);
+    Py_XDECREF(items);
+    PyErr_Restore(type, value, tb);
+    return nullptr;
+  }
+  PyObject* after = nullptr;
+  PyObject* seq = nullptr;
+  PyObject* dropped = nullptr;
+  PyObject* raw = nullptr;
+  bool ok = false;
+  do {
+    after = keys_of(tensors);
+    if (after == nullptr) break;
+    if (attach) {
+      PyObject* start = PyLong_FromSsize_t(PyTuple_GET_SIZE(before));
+      if (start == nullptr) break;
+      PyObject* iargs[2] = {tensors, start};
+      items = inserted(nullptr, iargs, 2);
+      if (items == Py_None) {
+        Py_DECREF(items);
+        items = PyObject_CallFunctionObjArgs(self->on_items, tensors, start, nullptr);
+      }
+      Py_DECREF(start);
+      if (items == nullptr) break;
+    }
+    seq = PyIter_Next(self->seq);
+    if (seq == nullptr) {
+      if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "sequence ended");
+      break;
+    }
+    dropped = PyObject_GetAttr(self->rec, s_dropped);
+    if (dropped == nullptr) break;
+    PyObject* current = PyObject_GetAttr(self->here, s_thread);
+    if (current == nullptr) {
+      PyErr_Clear();
+      current = PyObject_CallNoArgs(self->thread);
+    }
+    PyObject* ints[4] = {PyLong_FromLongLong(wall), PyLong_FromLongLong(t0),
+                         PyLong_FromLongLong(dur), current};
+    if (!ints[0] || !ints[1] || !ints[2] || !ints[3]) {
+      for (PyObject* i : ints) Py_XDECREF(i);
+      break;
+    }
+    raw = PyTuple_New(14);
+    if (raw == nullptr) {
+      for (PyObject* i : ints) Py_DECREF(i);
+      break;
+    }
+    // The same fields, in the same order, as the Python wrapper's raw (see recorder.Raw).
+    PyObject* borrowed[14] = {
+        self->direction, seq, nullptr, nullptr, nullptr, nullptr,
+        reinterpret_cast<PyObject*>(Py_TYPE(subject)), before, after, items,
+        result == Py_None ? Py_True : Py_False, Py_None, dropped, Py_None};
+    for (int i = 0; i < 14; i++) {
+      PyObject* f = borrowed[i];
+      if (i >= 2 && i <= 5) {
+        f = ints[i - 2];  // new references (three ints, the Thread): they move into the tuple
+      } else {
+        Py_INCREF(f);
+      }
+      PyTuple_SET_ITEM(raw, i, f);
+    }
+    if (self->ring || PyObject_Size(self->buf) < self->cap) {
+      PyObject* r = PyObject_CallOneArg(self->append, raw);
+      if (r == nullptr) break;
+      Py_DECREF(r);
+    } else {
+      PyObject* r = PyObject_CallMethodNoArgs(self->rec, s_drop_new);
+      if (r == nullptr) break;
+      Py_DECREF(r);
+    }
+    const int pending = flag(self->rec, s_rank_pending);  // the first calls only
+    if (pending != 0) {
+      PyObject* r = PyObject_CallMethodNoArgs(self->rec, s_learn_rank);
+      if (r == nullptr) break;
+      Py_DECREF(r);
+    }
+    ok = true;
+  } while (false);
+  if (!ok) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "recording failed");
+    internal_error(self);
+  }
+  Py_XDECREF(raw);
+  Py_XDECREF(dropped);
+  Py_XDECREF(seq);
+  Py_XDECREF(after);
+  Py_XDECREF(items);
+  Py_DECREF(before);
+  return result;
+}
+
+int hot_traverse(PyObject* obj, visitproc visit, void* arg) {
+  Hot* self = reinterpret_cast<Hot*>(obj);
+  Py_VISIT(self->dict);
+  Py_VISIT(self->fn);
+  Py_VISIT(self->slow);
+  Py_VISIT(self->rec);
+  Py_VISIT(self->direction);
+  Py_VISIT(self->seq);
+  Py_VISIT(self->buf);
+  Py_VISIT(self->append);
+  Py_VISIT(self->prefix);
+  Py_VISIT(self->on_error);
+  Py_VISIT(self->on_items);
+  Py_VISIT(self->here);
+  Py_VISIT(self->thread);
+  return 0;
+}
+
+int hot_clear(PyObject* obj) {
+  Hot* self = reinterpret_cast<Hot*>(obj);
+  Py_CLEAR(self->dict);
+  Py_CLEAR(self->fn);
+  Py_CLEAR(self->slow);
+  Py_CLEAR(self->rec);
+  Py_CLEAR(self->direction);
+  Py_CLEAR(self->seq);
+  Py_CLEAR(self->buf);
+  Py_CLEAR(self->append);
+  Py_CLEAR(self->prefix);
+  Py_CLEAR(self->on_error);
+  Py_CLEAR(self->on_items);
+  Py_CLEAR(self->here);
+  Py_CLEAR(self->thread);
+  return 0;
+}
+
+void hot_dealloc(PyObject* obj) {
+  PyObject_GC_UnTrack(obj);
+  hot_clear(obj);
+  Py_TYPE(obj)->tp_free(obj);
+}
+
+// Bound like a function when it is a class attribute (as the Python wrapper would be).
+PyObject* hot_get(PyObject* self, PyObject* obj, PyObject*) {
+  if (obj == nullptr || obj == Py_None) {
+    Py_INCREF(self);
+    return self;
+  }
+  return PyMethod_New(self, obj);
+}
+
+PyGetSetDef hot_getset[] = {
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, nullptr, nullptr},
+    {nullptr, nullptr, nullptr, nullptr, nullptr}};
+
+PyTypeObject HotType = {PyVarObject_HEAD_INIT(nullptr, 0)};
+
+// hot(fn, slow, rec, direction, seq, buf, append, cap, ring, prefix, on_error, on_items, here,
+//     thread)
+PyObject* make_hot(PyObject*, PyObject* args) {
+  PyObject *fn, *slow, *rec, *direction, *seq, *buf, *append, *prefix, *on_error, *on_items,
+      *here, *thread;
+  Py_ssize_t cap;
+  int ring;
+  if (!PyArg_ParseTuple(args, "OOOOOOOnpOOOOO", &fn, &slow, &rec, &direction, &seq, &buf,
+                        &append, &cap, &ring, &prefix, &on_error, &on_items, &here, &thread)) {
+    return nullptr;
+  }
+  if (prefix != Py_None && !PyUnicode_CheckExact(prefix)) {
+    PyErr_SetString(PyExc_TypeError, "prefix must be a str or None");
+    return nullptr;
+  }
+  Hot* self = PyObject_GC_New(Hot, &HotType);
+  if (self == nullptr) return nullptr;
+  self->vectorcall = hot_call;
+  self->dict = PyDict_New();
+  PyObject* objs[] = {fn,     slow,     rec,      direction, seq,  buf,
+                      append, prefix,   on_error, on_items,  here, thread};
+  for (PyObject* o : objs) Py_INCREF(o);
+  self->fn = fn;
+  self->slow = slow;
+  self->rec = rec;
+  self->direction = direction;
+  self->seq = seq;
+  self->buf = buf;
+  self->append = append;
+  self->prefix = prefix;
+  self->on_error = on_error;
+  self->on_items = on_items;
+  self->here = here;
+  self->thread = thread;
+  self->cap = cap;
+  self->ring = ring;
+  PyObject_GC_Track(reinterpret_cast<PyObject*>(self));
+  if (self->dict == nullptr) {
+    Py_DECREF(self);
+    return nullptr;
+  }
+  return reinterpret_cast<PyObject*>(self);
+}
+
 PyMethodDef methods[] = {
+    {"hot", make_hot, METH_VARARGS,
+     "hot(fn, slow, rec, direction, seq, buf, append, cap, ring, prefix, on_error, on_items, "
+     "here, thread)"},
     {"inserted", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(inserted)),
      METH_FASTCALL, "inserted(d, start) -> packed metadata of d's values from start on, or None"},
     {"prefixed", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(prefixed)),
@@ -182,4 +524,32 @@ PyModuleDef module = {PyModuleDef_HEAD_INIT, "pptrace_meta",
 
 }  // namespace
 
-PyMODINIT_FUNC PyInit_pptrace_meta(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit_pptrace_meta(void) {
+  HotType.tp_name = "pptrace_meta.Hot";
+  HotType.tp_doc = "pptrace's wrapper of an attach or extract function (its common case in C)";
+  HotType.tp_basicsize = sizeof(Hot);
+  HotType.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL |
+                     Py_TPFLAGS_METHOD_DESCRIPTOR;
+  HotType.tp_vectorcall_offset = offsetof(Hot, vectorcall);
+  HotType.tp_call = PyVectorcall_Call;
+  HotType.tp_dictoffset = offsetof(Hot, dict);
+  HotType.tp_traverse = hot_traverse;
+  HotType.tp_clear = hot_clear;
+  HotType.tp_dealloc = hot_dealloc;
+  HotType.tp_descr_get = hot_get;
+  HotType.tp_getset = hot_getset;
+  if (PyType_Ready(&HotType) < 0) return nullptr;
+  s_enabled = PyUnicode_InternFromString("enabled");
+  s_rank_pending = PyUnicode_InternFromString("rank_pending");
+  s_dropped = PyUnicode_InternFromString("dropped");
+  s_drop_new = PyUnicode_InternFromString("drop_new");
+  s_internal_error = PyUnicode_InternFromString("internal_error");
+  s_record_where = PyUnicode_InternFromString("native record");
+  s_learn_rank = PyUnicode_InternFromString("learn_rank");
+  s_thread = PyUnicode_InternFromString("thread");
+  if (!s_enabled || !s_rank_pending || !s_dropped || !s_drop_new || !s_internal_error ||
+      !s_record_where || !s_learn_rank || !s_thread) {
+    return nullptr;
+  }
+  return PyModule_Create(&module);
+}

@@ -223,7 +223,7 @@ class EnginePatch:
                 entry = table.get(id(value))
                 # type(), not isinstance(): some module globals are proxies whose __class__
                 # lookup has side effects (deprecation warnings, lazy imports).
-                if entry is None and type(value) is types.FunctionType and (
+                if entry is None and type(value) in _WRAPPER_TYPES and (
                         WRAPPED_ATTR in value.__dict__):
                     entry = table.get(id(_unwrap(value)))  # an older wrapper: replace it
                 if entry is None or entry[1] is value:
@@ -265,6 +265,18 @@ def _module_dict(mod: object) -> dict[str, Any] | None:
     except Exception:  # lazy or exotic modules: not ours to touch
         return None
     return names if isinstance(names, dict) else None
+
+
+class _WrapperTypes:
+    """The types a pptrace wrapper has: a Python function, or the native reader's C wrapper
+    (``pptrace_meta.Hot``), recognised by name so that patching never imports the reader."""
+
+    def __contains__(self, tp: type) -> bool:
+        return tp is types.FunctionType or (
+            tp.__module__ == "pptrace_meta" and tp.__qualname__ == "Hot")
+
+
+_WRAPPER_TYPES = _WrapperTypes()
 
 
 def _unwrap(fn: Any) -> Any:

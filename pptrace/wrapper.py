@@ -70,6 +70,34 @@ def _native_reader(rec: Recorder) -> Any:
         return None
 
 
+def _hot(rec: Recorder, reader: Any, fn: Any, slow: Any, direction: Direction,
+         seq: Any, prefix: str | None, on_error: Any, on_items: Any) -> Any:
+    """The native reader's C wrapper around ``fn`` when it can take the common case, else the
+    Python wrapper ``slow`` (which the C one hands every other case to)."""
+    if reader is None or rec.fingerprint or not hasattr(reader, "hot"):
+        return slow
+    try:
+        hot = reader.hot(fn, slow, rec, direction, seq, rec._buf, rec.append, rec._cap,
+                         rec.flight, prefix, on_error, on_items, _here, _thread)
+        functools.update_wrapper(hot, fn)
+        setattr(hot, WRAPPED_ATTR, fn)
+    except Exception as exc:  # the Python wrapper records the same events
+        rec.internal_error("native wrapper", exc)
+        return slow
+    return hot
+
+
+def _inserted_items(tensors: dict[Any, Any], start: int) -> Any:
+    """An attach's inserted items read in Python: plain tensors flat in one list (the recorder
+    thread makes the pairs: see ``recorder.Raw``), anything else in the general form."""
+    items: list[Any] = []
+    for k, v in _islice(_dict_items(tensors), start, None):
+        if type(v) is not _Tensor:
+            return _items(_islice(_dict_items(tensors), start, None))
+        items += (k, v.shape, v.dtype, v.device, v.is_contiguous())
+    return items
+
+
 def _keys(d: Any) -> tuple[Any, ...]:
     return tuple(_dict_keys(d)) if isinstance(d, dict) else ()
 
@@ -143,35 +171,17 @@ def wrap_attach(fn: F, recorder: Recorder) -> F:
         try:
             result = fn(tensors, output)
         except BaseException as exc:
-            try:
-                dur = mono_ns() - t0
-                after = _keys(tensors)
-                new = after[len(before):]
-                values = [_dict_get(tensors, k) for k in new]
-                items = tuple((k, _meta(v)) for k, v in zip(new, values, strict=True))
-                rec.add((attach, next(seq), wall, t0, dur, _thread(), type(output), before,
-                            after, items, True, (_qualname(type(exc)), str(exc)), rec.dropped,
-                            None))
-                if rec.flight:
-                    rec.request_dump()
-            except Exception as inner:
-                rec.internal_error("attach record", inner)
+            failed(tensors, output, before, wall, t0, mono_ns() - t0, None, exc)
             raise
         try:
             dur = mono_ns() - t0
             if isinstance(tensors, dict):
                 after = tuple(_dict_keys(tensors))
-                # The inserted items. Plain tensors go flat into a list (the recorder thread
-                # rebuilds the pairs: see Recorder._drain): fewer objects made on this thread.
-                # The native reader packs them all in one call (None: it left them to us).
+                # The inserted items, packed by the native reader in one call, else read here
+                # (None: the reader left them to Python).
                 items = inserted(tensors, len(before)) if inserted is not None else None
                 if items is None:
-                    items = []
-                    for k, v in _islice(_dict_items(tensors), len(before), None):
-                        if type(v) is not _Tensor:
-                            items = _items(_islice(_dict_items(tensors), len(before), None))
-                            break
-                        items += (k, v.shape, v.dtype, v.device, v.is_contiguous())
+                    items = _inserted_items(tensors, len(before))
                 fps = _fingerprints(rec, list(_islice(_dict_values(tensors), len(before), None))
                                     ) if rec.fingerprint else None
             else:  # a non-dict container: no keys, no items
@@ -193,8 +203,24 @@ def wrap_attach(fn: F, recorder: Recorder) -> F:
             rec.internal_error("attach record", inner)
         return result
 
+    def failed(tensors: Any, output: Any, before: tuple[Any, ...], wall: int, t0: int,
+               dur: int, _items_before: Any, exc: BaseException) -> None:
+        """Record an attach the engine's function raised in (then the caller re-raises)."""
+        try:
+            after = _keys(tensors)
+            new = after[len(before):]
+            values = [_dict_get(tensors, k) for k in new]
+            items = tuple((k, _meta(v)) for k, v in zip(new, values, strict=True))
+            rec.add((attach, next(seq), wall, t0, dur, _thread(), type(output), before,
+                     after, items, True, (_qualname(type(exc)), str(exc)), rec.dropped, None))
+            if rec.flight:
+                rec.request_dump()
+        except Exception as inner:
+            rec.internal_error("attach record", inner)
+
     setattr(pptrace_attach, WRAPPED_ATTR, fn)
-    return pptrace_attach  # type: ignore[return-value]
+    return _hot(rec, reader, fn, pptrace_attach, attach, seq, None, failed,  # type: ignore
+                _inserted_items)
 
 
 def wrap_extract(fn: F, recorder: Recorder, prefix: str = PREFIX) -> F:
@@ -243,15 +269,7 @@ def wrap_extract(fn: F, recorder: Recorder, prefix: str = PREFIX) -> F:
         try:
             result = fn(tensors, observer)
         except BaseException as exc:
-            try:
-                dur = mono_ns() - t0
-                rec.add((extract, next(seq), wall, t0, dur, _thread(), type(observer), before,
-                            _keys(tensors), items, True, (_qualname(type(exc)), str(exc)),
-                            rec.dropped, fps))
-                if rec.flight:
-                    rec.request_dump()
-            except Exception as inner:
-                rec.internal_error("extract record", inner)
+            failed(tensors, observer, before, wall, t0, mono_ns() - t0, items, exc, fps)
             raise
         try:
             dur = mono_ns() - t0
@@ -272,8 +290,21 @@ def wrap_extract(fn: F, recorder: Recorder, prefix: str = PREFIX) -> F:
             rec.internal_error("extract record", inner)
         return result
 
+    def failed(tensors: Any, observer: Any, before: tuple[Any, ...], wall: int, t0: int,
+               dur: int, items: Any, exc: BaseException, fps: Any = None) -> None:
+        """Record an extract the engine's function raised in (then the caller re-raises)."""
+        try:
+            rec.add((extract, next(seq), wall, t0, dur, _thread(), type(observer), before,
+                     _keys(tensors), items, True, (_qualname(type(exc)), str(exc)),
+                     rec.dropped, fps))
+            if rec.flight:
+                rec.request_dump()
+        except Exception as inner:
+            rec.internal_error("extract record", inner)
+
     setattr(pptrace_extract, WRAPPED_ATTR, fn)
-    return pptrace_extract  # type: ignore[return-value]
+    return _hot(rec, reader, fn, pptrace_extract, extract, seq, prefix, failed,  # type: ignore
+                None)
 
 
 def wrap_transport(attach: F, extract: Callable[..., Any], recorder: Recorder) -> tuple[F, Any]:

@@ -9,7 +9,10 @@ installed torch. Then:
   Python reads, for the same calls (healthy, failing, odd keys, non-tensors);
 - a library that is missing, garbage, or fails its self-test is not used, and the wrappers still
   record on the Python reads;
-- the differential parity, no-sync and reliability suites pass with the reader in use
+- with the reader built, the wrappers are its C wrapper (``Hot``), which takes the common case
+  and hands every other one to the Python wrapper: it looks like the function it wraps, re-raises
+  the engine's very exception, and contains its own failures;
+- the differential parity, no-sync, recorder and reliability suites pass with the reader in use
   (run again in a subprocess that sees the build).
 """
 
@@ -203,6 +206,7 @@ def record_both(calls: list[tuple[str, Any, Any]], config: Config,
     rec = recorder(dataclasses.replace(config, native=reader_on), sink)
     attach, extract = wrap_transport(engine.add_auxiliary_output_to_pp_tensors,
                                      engine.pop_auxiliary_output_from_pp_tensors, rec)
+    assert is_c_wrapper(attach) == is_c_wrapper(extract) == reader_on
     for direction, make_d, subject in calls:
         fn = attach if direction == "attach" else extract
         try:
@@ -212,6 +216,10 @@ def record_both(calls: list[tuple[str, Any, Any]], config: Config,
     rec.shutdown(5.0)
     assert rec.internal_errors == 0, rec.warn.counts
     return [e._replace(start_ns=0, mono_ns=0, duration_ns=0, thread_id=0) for e in sink.events]
+
+
+def is_c_wrapper(fn: Any) -> bool:
+    return type(fn).__name__ == "Hot"
 
 
 def mixed_calls() -> list[tuple[str, Any, Any]]:
@@ -382,9 +390,121 @@ def test_the_parity_and_sync_suites_pass_with_the_reader(built: Path) -> None:
     # The differential suites against SGLang's real module, again, on the native path.
     env = {**os.environ, "PPTRACE_TEST_NATIVE_DIR": str(built)}
     files = ["tests/test_parity.py", "tests/test_reliability_parity.py", "tests/test_nosync.py",
-             "tests/test_reliability_leaks.py"]
+             "tests/test_reliability_leaks.py", "tests/test_recorder_stream.py",
+             "tests/test_recorder_flight.py", "tests/test_recorder_rank.py",
+             "tests/test_reliability_concurrency.py"]
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                            *files], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=580)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert " passed" in proc.stdout and " failed" not in proc.stdout
+
+
+def c_wrapped(rec: Recorder, attach: Any = None, extract: Any = None) -> tuple[Any, Any]:
+    pair = wrap_transport(attach or engine.add_auxiliary_output_to_pp_tensors,
+                          extract or engine.pop_auxiliary_output_from_pp_tensors, rec)
+    assert all(is_c_wrapper(f) for f in pair)
+    return pair
+
+
+def test_the_c_wrapper_looks_like_the_function_it_wraps(use: Any) -> None:
+    import inspect
+
+    from pptrace.wrapper import is_wrapped, unwrap
+
+    rec = recorder(Config(flush_interval=3600), MemorySink())
+    attach, extract = c_wrapped(rec)
+    for w, fn in ((attach, engine.add_auxiliary_output_to_pp_tensors),
+                  (extract, engine.pop_auxiliary_output_from_pp_tensors)):
+        assert is_wrapped(w) and unwrap(w) is fn and w.__wrapped__ is fn
+        assert (w.__name__, w.__qualname__, w.__module__, w.__doc__) == (
+            fn.__name__, fn.__qualname__, fn.__module__, fn.__doc__)
+        assert inspect.signature(w) == inspect.signature(fn)
+    assert wrap_transport(attach, extract, rec)[0] is not attach  # re-wrapping wraps the original
+    rewrapped = wrap_transport(attach, extract, rec)[0]
+    assert unwrap(rewrapped) is engine.add_auxiliary_output_to_pp_tensors
+
+    class Holder:  # as a class attribute it binds like a function
+        c_attach = attach
+        py_attach = staticmethod(engine.add_auxiliary_output_to_pp_tensors)
+
+    bound = Holder().c_attach
+    assert bound.__self__.__class__ is Holder and bound.__func__ is attach
+    rec.shutdown(1.0)
+
+
+def test_the_c_wrapper_reraises_the_engines_very_exception(use: Any) -> None:
+    sink = MemorySink()
+    rec = recorder(Config(flush_interval=3600), sink)
+    boom = KeyError("the engine's own")
+
+    def attach_fn(tensors: Any, output: Any) -> Any:
+        tensors["__sampling_observer_output__.half"] = torch.zeros(2)
+        raise boom
+
+    attach, _ = c_wrapped(rec, attach=attach_fn)
+    d: dict[str, Any] = {"next_token_ids": torch.zeros(1)}
+    with pytest.raises(KeyError) as caught:
+        attach(d, Output(1))
+    assert caught.value is boom
+    assert caught.traceback[-1].name == "attach_fn"  # the engine's frame is where it was raised
+    with pytest.raises(KeyboardInterrupt):  # a BaseException too
+        c_wrapped(rec, attach=lambda t, o: (_ for _ in ()).throw(KeyboardInterrupt()))[0](
+            {"x": 1}, None)
+    rec.shutdown(5.0)
+    first = sink.events[0]
+    assert (first.error_type, first.error_message) == ("KeyError", "\"the engine's own\"")
+    assert first.names == ("half",) and first.keys_after == ("next_token_ids", PREFIX + "half")
+    assert sink.events[1].error_type == "KeyboardInterrupt"
+    assert rec.internal_errors == 0
+
+
+def test_the_c_wrapper_hands_other_cases_to_the_python_wrapper(use: Any) -> None:
+    sink = MemorySink()
+    rec = recorder(Config(flush_interval=3600), sink)
+    attach, extract = c_wrapped(rec)
+
+    class D(dict):  # type: ignore[type-arg]
+        pass
+
+    attach(tensors=D(next_token_ids=torch.zeros(1)), output=Output(1))  # keywords, a subclass
+    d: dict[str, Any] = {"next_token_ids": torch.zeros(1)}
+    attach(d, Output(2))
+    extract(d, Observer())
+    assert [type(raw[9]) for raw in rec._buf] == [list, bytes, bytes]
+    rec.enabled = False
+    attach({"next_token_ids": torch.zeros(1)}, Output(1))  # disabled: straight through
+    assert len(rec._buf) == 3
+    rec.shutdown(5.0)
+    assert rec.internal_errors == 0
+
+
+def test_a_failure_inside_the_c_wrapper_is_counted_not_raised(use: Any) -> None:
+    from pptrace.record import Direction
+
+    rec = recorder(Config(flush_interval=3600), MemorySink())
+    rec.seq[Direction.ATTACH] = iter(())  # no sequence number to give: recording fails
+    attach, extract = c_wrapped(rec)
+    d: dict[str, Any] = {"next_token_ids": torch.zeros(1)}
+    out = Output(2)
+    assert attach(d, out) is None
+    assert list(d) == ["next_token_ids", PREFIX + "t0", PREFIX + "t1"]  # the engine's effect
+    assert rec.internal_errors == 1 and "internal error in native record" in rec.warn.counts
+    extract(d, Observer())
+    assert len(rec._buf) == 1  # the extract was recorded
+    rec.shutdown(5.0)
+
+
+def test_the_c_wrapper_keeps_no_reference(use: Any) -> None:
+    rec = recorder(Config(flush_interval=3600), MemorySink())
+    attach, extract = c_wrapped(rec)
+    out, obs = Output(3), Observer()
+    d: dict[str, Any] = {"next_token_ids": torch.zeros(1)}
+    values = list(out.named.values())
+    counts = [sys.getrefcount(x) for x in (d, out, obs, *values)]
+    for _ in range(200):
+        attach(d, out)
+        extract(d, obs)
+    rec.flush()
+    assert [sys.getrefcount(x) for x in (d, out, obs, *values)] == counts
+    rec.shutdown(5.0)
