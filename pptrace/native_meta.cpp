@@ -25,7 +25,29 @@
 namespace {
 
 // Appends one tensor's fields; false when this reader must leave the value to Python.
-bool put(PyObject* value, std::vector<int64_t>& out) {
+// int64 fields on the stack for the usual few tensors, on the heap beyond.
+class Fields {
+ public:
+  void push_back(int64_t v) {
+    if (n_ < kStack) {
+      stack_[n_++] = v;
+      return;
+    }
+    if (heap_.empty()) heap_.assign(stack_, stack_ + n_);
+    heap_.push_back(v);
+    n_++;
+  }
+  const int64_t* data() const { return heap_.empty() ? stack_ : heap_.data(); }
+  size_t size() const { return n_; }
+
+ private:
+  static constexpr size_t kStack = 128;
+  int64_t stack_[kStack];
+  size_t n_ = 0;
+  std::vector<int64_t> heap_;
+};
+
+bool put(PyObject* value, Fields& out) {
   if (THPVariableClass == nullptr ||
       Py_TYPE(value) != reinterpret_cast<PyTypeObject*>(THPVariableClass)) {
     return false;
@@ -50,7 +72,7 @@ bool put(PyObject* value, std::vector<int64_t>& out) {
   return true;
 }
 
-PyObject* pack(const std::vector<int64_t>& fields) {
+PyObject* pack(const Fields& fields) {
   return PyBytes_FromStringAndSize(reinterpret_cast<const char*>(fields.data()),
                                    static_cast<Py_ssize_t>(fields.size() * sizeof(int64_t)));
 }
@@ -67,8 +89,7 @@ PyObject* inserted(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     Py_RETURN_NONE;
   }
   try {
-    std::vector<int64_t> fields;
-    fields.reserve(32);
+    Fields fields;
     Py_ssize_t pos = 0;
     Py_ssize_t index = 0;
     PyObject* key = nullptr;
@@ -94,8 +115,7 @@ PyObject* prefixed(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     Py_RETURN_NONE;
   }
   try {
-    std::vector<int64_t> fields;
-    fields.reserve(32);
+    Fields fields;
     Py_ssize_t pos = 0;
     PyObject* key = nullptr;
     PyObject* value = nullptr;
@@ -173,13 +193,14 @@ PyObject* device(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 // ---------------------------------------------------------------------------------------------
 // Hot: the wrappers' common case as one C callable (see pptrace/wrapper.py, which makes it).
 //
-// A call with two positional arguments, an exact dict and the recorder enabled is recorded here: keys before, clocks, the engine's function, keys after, the packed
-// tensors, one raw tuple appended to the recorder's buffer (the very tuple the Python wrapper
-// appends). Everything else goes to ``slow``, the Python
-// wrapper itself, before the engine's function runs; an exception from the engine's function
-// is handed to ``on_error`` (Python) and then re-raised, the very same object; ``on_items``
-// (Python) reads an attach's values the reader leaves to Python. A failure in recording after
-// the engine's function returned goes to ``rec.internal_error`` and never reaches the caller.
+// A call with two positional arguments, an exact dict and the recorder enabled is recorded
+// here: keys before, clocks, the engine's function, keys after, the packed tensors, and one raw
+// tuple appended to the recorder's buffer (the very tuple the Python wrapper appends: see
+// pptrace/recorder.py's Raw). Every other call goes to ``slow``, the Python wrapper itself,
+// before the engine's function runs. An exception from the engine's function goes to
+// ``on_error`` (Python), then is re-raised: the very same object. ``on_items`` (Python) reads
+// an attach's values the reader leaves to Python. A failure in recording after the engine's
+// function returned goes to ``rec.internal_error`` and never reaches the caller.
 
 struct Hot {
   PyObject_HEAD
@@ -195,8 +216,7 @@ struct Hot {
   PyObject* prefix;  // extract: the prefix; attach: None
   PyObject* on_error;
   PyObject* on_items;
-  PyObject* here;    // the wrappers' threading.local: .thread is the calling Thread, once set
-  PyObject* thread;  // () -> the calling Thread (sets here.thread)
+  PyObject* thread;  // () -> the calling threading.Thread
   Py_ssize_t cap;
   int ring;
 };
@@ -208,7 +228,7 @@ PyObject* s_drop_new = nullptr;
 PyObject* s_internal_error = nullptr;
 PyObject* s_record_where = nullptr;
 PyObject* s_learn_rank = nullptr;
-PyObject* s_thread = nullptr;
+PyObject* s_thread_key = nullptr;
 
 int64_t now_ns(clockid_t clock) {
   struct timespec ts;
@@ -261,6 +281,25 @@ void internal_error(Hot* self) {
   Py_XDECREF(type);
   Py_XDECREF(value);
   Py_XDECREF(tb);
+}
+
+// The calling threading.Thread, kept in the thread state's own dict (gone with the thread)
+// after the first call on each thread; new reference, or nullptr with an exception set.
+PyObject* calling_thread(Hot* self) {
+  PyObject* state = PyThreadState_GetDict();
+  if (state != nullptr) {
+    PyObject* found = PyDict_GetItemWithError(state, s_thread_key);
+    if (found != nullptr) {
+      Py_INCREF(found);
+      return found;
+    }
+    if (PyErr_Occurred()) return nullptr;
+  }
+  PyObject* current = PyObject_CallNoArgs(self->thread);
+  if (current != nullptr && state != nullptr && PyDict_SetItem(state, s_thread_key, current) < 0) {
+    PyErr_Clear();  // not kept: asked again next time
+  }
+  return current;
 }
 
 PyObject* call_slow(Hot* self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
@@ -345,11 +384,7 @@ PyObject* hot_call(PyObject* obj, PyObject* const* args, size_t nargsf, PyObject
     }
     dropped = PyObject_GetAttr(self->rec, s_dropped);
     if (dropped == nullptr) break;
-    PyObject* current = PyObject_GetAttr(self->here, s_thread);
-    if (current == nullptr) {
-      PyErr_Clear();
-      current = PyObject_CallNoArgs(self->thread);
-    }
+    PyObject* current = calling_thread(self);
     PyObject* ints[4] = {PyLong_FromLongLong(wall), PyLong_FromLongLong(t0),
                          PyLong_FromLongLong(dur), current};
     if (!ints[0] || !ints[1] || !ints[2] || !ints[3]) {
@@ -418,7 +453,6 @@ int hot_traverse(PyObject* obj, visitproc visit, void* arg) {
   Py_VISIT(self->prefix);
   Py_VISIT(self->on_error);
   Py_VISIT(self->on_items);
-  Py_VISIT(self->here);
   Py_VISIT(self->thread);
   return 0;
 }
@@ -436,7 +470,6 @@ int hot_clear(PyObject* obj) {
   Py_CLEAR(self->prefix);
   Py_CLEAR(self->on_error);
   Py_CLEAR(self->on_items);
-  Py_CLEAR(self->here);
   Py_CLEAR(self->thread);
   return 0;
 }
@@ -462,15 +495,14 @@ PyGetSetDef hot_getset[] = {
 
 PyTypeObject HotType = {PyVarObject_HEAD_INIT(nullptr, 0)};
 
-// hot(fn, slow, rec, direction, seq, buf, append, cap, ring, prefix, on_error, on_items, here,
-//     thread)
+// hot(fn, slow, rec, direction, seq, buf, append, cap, ring, prefix, on_error, on_items, thread)
 PyObject* make_hot(PyObject*, PyObject* args) {
   PyObject *fn, *slow, *rec, *direction, *seq, *buf, *append, *prefix, *on_error, *on_items,
-      *here, *thread;
+      *thread;
   Py_ssize_t cap;
   int ring;
-  if (!PyArg_ParseTuple(args, "OOOOOOOnpOOOOO", &fn, &slow, &rec, &direction, &seq, &buf,
-                        &append, &cap, &ring, &prefix, &on_error, &on_items, &here, &thread)) {
+  if (!PyArg_ParseTuple(args, "OOOOOOOnpOOOO", &fn, &slow, &rec, &direction, &seq, &buf,
+                        &append, &cap, &ring, &prefix, &on_error, &on_items, &thread)) {
     return nullptr;
   }
   if (prefix != Py_None && !PyUnicode_CheckExact(prefix)) {
@@ -482,7 +514,7 @@ PyObject* make_hot(PyObject*, PyObject* args) {
   self->vectorcall = hot_call;
   self->dict = PyDict_New();
   PyObject* objs[] = {fn,     slow,     rec,      direction, seq,  buf,
-                      append, prefix,   on_error, on_items,  here, thread};
+                      append, prefix,   on_error, on_items,  thread};
   for (PyObject* o : objs) Py_INCREF(o);
   self->fn = fn;
   self->slow = slow;
@@ -494,7 +526,6 @@ PyObject* make_hot(PyObject*, PyObject* args) {
   self->prefix = prefix;
   self->on_error = on_error;
   self->on_items = on_items;
-  self->here = here;
   self->thread = thread;
   self->cap = cap;
   self->ring = ring;
@@ -509,7 +540,7 @@ PyObject* make_hot(PyObject*, PyObject* args) {
 PyMethodDef methods[] = {
     {"hot", make_hot, METH_VARARGS,
      "hot(fn, slow, rec, direction, seq, buf, append, cap, ring, prefix, on_error, on_items, "
-     "here, thread)"},
+     "thread)"},
     {"inserted", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(inserted)),
      METH_FASTCALL, "inserted(d, start) -> packed metadata of d's values from start on, or None"},
     {"prefixed", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(prefixed)),
@@ -546,9 +577,9 @@ PyMODINIT_FUNC PyInit_pptrace_meta(void) {
   s_internal_error = PyUnicode_InternFromString("internal_error");
   s_record_where = PyUnicode_InternFromString("native record");
   s_learn_rank = PyUnicode_InternFromString("learn_rank");
-  s_thread = PyUnicode_InternFromString("thread");
+  s_thread_key = PyUnicode_InternFromString("pptrace.calling_thread");
   if (!s_enabled || !s_rank_pending || !s_dropped || !s_drop_new || !s_internal_error ||
-      !s_record_where || !s_learn_rank || !s_thread) {
+      !s_record_where || !s_learn_rank || !s_thread_key) {
     return nullptr;
   }
   return PyModule_Create(&module);

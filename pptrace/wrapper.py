@@ -78,7 +78,7 @@ def _hot(rec: Recorder, reader: Any, fn: Any, slow: Any, direction: Direction,
         return slow
     try:
         hot = reader.hot(fn, slow, rec, direction, seq, rec._buf, rec.append, rec._cap,
-                         rec.flight, prefix, on_error, on_items, _here, _thread)
+                         rec.flight, prefix, on_error, on_items, _current_thread)
         functools.update_wrapper(hot, fn)
         setattr(hot, WRAPPED_ATTR, fn)
     except Exception as exc:  # the Python wrapper records the same events
