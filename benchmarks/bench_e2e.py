@@ -132,6 +132,9 @@ def main() -> None:
     args = parser.parse_args()
     print(f"sample pipeline, {args.ranks} ranks (gloo, CPU), {args.steps} steps, "
           f"{args.repeats} interleaved repeats, {os.cpu_count()} CPUs")
+    from pptrace import native
+
+    print(f"native metadata reader (the ranks' wrappers): {native.status().reason}")
     rates: dict[str, list[float]] = {v: [] for v in VARIANTS}
     cpus: dict[str, list[float]] = {v: [] for v in VARIANTS}
     with tempfile.TemporaryDirectory(prefix="pptrace-e2e-") as tmp:

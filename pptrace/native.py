@@ -110,7 +110,16 @@ def build(verbose: bool = False) -> Path:
     path = library_path()
     if path.exists():
         return path
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return _build_into(path, verbose)
+    except OSError as exc:
+        raise PptraceError(f"pptrace native build: cannot write {path.parent} "
+                           f"({type(exc).__name__}: {exc.strerror or exc}); "
+                           f"set {ENV_DIR} to a writable folder") from None
+
+
+def _build_into(path: Path, verbose: bool) -> Path:
     with tempfile.TemporaryDirectory(dir=path.parent, prefix=".build-") as tmp:
         out = Path(tmp) / f"{MODULE}.so"
         cmd = _compile_command(out)

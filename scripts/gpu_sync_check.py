@@ -5,8 +5,9 @@
 Runs the wrapped attach+extract (SGLang's real module when it loads, else pptrace's reference) on
 CUDA tensors under ``torch.cuda.set_sync_debug_mode("error")``, in stream and flight mode with
 fingerprinting off (pptrace's default), then shuts the recorder down (its thread converts and
-exports while the check is still on). Without CUDA it prints why and exits 0. The CPU twin of this
-check is ``tests/test_nosync.py``.
+exports while the check is still on); with the Python reads, and again with the native reader
+(built first when a C++ compiler is at hand). Without CUDA it prints why and exits 0. The CPU
+twin of this check is ``tests/test_nosync.py``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 import torch
 
+from pptrace import native
 from pptrace.config import Config
 from pptrace.record import Event, RecorderStats
 from pptrace.recorder import Recorder
@@ -54,10 +56,10 @@ class Observer:
         return dict(tensors)
 
 
-def check(mode: str, mod: Any) -> str | None:
+def check(mode: str, mod: Any, use_native: bool) -> str | None:
     """Run the calls in ``mode``; return what synchronised, or None."""
     sink = ListSink()
-    rec = Recorder(Config(mode=mode, fingerprint=False, flush_interval=0.05),
+    rec = Recorder(Config(mode=mode, fingerprint=False, flush_interval=0.05, native=use_native),
                    sink_factory=lambda _rank: sink).start()
     attach, extract = wrap_transport(mod.add_auxiliary_output_to_pp_tensors,
                                      mod.pop_auxiliary_output_from_pp_tensors, rec)
@@ -104,11 +106,22 @@ def main() -> int:
         import pptrace.engine as mod
     print(f"gpu_sync_check: {torch.cuda.get_device_name()}, torch {torch.__version__}, "
           f"transport {mod.__name__}, {CALLS} attach+extract pairs of 5 tensors per mode")
+    paths = ["python"]
+    try:  # the native reader too, built here when a compiler is at hand (about 20 s)
+        native.build()
+    except Exception as exc:
+        print(f"  native reader: cannot build ({exc}); Python reads only")
+    if native.reader() is not None:
+        paths.append("native")
+    else:
+        print(f"  native reader: {native.status().reason}; Python reads only")
     failed = False
-    for mode in ("stream", "flight"):
-        problem = check(mode, mod)
-        print(f"  {mode:<7} {'SYNC: ' + problem if problem else 'no device synchronisation'}")
-        failed = failed or problem is not None
+    for path in paths:
+        for mode in ("stream", "flight"):
+            problem = check(mode, mod, use_native=path == "native")
+            print(f"  {path:<7}{mode:<7} "
+                  f"{'SYNC: ' + problem if problem else 'no device synchronisation'}")
+            failed = failed or problem is not None
     return 1 if failed else 0
 
 

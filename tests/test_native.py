@@ -508,3 +508,16 @@ def test_the_c_wrapper_keeps_no_reference(use: Any) -> None:
     rec.flush()
     assert [sys.getrefcount(x) for x in (d, out, obs, *values)] == counts
     rec.shutdown(5.0)
+
+
+def test_an_unwritable_build_folder_is_a_one_line_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    env = {**os.environ, "PPTRACE_NATIVE_DIR": str(blocker / "native")}
+    proc = subprocess.run([sys.executable, "-m", "pptrace.cli", "native", "build"], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("pptrace: error: pptrace native build: cannot write ") and \
+        "PPTRACE_NATIVE_DIR" in last, proc.stderr
+    assert "Traceback" not in proc.stderr
