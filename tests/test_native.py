@@ -31,7 +31,7 @@ from typing import Any
 
 import pytest
 import torch
-from helpers_recorder import RANK, MemorySink, Observer, Output, recorder
+from helpers_recorder import RANK, MemorySink, Observer, Output, recorder, wrapped
 
 import pptrace.engine as engine
 from pptrace import native
@@ -204,8 +204,7 @@ def record_both(calls: list[tuple[str, Any, Any]], config: Config,
                 reader_on: bool) -> list[Any]:
     sink = MemorySink()
     rec = recorder(dataclasses.replace(config, native=reader_on), sink)
-    attach, extract = wrap_transport(engine.add_auxiliary_output_to_pp_tensors,
-                                     engine.pop_auxiliary_output_from_pp_tensors, rec)
+    attach, extract = wrapped(rec)
     assert is_c_wrapper(attach) == is_c_wrapper(extract) == reader_on
     for direction, make_d, subject in calls:
         fn = attach if direction == "attach" else extract
@@ -266,15 +265,13 @@ def test_events_are_the_same_with_and_without_the_reader(use: Any, mode: str) ->
 def test_the_buffer_holds_packed_metadata_when_the_reader_is_used(use: Any) -> None:
     sink = MemorySink()
     rec = recorder(Config(flush_interval=3600), sink)
-    attach, extract = wrap_transport(engine.add_auxiliary_output_to_pp_tensors,
-                                     engine.pop_auxiliary_output_from_pp_tensors, rec)
+    attach, extract = wrapped(rec)
     d: dict[str, Any] = {"next_token_ids": torch.zeros(1)}
     attach(d, Output(2))
     extract(d, Observer())
     assert [type(raw[9]) for raw in rec._buf] == [bytes, bytes]
     off = recorder(Config(flush_interval=3600, native=False), sink)
-    attach, _ = wrap_transport(engine.add_auxiliary_output_to_pp_tensors,
-                               engine.pop_auxiliary_output_from_pp_tensors, off)
+    attach, _ = wrapped(off)
     attach({"next_token_ids": torch.zeros(1)}, Output(2))
     assert type(off._buf[0][9]) is list  # PPTRACE_NATIVE=0: the Python reads
     rec.shutdown(5.0)
@@ -290,8 +287,7 @@ def test_file_lines_are_the_same_with_and_without_the_reader(
         cfg = Config(trace_dir=str(folder), run_id="r", flush_interval=3600, native=reader_on)
         rec = Recorder(cfg, sink_factory=lambda rank: build_provider(cfg, rank),
                        rank_provider=lambda: (RANK, True))
-        attach, extract = wrap_transport(engine.add_auxiliary_output_to_pp_tensors,
-                                         engine.pop_auxiliary_output_from_pp_tensors, rec)
+        attach, extract = wrapped(rec)
         for _ in range(3):  # the second sighting of a shape makes a template: cover both
             for direction, make_d, subject in mixed_calls():
                 fn = attach if direction == "attach" else extract
@@ -332,8 +328,7 @@ def test_a_library_that_is_missing_or_garbage_is_not_used(
     assert native.status().reason.startswith("failed to load")
     sink = MemorySink()
     rec = recorder(Config(flush_interval=3600), sink)
-    attach, extract = wrap_transport(engine.add_auxiliary_output_to_pp_tensors,
-                                     engine.pop_auxiliary_output_from_pp_tensors, rec)
+    attach, extract = wrapped(rec)
     d: dict[str, Any] = {"next_token_ids": torch.zeros(1)}
     attach(d, Output(2))
     extract(d, Observer())
