@@ -272,8 +272,11 @@ class _WrapperTypes:
     (``pptrace_meta.Hot``), recognised by name so that patching never imports the reader."""
 
     def __contains__(self, tp: type) -> bool:
-        return tp is types.FunctionType or (
-            tp.__module__ == "pptrace_meta" and tp.__qualname__ == "Hot")
+        if tp is types.FunctionType:
+            return True
+        # type's own getters: a metaclass's __getattribute__ (user code) never runs here.
+        return (type.__getattribute__(tp, "__module__") == "pptrace_meta"
+                and type.__getattribute__(tp, "__qualname__") == "Hot")
 
 
 _WRAPPER_TYPES = _WrapperTypes()

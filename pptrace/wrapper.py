@@ -13,6 +13,11 @@ comprehension frame, plain tensors' metadata kept flat in one list (see ``record
 ``deque.append`` (C) into the recorder's buffer, the stream cap checked inline. What is left is
 mostly the reads themselves: ``benchmarks/bench_hotpath.py`` times them alone ("reads only").
 
+Where ``pptrace native build`` has built the native reader (``pptrace.native``), the functions
+returned are its C wrapper instead: it records the common case itself (the same raw tuple, the
+tensors' metadata packed in one call) and hands every other call to the Python wrapper below,
+before the engine's function runs, and the engine's exceptions to the same ``failed`` recorders.
+
 Dict snapshots go through ``dict``'s own methods so that a dict subclass sees no extra calls. A
 container that is not a dict is never read (any call into it could have effects the engine would
 see): its events carry no keys and no tensors.
