@@ -275,8 +275,9 @@ class _WrapperTypes:
         if tp is types.FunctionType:
             return True
         # type's own getters: a metaclass's __getattribute__ (user code) never runs here.
-        return (type.__getattribute__(tp, "__module__") == "pptrace_meta"
-                and type.__getattribute__(tp, "__qualname__") == "Hot")
+        module: object = type.__getattribute__(tp, "__module__")
+        name: object = type.__getattribute__(tp, "__qualname__")
+        return module == "pptrace_meta" and name == "Hot"
 
 
 _WRAPPER_TYPES = _WrapperTypes()
