@@ -277,7 +277,8 @@ class _WrapperTypes:
         # type's own getters: a metaclass's __getattribute__ (user code) never runs here.
         module: object = type.__getattribute__(tp, "__module__")
         name: object = type.__getattribute__(tp, "__qualname__")
-        return module == "pptrace_meta" and name == "Hot"
+        return (type(module) is str and module == "pptrace_meta"
+                and type(name) is str and name == "Hot")
 
 
 _WRAPPER_TYPES = _WrapperTypes()
