@@ -86,6 +86,10 @@ def _hot(rec: Recorder, reader: Any, fn: Any, slow: Any, direction: Direction,
                          rec.flight, prefix, on_error, on_items, _current_thread)
         functools.update_wrapper(hot, fn)
         setattr(hot, WRAPPED_ATTR, fn)
+        # Pickled by name, as a function is: it works where the module's name is bound to it.
+        name = getattr(fn, "__qualname__", None)
+        if isinstance(name, str):
+            hot.__reduce_ex__ = lambda _protocol: name
     except Exception as exc:  # the Python wrapper records the same events
         rec.internal_error("native wrapper", exc)
         return slow

@@ -516,3 +516,27 @@ def test_an_unwritable_build_folder_is_a_one_line_error(tmp_path: Path) -> None:
     assert last.startswith("pptrace: error: pptrace native build: cannot write ") and \
         "PPTRACE_NATIVE_DIR" in last, proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_the_c_wrapper_pickles_by_name_as_a_function_does(use: Any) -> None:
+    import pickle
+    import types
+
+    mod = types.ModuleType("pptrace_test_pickled")
+    exec("def attach(tensors, output):\n    return None\n"
+         "def extract(tensors, observer):\n    return None\n", mod.__dict__)
+    sys.modules[mod.__name__] = mod
+    try:
+        rec = recorder(Config(flush_interval=3600), MemorySink())
+        py = wrap_transport(mod.attach, mod.extract, recorder(
+            Config(flush_interval=3600, native=False), MemorySink()))
+        attach, extract = c_wrapped(rec, attach=mod.attach, extract=mod.extract)
+        for w in (attach, py[0]):  # not bound in its module yet: neither pickles
+            with pytest.raises(pickle.PicklingError):
+                pickle.dumps(w)
+        mod.attach = attach  # as pptrace.instrument() binds it
+        assert pickle.loads(pickle.dumps(attach)) is attach
+        mod.attach = py[0]
+        assert pickle.loads(pickle.dumps(py[0])) is py[0]
+    finally:
+        del sys.modules[mod.__name__]
