@@ -204,6 +204,9 @@ def reader() -> ModuleType | None:
 
 
 def _load() -> tuple[ModuleType | None, str]:
+    if sysconfig.get_config_var("Py_GIL_DISABLED"):
+        # Its C code relies on the GIL (dict iteration, the record's append).
+        return None, "not for a free-threaded Python (the Python wrapper records instead)"
     try:
         path = library_path()
     except Exception as exc:  # an unreadable source file: the package is broken, not the engine

@@ -540,3 +540,16 @@ def test_the_c_wrapper_pickles_by_name_as_a_function_does(use: Any) -> None:
         assert pickle.loads(pickle.dumps(py[0])) is py[0]
     finally:
         del sys.modules[mod.__name__]
+
+
+def test_a_free_threaded_python_keeps_the_python_wrapper(
+        built: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sysconfig
+
+    monkeypatch.setenv("PPTRACE_NATIVE_DIR", str(built))
+    real = sysconfig.get_config_var
+    monkeypatch.setattr(sysconfig, "get_config_var",
+                        lambda name: 1 if name == "Py_GIL_DISABLED" else real(name))
+    _reset()
+    assert native.reader() is None and "free-threaded" in native.status().reason
+    _reset()
