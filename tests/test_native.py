@@ -262,13 +262,19 @@ def test_events_are_the_same_with_and_without_the_reader(use: Any, mode: str) ->
     assert with_reader == without
 
 
-def test_the_buffer_holds_packed_metadata_when_the_reader_is_used(use: Any) -> None:
-    sink = MemorySink()
+def one_pair(sink: MemorySink) -> Recorder:
+    """A recorder (not flushed yet) that has recorded one healthy attach+extract of 2 tensors."""
     rec = recorder(Config(flush_interval=3600), sink)
     attach, extract = wrapped(rec)
     d: dict[str, Any] = {"next_token_ids": torch.zeros(1)}
     attach(d, Output(2))
     extract(d, Observer())
+    return rec
+
+
+def test_the_buffer_holds_packed_metadata_when_the_reader_is_used(use: Any) -> None:
+    sink = MemorySink()
+    rec = one_pair(sink)
     assert [type(raw[9]) for raw in rec._buf] == [bytes, bytes]
     off = recorder(Config(flush_interval=3600, native=False), sink)
     attach, _ = wrapped(off)
@@ -327,12 +333,7 @@ def test_a_library_that_is_missing_or_garbage_is_not_used(
     assert native.reader() is None
     assert native.status().reason.startswith("failed to load")
     sink = MemorySink()
-    rec = recorder(Config(flush_interval=3600), sink)
-    attach, extract = wrapped(rec)
-    d: dict[str, Any] = {"next_token_ids": torch.zeros(1)}
-    attach(d, Output(2))
-    extract(d, Observer())
-    rec.shutdown(5.0)
+    one_pair(sink).shutdown(5.0)
     assert [e.names for e in sink.events] == [("t0", "t1")] * 2
     _reset()
 
