@@ -183,14 +183,14 @@ def run(n: int, repeats: int, calls: int, tmp: str) -> None:
     stream = recorder()
     caller = recorder(flush_interval=3600.0)  # flushed by hand, between timed batches
     flight = recorder(mode="flight")
-    hand_flushed = [caller]
+    hand_flushed: dict[str, Recorder] = {"stream/caller": caller}
     # With the native reader built, the same two again on the Python reads, side by side.
     python_reads: dict[str, tuple[Any, Any]] = {}
     closing: list[Recorder] = []
     if native.reader() is not None:
         py_caller = recorder(flush_interval=3600.0, native=False)
         py_flight = recorder(mode="flight", native=False)
-        hand_flushed.append(py_caller)
+        hand_flushed["caller/python"] = py_caller
         closing = [py_caller, py_flight]
         python_reads = {"caller/python": wrap_transport(*bare, py_caller),
                         "flight/python": wrap_transport(*bare, py_flight)}
@@ -214,7 +214,7 @@ def run(n: int, repeats: int, calls: int, tmp: str) -> None:
     flush_ns: list[float] = []
     for name in names:  # warm-up
         timed_loop(*variants[name], output, observer, max(1, calls // 10))
-    for rec in hand_flushed:
+    for rec in hand_flushed.values():
         rec.flush()
     chunks = 10
     sizes = [calls // chunks + (1 if i < calls % chunks else 0) for i in range(chunks)]
@@ -232,8 +232,8 @@ def run(n: int, repeats: int, calls: int, tmp: str) -> None:
                     events = caller.flush()
                     if events:
                         flush_ns.append((time.thread_time_ns() - t0) / events)
-                elif name == "caller/python":
-                    hand_flushed[1].flush()
+                elif name in hand_flushed:
+                    hand_flushed[name].flush()
         for name in names:  # per pair, the loop's own cost subtracted
             cpu_samples[name].append((cpu_ns[name] - cpu_ns["loop only"]) / calls)
             wall_samples[name].append((wall_ns[name] - wall_ns["loop only"]) / calls)

@@ -79,7 +79,7 @@ def _hot(rec: Recorder, reader: Any, fn: Any, slow: Any, direction: Direction,
          seq: Any, prefix: str | None, on_error: Any, on_items: Any) -> Any:
     """The native reader's C wrapper around ``fn`` when it can take the common case, else the
     Python wrapper ``slow`` (which the C one hands every other case to)."""
-    if reader is None or rec.fingerprint or not hasattr(reader, "hot"):
+    if reader is None or rec.fingerprint:
         return slow
     try:
         hot = reader.hot(fn, slow, rec, direction, seq, rec._buf, rec.append, rec._cap,
