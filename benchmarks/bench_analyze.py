@@ -7,8 +7,8 @@
 
 The layout is pp=2 x tp=4: the last stage's 4 ranks attach, stage 0's 4 ranks extract, so every
 one of the 8 ranks records events. The files are OTLP/JSON lines with exactly the attributes
-pptrace's exporter writes (``pptrace.schema.event_to_attributes``), as many spans a line as the
-file sink writes (``pptrace.file_sink.SPANS_PER_LINE``); they are generated from per-rank
+pptrace's exporter writes (``pptrace.model.schema.event_to_attributes``), as many spans a line as the
+file sink writes (``pptrace.export.file_sink.SPANS_PER_LINE``); they are generated from per-rank
 templates so that writing 1M events takes seconds.
 One microbatch in 1000 carries a dtype change, so the analyzer has findings to report.
 
@@ -34,8 +34,8 @@ BATCHES = (1, 3, 8, 16)  # batch sizes cycle, so shapes vary like a real run's
 
 def _templates(pp: int, tp: int, direction: str, batch: int, dtype: str) -> str:
     """One span's JSON with %-placeholders for what changes per event."""
-    from pptrace import schema
-    from pptrace.record import PREFIX, Direction, Event, RankInfo, TensorMeta
+    from pptrace.model import schema
+    from pptrace.model.records import PREFIX, Direction, Event, RankInfo, TensorMeta
 
     rank = RankInfo(rank=pp * TP + tp, world_size=PP * TP, pp_rank=pp, pp_size=PP, tp_rank=tp,
                     tp_size=TP, host="bench-host", pid=40000 + pp * TP + tp)
@@ -52,11 +52,11 @@ def _templates(pp: int, tp: int, direction: str, batch: int, dtype: str) -> str:
     if direction == "attach":
         before, after = engine, engine + keys
         d = Direction.ATTACH
-        subject = "samples.observer.TopKOutput"
+        subject = "pptrace_samples.observer.TopKOutput"
     else:
         before, after = engine + ("__msg_type__",) + keys, engine + ("__msg_type__",)
         d = Direction.EXTRACT
-        subject = "samples.observer.TopKObserver"
+        subject = "pptrace_samples.observer.TopKObserver"
     ev = Event(direction=d, seq=123456789, rank=rank, start_ns=0, mono_ns=987654321,
                duration_ns=2100, thread_id=140000000 + tp, thread_name="MainThread",
                subject_type=subject, subject_pp_capable=True, tensors=tensors,
@@ -98,7 +98,7 @@ def _resource(pp: int, tp: int) -> str:
 
 def generate(directory: str, total: int) -> int:
     """Write ``total`` events (half attach, half extract) as 8 per-rank files; return bytes."""
-    from pptrace.file_sink import SPANS_PER_LINE as PER_LINE
+    from pptrace.export.file_sink import SPANS_PER_LINE as PER_LINE
 
     os.makedirs(directory, exist_ok=True)
     per_rank = total // (PP * TP)
@@ -136,11 +136,11 @@ def generate(directory: str, total: int) -> int:
 def measure(directory: str) -> dict[str, float]:
     """Load and analyze in this process; return seconds and peak memory.
 
-    The peak is this process's plus the loader worker's (``pptrace.load_worker``), as if both
+    The peak is this process's plus the loader worker's (``pptrace.load.worker``), as if both
     peaked at once: an upper bound of what the machine needs.
     """
-    from pptrace.analyze import analyze
-    from pptrace.load import load_paths
+    from pptrace.analyze.analyzer import analyze
+    from pptrace.load.loader import load_paths
 
     t0 = time.perf_counter()
     trace = load_paths([directory])
@@ -156,7 +156,7 @@ def measure(directory: str) -> dict[str, float]:
 
 def measure_serial_load(directory: str) -> float:
     """Seconds to load in one process (``PPTRACE_LOAD_WORKERS=0``), for the side-by-side ratio."""
-    from pptrace.load import load_paths
+    from pptrace.load.loader import load_paths
 
     os.environ["PPTRACE_LOAD_WORKERS"] = "0"
     t0 = time.perf_counter()

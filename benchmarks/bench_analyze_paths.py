@@ -19,9 +19,9 @@ import gc
 import time
 from typing import Any
 
-from pptrace.analyze import analyze
-from pptrace.model import ProcessTrace, Trace
-from pptrace.record import PREFIX, Direction, Event, RankInfo, TensorMeta
+from pptrace.analyze.analyzer import analyze
+from pptrace.model.trace import ProcessTrace, Trace
+from pptrace.model.records import PREFIX, Direction, Event, RankInfo, TensorMeta
 
 PP, TP = 2, 4
 BATCHES = (1, 3, 8, 16)
@@ -66,7 +66,7 @@ def build(total: int, shared: bool) -> Trace:
                 events.append(Event(
                     direction=Direction.ATTACH if attach else Direction.EXTRACT, seq=seq,
                     rank=rank, start_ns=t0 + seq * 1_000_000, mono_ns=seq * 1_000_000,
-                    duration_ns=2100, subject_type="samples.observer.TopK",
+                    duration_ns=2100, subject_type="pptrace_samples.observer.TopK",
                     subject_pp_capable=True, tensors=tensors, keys_before=before,
                     keys_after=after, returned_none=attach, run_id="bench"))
             procs.append(ProcessTrace(rank=rank, events=tuple(events)))

@@ -33,8 +33,8 @@ import tempfile
 import time
 from typing import Any
 
-from samples import launch
-from samples.options import PipelineOptions
+from pptrace_samples import launch
+from pptrace_samples.options import PipelineOptions
 
 _ORIGINAL_CHILD = launch._child
 VARIANTS = ("off", "stream", "flight")
@@ -42,8 +42,8 @@ VARIANTS = ("off", "stream", "flight")
 
 def _child(variant: str, opts: PipelineOptions, rank: int, messages: Any) -> None:
     """A rank process with the variant's tracing, then the sample's own rank code."""
-    import samples.pipeline as pipeline
-    from pptrace.config import Config
+    import pptrace_samples.pipeline as pipeline
+    from pptrace.model.config import Config
 
     if variant == "off":
         pipeline.wrap_transport = lambda attach, extract, _recorder: (attach, extract)
@@ -132,7 +132,7 @@ def main() -> None:
     args = parser.parse_args()
     print(f"sample pipeline, {args.ranks} ranks (gloo, CPU), {args.steps} steps, "
           f"{args.repeats} interleaved repeats, {os.cpu_count()} CPUs")
-    from pptrace import native
+    from pptrace.record import native
 
     print(f"native metadata reader (the ranks' wrappers): {native.status().reason}")
     rates: dict[str, list[float]] = {v: [] for v in VARIANTS}

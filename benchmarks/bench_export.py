@@ -36,12 +36,12 @@ from typing import Any
 
 import torch
 
-from pptrace.config import Config
-from pptrace.export import build_provider
-from pptrace.record import RankInfo
-from pptrace.recorder import Recorder, _Converter
-from pptrace.sglang_module import load_transport_module
-from pptrace.wrapper import wrap_transport
+from pptrace.model.config import Config
+from pptrace.export.spans import build_provider
+from pptrace.model.records import RankInfo
+from pptrace.record.recorder import Recorder, _Converter
+from pptrace.instrument.sglang_module import load_transport_module
+from pptrace.record.wrapper import wrap_transport
 
 ROOT = Path(__file__).resolve().parent.parent
 RANK = RankInfo(rank=0, world_size=1, pp_rank=0, pp_size=1, tp_rank=0, tp_size=1,
@@ -64,7 +64,7 @@ class Observer:
 def transport(rec: Recorder) -> tuple[Callable[..., Any], Callable[..., Any]]:
     mod = load_transport_module(allow_bare=True)
     if mod is None:
-        import pptrace.engine as mod
+        import pptrace.record.engine as mod
     return wrap_transport(mod.add_auxiliary_output_to_pp_tensors,
                           mod.pop_auxiliary_output_from_pp_tensors, rec)
 

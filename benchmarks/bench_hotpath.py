@@ -48,12 +48,12 @@ import torch
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
-from pptrace import native
-from pptrace.config import Config
-from pptrace.export import build_provider
-from pptrace.recorder import Recorder
-from pptrace.sglang_module import load_transport_module
-from pptrace.wrapper import wrap_transport
+from pptrace.record import native
+from pptrace.model.config import Config
+from pptrace.export.spans import build_provider
+from pptrace.record.recorder import Recorder
+from pptrace.instrument.sglang_module import load_transport_module
+from pptrace.record.wrapper import wrap_transport
 
 PREFIX = "__sampling_observer_output__."
 

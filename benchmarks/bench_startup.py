@@ -27,7 +27,7 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from pptrace.cli_run import bootstrap_dir  # noqa: E402
+from pptrace.cli.run import bootstrap_dir  # noqa: E402
 
 IMPORT_ENGINE = (
     "import importlib.util, sys, types\n"

@@ -15,7 +15,7 @@ keeps the keypress ratio near 1.
     python benchmarks/bench_view.py            # 100k and 1M
     python benchmarks/bench_view.py --sizes 100000
     python benchmarks/bench_view.py --files --sizes 100000   # end to end from OTLP files:
-        # write per-rank files, then time pptrace.load and pptrace.analyze before the viewer
+        # write per-rank files, then time pptrace.load.loader and pptrace.analyze.analyzer before the viewer
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from helpers_tui import synthetic  # noqa: E402
 
-from tui.app import PptraceViewer  # noqa: E402
-from tui.screens.loading import LoadingScreen  # noqa: E402
-from tui.screens.main import MainScreen  # noqa: E402
+from pptrace_tui.app import PptraceViewer  # noqa: E402
+from pptrace_tui.screens.loading import LoadingScreen  # noqa: E402
+from pptrace_tui.screens.main import MainScreen  # noqa: E402
 
 #: "x" is bound to nothing: its time is Pilot's own round trip, the floor under every other key.
 KEYS = ["x", "right", "left", "down", "up", "pagedown", "n", "p", "right_square_bracket", "end",
@@ -48,8 +48,8 @@ def from_files(events: int, directory: str) -> tuple[object, list[object], dict[
     the way ``pptrace view`` does; return the trace, findings and the two timings."""
     from helpers_analyze import write_otlp_lines
 
-    from pptrace.analyze import analyze
-    from pptrace.load import load_paths
+    from pptrace.analyze.analyzer import analyze
+    from pptrace.load.loader import load_paths
 
     trace, _ = synthetic(events)
     for proc in trace.processes:
@@ -120,8 +120,8 @@ def main() -> int:
         results[n] = r
         print(f"\n== {int(r['events']):,} events ==")
         if args.files:
-            print(f"  pptrace.load of the OTLP files      {r['load_s']:7.3f} s")
-            print(f"  pptrace.analyze                    {r['analyze_s']:7.3f} s")
+            print(f"  pptrace.load.loader of the OTLP files      {r['load_s']:7.3f} s")
+            print(f"  pptrace.analyze.analyzer                    {r['analyze_s']:7.3f} s")
         print(f"  loading screen (progress) painted  {r['progress_paint_s']:7.3f} s")
         print(f"  first paint of the grid            {r['first_paint_s']:7.3f} s")
         print(f"  timeline ordered (background)      {r['timeline_ready_s']:7.3f} s")

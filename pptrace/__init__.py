@@ -26,15 +26,15 @@ __all__ = [
 ]
 
 _WHERE = {
-    "Config": "pptrace.config",
-    "Direction": "pptrace.record",
-    "Event": "pptrace.record",
-    "RankInfo": "pptrace.record",
-    "Recorder": "pptrace.recorder",
-    "TensorMeta": "pptrace.record",
-    "instrument": "pptrace.startup",
-    "uninstrument": "pptrace.startup",
-    "wrap_transport": "pptrace.wrapper",
+    "Config": "pptrace.model.config",
+    "Direction": "pptrace.model.records",
+    "Event": "pptrace.model.records",
+    "RankInfo": "pptrace.model.records",
+    "Recorder": "pptrace.record.recorder",
+    "TensorMeta": "pptrace.model.records",
+    "instrument": "pptrace.instrument.startup",
+    "uninstrument": "pptrace.instrument.startup",
+    "wrap_transport": "pptrace.record.wrapper",
 }
 
 

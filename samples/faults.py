@@ -2,7 +2,7 @@
 
 Each fault says where it happens, what the engine does about it, and what pptrace should find.
 This module is data only (no torch), so ``pptrace demo --list-faults`` answers instantly; the
-behaviour behind each name lives in ``samples.inject``.
+behaviour behind each name lives in ``pptrace_samples.inject``.
 
     fault = FAULTS["duplicate"]
     fault.error      # the engine's exact message, or None when the engine stays silent
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pptrace import errors
+from pptrace.model import errors
 
 __all__ = ["FAULTS", "FIRST", "LAST", "Fault", "fault_names"]
 
@@ -33,7 +33,7 @@ class Fault:
     error: str | None = None  # the engine's exact message when it raises
     raises_on: str | None = None  # LAST or FIRST: the stage whose ranks raise
     needs_tp: int = 1  # the TP size the fault needs (chosen automatically)
-    finding: str = ""  # the kind of finding (pptrace.findings.FindingKind value) it must raise
+    finding: str = ""  # the kind of finding (pptrace.model.findings.FindingKind value) it must raise
 
     @property
     def raises(self) -> bool:

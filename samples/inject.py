@@ -1,4 +1,4 @@
-"""What each fault in ``samples.faults`` does to the pipeline, as hooks on the healthy path.
+"""What each fault in ``pptrace_samples.faults`` does to the pipeline, as hooks on the healthy path.
 
 The pipeline asks its ``FaultPlan`` at five points: which observer stage 0 runs, which dict the
 last stage fills, which output it attaches, what happens between attach and send, and which dict
@@ -16,10 +16,10 @@ from typing import Any
 
 import torch
 
-from pptrace.record import PREFIX
-from samples.faults import ENTROPY, TOPK_LOGPROBS, Fault
-from samples.observer import TopKOutput
-from samples.transport import MSG_TYPE
+from pptrace.model.records import PREFIX
+from pptrace_samples.faults import ENTROPY, TOPK_LOGPROBS, Fault
+from pptrace_samples.observer import TopKOutput
+from pptrace_samples.transport import MSG_TYPE
 
 __all__ = ["FaultPlan", "LOOKALIKE_KEY"]
 

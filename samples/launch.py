@@ -24,11 +24,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from samples.options import EXIT_CRASH, PipelineOptions, RankReport, Terminated
+from pptrace_samples.options import EXIT_CRASH, PipelineOptions, RankReport, Terminated
 
 __all__ = ["RunResult", "run_pipeline"]
 
-PRELOAD = ["samples.preload"]
+PRELOAD = ["pptrace_samples.preload"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +65,7 @@ def _child(opts: PipelineOptions, rank: int, messages: Any) -> None:
 
     signal.signal(signal.SIGTERM, terminate)
     try:
-        from samples.pipeline import run_rank
+        from pptrace_samples.pipeline import run_rank
 
         def progress(r: int, steps: int) -> None:
             messages.put(("step", r, steps))

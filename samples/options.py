@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from pptrace.errors import ConfigError
-from samples.faults import FAULTS
+from pptrace.model.errors import ConfigError
+from pptrace_samples.faults import FAULTS
 
 __all__ = [
     "EXIT_CRASH",

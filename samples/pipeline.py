@@ -35,17 +35,17 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from pptrace.config import Config
-from pptrace.export import build_provider, trace_file_name
-from pptrace.record import PREFIX, RankInfo
-from pptrace.recorder import Recorder
-from pptrace.sglang_module import load_transport_module
-from pptrace.wrapper import wrap_transport
-from samples.faults import FAULTS
-from samples.inject import LOOKALIKE_KEY, FaultPlan
-from samples.model import ModelSpec, TinyDecoder, sample
-from samples.observer import TopKObserver, TopKOutput, describe_difference
-from samples.options import (
+from pptrace.model.config import Config
+from pptrace.export.spans import build_provider, trace_file_name
+from pptrace.model.records import PREFIX, RankInfo
+from pptrace.record.recorder import Recorder
+from pptrace.instrument.sglang_module import load_transport_module
+from pptrace.record.wrapper import wrap_transport
+from pptrace_samples.faults import FAULTS
+from pptrace_samples.inject import LOOKALIKE_KEY, FaultPlan
+from pptrace_samples.model import ModelSpec, TinyDecoder, sample
+from pptrace_samples.observer import TopKObserver, TopKOutput, describe_difference
+from pptrace_samples.options import (
     EXIT_CRASH,
     EXIT_ENGINE_ERROR,
     EXIT_INTERRUPTED,
@@ -56,7 +56,7 @@ from samples.options import (
     RankReport,
     Terminated,
 )
-from samples.transport import MSG_TYPE, Link
+from pptrace_samples.transport import MSG_TYPE, Link
 
 __all__ = ["PeerLost", "Stage", "run_rank", "transport_module"]
 
@@ -75,9 +75,9 @@ def transport_module(choice: str = "auto") -> types.ModuleType:
             return mod
         if choice == "sglang":
             raise RuntimeError("SGLang's transport module cannot be loaded (pip install sglang)")
-    import pptrace.engine
+    import pptrace.record.engine
 
-    return pptrace.engine
+    return pptrace.record.engine
 
 
 def _seed(opts: PipelineOptions, k: int) -> int:

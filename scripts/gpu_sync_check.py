@@ -18,12 +18,12 @@ from typing import Any
 
 import torch
 
-from pptrace import native
-from pptrace.config import Config
-from pptrace.record import Event, RecorderStats
-from pptrace.recorder import Recorder
-from pptrace.sglang_module import load_transport_module
-from pptrace.wrapper import wrap_transport
+from pptrace.record import native
+from pptrace.model.config import Config
+from pptrace.model.records import Event, RecorderStats
+from pptrace.record.recorder import Recorder
+from pptrace.instrument.sglang_module import load_transport_module
+from pptrace.record.wrapper import wrap_transport
 
 CALLS = 200
 
@@ -103,7 +103,7 @@ def main() -> int:
         return 2
     mod = load_transport_module(allow_bare=True)
     if mod is None:
-        import pptrace.engine as mod
+        import pptrace.record.engine as mod
     print(f"gpu_sync_check: {torch.cuda.get_device_name()}, torch {torch.__version__}, "
           f"transport {mod.__name__}, {CALLS} attach+extract pairs of 5 tensors per mode")
     paths = ["python"]

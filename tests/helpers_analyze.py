@@ -17,9 +17,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from pptrace import schema
-from pptrace.model import ProcessTrace, Trace
-from pptrace.record import PREFIX, Direction, Event, RankInfo, RecorderStats, TensorMeta
+from pptrace.model import schema
+from pptrace.model.trace import ProcessTrace, Trace
+from pptrace.model.records import PREFIX, Direction, Event, RankInfo, RecorderStats, TensorMeta
 
 ENGINE = ("next_token_ids",)
 BASE_NS = 1_700_000_000_000_000_000

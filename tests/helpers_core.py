@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from pptrace.config import Config
-from pptrace.record import Event, RankInfo, RecorderStats
-from pptrace.recorder import Recorder
+from pptrace.model.config import Config
+from pptrace.model.records import Event, RankInfo, RecorderStats
+from pptrace.record.recorder import Recorder
 
 __all__ = [
     "RANK",
@@ -46,7 +46,7 @@ RANK = RankInfo(rank=3, world_size=4, pp_rank=3, pp_size=4, tp_rank=0, tp_size=1
 
 def real_module() -> types.ModuleType:
     """SGLang's real transport module; fails (never skips) when it cannot be loaded."""
-    from pptrace.sglang_module import load_transport_module
+    from pptrace.instrument.sglang_module import load_transport_module
 
     mod = load_transport_module(allow_bare=True)
     if mod is None:

@@ -16,11 +16,11 @@ from typing import Any
 
 import torch
 
-import pptrace.engine as engine
-from pptrace.config import Config
-from pptrace.record import Direction, Event, RankInfo, RecorderStats
-from pptrace.recorder import Recorder
-from pptrace.wrapper import wrap_transport
+import pptrace.record.engine as engine
+from pptrace.model.config import Config
+from pptrace.model.records import Direction, Event, RankInfo, RecorderStats
+from pptrace.record.recorder import Recorder
+from pptrace.record.wrapper import wrap_transport
 
 RANK = RankInfo(rank=0, world_size=1, pp_rank=0, pp_size=1, tp_rank=0, tp_size=1,
                 host="testhost", pid=os.getpid())

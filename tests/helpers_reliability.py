@@ -1,6 +1,6 @@
 """Shared pieces for the reliability, fault, crash, concurrency and fuzz tests.
 
-    mod = transport()                       # SGLang's real module (or pptrace.engine without it)
+    mod = transport()                       # SGLang's real module (or pptrace.record.engine without it)
     rec = make_recorder(Config(), ListSink())
     attach, extract = wrap_transport(mod.add_auxiliary_output_to_pp_tensors,
                                      mod.pop_auxiliary_output_from_pp_tensors, rec)
@@ -19,10 +19,10 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
-from pptrace import errors, schema
-from pptrace.config import Config
-from pptrace.record import PREFIX, Direction, Event, RankInfo, RecorderStats, TensorMeta
-from pptrace.recorder import Recorder
+from pptrace.model import errors, schema
+from pptrace.model.config import Config
+from pptrace.model.records import PREFIX, Direction, Event, RankInfo, RecorderStats, TensorMeta
+from pptrace.record.recorder import Recorder
 
 RANK = RankInfo(rank=0, world_size=1, pp_rank=0, pp_size=1, tp_rank=0, tp_size=1,
                 host="testhost", pid=os.getpid())
@@ -31,11 +31,11 @@ RANK = RankInfo(rank=0, world_size=1, pp_rank=0, pp_size=1, tp_rank=0, tp_size=1
 @functools.lru_cache(maxsize=1)
 def transport() -> types.ModuleType:
     """SGLang's real transport module when installed, else pptrace's reference engine."""
-    from pptrace.sglang_module import load_transport_module
+    from pptrace.instrument.sglang_module import load_transport_module
 
     mod = load_transport_module(allow_bare=True)
     if mod is None:
-        import pptrace.engine as mod
+        import pptrace.record.engine as mod
     return mod
 
 
@@ -130,7 +130,7 @@ def make_recorder(config: Config, sink: Any = None,
 
 def file_sink_factory(config: Config) -> Callable[[RankInfo], Any]:
     """The real file sink (OTLP JSON lines through the SDK), as the recorder builds it."""
-    from pptrace.export import build_provider
+    from pptrace.export.spans import build_provider
 
     return lambda rank: build_provider(config, rank)
 
@@ -215,7 +215,7 @@ def same_outcome(bare: Outcome, wrapped: Outcome) -> None:
     assert all(a is b for (_, a), (_, b) in zip(bare.after, wrapped.after, strict=True))
 
 
-# --- reading trace files before / besides pptrace.load ------------------------------------------
+# --- reading trace files before / besides pptrace.load.loader ------------------------------------------
 
 
 def _attr_value(value: dict[str, Any]) -> Any:
@@ -302,16 +302,16 @@ def recording_child(trace_dir: str, interval: float, how: str) -> None:
     config = Config(trace_dir=trace_dir, flush_interval=interval, exit_timeout=5.0)
     mod = transport()
     if how == "startup":
-        from pptrace.startup import instrument
-        from pptrace.wrapper import is_wrapped
+        from pptrace.instrument.startup import instrument
+        from pptrace.record.wrapper import is_wrapped
 
         instrument(config)
         attach = mod.add_auxiliary_output_to_pp_tensors
         extract = mod.pop_auxiliary_output_from_pp_tensors
         assert is_wrapped(attach) and is_wrapped(extract)
     else:
-        from pptrace.export import build_provider
-        from pptrace.wrapper import wrap_transport
+        from pptrace.export.spans import build_provider
+        from pptrace.record.wrapper import wrap_transport
 
         rec = Recorder(config, sink_factory=lambda rank: build_provider(config, rank),
                        rank_provider=lambda: (RANK, True)).start()
@@ -333,7 +333,7 @@ def recording_child(trace_dir: str, interval: float, how: str) -> None:
 def write_good_trace(directory: str, flushes: int = 3) -> str:
     """Record ``flushes`` attach/extract pairs, one flush each, with the real file sink; return
     the trace file's path (one OTLP JSON line per flush, plus stats)."""
-    from pptrace.wrapper import wrap_transport
+    from pptrace.record.wrapper import wrap_transport
 
     config = Config(trace_dir=directory, flush_interval=60)
     rec = make_recorder(config, sink_factory=file_sink_factory(config))
@@ -430,8 +430,8 @@ EVIL = ["\x1b[31mred\x1b[0m", "[bold magenta]markup[/bold magenta]", "bell\x07\x
 def write_hostile_traces(directory: Any) -> None:
     """Two ranks whose tensor names carry escape sequences and markup; the extract side sees
     other shapes and another order, so the report quotes every name."""
-    from pptrace.export import build_provider
-    from pptrace.wrapper import wrap_transport
+    from pptrace.export.spans import build_provider
+    from pptrace.record.wrapper import wrap_transport
 
     mod = transport()
 

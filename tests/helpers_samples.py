@@ -1,6 +1,6 @@
 """Helpers for the sample-pipeline tests: run the pipeline, read its per-rank traces back.
 
-Traces are read with plain ``json`` and ``pptrace.schema.attributes_to_event`` (no loader), so
+Traces are read with plain ``json`` and ``pptrace.model.schema.attributes_to_event`` (no loader), so
 these tests check what the rank processes wrote, independently of the analyzer.
 """
 
@@ -11,10 +11,10 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from pptrace import schema
-from pptrace.record import Direction, Event
-from samples.launch import RunResult, run_pipeline
-from samples.options import PipelineOptions
+from pptrace.model import schema
+from pptrace.model.records import Direction, Event
+from pptrace_samples.launch import RunResult, run_pipeline
+from pptrace_samples.options import PipelineOptions
 
 __all__ = ["TraceFiles", "any_value", "finding_kinds", "read_traces", "run_sample"]
 
@@ -87,7 +87,7 @@ def run_sample(out_dir: str, **options: Any) -> tuple[RunResult, TraceFiles]:
 
 def finding_kinds(trace_dir: str) -> set[str]:
     """The kinds of finding pptrace's analyzer reports for a run's traces."""
-    from pptrace.analyze import analyze
-    from pptrace.load import load_paths
+    from pptrace.analyze.analyzer import analyze
+    from pptrace.load.loader import load_paths
 
     return {f.kind.value for f in analyze(load_paths([trace_dir]))}

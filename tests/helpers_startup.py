@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from pptrace.sglang_module import ATTACH, EXTRACT, MODULE, load_transport_module
+from pptrace.instrument.sglang_module import ATTACH, EXTRACT, MODULE, load_transport_module
 
 REPO = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
@@ -101,5 +101,5 @@ def child_env(**extra: str) -> dict[str, str]:
 def run_pptrace(args: list[str], env: Mapping[str, str], cwd: Path,
                 timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """Run ``pptrace run ARGS`` in a child process."""
-    return subprocess.run([PYTHON, "-m", "pptrace.cli_run", *args], env=dict(env),
+    return subprocess.run([PYTHON, "-m", "pptrace.cli.run", *args], env=dict(env),
                           cwd=str(cwd), capture_output=True, text=True, timeout=timeout)

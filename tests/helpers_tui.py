@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pptrace.findings import Finding, FindingKind
-from pptrace.model import EventId, ProcessTrace, Trace
-from pptrace.record import PREFIX, Direction, Event, RankInfo, TensorMeta
+from pptrace.model.findings import Finding, FindingKind
+from pptrace.model.trace import EventId, ProcessTrace, Trace
+from pptrace.model.records import PREFIX, Direction, Event, RankInfo, TensorMeta
 
 T0 = 1_790_000_000_000_000_000  # a fixed wall clock, so screenshots are stable
 STEP = 1_000_000  # 1 ms between microbatches
@@ -184,7 +184,7 @@ def synthetic(events: int, *, pp: int = 4, tp: int = 2, mismatch_every: int = 99
 
 def viewer(name: str = "dtype-mismatch", **kwargs: object):  # type: ignore[no-untyped-def]
     """A viewer app on a named scenario."""
-    from tui.app import PptraceViewer
+    from pptrace_tui.app import PptraceViewer
 
     trace, findings = scenario(name)
     return PptraceViewer.of(trace, findings, **kwargs)
@@ -192,7 +192,7 @@ def viewer(name: str = "dtype-mismatch", **kwargs: object):  # type: ignore[no-u
 
 async def wait_main(pilot) -> object:  # type: ignore[no-untyped-def]
     """Wait (bounded) until the loading screen has given way to the main screen."""
-    from tui.screens.main import MainScreen
+    from pptrace_tui.screens.main import MainScreen
 
     for _ in range(200):
         screen = pilot.app.screen

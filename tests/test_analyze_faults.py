@@ -1,7 +1,7 @@
 """Every fault of the sample pipeline is found, under the right kind, from its real trace files.
 
 Each case runs the sample pipeline on gloo (2 ranks; 4 where the fault needs TP 2), loads the
-per-rank files with ``pptrace.load`` and analyzes them. The healthy run must give no finding.
+per-rank files with ``pptrace.load.loader`` and analyzes them. The healthy run must give no finding.
 """
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from pptrace.analyze import analyze
-from pptrace.findings import FindingKind, Severity
-from pptrace.load import load_paths
-from samples.faults import FAULTS
-from samples.launch import run_pipeline
-from samples.options import PipelineOptions
+from pptrace.analyze.analyzer import analyze
+from pptrace.model.findings import FindingKind, Severity
+from pptrace.load.loader import load_paths
+from pptrace_samples.faults import FAULTS
+from pptrace_samples.launch import run_pipeline
+from pptrace_samples.options import PipelineOptions
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
 

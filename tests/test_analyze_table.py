@@ -11,11 +11,11 @@ from dataclasses import replace
 import pytest
 from helpers_analyze import Run, meta
 
-from pptrace import errors
-from pptrace.analyze import analyze
-from pptrace.findings import FindingKind, Severity
-from pptrace.model import Trace
-from pptrace.record import PREFIX
+from pptrace.model import errors
+from pptrace.analyze.analyzer import analyze
+from pptrace.model.findings import FindingKind, Severity
+from pptrace.model.trace import Trace
+from pptrace.model.records import PREFIX
 
 K = FindingKind
 RT = "RuntimeError"

@@ -59,10 +59,10 @@ def require(name: str) -> None:
         pytest.skip(f"{name} does not exist yet (being built in parallel)")
 
 
-READERS = ["pptrace.record", "pptrace.schema", "pptrace.model", "pptrace.findings",
-           "pptrace.errors", "pptrace.load", "pptrace.load_otlp", "pptrace.load_jaeger",
-           "pptrace.analyze", "pptrace.pairing", "pptrace.report", "pptrace.diff",
-           "pptrace.jaeger", "pptrace.cli", "pptrace.cli_analyze", "pptrace.cli_diff"]
+READERS = ["pptrace.model.records", "pptrace.model.schema", "pptrace.model.trace", "pptrace.model.findings",
+           "pptrace.model.errors", "pptrace.load.loader", "pptrace.load.otlp", "pptrace.load.jaeger",
+           "pptrace.analyze.analyzer", "pptrace.analyze.pairing", "pptrace.report.text", "pptrace.report.diff",
+           "pptrace.load.jaeger_fetch", "pptrace.cli.main", "pptrace.cli.analyze", "pptrace.cli.diff"]
 
 
 @pytest.mark.slow
@@ -99,7 +99,7 @@ def test_import_pptrace_alone_imports_no_torch() -> None:
 
 @pytest.mark.slow
 def test_the_recording_path_imports_no_textual_and_no_network_exporter() -> None:
-    modules = ["pptrace.wrapper", "pptrace.recorder", "pptrace.export"]
+    modules = ["pptrace.record.wrapper", "pptrace.record.recorder", "pptrace.export.spans"]
     found = imported_in_fresh_interpreter(modules, UI_AND_NETWORK)
     assert found == {m: [] for m in modules}
 
@@ -134,10 +134,10 @@ def test_pptrace_never_imports_tui() -> None:
 def test_the_tui_rule_detects_an_import(tmp_path: Path) -> None:
     """The scanner above is not vacuous: it finds each form of import."""
     sample = tmp_path / "sample.py"
-    sample.write_text("import tui.app\nfrom tui import messages\nimport importlib\n"
-                      "importlib.import_module('tui.widgets')\nimport tuition\n", "utf-8")
+    sample.write_text("import pptrace_tui.app\nfrom tui import messages\nimport importlib\n"
+                      "importlib.import_module('pptrace_tui.widgets')\nimport tuition\n", "utf-8")
     assert tui_imports_in(sample, tmp_path) == [
-        "sample.py:1: tui.app", "sample.py:2: tui", "sample.py:4: tui.widgets"]
+        "sample.py:1: pptrace_tui.app", "sample.py:2: tui", "sample.py:4: pptrace_tui.widgets"]
 
 
 def test_public_names_are_sorted() -> None:

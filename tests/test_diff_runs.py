@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from helpers_analyze import Run, meta, write_run
 
-from pptrace import errors
-from pptrace.analyze import analyze
-from pptrace.cli import main
-from pptrace.diff import diff, profile
+from pptrace.model import errors
+from pptrace.analyze.analyzer import analyze
+from pptrace.cli.main import main
+from pptrace.report.diff import diff, profile
 
 GOLDEN = Path(__file__).parent / "data" / "golden-pp2"
 

@@ -20,13 +20,13 @@ from google.protobuf import json_format
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status, TracesData
 
-import pptrace.engine as engine
-from pptrace import schema
-from pptrace.config import Config
-from pptrace.export import build_provider, trace_file_name
-from pptrace.record import PREFIX
-from pptrace.recorder import Recorder
-from pptrace.wrapper import wrap_transport
+import pptrace.record.engine as engine
+from pptrace.model import schema
+from pptrace.model.config import Config
+from pptrace.export.spans import build_provider, trace_file_name
+from pptrace.model.records import PREFIX
+from pptrace.record.recorder import Recorder
+from pptrace.record.wrapper import wrap_transport
 from tests.helpers_core import RANK, CallLog, Observer, ObserverError, Output, TeeSink
 
 HEX_IDS = {"traceId": 32, "spanId": 16, "parentSpanId": 16}

@@ -9,15 +9,15 @@ from pathlib import Path
 import pytest
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 
-from pptrace.export import (
+from pptrace.export.spans import (
     OtlpJsonFileExporter,
     SpanSink,
     _BatchToExporter,
     _version,
     rank_resource,
 )
-from pptrace.file_sink import SPANS_PER_LINE, FileSink
-from pptrace.record import PREFIX, Direction, Event, RankInfo, RecorderStats, TensorMeta
+from pptrace.export.file_sink import SPANS_PER_LINE, FileSink
+from pptrace.model.records import PREFIX, Direction, Event, RankInfo, RecorderStats, TensorMeta
 
 RANK = RankInfo(rank=3, world_size=4, pp_rank=3, pp_size=4, tp_rank=0, tp_size=1, host="h",
                 pid=42)
@@ -96,7 +96,7 @@ def test_file_sink_from_raw_tuples_writes_what_the_sdk_path_writes(tmp_path: Pat
     """The template path (raws through per-shape templates) against the SDK, end to end."""
     from helpers_recorder import Composite, Output, drive, recorder, wrapped
 
-    from pptrace.config import Config
+    from pptrace.model.config import Config
 
     resource = rank_resource(RANK, "r")
     sdk_path, file_path = tmp_path / "sdk.jsonl", tmp_path / "file.jsonl"
@@ -140,12 +140,12 @@ def test_a_str_subclass_key_costs_nothing(tmp_path: Path) -> None:
     import torch
     from helpers_recorder import RANK, Observer
 
-    import pptrace.engine as engine
-    from pptrace.config import Config
-    from pptrace.export import build_provider
-    from pptrace.load import load_paths
-    from pptrace.recorder import Recorder
-    from pptrace.wrapper import wrap_transport
+    import pptrace.record.engine as engine
+    from pptrace.model.config import Config
+    from pptrace.export.spans import build_provider
+    from pptrace.load.loader import load_paths
+    from pptrace.record.recorder import Recorder
+    from pptrace.record.wrapper import wrap_transport
 
     class Key(str):
         def startswith(self, *args: object) -> bool:

@@ -28,12 +28,12 @@ from helpers_recorder import (
     wrapped,
 )
 
-from pptrace import schema
-from pptrace.config import Config
-from pptrace.export import _Tee, rank_resource
-from pptrace.file_sink import FileSink
-from pptrace.record import PREFIX, Direction, Event, RankInfo, RecorderStats
-from pptrace.recorder import RawEvents, Recorder, _Converter
+from pptrace.model import schema
+from pptrace.model.config import Config
+from pptrace.export.spans import _Tee, rank_resource
+from pptrace.export.file_sink import FileSink
+from pptrace.model.records import PREFIX, Direction, Event, RankInfo, RecorderStats
+from pptrace.record.recorder import RawEvents, Recorder, _Converter
 
 
 class BothPaths:
@@ -293,7 +293,7 @@ def test_raw_events_is_a_sequence_of_events() -> None:
 
 def test_many_shapes_within_the_cache_limit(tmp_path: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    from pptrace import file_sink
+    from pptrace.export import file_sink
 
     monkeypatch.setattr(file_sink, "_TEMPLATE_LIMIT", 3)
 

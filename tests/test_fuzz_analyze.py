@@ -20,12 +20,12 @@ from helpers_reliability import NAMES, events
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pptrace.analyze import analyze
-from pptrace.errors import TraceInputError
-from pptrace.findings import Severity
-from pptrace.load import load_paths
-from pptrace.record import PREFIX, Direction, Event, RankInfo, RecorderStats, TensorMeta
-from pptrace.report import render_text, to_json
+from pptrace.analyze.analyzer import analyze
+from pptrace.model.errors import TraceInputError
+from pptrace.model.findings import Severity
+from pptrace.load.loader import load_paths
+from pptrace.model.records import PREFIX, Direction, Event, RankInfo, RecorderStats, TensorMeta
+from pptrace.report.text import render_text, to_json
 
 CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 

@@ -19,7 +19,7 @@ from helpers_reliability import has_module, write_good_trace
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not has_module("pptrace.load"), reason="pptrace.load not landed yet"),
+    pytest.mark.skipif(not has_module("pptrace.load.loader"), reason="pptrace.load.loader not landed yet"),
 ]
 
 MB = 1 << 20
@@ -32,8 +32,8 @@ MAX_RATIO = 10.0
 
 CHILD = """
 import json, resource, sys
-from pptrace.errors import TraceInputError
-from pptrace.load import load_paths
+from pptrace.model.errors import TraceInputError
+from pptrace.load.loader import load_paths
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 try:
     trace = load_paths([sys.argv[1]])

@@ -25,7 +25,7 @@ from helpers_reliability import has_module, write_good_trace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-pytestmark = pytest.mark.skipif(not has_module("pptrace.load"), reason="pptrace.load not landed")
+pytestmark = pytest.mark.skipif(not has_module("pptrace.load.loader"), reason="pptrace.load.loader not landed")
 
 FUZZ = settings(max_examples=150, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow])
@@ -54,8 +54,8 @@ def scratch() -> Iterator[str]:
 
 def check_load(path: str) -> Any:
     """Load ``path``; assert the only outcomes are a Trace or a one-line TraceInputError."""
-    from pptrace.errors import TraceInputError
-    from pptrace.load import load_paths
+    from pptrace.model.errors import TraceInputError
+    from pptrace.load.loader import load_paths
 
     try:
         trace = load_paths([path])
@@ -260,8 +260,8 @@ def test_wrong_span_fields(tmp_path: Path, good_lines: list[bytes], field: str,
 
 
 def test_empty_directory_and_missing_and_unreadable(tmp_path: Path) -> None:
-    from pptrace.errors import TraceInputError
-    from pptrace.load import load_paths
+    from pptrace.model.errors import TraceInputError
+    from pptrace.load.loader import load_paths
 
     for target in (tmp_path, tmp_path / "missing.jsonl"):
         with pytest.raises(TraceInputError) as info:
@@ -294,8 +294,8 @@ def _other_pythons() -> list[str]:
 
 DEEP_SCRIPT = """
 import sys
-from pptrace.errors import TraceInputError
-from pptrace.load import load_paths
+from pptrace.model.errors import TraceInputError
+from pptrace.load.loader import load_paths
 for depth in (900, 1200, 1600, 3000, 10000):
     for suffix in (".jsonl", ".json"):
         path = sys.argv[1] + suffix

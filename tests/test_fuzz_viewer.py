@@ -20,12 +20,12 @@ from helpers_reliability import EVIL, events, has_module, write_hostile_traces
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pptrace.analyze import analyze
-from pptrace.errors import TraceInputError
-from pptrace.load import load_paths
-from pptrace.record import Event
+from pptrace.analyze.analyzer import analyze
+from pptrace.model.errors import TraceInputError
+from pptrace.load.loader import load_paths
+from pptrace.model.records import Event
 
-pytestmark = pytest.mark.skipif(not has_module("tui.app"), reason="the viewer has not landed")
+pytestmark = pytest.mark.skipif(not has_module("pptrace_tui.app"), reason="the viewer has not landed")
 
 SIZE = (140, 40)
 KEYS = ["down", "right", "enter", "tab", "end", "home", "question_mark", "escape"]
@@ -38,8 +38,8 @@ def _screen_text(app: Any) -> str:
 
 
 async def _drive(trace: Any, findings: Any) -> str:
-    from tui.app import PptraceViewer
-    from tui.screens.main import MainScreen
+    from pptrace_tui.app import PptraceViewer
+    from pptrace_tui.screens.main import MainScreen
 
     app = PptraceViewer.of(trace, findings)
     seen = []
@@ -86,7 +86,7 @@ def test_viewer_on_arbitrary_schema_valid_traces(per_process: list[list[Event]])
 
 @pytest.mark.parametrize("seq", [2**40, -5, -1, 2**63 - 1])
 def test_viewer_on_a_corrupt_sequence_number(tmp_path: Path, seq: int) -> None:
-    from pptrace.record import Direction, RankInfo, TensorMeta
+    from pptrace.model.records import Direction, RankInfo, TensorMeta
 
     first = RankInfo(rank=0, pp_rank=0, pp_size=2, tp_rank=0, tp_size=1, host="h", pid=1)
     last = RankInfo(rank=1, pp_rank=1, pp_size=2, tp_rank=0, tp_size=1, host="h", pid=2)

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from helpers_analyze import golden_run, otlp_to_jaeger
 
-from pptrace.analyze import analyze
-from pptrace.findings import FindingKind
-from pptrace.load import load_paths
-from pptrace.model import Trace
+from pptrace.analyze.analyzer import analyze
+from pptrace.model.findings import FindingKind
+from pptrace.load.loader import load_paths
+from pptrace.model.trace import Trace
 
 DATA = Path(__file__).parent / "data"
 GOLDEN = DATA / "golden-pp2"
@@ -142,10 +142,10 @@ def test_fast_path_gives_exactly_what_the_ordinary_path_gives(
     # Many spans of few shapes, written by pptrace's real exporter: most hit the template cache.
     from helpers_analyze import Run, meta
 
-    from pptrace.config import Config
-    from pptrace.export import build_provider
-    from pptrace.load import _Builder, _read_file
-    from pptrace.load_fast import FastLines
+    from pptrace.model.config import Config
+    from pptrace.export.spans import build_provider
+    from pptrace.load.loader import _Builder, _read_file
+    from pptrace.load.fast import FastLines
 
     run = Run(pp_size=2)
     for k in range(60):
@@ -175,7 +175,7 @@ def test_documents_stream_in_any_key_order_and_big_lines_stream_too(
     path = tmp_path / "late-resource.json"
     path.write_text(json.dumps(doc, indent=1))
     assert _events(load_paths([str(path)])) == EXPECTED
-    import pptrace.load as load_module
+    import pptrace.load.loader as load_module
 
     monkeypatch.setattr(load_module, "_BIG_LINE", 100)  # every line counts as huge
     path = tmp_path / "one-line.json"

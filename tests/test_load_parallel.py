@@ -1,4 +1,4 @@
-"""The loader's second process (``pptrace.load_worker``) changes nothing but the time it takes.
+"""The loader's second process (``pptrace.load.worker``) changes nothing but the time it takes.
 
 Each test loads the same files twice, once with the worker forced on (the size threshold set to
 zero) and once without it (``PPTRACE_LOAD_WORKERS=0``), and compares everything in the Trace.
@@ -15,13 +15,13 @@ from typing import Any
 import pytest
 from helpers_analyze import Run, meta
 
-from pptrace import load_worker
-from pptrace.config import Config
-from pptrace.errors import SchemaVersionError, TraceInputError
-from pptrace.export import build_provider
-from pptrace.load import load_paths
-from pptrace.model import Trace
-from pptrace.record import RecorderStats
+from pptrace.load import worker as load_worker
+from pptrace.model.config import Config
+from pptrace.model.errors import SchemaVersionError, TraceInputError
+from pptrace.export.spans import build_provider
+from pptrace.load.loader import load_paths
+from pptrace.model.trace import Trace
+from pptrace.model.records import RecorderStats
 
 pytestmark = pytest.mark.slow  # starts a worker process
 
@@ -242,7 +242,7 @@ def test_older_layouts_and_other_formats_in_the_workers_share(
     assert parallel == serial
     assert parallel.event_count > 100
     # The older layout still goes through the fast path's template cache.
-    from pptrace.load import _Builder, read_files
+    from pptrace.load.loader import _Builder, read_files
 
     builder = _Builder()
     read_files([str(files[-1])], {str(files[-1]): 0}, builder, None)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from pptrace.cli_inputs import add_input_arguments, load_from_args
-from pptrace.progress import TerminalProgress
+from pptrace.cli.inputs import add_input_arguments, load_from_args
+from pptrace.model.progress import TerminalProgress
 
 GOLDEN = Path(__file__).parent / "data" / "golden-pp2"
 

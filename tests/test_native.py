@@ -1,4 +1,4 @@
-"""The optional native metadata reader (``pptrace.native``): built for real, read for real.
+"""The optional native metadata reader (``pptrace.record.native``): built for real, read for real.
 
 The reader is compiled once per session (about 20 s) with the machine's C++ compiler against the
 installed torch. Then:
@@ -33,12 +33,12 @@ import pytest
 import torch
 from helpers_recorder import RANK, MemorySink, Observer, Output, recorder, wrapped
 
-import pptrace.engine as engine
-from pptrace import native
-from pptrace.config import Config
-from pptrace.record import PREFIX
-from pptrace.recorder import Recorder
-from pptrace.wrapper import wrap_transport
+import pptrace.record.engine as engine
+from pptrace.record import native
+from pptrace.model.config import Config
+from pptrace.model.records import PREFIX
+from pptrace.record.recorder import Recorder
+from pptrace.record.wrapper import wrap_transport
 
 ROOT = Path(__file__).resolve().parent.parent
 HAS_COMPILER = bool(os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++"))
@@ -286,7 +286,7 @@ def test_the_buffer_holds_packed_metadata_when_the_reader_is_used(use: Any) -> N
 
 def test_file_lines_are_the_same_with_and_without_the_reader(
         use: Any, tmp_path: Path) -> None:
-    from pptrace.export import build_provider
+    from pptrace.export.spans import build_provider
 
     def spans(reader_on: bool) -> list[dict[str, Any]]:
         folder = tmp_path / f"native{int(reader_on)}"
@@ -353,7 +353,7 @@ def test_a_library_that_fails_its_self_test_is_not_used(
 
 def test_status_and_build_from_the_command_line(built: Path) -> None:
     env = {**os.environ, "PPTRACE_NATIVE_DIR": str(built)}
-    run = [sys.executable, "-m", "pptrace.cli", "native"]
+    run = [sys.executable, "-m", "pptrace.cli.main", "native"]
     status = subprocess.run([*run, "status"], env=env, capture_output=True, text=True,
                             timeout=120)
     assert status.returncode == 0 and "native reader: in use" in status.stdout
@@ -371,7 +371,7 @@ def test_status_and_build_from_the_command_line(built: Path) -> None:
 def test_no_compiler_is_a_one_line_error(tmp_path: Path) -> None:
     env = {**os.environ, "PPTRACE_NATIVE_DIR": str(tmp_path), "CXX": str(tmp_path / "no-cxx"),
            "PATH": ""}
-    proc = subprocess.run([sys.executable, "-m", "pptrace.cli", "native", "build"], env=env,
+    proc = subprocess.run([sys.executable, "-m", "pptrace.cli.main", "native", "build"], env=env,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.count("\n") <= 2, proc.stderr  # the "building" line and the error
@@ -406,7 +406,7 @@ def c_wrapped(rec: Recorder, attach: Any = None, extract: Any = None) -> tuple[A
 def test_the_c_wrapper_looks_like_the_function_it_wraps(use: Any) -> None:
     import inspect
 
-    from pptrace.wrapper import is_wrapped, unwrap
+    from pptrace.record.wrapper import is_wrapped, unwrap
 
     rec = recorder(Config(flush_interval=3600), MemorySink())
     attach, extract = c_wrapped(rec)
@@ -476,7 +476,7 @@ def test_the_c_wrapper_hands_other_cases_to_the_python_wrapper(use: Any) -> None
 
 
 def test_a_failure_inside_the_c_wrapper_is_counted_not_raised(use: Any) -> None:
-    from pptrace.record import Direction
+    from pptrace.model.records import Direction
 
     rec = recorder(Config(flush_interval=3600), MemorySink())
     rec.seq[Direction.ATTACH] = iter(())  # no sequence number to give: recording fails
@@ -510,7 +510,7 @@ def test_an_unwritable_build_folder_is_a_one_line_error(tmp_path: Path) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
     env = {**os.environ, "PPTRACE_NATIVE_DIR": str(blocker / "native")}
-    proc = subprocess.run([sys.executable, "-m", "pptrace.cli", "native", "build"], env=env,
+    proc = subprocess.run([sys.executable, "-m", "pptrace.cli.main", "native", "build"], env=env,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     last = proc.stderr.strip().splitlines()[-1]

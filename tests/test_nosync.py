@@ -17,10 +17,10 @@ import torch
 from helpers_recorder import MemorySink, Observer, Output, recorder
 from torch.overrides import TorchFunctionMode
 
-import pptrace.engine as engine
-from pptrace import native
-from pptrace.config import Config
-from pptrace.wrapper import wrap_transport
+import pptrace.record.engine as engine
+from pptrace.record import native
+from pptrace.model.config import Config
+from pptrace.record.wrapper import wrap_transport
 
 SYNCING = ("item", "cpu", "tolist", "numpy")
 #: What the wrapper may do to a tensor beyond what the engine does: read its metadata.

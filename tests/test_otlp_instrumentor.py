@@ -16,12 +16,12 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import pptrace
-from pptrace import schema
-from pptrace.config import Config
-from pptrace.otel_instrumentor import PptraceInstrumentor
-from pptrace.sglang_module import ATTACH, MODULE
-from pptrace.startup import active_recorder
-from pptrace.wrapper import is_wrapped
+from pptrace.model import schema
+from pptrace.model.config import Config
+from pptrace.instrument.otel_instrumentor import PptraceInstrumentor
+from pptrace.instrument.sglang_module import ATTACH, MODULE
+from pptrace.instrument.startup import active_recorder
+from pptrace.record.wrapper import is_wrapped
 from tests.helpers_startup import (
     BARE_SGLANG,
     PYTHON,

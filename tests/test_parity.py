@@ -3,8 +3,8 @@
 Four transports run side by side on every generated input:
 
 - ``real``: SGLang's released ``sampling_observer_pp`` module (from the wheel; never skipped),
-- ``real+wrap``: the real functions wrapped by ``pptrace.wrapper.wrap_transport``, recording,
-- ``ref``: pptrace's reference transport ``pptrace.engine``,
+- ``real+wrap``: the real functions wrapped by ``pptrace.record.wrapper.wrap_transport``, recording,
+- ``ref``: pptrace's reference transport ``pptrace.record.engine``,
 - ``ref+wrap``: the reference wrapped, recording.
 
 Each run gets freshly built containers and user objects holding the *same* value objects, and the
@@ -28,11 +28,11 @@ import torch
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-import pptrace.engine as ref_engine
-from pptrace import errors
-from pptrace.config import Config
-from pptrace.record import PREFIX, Direction
-from pptrace.wrapper import is_wrapped, unwrap, wrap_transport
+import pptrace.record.engine as ref_engine
+from pptrace.model import errors
+from pptrace.model.config import Config
+from pptrace.model.records import PREFIX, Direction
+from pptrace.record.wrapper import is_wrapped, unwrap, wrap_transport
 from tests.helpers_core import (
     TENSOR_KINDS,
     VALUE_KINDS,

@@ -15,12 +15,12 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Status, StatusCode
 
-import pptrace.engine as engine
-from pptrace import export, otlp_json
-from pptrace.config import Config
-from pptrace.export import SpanSink, rank_resource
-from pptrace.recorder import Recorder
-from pptrace.wrapper import wrap_transport
+import pptrace.record.engine as engine
+from pptrace.export import spans as export, otlp_json
+from pptrace.model.config import Config
+from pptrace.export.spans import SpanSink, rank_resource
+from pptrace.record.recorder import Recorder
+from pptrace.record.wrapper import wrap_transport
 
 
 def _reference(spans: Sequence[ReadableSpan], monkeypatch: pytest.MonkeyPatch) -> str:

@@ -22,10 +22,10 @@ from helpers_recorder import (
     wrapped,
 )
 
-from pptrace import errors, schema
-from pptrace.config import Config
-from pptrace.export import build_provider, trace_file_name
-from pptrace.record import Direction
+from pptrace.model import errors, schema
+from pptrace.model.config import Config
+from pptrace.export.spans import build_provider, trace_file_name
+from pptrace.model.records import Direction
 
 
 def test_ring_keeps_the_last_events_and_counts_what_it_overwrote() -> None:

@@ -10,10 +10,10 @@ import pytest
 import torch
 from helpers_recorder import MemorySink, Observer, Output, recorder, wait_for, wrapped
 
-import pptrace.recorder as recorder_module
-from pptrace import errors
-from pptrace.config import Config
-from pptrace.record import PREFIX, Direction
+import pptrace.record.recorder as recorder_module
+from pptrace.model import errors
+from pptrace.model.config import Config
+from pptrace.model.records import PREFIX, Direction
 
 
 class TrackedKey(str):

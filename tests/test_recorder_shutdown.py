@@ -7,8 +7,8 @@ import time
 
 from helpers_recorder import MemorySink, drive, recorder, wrapped
 
-from pptrace.config import Config
-from pptrace.record import Direction
+from pptrace.model.config import Config
+from pptrace.model.records import Direction
 
 
 def test_hanging_sink_cannot_hold_exit_and_the_loss_is_counted() -> None:

@@ -10,10 +10,10 @@ from typing import Any
 import torch
 from helpers_recorder import RANK, MemorySink, Observer, Output, drive, recorder, wrapped
 
-from pptrace import schema
-from pptrace.config import Config
-from pptrace.export import build_provider, trace_file_name
-from pptrace.record import Direction
+from pptrace.model import schema
+from pptrace.model.config import Config
+from pptrace.export.spans import build_provider, trace_file_name
+from pptrace.model.records import Direction
 
 
 def test_every_event_is_exported_with_gap_free_sequence_numbers() -> None:

@@ -28,9 +28,9 @@ from helpers_reliability import (
     transport,
 )
 
-from pptrace.config import Config
-from pptrace.record import PREFIX, Direction, Event
-from pptrace.wrapper import wrap_transport
+from pptrace.model.config import Config
+from pptrace.model.records import PREFIX, Direction, Event
+from pptrace.record.wrapper import wrap_transport
 
 THREADS = 6
 PAIRS = 150

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from helpers_reliability import has_module, read_trace_file, trace_files, write_good_trace
 
-from pptrace.record import Direction
+from pptrace.model.records import Direction
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 INTERVAL = 0.25  # Config.flush_interval for the child (1 s by default)
@@ -68,9 +68,9 @@ def _finish(proc: subprocess.Popen[str], done: dict[int, int]) -> tuple[int, str
 
 
 def _load(path: str) -> tuple[list[object], list[str]]:
-    """Events and problems, through pptrace.load when it exists (else the raw JSON lines)."""
-    if has_module("pptrace.load"):
-        from pptrace.load import load_paths
+    """Events and problems, through pptrace.load.loader when it exists (else the raw JSON lines)."""
+    if has_module("pptrace.load.loader"):
+        from pptrace.load.loader import load_paths
 
         trace = load_paths([path])
         events = [e for p in trace.processes for e in p.events]
@@ -116,7 +116,7 @@ def test_sigkill_loses_at_most_the_last_flush_interval(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not has_module("pptrace.startup"), reason="pptrace.startup not landed yet")
+@pytest.mark.skipif(not has_module("pptrace.instrument.startup"), reason="pptrace.instrument.startup not landed yet")
 @pytest.mark.parametrize("ending", ["sigterm", "exit"])
 def test_sigterm_and_normal_exit_flush_everything(tmp_path: Path, ending: str) -> None:
     pairs = 200
@@ -151,9 +151,9 @@ def _good_file(tmp_path: Path) -> tuple[str, list[str]]:
     return path, lines
 
 
-@pytest.mark.skipif(not has_module("pptrace.load"), reason="pptrace.load not landed yet")
+@pytest.mark.skipif(not has_module("pptrace.load.loader"), reason="pptrace.load.loader not landed yet")
 def test_torn_last_line_is_reported_not_fatal(tmp_path: Path) -> None:
-    from pptrace.load import load_paths
+    from pptrace.load.loader import load_paths
 
     path, lines = _good_file(tmp_path)
     whole = load_paths([path])
@@ -171,10 +171,10 @@ def test_torn_last_line_is_reported_not_fatal(tmp_path: Path) -> None:
     assert 0 <= lost <= 2
 
 
-@pytest.mark.skipif(not has_module("pptrace.load"), reason="pptrace.load not landed yet")
+@pytest.mark.skipif(not has_module("pptrace.load.loader"), reason="pptrace.load.loader not landed yet")
 def test_torn_line_in_the_middle_is_skipped_and_counted(tmp_path: Path) -> None:
     # A disk that filled mid-line and then had room again: the torn line is followed by more.
-    from pptrace.load import load_paths
+    from pptrace.load.loader import load_paths
 
     path, lines = _good_file(tmp_path)
     whole = load_paths([path])

@@ -40,10 +40,10 @@ from helpers_reliability import (
     transport,
 )
 
-from pptrace.config import Config
-from pptrace.export import trace_file_name
-from pptrace.recorder import Recorder
-from pptrace.wrapper import wrap_transport
+from pptrace.model.config import Config
+from pptrace.export.spans import trace_file_name
+from pptrace.record.recorder import Recorder
+from pptrace.record.wrapper import wrap_transport
 
 CALLS = 60  # attach + extract pairs per test
 FLUSH = 0.02  # a short flush interval so that each test sees many flushes
@@ -302,7 +302,7 @@ def _collector(kind: str) -> Iterator[str]:
 def test_otlp_collector_down_or_silent(kind: str, protocol: str, caplog: pytest.LogCaptureFixture,
                                        monkeypatch: pytest.MonkeyPatch) -> None:
     caplog.set_level(logging.WARNING, logger="pptrace")
-    from pptrace.export import build_provider
+    from pptrace.export.spans import build_provider
 
     with _collector(kind) as endpoint:
         for var in ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
@@ -338,7 +338,7 @@ def test_otlp_collector_down_or_silent(kind: str, protocol: str, caplog: pytest.
 def test_non_finite_or_huge_seconds_are_refused(var: str, value: str) -> None:
     # An infinite exit timeout made shutdown raise OverflowError (losing the exit flush); nan
     # made it give up at once. Refuse them where they are read, with the variable's name.
-    from pptrace.errors import ConfigError
+    from pptrace.model.errors import ConfigError
 
     with pytest.raises(ConfigError, match=var):
         Config.from_env({var: value})

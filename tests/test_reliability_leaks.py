@@ -28,11 +28,11 @@ from helpers_reliability import (
     write_hostile_traces,
 )
 
-from pptrace.config import Config
-from pptrace.export import trace_file_name
-from pptrace.record import PREFIX, RankInfo, TensorMeta
-from pptrace.recorder import Recorder
-from pptrace.wrapper import wrap_transport
+from pptrace.model.config import Config
+from pptrace.export.spans import trace_file_name
+from pptrace.model.records import PREFIX, RankInfo, TensorMeta
+from pptrace.record.recorder import Recorder
+from pptrace.record.wrapper import wrap_transport
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -235,7 +235,7 @@ def test_every_network_call_has_a_timeout() -> None:
 
 
 def test_otlp_exporter_timeout_is_short_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
-    from pptrace.otlp import make_exporter
+    from pptrace.export.otlp import make_exporter
 
     for var in ("OTEL_EXPORTER_OTLP_TIMEOUT", "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT"):
         monkeypatch.delenv(var, raising=False)
@@ -288,7 +288,7 @@ CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\u20
 
 
 def _cli(*argv: str) -> tuple[int, str, str]:
-    from pptrace.cli import main
+    from pptrace.cli.main import main
 
     out, err = io.StringIO(), io.StringIO()
     with redirect_stdout(out), redirect_stderr(err):

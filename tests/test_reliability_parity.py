@@ -24,8 +24,8 @@ from helpers_reliability import (
     transport,
 )
 
-from pptrace.config import Config
-from pptrace.wrapper import wrap_transport
+from pptrace.model.config import Config
+from pptrace.record.wrapper import wrap_transport
 
 MODES = [
     pytest.param(mode, fp, sink, id=f"{mode}-fp{int(fp)}-{sink}")
@@ -97,7 +97,7 @@ def test_odd_names_are_recorded_exactly(tmp_path: object) -> None:
     # Any str is a legal tensor name to the engine: none may cost an event or come back altered.
     from helpers_reliability import SENTINEL, T1, Observer, Output
 
-    from pptrace.load import load_paths
+    from pptrace.load.loader import load_paths
 
     mod = transport()
     config = Config(trace_dir=str(tmp_path), flush_interval=60)
@@ -122,8 +122,8 @@ def test_sample_pipeline_tokens_equal_an_untraced_recomputation(tmp_path: object
     # The sample launcher does not hand out the sampled tokens, nor run untraced; what it does
     # offer: stage 0 compares every token the traced ring delivered, with torch.equal, against
     # the same forward recomputed locally with no transport and no pptrace in the way.
-    from samples.launch import run_pipeline
-    from samples.options import PipelineOptions
+    from pptrace_samples.launch import run_pipeline
+    from pptrace_samples.options import PipelineOptions
 
     steps = 6
     result = run_pipeline(PipelineOptions(ranks=2, steps=steps, fingerprint=fingerprint,
@@ -140,8 +140,8 @@ def test_sample_pipeline_tokens_equal_an_untraced_recomputation(tmp_path: object
 def test_sample_tokens_are_bit_identical_with_tracing_on_and_off(
     tmp_path: Path, fingerprint: bool
 ) -> None:
-    from samples.launch import run_pipeline
-    from samples.options import PipelineOptions
+    from pptrace_samples.launch import run_pipeline
+    from pptrace_samples.options import PipelineOptions
 
     runs = {}
     for trace in (False, True):

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from helpers_analyze import Run, meta, write_run
 
-from pptrace.cli import main
-from pptrace.findings import FindingKind, Severity
-from pptrace.report import JSON_SCHEMA
+from pptrace.cli.main import main
+from pptrace.model.findings import FindingKind, Severity
+from pptrace.report.text import JSON_SCHEMA
 
 GOLDEN = Path(__file__).parent / "data" / "golden-pp2"
 SHARED = Path(__file__).parent / "data" / "third_party"  # copies of shared/data

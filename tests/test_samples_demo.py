@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from pptrace import cli_demo
-from pptrace.errors import ConfigError
-from samples.faults import FAULTS, fault_names
-from samples.options import PipelineOptions
+from pptrace.cli import demo as cli_demo
+from pptrace.model.errors import ConfigError
+from pptrace_samples.faults import FAULTS, fault_names
+from pptrace_samples.options import PipelineOptions
 
 
 def _parse(*argv: str) -> argparse.Namespace:
@@ -38,7 +38,7 @@ def test_list_faults_is_one_line_per_fault(capsys: pytest.CaptureFixture[str]) -
 
 @pytest.mark.slow
 def test_list_faults_does_not_import_torch() -> None:
-    code = ("import sys; from pptrace import cli_demo; cli_demo.list_faults(sys.stdout); "
+    code = ("import sys; from pptrace.cli import demo as cli_demo; cli_demo.list_faults(sys.stdout); "
             "sys.exit('torch' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60)
@@ -125,7 +125,7 @@ def test_demo_hands_its_traces_to_the_analyzer(tmp_path: Path,
 def test_interactive_demo_opens_the_viewer_on_its_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_view: bool
 ) -> None:
-    from pptrace import cli_view
+    from pptrace.cli import view as cli_view
 
     opened: list[tuple[int, int, list[str]]] = []
 

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pptrace import schema
-from pptrace.errors import SchemaVersionError, TraceInputError
-from pptrace.record import PREFIX, Direction, Event, RankInfo, RecorderStats, TensorMeta
+from pptrace.model import schema
+from pptrace.model.errors import SchemaVersionError, TraceInputError
+from pptrace.model.records import PREFIX, Direction, Event, RankInfo, RecorderStats, TensorMeta
 
 INT64 = st.integers(min_value=0, max_value=2**63 - 1)
 SMALL = st.integers(min_value=0, max_value=2**20)
@@ -236,7 +236,7 @@ def test_readme_documents_every_stats_attribute_with_its_type() -> None:
 def test_readme_documents_the_span_names_and_resource() -> None:
     tables = documented_tables()
     assert set(tables["Spans"]) == schema.SPAN_NAMES
-    from pptrace.export import rank_resource
+    from pptrace.export.spans import rank_resource
 
     resource = dict(rank_resource(FULL_RANK, "r").attributes)
     ours = {k: type_name(resource[k]) for k in tables["Resource attributes (one set per process)"]}

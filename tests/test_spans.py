@@ -23,12 +23,12 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-import pptrace.engine as engine
-from pptrace import errors, schema
-from pptrace.config import Config
-from pptrace.export import SpanSink
-from pptrace.record import PREFIX, Direction
-from pptrace.wrapper import wrap_transport
+import pptrace.record.engine as engine
+from pptrace.model import errors, schema
+from pptrace.model.config import Config
+from pptrace.export.spans import SpanSink
+from pptrace.model.records import PREFIX, Direction
+from pptrace.record.wrapper import wrap_transport
 from tests.helpers_core import (
     RANK,
     BlockedObserver,
@@ -371,16 +371,16 @@ def test_tensors_without_contents_record_no_fingerprint() -> None:
 def test_a_tensor_that_cannot_be_fingerprinted_costs_only_its_fingerprint(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import pptrace.fingerprint
+    import pptrace.record.fingerprint
 
-    real_start = pptrace.fingerprint.start
+    real_start = pptrace.record.fingerprint.start
 
     def start(tensor: torch.Tensor) -> Any:
         if tensor is B:
             raise RuntimeError("cannot hash this one")
         return real_start(tensor)
 
-    monkeypatch.setattr(pptrace.fingerprint, "start", start)
+    monkeypatch.setattr(pptrace.record.fingerprint, "start", start)
     traced = fingerprinted(FP_CONFIG)
     traced.attach({}, Output(CallLog(), lambda: {"a": A, "b": B}))
     span = only_span(traced)

@@ -13,11 +13,11 @@ import pytest
 import torch
 
 import pptrace
-from pptrace.config import Config
-from pptrace.patch import EnginePatch, module_status
-from pptrace.sglang_module import ATTACH, EXTRACT, MODULE
-from pptrace.startup import active_recorder
-from pptrace.wrapper import WRAPPED_ATTR, is_wrapped, unwrap
+from pptrace.model.config import Config
+from pptrace.instrument.patch import EnginePatch, module_status
+from pptrace.instrument.sglang_module import ATTACH, EXTRACT, MODULE
+from pptrace.instrument.startup import active_recorder
+from pptrace.record.wrapper import WRAPPED_ATTR, is_wrapped, unwrap
 from tests.helpers_startup import NoPP, Observer, Output, real_module, sample_output, write_consumer
 
 QUIET = Config(exporters=("none",), flush_interval=0.05)
@@ -71,8 +71,8 @@ def test_instrument_uninstrument_repeated_never_double_wraps(engine: Any, tmp_pa
 
 
 def test_an_older_wrapper_is_replaced_not_wrapped_again(engine: Any, tmp_path: Path) -> None:
-    from pptrace.recorder import Recorder
-    from pptrace.wrapper import wrap_attach
+    from pptrace.record.recorder import Recorder
+    from pptrace.record.wrapper import wrap_attach
 
     consumer = write_consumer(tmp_path, "consumer_foreign")
     attach = getattr(engine, ATTACH)

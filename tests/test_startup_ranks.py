@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from pptrace.ranks import discover_rank
+from pptrace.record.ranks import discover_rank
 
 # (overrides, environment) -> (rank, world, pp_rank, pp_size, tp_rank, tp_size)
 CASES = [

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from pptrace import schema
-from pptrace.cli_run import OTEL_DOC, add_parser, bootstrap_dir, build_env
-from pptrace.config import ENV_DOC
-from pptrace.errors import ConfigError
-from pptrace.sglang_module import ATTACH, EXTRACT, MODULE
+from pptrace.model import schema
+from pptrace.cli.run import OTEL_DOC, add_parser, bootstrap_dir, build_env
+from pptrace.model.config import ENV_DOC
+from pptrace.model.errors import ConfigError
+from pptrace.instrument.sglang_module import ATTACH, EXTRACT, MODULE
 from tests.helpers_startup import BARE_SGLANG, PYTHON, REPO, child_env, run_pptrace
 from tests.otlp_receiver import Receiver
 
@@ -180,7 +180,7 @@ def test_spawned_children_are_instrumented_without_code_in_them(tmp_path: Path) 
 @pytest.mark.slow
 def test_a_process_that_never_loads_the_engine_pays_only_an_import_hook(tmp_path: Path) -> None:
     probe = ("import sys, threading; print(sorted(m for m in ('torch', 'opentelemetry.sdk.trace', "
-             "'pptrace', 'pptrace.startup') if m in sys.modules), threading.active_count(), "
+             "'pptrace', 'pptrace.instrument.startup') if m in sys.modules), threading.active_count(), "
              "[type(f).__name__ for f in sys.meta_path][:1])")
     proc = run_pptrace(["--dir", str(tmp_path / "t"), "--", PYTHON, "-c", probe],
                        child_env(PYTHONPATH=str(REPO)), tmp_path)
@@ -216,7 +216,7 @@ def test_build_env_sets_pptrace_and_otel_variables_and_the_bootstrap_path() -> N
 
 
 def test_help_lists_every_variable_and_print_env_and_bad_values(tmp_path: Path) -> None:
-    out = subprocess.run([PYTHON, "-m", "pptrace.cli_run", "--help"], capture_output=True,
+    out = subprocess.run([PYTHON, "-m", "pptrace.cli.run", "--help"], capture_output=True,
                          text=True, timeout=60, env=child_env(PYTHONPATH=str(REPO)))
     assert out.returncode == 0
     for name in [*ENV_DOC, *OTEL_DOC]:
@@ -233,7 +233,7 @@ def test_help_lists_every_variable_and_print_env_and_bad_values(tmp_path: Path) 
 
 
 def test_the_pptrace_command_has_run(capsys: pytest.CaptureFixture[str]) -> None:
-    from pptrace.cli import main
+    from pptrace.cli.main import main
 
     assert main(["run", "--print-env", "--export", "file,otlp"]) == 0
     out = capsys.readouterr().out

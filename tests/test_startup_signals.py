@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from pptrace import schema
-from pptrace.startup import activate_from_env, active_recorder
+from pptrace.model import schema
+from pptrace.instrument.startup import activate_from_env, active_recorder
 from tests.helpers_startup import PYTHON, REPO, child_env
 
 PRELUDE = """
 import glob, json, os, signal, sys, time
 import torch
 import pptrace
-from pptrace.config import Config
-from pptrace.sglang_module import load_transport_module
+from pptrace.model.config import Config
+from pptrace.instrument.sglang_module import load_transport_module
 
 mod = load_transport_module(allow_bare=True)
 out_dir = sys.argv[1]

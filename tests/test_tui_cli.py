@@ -11,7 +11,7 @@ import pytest
 from helpers_analyze import write_otlp_lines
 from helpers_tui import pipeline
 
-from pptrace import cli, cli_view
+from pptrace.cli import main as cli, view as cli_view
 
 
 def write(directory: Path, microbatches: int) -> None:
@@ -20,7 +20,7 @@ def write(directory: Path, microbatches: int) -> None:
 
 
 def test_the_viewer_is_found_through_its_entry_point() -> None:
-    from tui.launch import open_viewer
+    from pptrace_tui.launch import open_viewer
 
     assert cli_view._viewer() is open_viewer
 

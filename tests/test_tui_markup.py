@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from helpers_tui import screen_text, sync, viewer, wait_main
 
-from tui.widgets.findings_panel import FindingsPanel
+from pptrace_tui.widgets.findings_panel import FindingsPanel
 
 EVIL_NAME = "[bold red]pwned[/] [link=https://evil.example]x[/link]"
 

@@ -7,14 +7,14 @@ from pathlib import Path
 
 from helpers_tui import notes, pipeline, scenario, screen_text, sync, viewer, wait_main
 
-from pptrace.findings import FindingKind
-from tui.app import PptraceViewer
-from tui.screens.filter import FilterScreen
-from tui.screens.help import HelpScreen
-from tui.screens.main import SPEEDS, MainScreen
-from tui.widgets.findings_panel import FindingsPanel
-from tui.widgets.grid import GridView
-from tui.widgets.pair_detail import PairDetail
+from pptrace.model.findings import FindingKind
+from pptrace_tui.app import PptraceViewer
+from pptrace_tui.screens.filter import FilterScreen
+from pptrace_tui.screens.help import HelpScreen
+from pptrace_tui.screens.main import SPEEDS, MainScreen
+from pptrace_tui.widgets.findings_panel import FindingsPanel
+from pptrace_tui.widgets.grid import GridView
+from pptrace_tui.widgets.pair_detail import PairDetail
 
 SIZE = (140, 40)
 
@@ -380,7 +380,7 @@ async def test_pairs_the_analyzer_summarised_are_compared_after_first_paint() ->
 
 @sync
 async def test_an_empty_trace_opens_and_every_key_is_harmless() -> None:
-    from pptrace.model import Trace
+    from pptrace.model.trace import Trace
 
     app = PptraceViewer.of(Trace(processes=()), [])
     async with app.run_test(size=SIZE) as pilot:

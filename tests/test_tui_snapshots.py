@@ -10,7 +10,7 @@ from typing import Any
 
 from helpers_tui import viewer, wait_main
 
-from tui.widgets.grid import GridView
+from pptrace_tui.widgets.grid import GridView
 
 SIZE = (140, 36)
 

@@ -1,7 +1,7 @@
 """The ``pptrace view`` app: a trace and its findings in, a keyboard-first viewer out.
 
 The app never opens a file. It gets a *loader*, a callable that returns a fresh
-``(Trace, findings)`` pair (the CLI builds one on ``pptrace.load``; tests build traces from
+``(Trace, findings)`` pair (the CLI builds one on ``pptrace.load.loader``; tests build traces from
 records), calls it in a worker thread behind a loading screen, and with ``follow=True`` calls it
 again every second to watch a running engine.
 
@@ -20,15 +20,15 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.worker import Worker, WorkerState
 
-from pptrace.findings import Finding
-from pptrace.model import Trace
-from tui.bindings_catalog import Entry, catalog
-from tui.index import TraceIndex
-from tui.screens.help import HelpScreen
-from tui.screens.loading import LoadingScreen
-from tui.screens.main import MainScreen
-from tui.widgets.findings_panel import FindingsPanel
-from tui.widgets.grid import GridView
+from pptrace.model.findings import Finding
+from pptrace.model.trace import Trace
+from pptrace_tui.bindings_catalog import Entry, catalog
+from pptrace_tui.index import TraceIndex
+from pptrace_tui.screens.help import HelpScreen
+from pptrace_tui.screens.loading import LoadingScreen
+from pptrace_tui.screens.main import MainScreen
+from pptrace_tui.widgets.findings_panel import FindingsPanel
+from pptrace_tui.widgets.grid import GridView
 
 __all__ = ["Loaded", "Loader", "PptraceViewer", "THEMES"]
 

@@ -12,12 +12,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pptrace.findings import Finding
-from pptrace.model import EventId
-from pptrace.record import Event, TensorMeta
-from pptrace.report import event_ref_json, finding_json
-from tui.compare import FIELDS, PairView, field_text
-from tui.literal import clean
+from pptrace.model.findings import Finding
+from pptrace.model.trace import EventId
+from pptrace.model.records import Event, TensorMeta
+from pptrace.report.text import event_ref_json, finding_json
+from pptrace_tui.compare import FIELDS, PairView, field_text
+from pptrace_tui.literal import clean
 
 __all__ = ["ExportDoc", "Format", "render"]
 

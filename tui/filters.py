@@ -12,10 +12,10 @@ import re
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
-from pptrace.errors import ConfigError
-from pptrace.findings import FindingKind, Severity
-from pptrace.record import Event
-from tui.index import Cell, Row, TraceIndex
+from pptrace.model.errors import ConfigError
+from pptrace.model.findings import FindingKind, Severity
+from pptrace.model.records import Event
+from pptrace_tui.index import Cell, Row, TraceIndex
 
 __all__ = ["FilterSpec", "parse_ints"]
 

@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from itertools import accumulate, chain, compress, count
 from operator import attrgetter, ne
 
-from pptrace.findings import Finding, FindingKind, Severity
-from pptrace.model import EventId, Trace
-from pptrace.record import Direction, Event, RankInfo, TensorMeta
-from tui.pairing import pair_runs
+from pptrace.model.findings import Finding, FindingKind, Severity
+from pptrace.model.trace import EventId, Trace
+from pptrace.model.records import Direction, Event, RankInfo, TensorMeta
+from pptrace_tui.pairing import pair_runs
 
 __all__ = ["Cell", "Row", "TraceIndex", "ENGINE_ERROR_KINDS", "ABSENCE_KINDS"]
 

@@ -2,7 +2,7 @@
 
 Two sources, in order of trust:
 1. a finding's ``events`` (attach first, extract second) names a pair the analyzer made;
-2. otherwise the analyzer's own channel pairing (``pptrace.pairing.pair``: FIFO per channel,
+2. otherwise the analyzer's own channel pairing (``pptrace.analyze.pairing.pair``: FIFO per channel,
    re-aligned across gaps) between the last stage's TP rank j and stage 0's TP rank j.
 
     for run in pair_runs(trace, findings):
@@ -15,10 +15,10 @@ from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from pptrace.findings import Finding
-from pptrace.model import Trace
-from pptrace.pairing import pair
-from pptrace.record import Direction, Event
+from pptrace.model.findings import Finding
+from pptrace.model.trace import Trace
+from pptrace.analyze.pairing import pair
+from pptrace.model.records import Direction, Event
 
 __all__ = ["Run", "pair_runs", "receives", "sends"]
 

@@ -2,7 +2,7 @@
 
     python tests/data/make_golden.py
 
-``golden-pp2/``: a pp=2 run of 6 microbatches through ``pptrace.export`` (OTLP JSON lines, one
+``golden-pp2/``: a pp=2 run of 6 microbatches through ``pptrace.export.spans`` (OTLP JSON lines, one
 file per rank, as a traced run writes them), in which stage 0 received ``entropy`` as float16
 from microbatch 4 on, and microbatch 2's send was skipped. The other formats are derived from it
 by the loader tests at run time.
@@ -19,8 +19,8 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 from helpers_analyze import golden_run  # noqa: E402
 
-from pptrace.config import Config  # noqa: E402
-from pptrace.export import build_provider  # noqa: E402
+from pptrace.model.config import Config  # noqa: E402
+from pptrace.export.spans import build_provider  # noqa: E402
 
 
 def main() -> None:

@@ -10,10 +10,10 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Footer, Input, Label, SelectionList, Switch
 
-from pptrace.errors import ConfigError
-from pptrace.findings import FindingKind
-from tui.filters import FilterSpec
-from tui.index import TraceIndex
+from pptrace.model.errors import ConfigError
+from pptrace.model.findings import FindingKind
+from pptrace_tui.filters import FilterSpec
+from pptrace_tui.index import TraceIndex
 
 __all__ = ["FilterScreen"]
 

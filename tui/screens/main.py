@@ -18,20 +18,20 @@ from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Footer, Header, Input
 
-from tui.compare import PairView
-from tui.export import ExportDoc, render
-from tui.filters import FilterSpec
-from tui.index import TraceIndex
-from tui.literal import literal
-from tui.messages import CellSelected, FilterChanged, FindingChosen
-from tui.screens.filter import FilterScreen
-from tui.widgets.findings_panel import FindingsPanel
-from tui.widgets.grid import GridView
-from tui.widgets.pair_detail import PairDetail
-from tui.widgets.status import Legend, ReplayBar
+from pptrace_tui.compare import PairView
+from pptrace_tui.export import ExportDoc, render
+from pptrace_tui.filters import FilterSpec
+from pptrace_tui.index import TraceIndex
+from pptrace_tui.literal import literal
+from pptrace_tui.messages import CellSelected, FilterChanged, FindingChosen
+from pptrace_tui.screens.filter import FilterScreen
+from pptrace_tui.widgets.findings_panel import FindingsPanel
+from pptrace_tui.widgets.grid import GridView
+from pptrace_tui.widgets.pair_detail import PairDetail
+from pptrace_tui.widgets.status import Legend, ReplayBar
 
 if TYPE_CHECKING:
-    from tui.app import PptraceViewer
+    from pptrace_tui.app import PptraceViewer
 
 __all__ = ["MainScreen", "SPEEDS"]
 

@@ -12,11 +12,11 @@ from rich.text import Text
 from textual.binding import Binding
 from textual.widgets import Tree
 
-from pptrace.findings import FindingKind, Severity
-from tui.filters import FilterSpec
-from tui.index import TraceIndex
-from tui.literal import literal
-from tui.messages import FindingChosen
+from pptrace.model.findings import FindingKind, Severity
+from pptrace_tui.filters import FilterSpec
+from pptrace_tui.index import TraceIndex
+from pptrace_tui.literal import literal
+from pptrace_tui.messages import FindingChosen
 
 __all__ = ["FindingsPanel"]
 

@@ -15,10 +15,10 @@ from rich.text import Text
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from pptrace.findings import Severity
-from pptrace.record import Event
-from tui.compare import FIELDS, PairView, field_text
-from tui.literal import literal
+from pptrace.model.findings import Severity
+from pptrace.model.records import Event
+from pptrace_tui.compare import FIELDS, PairView, field_text
+from pptrace_tui.literal import literal
 
 __all__ = ["PairDetail", "render_pair"]
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from pptrace.record import Event
-from tui.index import Cell
-from tui.literal import literal
-from tui.widgets.grid import DIVERGENCE_GLYPH, GLYPHS
-from tui.widgets.pair_detail import clock
+from pptrace.model.records import Event
+from pptrace_tui.index import Cell
+from pptrace_tui.literal import literal
+from pptrace_tui.widgets.grid import DIVERGENCE_GLYPH, GLYPHS
+from pptrace_tui.widgets.pair_detail import clock
 
 __all__ = ["Legend", "ReplayBar"]
 

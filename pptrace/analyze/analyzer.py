@@ -1,0 +1,513 @@
+"""The analyzer: cross-rank checks of the auxiliary-output protocol, from a loaded ``Trace``.
+
+Pure: no I/O, no logging, no clock. ``analyze`` returns findings sorted by time, one per
+distinct problem: after the first finding of a kind on a channel, later ones of the same kind
+are summarised into it (``Finding.cascade``) instead of flooding the report.
+
+What it checks (see ``pptrace.model.findings.FindingKind`` for the list):
+
+- every call that raised, classified by the engine's own message, with where it happened;
+- pairing (``pptrace.analyze.pairing``): each payload-carrying attach on the last stage (TP rank j)
+  with its extract on stage 0 (TP rank j), then per pair: names, order, shape, dtype, bytes,
+  device type and content fingerprints;
+- across the last stage's TP ranks: the same payload per microbatch;
+- namespace hygiene: prefixed keys the attach did not write, names equal to engine keys, empty
+  names, names carrying the prefix; prefixed keys left after an extract; extracts off stage 0;
+  stage 0 without a PP-capable observer;
+- recorder losses, which lower the severity of absence findings on the channels they touch.
+
+    findings = analyze(load_paths(["pptrace-traces/"]))
+
+A trace may hold millions of events, so the work per event is kept small and linear: one pass
+per process (``pptrace.analyze.scan``) gathers what the per-process checks need; a shape's
+checks run once per distinct shape; a pair whose two ends share one tensors tuple (the loader
+shares equal ones) is not compared, and healthy pairs are kept as runs (``pairing.align``).
+Equal but unshared tuples take the slower path to the same findings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pptrace.analyze.rules import (
+    ENGINE_KEYS,
+    classify_error,
+    compare_specs,
+    describe_diff,
+    payload_item,
+    rank_id,
+    stage_of,
+    tensor_names,
+    tp_of,
+    who,
+)
+from pptrace.analyze.scan import scan
+from pptrace.model.findings import Finding, FindingKind, Severity
+from pptrace.model.trace import EventId, ProcessTrace, Trace
+from pptrace.analyze.pairing import Alignment, align
+from pptrace.model.records import Direction, Event, RankInfo, TensorMeta
+
+__all__ = ["ENGINE_KEYS", "analyze", "classify_error"]
+
+K = FindingKind
+_ABSENCE = frozenset({K.ORPHAN_ATTACH, K.UNMATCHED_EXTRACT, K.MISSING_RANK, K.NO_PP_OBSERVER})
+
+# --- raw findings and the cascade ------------------------------------------------------------
+
+
+# An EventId's fields: a trace with a fault on every event gives a raw finding per event, and
+# only the findings kept (the first of each group) need real EventIds.
+_Ref = tuple[int, Direction, int]
+
+
+@dataclass(frozen=True, slots=True)
+class _Raw:
+    kind: FindingKind
+    message: str
+    ranks: tuple[int, ...]
+    microbatch: int | None
+    time_ns: int | None
+    events: tuple[_Ref, ...]
+    channel: str
+    subject: str = ""  # what separates findings of one kind on one channel (e.g. the name)
+    severity: Severity | None = None
+
+
+# A raw finding, how many identical ones on the following pairs it stands for, the last of
+# those pairs' microbatch, and its own microbatch (learnt from the pairing when it had none).
+_Counted = tuple[_Raw, int, "int | None", "int | None"]
+
+
+def _summarise(raws: Sequence[_Counted], lowered: dict[str, str]) -> list[Finding]:
+    """Keep the first finding per (kind, channel, subject); count the rest as its cascade."""
+    ordered = sorted(raws, key=lambda r: (r[0].time_ns or 0, r[3] or 0))
+    groups: dict[tuple[FindingKind, str, str], list[_Counted]] = {}
+    for counted in ordered:
+        raw = counted[0]
+        groups.setdefault((raw.kind, raw.channel, raw.subject), []).append(counted)
+    out: list[Finding] = []
+    for (kind, channel, _), items in groups.items():
+        first, _, _, first_mb = items[0]
+        cascade = sum(1 + repeats for _, repeats, _, _ in items) - 1
+        severity = first.severity or kind.default_severity
+        message = first.message
+        if kind in _ABSENCE and channel in lowered:
+            severity = Severity(max(Severity.INFO, severity - 10))
+            message += f" ({lowered[channel]}: this may be a recording gap)"
+        if cascade:
+            _, repeats, last_mb, mb = items[-1]
+            if repeats:
+                mb = last_mb
+            until = f" through microbatch {mb}" if mb is not None else ""
+            message += f" (and {cascade} more like this{until})"
+        out.append(
+            Finding(
+                kind=kind,
+                severity=severity,
+                message=message,
+                ranks=first.ranks,
+                microbatch=first_mb,
+                time_ns=first.time_ns,
+                events=tuple(EventId(*ref) for ref in first.events),
+                channel=channel,
+                cascade=cascade,
+            )
+        )
+    # At the same moment a cause goes before its effects (TP ranks disagreeing before the
+    # content stage 0 re-assembled from them).
+    out.sort(key=lambda f: (f.time_ns or 0, f.kind is not K.TP_DISAGREE, -f.severity,
+                            f.kind.value, f.channel))
+    return out
+
+
+# --- the analysis ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Proc:
+    index: int
+    trace: ProcessTrace
+
+    @property
+    def rank(self) -> RankInfo:
+        return self.trace.rank
+
+    def eid(self, ev: Event) -> _Ref:
+        return (self.index, ev.direction, ev.seq)
+
+
+class _Analysis:
+    def __init__(self, trace: Trace) -> None:
+        self.trace = trace
+        self.procs = [_Proc(i, p) for i, p in enumerate(trace.processes)]
+        self.raws: list[_Raw] = []
+        self.lost: dict[int, str] = {}  # process index -> "rank 2 lost 5 events"
+        self.lowered: dict[str, str] = {}  # channel -> why its absence findings are less sure
+        self._payloads: dict[int, tuple[Any, ...]] = {}  # id(tensors): events keep them alive
+        self._equal_tensors: dict[int, tuple[TensorMeta, ...]] = {}  # id -> the first equal one
+        self._first_tensors: dict[tuple[TensorMeta, ...], tuple[TensorMeta, ...]] = {}
+        self._shared_payloads: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+        # channel -> (the kinds of its last pair's differences, the raw findings they started)
+        self._streak: dict[str, tuple[Any, list[int]]] = {}
+        self.repeats: dict[int, list[Any]] = {}  # raw index -> [repeats, last microbatch]
+        # Each channel's pairs, to learn the microbatch of an extract's finding (only findings
+        # need it, so the table is built on the first question, per receiving process).
+        self.paired: list[tuple[int, list[Event], list[Event], Alignment]] = []
+        self._microbatch_of: dict[int, dict[int, int]] = {}  # process -> extract seq -> attach
+        self.scans = [scan(p.trace.events, p.rank.pp_rank) for p in self.procs]
+        self.attaches = {p.index: self.scans[p.index].attaches for p in self.procs}
+        self.extracts = {p.index: self.scans[p.index].extracts for p in self.procs}
+        run_ids = [_run_id(p.trace) for p in self.procs]
+        several = len(set(run_ids)) > 1
+        # Channel names carry the run when traces of several runs are analysed together.
+        self.run_prefix = [f"{run or '?'}:" if several else "" for run in run_ids]
+        pp_sizes = [p.rank.pp_size for p in self.procs if p.rank.pp_size is not None]
+        pp_ranks = [p.rank.pp_rank for p in self.procs if p.rank.pp_rank is not None]
+        self.pp_size = max(pp_sizes) if pp_sizes else None
+        self.max_pp = max(pp_ranks) if pp_ranks else None
+
+    def add(self, kind: FindingKind, message: str, *, ranks: Iterable[int] = (),
+            microbatch: int | None = None, time_ns: int | None = None,
+            events: Iterable[_Ref] = (), channel: str = "", subject: str = "",
+            severity: Severity | None = None) -> int:
+        self.raws.append(_Raw(kind, message, tuple(ranks), microbatch, time_ns,
+                              tuple(events), channel, subject, severity))
+        return len(self.raws) - 1
+
+    # --- roles ----------------------------------------------------------------------------
+
+    def is_last(self, p: _Proc) -> bool:
+        r = p.rank
+        if r.pp_rank is None:
+            return bool(self.attaches[p.index])
+        size = r.pp_size if r.pp_size is not None else self.pp_size
+        if size is not None:
+            return r.pp_rank == size - 1
+        return r.pp_rank == self.max_pp and bool(self.attaches[p.index])
+
+    def is_first(self, p: _Proc) -> bool:
+        r = p.rank
+        if r.pp_rank is None:
+            return bool(self.extracts[p.index])
+        return r.pp_rank == 0
+
+    # --- per process --------------------------------------------------------------------------
+
+    def losses(self, p: _Proc) -> None:
+        events = p.trace.events
+        stats = p.trace.stats
+        found = self.scans[p.index]
+        missing_seq = found.missing_seq
+        dropped = found.dropped
+        overwritten = internal = 0
+        unexported = 0
+        if stats is not None:
+            dropped = max(dropped, stats.dropped)
+            overwritten = stats.overwritten
+            internal = stats.internal_errors
+            unexported = max(0, stats.recorded - len(events))
+        lost = max(missing_seq, dropped + overwritten, unexported)
+        if lost == 0 and internal == 0:
+            return
+        label = who(p.rank)
+        parts = []
+        if dropped:
+            parts.append(f"{dropped} dropped")
+        if overwritten:
+            parts.append(f"{overwritten} overwritten in flight mode")
+        if missing_seq:
+            parts.append(f"{missing_seq} sequence numbers missing")
+        if internal:
+            parts.append(f"{internal} internal recorder errors")
+        detail = ", ".join(parts)
+        self.lost[p.index] = f"{label} lost {lost} events"
+        self.add(
+            K.EVENTS_DROPPED,
+            f"{label} lost {lost} events ({detail}): findings about missing events on its "
+            "channels are less certain",
+            ranks=[rank_id(p.rank)],
+            time_ns=events[0].start_ns if events else (stats.time_ns if stats else None),
+            channel=self.proc_channel(p),
+        )
+
+    def proc_channel(self, p: _Proc) -> str:
+        r = p.rank
+        return f"{self.run_prefix[p.index]}{stage_of(r)}/tp{tp_of(r)}"
+
+    def errors(self, p: _Proc) -> None:
+        for ev in self.scans[p.index].failed:
+            kind = classify_error(ev)
+            verb = "attach" if ev.direction is Direction.ATTACH else "extract"
+            role = "output" if ev.direction is Direction.ATTACH else "observer"
+            subject = ev.subject_type or "?"
+            left = ""
+            if ev.inserted_before_error:
+                left = f"; it left {len(ev.inserted_before_error)} prefixed keys in the dict"
+            found = f"; prefixed values found: {tensor_names(ev.tensors)}" if (
+                ev.direction is Direction.EXTRACT and ev.tensors) else ""
+            self.add(
+                kind,
+                f"{who(p.rank)} ({stage_of(p.rank)}, tp {tp_of(p.rank)}) {verb} #{ev.seq} raised "
+                f"{ev.error_type}: {ev.error_message} ({role} type {subject}){found}{left}",
+                ranks=[rank_id(p.rank)],
+                microbatch=ev.seq if ev.direction is Direction.ATTACH else None,
+                time_ns=ev.start_ns,
+                events=[p.eid(ev)],
+                channel=self.proc_channel(p),
+                subject=ev.error_type or "",
+            )
+
+    def hygiene(self, p: _Proc) -> None:
+        label = who(p.rank)
+        channel = self.proc_channel(p)
+        for ev, specs in self.scans[p.index].flagged:  # the scan ran the checks, once per shape
+            for kind, template, subject, severity, on_channel in specs:
+                self.add(kind, template.format(label=label, seq=ev.seq),
+                         ranks=[rank_id(p.rank)],
+                         microbatch=ev.seq if ev.direction is Direction.ATTACH else None,
+                         time_ns=ev.start_ns, events=[p.eid(ev)],
+                         channel=channel if on_channel else "", subject=subject,
+                         severity=severity)
+
+    # --- across ranks -----------------------------------------------------------------------
+
+    def channels(self) -> None:
+        # Traces of several runs may be loaded together: pair only within one run.
+        runs: dict[str, list[_Proc]] = {}
+        for p in self.procs:
+            runs.setdefault(_run_id(p.trace), []).append(p)
+        for procs in runs.values():
+            lasts = [p for p in procs if self.is_last(p)]
+            firsts = [p for p in procs if self.is_first(p)]
+            for tp in sorted({tp_of(p.rank) for p in lasts + firsts}):
+                senders = [p for p in lasts if tp_of(p.rank) == tp and self.attaches[p.index]]
+                receivers = [p for p in firsts if tp_of(p.rank) == tp]
+                if not senders and not any(self.extracts[p.index] for p in receivers):
+                    continue
+                for k in range(max(len(senders), len(receivers))):
+                    s = senders[k] if k < len(senders) else None
+                    r = receivers[k] if k < len(receivers) else None
+                    self.channel(s, r, tp)
+
+    def channel(self, s: _Proc | None, r: _Proc | None, tp: int) -> None:
+        last_pp = s.rank.pp_rank if s is not None and s.rank.pp_rank is not None else "?"
+        present = s or r
+        if present is None:
+            return
+        name = f"{self.run_prefix[present.index]}pp0<-pp{last_pp}/tp{tp}"
+        lost = [self.lost[p.index] for p in (s, r) if p is not None and p.index in self.lost]
+        if lost:
+            self.lowered[name] = "; ".join(lost)
+        if s is None or r is None:
+            n = len(self.attaches[present.index] if s else self.extracts[present.index])
+            what = "attaches" if s else "extracts"
+            missing = "stage 0" if s else "the last stage"
+            self.add(K.MISSING_RANK,
+                     f"no trace from {missing} (tp {tp}): {n} {what} on {who(present.rank)} "
+                     "cannot be paired (was that rank traced?)",
+                     ranks=[rank_id(present.rank)], channel=name,
+                     time_ns=present.trace.events[0].start_ns if present.trace.events else None)
+            return
+        if s.index == r.index:
+            return  # one process is both ends (pp_size 1): there is no transport to check
+        self.observer(s, r, name)
+        attaches, extracts = self.attaches[s.index], self.extracts[r.index]
+        result = align(attaches, extracts)
+        self.paired.append((r.index, attaches, extracts, result))
+        self.compare(s, r, attaches, extracts, result.unshared, name)
+        for ia in result.orphans:
+            a = attaches[ia]
+            self.add(K.ORPHAN_ATTACH,
+                     f"{who(s.rank)} attached {tensor_names(a.tensors)} (attach #{a.seq}); "
+                     f"{who(r.rank)} never extracted it (send skipped, lost, or a crash "
+                     "before the send?)",
+                     ranks=[rank_id(s.rank), rank_id(r.rank)], microbatch=a.seq,
+                     time_ns=a.start_ns, events=[s.eid(a)], channel=name)
+        for ie in result.unmatched:
+            e = extracts[ie]
+            self.add(K.UNMATCHED_EXTRACT,
+                     f"{who(r.rank)} extracted {tensor_names(e.tensors)} (extract #{e.seq}) "
+                     f"with no attach on {who(s.rank)} to pair with",
+                     ranks=[rank_id(s.rank), rank_id(r.rank)], time_ns=e.start_ns,
+                     events=[r.eid(e)], channel=name)
+
+    def observer(self, s: _Proc, r: _Proc, name: str) -> None:
+        if not self.attaches[s.index]:
+            return
+        found = self.scans[r.index]
+        raised = {classify_error(e) for e in found.failed}
+        if raised & {K.EXTRACT_NO_OBSERVER, K.EXTRACT_NOT_PP}:
+            return  # the engine already said so, with its own message
+        bad = found.unobserved
+        if not bad:
+            return
+        e = bad[0]
+        what = "no observer" if e.subject_type in ("NoneType", "None") else (
+            f"observer {e.subject_type} without from_pp_tensors")
+        self.add(K.NO_PP_OBSERVER,
+                 f"{who(s.rank)} attaches auxiliary output but {who(r.rank)} (stage 0) has "
+                 f"{what} ({len(bad)} extract calls)",
+                 ranks=[rank_id(s.rank), rank_id(r.rank)], time_ns=e.start_ns,
+                 events=[r.eid(e)], channel=name)
+
+    def compare(self, s: _Proc, r: _Proc, attaches: Sequence[Event],
+                extracts: Sequence[Event], pairs: Iterable[tuple[int, int]],
+                channel: str) -> None:
+        """Compare the tensors of the pairs whose ends are not one tensors tuple, in order."""
+        # A pair whose ends share one tensors tuple (the loader shares equal ones) agrees by
+        # construction; the others are compared once per distinct pair of shapes.
+        ls, rs = who(s.rank), who(r.rank)
+        compared: dict[tuple[int, int, int], tuple[Any, Any]] = {}  # -> (specs, their kinds)
+        canonical, known = self.canonical, self._equal_tensors.get
+        streaks = self._streak
+        for ia, ie in pairs:
+            a, e = attaches[ia], extracts[ie]
+            mine, theirs = a.tensors, e.tensors
+            # Equal tensors (two tuples, one content) differ in nothing; they only end a streak.
+            cm, ct = known(id(mine)), known(id(theirs))
+            if cm is None or ct is None:
+                cm, ct = canonical(mine), canonical(theirs)
+            if cm is ct:
+                streaks.pop(channel, None)
+                continue
+            key = (id(mine), id(theirs), id(a.keys_before))
+            cached = compared.get(key)
+            if cached is None:
+                specs = compare_specs(ls, rs, a, e)
+                kinds = tuple((kind, subject) for kind, _, subject in specs)
+                cached = compared[key] = (specs, kinds)
+            if cached[0] or channel in streaks:
+                self.differences(s, a, r, e, channel, *cached)
+
+    def differences(self, s: _Proc, a: Event, r: _Proc, e: Event, channel: str,
+                    specs: tuple[tuple[FindingKind, str, str], ...], kinds: Any) -> None:
+        """Record what differs in one pair, or count it with the pairs before it."""
+        streak = self._streak.get(channel)
+        if streak is not None and streak[0] == kinds:
+            # The same differences as the pair before: count them (a dtype changed for good
+            # gives one finding per pair; building each one costs more than the walk).
+            for index in streak[1]:
+                counter = self.repeats[index]
+                counter[0] += 1
+                counter[1] = a.seq
+            return
+        if not specs:
+            self._streak.pop(channel, None)
+            return
+        started = [
+            self.add(kind, message, ranks=[rank_id(s.rank), rank_id(r.rank)],
+                     microbatch=a.seq, time_ns=a.start_ns, events=[s.eid(a), r.eid(e)],
+                     channel=channel, subject=subject)
+            for kind, message, subject in specs
+        ]
+        for index in started:
+            self.repeats[index] = [0, None]
+        self._streak[channel] = (kinds, started)
+
+    def canonical(self, tensors: tuple[TensorMeta, ...]) -> tuple[TensorMeta, ...]:
+        """The first tensors tuple seen equal to ``tensors`` (so ``is`` compares contents)."""
+        got = self._equal_tensors.get(id(tensors))
+        if got is None:
+            got = self._equal_tensors[id(tensors)] = self._first_tensors.setdefault(
+                tensors, tensors)
+        return got
+
+    def payload(self, tensors: tuple[TensorMeta, ...]) -> tuple[Any, ...]:
+        """What TP ranks must agree on, computed once per distinct tensors tuple; equal
+        payloads are one object, so ``is`` compares them."""
+        got = self._payloads.get(id(tensors))
+        if got is None:
+            value = tuple(payload_item(t) for t in tensors)
+            got = self._payloads[id(tensors)] = self._shared_payloads.setdefault(value, value)
+        return got
+
+    def tensor_parallel(self) -> None:
+        lasts = [p for p in self.procs if self.is_last(p) and self.attaches[p.index]]
+        by_run: dict[tuple[str, int | None], list[_Proc]] = {}
+        for p in lasts:
+            run = p.trace.events[0].run_id if p.trace.events else ""
+            by_run.setdefault((run, p.rank.pp_rank), []).append(p)
+        for group in by_run.values():
+            tps = sorted({tp_of(p.rank) for p in group})
+            if len(tps) < 2:
+                continue
+            ref = min(group, key=lambda p: tp_of(p.rank))
+            ref_payloads = self.payloads_by_seq(self.attaches[ref.index])
+            ref_by_seq: dict[int, Event] = {}  # built for the first disagreement only
+            for p in group:
+                if p is ref or tp_of(p.rank) == tp_of(ref.rank):
+                    continue
+                for ev in self.disagreeing(ref_payloads, self.attaches[p.index]):
+                    if not ref_by_seq:
+                        ref_by_seq = {e.seq: e for e in self.attaches[ref.index]}
+                    base = ref_by_seq[ev.seq]
+                    self.add(K.TP_DISAGREE,
+                             f"{who(ref.rank)} (tp {tp_of(ref.rank)}) attached "
+                             f"{describe_diff(base.tensors, ev.tensors)}; {who(p.rank)} "
+                             f"(tp {tp_of(p.rank)}) attached "
+                             f"{describe_diff(ev.tensors, base.tensors)} for microbatch {ev.seq}",
+                             ranks=[rank_id(ref.rank), rank_id(p.rank)], microbatch=ev.seq,
+                             time_ns=min(base.start_ns, ev.start_ns),
+                             events=[ref.eid(base), p.eid(ev)],
+                             channel=f"{stage_of(p.rank)}/tp{tp_of(ref.rank)}~tp{tp_of(p.rank)}")
+
+    def payloads_by_seq(self, attaches: Sequence[Event]) -> dict[int, tuple[Any, ...]]:
+        """Each attach's payload by its seq (the last attach of a repeated seq wins)."""
+        known, payload = self._payloads.get, self.payload
+        # A payload is never empty (these attaches carry tensors), so ``or`` falls back.
+        return {e.seq: known(id(e.tensors)) or payload(e.tensors) for e in attaches}
+
+    def disagreeing(self, ref_payloads: dict[int, tuple[Any, ...]],
+                    attaches: Sequence[Event]) -> list[Event]:
+        """The attaches whose payload differs from the reference's attach of the same seq."""
+        find, known, payload = ref_payloads.get, self._payloads.get, self.payload
+        out = []
+        for ev in attaches:
+            mine = find(ev.seq)
+            if mine is not None and mine is not (known(id(ev.tensors)) or payload(ev.tensors)):
+                out.append(ev)
+        return out
+
+    def microbatch(self, ref: _Ref) -> int | None:
+        """The seq of the attach an extract paired with (None for any other event)."""
+        process, direction, seq = ref
+        if direction is not Direction.EXTRACT:
+            return None
+        table = self._microbatch_of.get(process)
+        if table is None:
+            table = self._microbatch_of[process] = {}
+            for index, attaches, extracts, result in self.paired:
+                if index == process:
+                    for ia, ie in result.pairs():
+                        table[extracts[ie].seq] = attaches[ia].seq
+        return table.get(seq)
+
+    def run(self) -> list[Finding]:
+        for p in self.procs:
+            self.losses(p)
+        for p in self.procs:
+            self.errors(p)
+            self.hygiene(p)
+        self.channels()
+        self.tensor_parallel()
+        raws: list[_Counted] = []
+        for index, r in enumerate(self.raws):
+            mb = r.microbatch
+            if mb is None and r.events:
+                mb = self.microbatch(r.events[0])
+            repeats, last_mb = self.repeats.get(index, (0, None))
+            raws.append((r, repeats, last_mb, mb))
+        return _summarise(raws, self.lowered)
+
+
+def _run_id(proc: ProcessTrace) -> str:
+    if proc.events:
+        return proc.events[0].run_id
+    return proc.stats.run_id if proc.stats is not None else ""
+
+
+def analyze(trace: Trace) -> list[Finding]:
+    """Check every cross-rank invariant; return the findings, earliest first."""
+    return _Analysis(trace).run()

@@ -1,0 +1,280 @@
+"""The analyzer's rules for one event or one pair of events: pure functions, no state.
+
+- ``classify_error``: the finding kind of a call that raised, by the engine's exact message;
+- ``hygiene_specs``: the namespace findings one event gives (prefixed keys, engine-key names,
+  empty names, names carrying the prefix, keys left after an extract, extracts off stage 0);
+- ``compare_specs``: what differs between an attach and the extract it paired with;
+- ``ENGINE_KEYS``: the keys the engine itself puts in the PP output dict.
+
+``pptrace.analyze.analyzer`` applies them across ranks, once per distinct event shape.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+
+from pptrace.model import errors
+from pptrace.model.findings import FindingKind, Severity
+from pptrace.model.records import PREFIX, Direction, Event, RankInfo, TensorMeta
+
+__all__ = [
+    "ENGINE_KEYS",
+    "NEAR_PREFIX",
+    "Spec",
+    "classify_error",
+    "compare_specs",
+    "describe_diff",
+    "hygiene_specs",
+    "payload",
+    "payload_item",
+    "rank_id",
+    "stage_of",
+    "tensor_names",
+    "tp_of",
+    "who",
+]
+
+K = FindingKind
+
+#: Keys the engine itself puts in the PP output dict (SGLang's scheduler_pp_mixin and
+#: managers/utils.get_logprob_dict_from_result): an auxiliary name equal to one is a collision.
+ENGINE_KEYS = frozenset(
+    {
+        "__msg_type__",
+        "__skip__",
+        "next_token_ids",
+        "spec_accept_lens",
+        "spec_new_seq_lens",
+        "spec_bonus_tokens",
+        "spec_accept_index",
+        "spec_next_chain",
+        "spec_next_parents",
+        "spec_next_top_scores",
+        "draft_topk_p",
+        "draft_topk_index",
+        "draft_hidden_states",
+        "draft_dsa_topk_indices",
+        "extend_input_len_per_req",
+        "extend_logprob_start_len_per_req",
+        "next_token_logprobs",
+        "next_token_top_logprobs_val",
+        "next_token_top_logprobs_idx",
+        "next_token_token_ids_logprobs_val",
+        "next_token_token_ids_logprobs_idx",
+        "sampling_mask_token_ids",
+        "sampling_mask_lengths",
+        "sampling_mask_selected_logprobs",
+        "sampling_mask_support_logprobs",
+        "sampling_mask_statuses",
+        "sampling_mask_num_accept_tokens",
+        "input_token_logprobs",
+        "input_top_logprobs_val",
+        "input_top_logprobs_idx",
+        "input_token_ids_logprobs_val",
+        "input_token_ids_logprobs_idx",
+    }
+)
+
+#: A key that starts like the prefix without being prefixed: stage 0 will not pop it, but it
+#: is one typo away from a wrong pop.
+NEAR_PREFIX = PREFIX.rstrip(".")
+
+_ATTACH_EXACT = {
+    errors.ATTACH_NOT_PP: K.ATTACH_NOT_PP,
+    errors.ATTACH_EMPTY: K.ATTACH_EMPTY,
+    errors.ATTACH_BAD_NAME: K.ATTACH_BAD_NAME,
+}
+_EXTRACT_EXACT = {
+    errors.EXTRACT_NO_OBSERVER: K.EXTRACT_NO_OBSERVER,
+    errors.EXTRACT_NOT_PP: K.EXTRACT_NOT_PP,
+    errors.EXTRACT_NOT_TENSOR: K.EXTRACT_NOT_TENSOR,
+    errors.EXTRACT_NOT_RECONSTRUCTED: K.EXTRACT_NOT_RECONSTRUCTED,
+}
+
+
+def _pattern(template: str) -> re.Pattern[str]:
+    head, _, tail = template.partition("{name!r}")
+    return re.compile(re.escape(head) + r"(.+)" + re.escape(tail) + r"\Z", re.DOTALL)
+
+
+_ATTACH_PATTERNS = (
+    (_pattern(errors.ATTACH_NOT_TENSOR), K.ATTACH_NOT_TENSOR),
+    (_pattern(errors.ATTACH_DUPLICATE), K.ATTACH_DUPLICATE),
+)
+
+
+def classify_error(ev: Event) -> FindingKind:
+    """The finding kind of a call that raised: the engine's error by its exact message."""
+    if ev.error_type not in ("RuntimeError", "builtins.RuntimeError"):
+        return K.CALL_RAISED
+    msg = ev.error_message or ""
+    if ev.direction is Direction.ATTACH:
+        kind = _ATTACH_EXACT.get(msg)
+        if kind is not None:
+            return kind
+        for pattern, kind in _ATTACH_PATTERNS:
+            if pattern.match(msg):
+                return kind
+        return K.CALL_RAISED
+    return _EXTRACT_EXACT.get(msg, K.CALL_RAISED)
+
+
+# --- naming ----------------------------------------------------------------------------------
+
+
+def who(rank: RankInfo) -> str:
+    """``rank 3``, or ``pid 1234`` when the global rank is unknown."""
+    return f"rank {rank.rank}" if rank.rank is not None else f"pid {rank.pid}"
+
+
+def rank_id(rank: RankInfo) -> int:
+    return rank.rank if rank.rank is not None else rank.pid
+
+
+def tensor_names(tensors: Iterable[TensorMeta]) -> str:
+    items = [f"`{t.name}`" for t in tensors]
+    return ", ".join(items) if items else "nothing"
+
+
+def stage_of(rank: RankInfo) -> str:
+    return f"pp{rank.pp_rank}" if rank.pp_rank is not None else "pp?"
+
+
+def tp_of(rank: RankInfo) -> int:
+    return rank.tp_rank if rank.tp_rank is not None else 0
+
+
+# kind, message template ({label}, {seq}), subject, severity override, on the process channel
+Spec = tuple[FindingKind, str, str, "Severity | None", bool]
+
+
+def _esc(text: str) -> str:
+    return text.replace("{", "{{").replace("}", "}}")
+
+
+def hygiene_specs(ev: Event, pp_rank: int | None) -> tuple[Spec, ...]:
+    """The namespace findings one event gives, as templates (pure; cached per event shape)."""
+    out: list[Spec] = []
+    engine_keys = ENGINE_KEYS | {k for k in ev.keys_before if not k.startswith(PREFIX)}
+    verb = "attached" if ev.direction is Direction.ATTACH else "extracted"
+    for t in ev.tensors:
+        name, key = _esc(t.name), _esc(t.key)
+        if t.name == "":
+            out.append((K.EMPTY_NAME, f"{{label}} {verb} an auxiliary tensor with an empty name "
+                        f"(key `{key}`)", "", None, False))
+        elif t.name in engine_keys:
+            out.append((K.RESERVED_NAME, f"{{label}} {verb} auxiliary name `{name}`, which is "
+                        "also an engine key of the PP output dict", t.name, None, False))
+        elif t.name.startswith(PREFIX) or t.name.startswith(NEAR_PREFIX):
+            out.append((K.NAME_HAS_PREFIX, f"{{label}} {verb} auxiliary name `{name}`, which "
+                        f"itself carries the prefix (key `{key}`)", t.name, None, False))
+    if ev.direction is Direction.ATTACH:
+        duplicate = not ev.ok and classify_error(ev) is K.ATTACH_DUPLICATE
+        keys = () if duplicate else ev.keys_before
+        where = "already in the dict before attach"
+    else:
+        keys = ev.keys_before
+        where = "in the dict stage 0 received"
+    for k in keys:
+        if k.startswith(PREFIX) and ev.direction is Direction.ATTACH:
+            out.append((K.PREFIXED_FOREIGN_KEY, f"{{label}}: key `{_esc(k)}` was {where}: stage "
+                        f"0 will pop it as auxiliary output `{_esc(k[len(PREFIX):])}`", k, None,
+                        False))
+        elif k.startswith(NEAR_PREFIX) and not k.startswith(PREFIX):
+            out.append((K.PREFIXED_FOREIGN_KEY, f"{{label}}: key `{_esc(k)}` {where} starts like "
+                        f"the auxiliary prefix `{PREFIX}` without being auxiliary output", k,
+                        Severity.WARNING, False))
+    if ev.direction is Direction.EXTRACT and ev.ok and ev.tensors:
+        left = [k for k in ev.keys_after if k.startswith(PREFIX)]
+        if left:
+            out.append((K.LEFTOVER_KEYS, "{label} extract #{seq} succeeded but left prefixed keys "
+                        + _esc(", ".join(f"`{k}`" for k in left)) + " in the dict", "", None,
+                        True))
+    if ev.direction is Direction.EXTRACT and ev.tensors and pp_rank is not None and pp_rank != 0:
+        out.append((K.EXTRACT_OFF_STAGE0, f"{{label}} (pp {pp_rank}) extracted auxiliary output "
+                    f"{_esc(tensor_names(ev.tensors))}: only stage 0 should (was it forwarded past "
+                    "stage 0?)", "", None, True))
+    return tuple(out)
+
+
+def compare_specs(
+    ls: str, rs: str, a: Event, e: Event
+) -> tuple[tuple[FindingKind, str, str], ...]:
+    """What differs between an attach and the extract it paired with (pure)."""
+    out: list[tuple[FindingKind, str, str]] = []
+    if a.tensors == e.tensors:
+        return ()
+    a_by = {t.name: t for t in a.tensors}
+    e_by = {t.name: t for t in e.tensors}
+    foreign = {k[len(PREFIX):] for k in a.keys_before if k.startswith(PREFIX)}
+    missing = [t for t in a.tensors if t.name not in e_by]
+    extra = [t for t in e.tensors if t.name not in a_by and t.name not in foreign]
+    if extra and not missing:
+        # Everything attached arrived, plus prefixed keys no attach wrote: someone stored
+        # a non-auxiliary value under the prefix and stage 0 popped it as auxiliary output.
+        for t in extra:
+            out.append((K.PREFIXED_FOREIGN_KEY,
+                        f"{rs} extracted `{t.name}` ({t.describe()}) that no attach inserted "
+                        f"({ls} attached {tensor_names(a.tensors)}): key `{t.key}` was written "
+                        "under the prefix outside attach and popped as auxiliary output", t.key))
+    elif missing:
+        parts = [f"missing at stage 0: {tensor_names(missing)}"]
+        if extra:
+            parts.append(f"not attached: {tensor_names(extra)}")
+        out.append((K.NAMES_DIFFER,
+                    f"{ls} attached {tensor_names(a.tensors)}; {rs} extracted "
+                    f"{tensor_names(e.tensors)} ({'; '.join(parts)})", ""))
+    a_order = [t.name for t in a.tensors if t.name in e_by]
+    e_order = [t.name for t in e.tensors if t.name in a_by]
+    if a_order != e_order:
+        out.append((K.ORDER_DIFFERS,
+                    f"{ls} attached in order {', '.join(a_order)}; {rs} extracted in order "
+                    f"{', '.join(e_order)}", ""))
+    for name in a_order:
+        x, y = a_by[name], e_by[name]
+        if x == y:
+            continue
+        side = f"{ls} attached `{_esc(name)}` {{}}; {rs} extracted {{}}"  # name is a template
+        if x.shape != y.shape:
+            out.append((K.SHAPE_MISMATCH, side.format(x.describe(), y.describe()), name))
+        if x.dtype != y.dtype:
+            out.append((K.DTYPE_MISMATCH, side.format(x.describe(), y.describe()), name))
+        if x.shape == y.shape and x.dtype == y.dtype and x.nbytes != y.nbytes:
+            out.append((K.BYTES_MISMATCH,
+                        side.format(f"{x.describe()} ({x.nbytes} bytes)", f"{y.nbytes} bytes"),
+                        name))
+        if x.device_type != y.device_type:
+            out.append((K.DEVICE_TYPE_MISMATCH,
+                        side.format(f"on {x.device}", f"on {y.device}"), name))
+        if (x.fingerprint is not None and y.fingerprint is not None
+                and x.fingerprint != y.fingerprint and x.shape == y.shape
+                and x.dtype == y.dtype):
+            out.append((K.CONTENT_MISMATCH,
+                        side.format(f"with content {x.fingerprint[:12]}",
+                                    f"content {y.fingerprint[:12]}"), name))
+    return tuple(out)
+
+
+def payload(ev: Event) -> tuple[tuple[str, tuple[int, ...], str, int, str | None], ...]:
+    return tuple((t.name, t.shape, t.dtype, t.nbytes, t.fingerprint) for t in ev.tensors)
+
+
+def describe_diff(mine: Sequence[TensorMeta], theirs: Sequence[TensorMeta]) -> str:
+    """``mine``, naming only what differs from ``theirs`` (all of it when the names differ)."""
+    other = {t.name: t for t in theirs}
+    if [t.name for t in mine] != [t.name for t in theirs]:
+        shown = list(mine)
+    else:
+        shown = [t for t in mine if payload_item(t) != payload_item(other[t.name])]
+    parts = []
+    for t in shown:
+        text = f"`{t.name}` {t.describe()}"
+        if t.fingerprint:
+            text += f" content {t.fingerprint[:12]}"
+        parts.append(text)
+    return ", ".join(parts) if parts else "nothing"
+
+
+def payload_item(t: TensorMeta) -> tuple[str, tuple[int, ...], str, int, str | None]:
+    return (t.name, t.shape, t.dtype, t.nbytes, t.fingerprint)

@@ -1,0 +1,239 @@
+"""``pptrace demo``: run the sample PP sampling pipeline on CPU, traced, then analyze the traces.
+
+The sample (``samples/``) starts one process per rank on ``torch.distributed``'s gloo backend,
+runs a small decoder model split across the pipeline stages, attaches the last stage's auxiliary
+output to the output dict through pptrace's instrumented transport and extracts it on stage 0,
+the way the engine does. ``--fault NAME`` injects one of the engine's failure modes.
+
+Exit status: 0 when every rank exited 0, stage 0 received every output intact and the analysis
+found no error; 1 otherwise; 2 for bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import sys
+import time
+from typing import IO, TYPE_CHECKING, Any
+
+from pptrace.model.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pptrace_samples.launch import RunResult
+
+__all__ = ["add_parser", "run"]
+
+EPILOG = """\
+exit status: 0 healthy run (every rank exited 0, every output arrived intact, no error found),
+1 otherwise (a rank failed, an output changed on the way, or the analysis found an error),
+2 bad arguments.
+
+examples:
+  pptrace demo                              # 4 ranks, 32 decode steps, no fault
+  pptrace demo --list-faults                # what can be injected, and what the engine does
+  pptrace demo --fault duplicate --ranks 2  # the engine raises on the last stage
+  pptrace demo --fault tp-disagree          # silent in the engine: 2 stages x 2 TP ranks
+  pptrace demo --tp 2 --steps 64 --out traces/tp2
+"""
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Create the ``demo`` subcommand."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "demo",
+        help="run a traced multi-process PP sampling pipeline on CPU (optionally with a fault)",
+        description=(
+            "Run the sample pipeline-parallel sampling pipeline on CPU (torch.distributed,\n"
+            "gloo): one process per rank; the last stage attaches its sampling observer's\n"
+            "auxiliary output to the output dict, the dict travels around the PP ring to\n"
+            "stage 0, which extracts it. Every rank writes a pptrace trace file; the traces\n"
+            "are then analyzed."
+        ),
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--fault", metavar="NAME", default=None,
+                        help="inject a fault (see --list-faults)")
+    parser.add_argument("--list-faults", action="store_true",
+                        help="list the faults, where they bite and what the engine does; exit")
+    parser.add_argument("--ranks", type=int, default=4, metavar="N",
+                        help="processes in all, pipeline stages x TP ranks (default 4)")
+    parser.add_argument("--tp", type=int, default=1, metavar="N",
+                        help="tensor-parallel ranks per stage (default 1; tp-disagree uses 2)")
+    parser.add_argument("--steps", type=int, default=32, metavar="N",
+                        help="microbatch decode steps through the pipeline (default 32)")
+    parser.add_argument("--out", metavar="DIR", default=None,
+                        help="directory for the per-rank trace files "
+                             "(default ./pptrace-traces/demo-<time>; must not hold traces)")
+    parser.add_argument("--seed", type=int, default=0, help="model and sampling seed")
+    parser.add_argument("--no-fingerprint", action="store_true",
+                        help="do not hash auxiliary tensors (then changed bytes go unseen)")
+    parser.add_argument("--no-analyze", action="store_true",
+                        help="only run the pipeline and write the traces")
+    parser.add_argument("--no-view", action="store_true",
+                        help="do not open the viewer afterwards (it opens only when stdin and "
+                             "stdout are a terminal)")
+    parser.add_argument("--timeout", type=float, default=180.0, metavar="S",
+                        help="stop every rank after this many seconds (default 180)")
+    parser.set_defaults(func=run)
+    return parser
+
+
+def list_faults(out: IO[str]) -> None:
+    """One line per fault: name, where, what the engine does."""
+    from pptrace_samples.faults import FAULTS
+
+    width = max(len(name) for name in FAULTS)
+    for fault in FAULTS.values():
+        out.write(f"{fault.name:<{width}}  {fault.where}: {fault.engine}\n")
+
+
+def default_out_dir(now: datetime.datetime | None = None) -> str:
+    """``pptrace-traces/demo-<time>``, made unique if it already exists."""
+    stamp = (now or datetime.datetime.now()).strftime("%Y%m%d-%H%M%S")
+    base = os.path.join("pptrace-traces", f"demo-{stamp}")
+    path, n = base, 1
+    while os.path.exists(path):
+        n += 1
+        path = f"{base}-{n}"
+    return path
+
+
+def _check_out_dir(path: str) -> None:
+    if os.path.isdir(path) and any(n.endswith((".json", ".jsonl")) for n in os.listdir(path)):
+        raise ConfigError(f"--out {path}: already holds trace files; choose an empty directory")
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ConfigError(f"--out {path}: not a directory")
+
+
+class _ProgressLine:
+    """Steps done per rank on stderr: one updating line on a terminal, else a line a second."""
+
+    def __init__(self, stream: IO[str], steps: int) -> None:
+        self.stream = stream
+        self.steps = steps
+        self.tty = stream.isatty()
+        self.last = 0.0
+        self.text = ""
+
+    def __call__(self, done: dict[int, int]) -> None:
+        now = time.monotonic()
+        if now - self.last < (0.1 if self.tty else 1.0):
+            return
+        self.last = now
+        self._show(done)
+
+    def _show(self, done: dict[int, int]) -> None:
+        self.text = "steps " + "  ".join(f"r{r} {n}/{self.steps}" for r, n in sorted(done.items()))
+        self.stream.write(("\r" + self.text) if self.tty else (self.text + "\n"))
+        self.stream.flush()
+
+    def close(self, done: dict[int, int]) -> None:
+        self._show(done)
+        if self.tty:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def _summary(result: RunResult, out: IO[str]) -> bool:
+    """Print the per-rank table and stage 0's check; True when the run was healthy."""
+    from pptrace_samples.options import EXIT_PEER_LOST
+
+    opts = result.options
+    out.write(f"\n{'rank':>4} {'stage':>5} {'tp':>3} {'exit':>5}  {'outcome':<24}"
+              f"{'steps':>6} {'events':>7}  trace file\n")
+    for rank, code in enumerate(result.exit_codes):
+        rep = result.reports.get(rank)
+        pp_rank, tp_rank = divmod(rank, opts.tp)
+        if rep is None:
+            outcome = "killed by the launcher" if rank in result.killed else "no report"
+            out.write(f"{rank:>4} {pp_rank:>5} {tp_rank:>3} {code:>5}  {outcome:<24}"
+                      f"{'-':>6} {'-':>7}  -\n")
+            continue
+        out.write(f"{rank:>4} {pp_rank:>5} {tp_rank:>3} {code:>5}  {rep.outcome:<24}"
+                  f"{rep.steps:>6} {rep.recorded:>7}  {os.path.basename(rep.trace_file)}\n")
+    for rank, rep in sorted(result.reports.items()):
+        if rep.error and rep.exit_code != EXIT_PEER_LOST:
+            out.write(f"rank {rank}: {rep.error}\n")
+        for note in rep.notes:
+            out.write(f"rank {rank}: {note}\n")
+    stage0 = [rep for rep in result.reports.values() if rep.pp_rank == 0]
+    matched = sum(r.matched for r in stage0)
+    mismatched = sum(r.mismatched for r in stage0)
+    skipped = sum(r.skipped for r in stage0)
+    out.write(f"stage 0 check: {matched} outputs arrived identical to what the last stage "
+              f"computed, {mismatched} differed, {skipped} were never sent\n")
+    for rep in stage0:
+        if rep.first_mismatch:
+            out.write(f"  rank {rep.rank}: first difference at {rep.first_mismatch}\n")
+    transports = {r.transport for r in result.reports.values()}
+    if transports:
+        out.write(f"transport: {', '.join(sorted(transports))}\n")
+    out.write(f"traces: {opts.out_dir}  ({result.elapsed:.1f}s)\n")
+    return result.ok and mismatched == 0 and len(result.reports) == opts.ranks
+
+
+def _analyze_and_report(out_dir: str, view: bool = False) -> int | None:
+    """Analyze the run's traces, print the report and, when asked, open the viewer on them;
+    return the analysis exit status (None when analysis is unavailable)."""
+    try:
+        from pptrace.analyze.analyzer import analyze
+        from pptrace.model.findings import Severity
+        from pptrace.load.loader import load_paths
+        from pptrace.report.text import exit_status, render_text
+    except ImportError as exc:
+        print(f"pptrace demo: analysis not available ({exc}); traces kept in {out_dir}",
+              file=sys.stderr)
+        return None
+    trace = load_paths([out_dir])
+    findings = analyze(trace)
+    sys.stdout.write("\n" + render_text(trace, findings, Severity.ERROR))
+    if view:
+        from pptrace.cli.view import view as open_view
+
+        sys.stdout.flush()
+        open_view(trace, findings, [out_dir])
+    return exit_status(findings, Severity.ERROR)
+
+
+def _interactive() -> bool:
+    return sys.stdin.isatty() and sys.stdout.isatty()
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the demo; return the exit status."""
+    if args.list_faults:
+        list_faults(sys.stdout)
+        return 0
+    from pptrace_samples.launch import run_pipeline
+    from pptrace_samples.options import PipelineOptions
+
+    out_dir = args.out or default_out_dir()
+    _check_out_dir(out_dir)
+    opts = PipelineOptions(
+        ranks=args.ranks, tp=args.tp, steps=args.steps, fault=args.fault, out_dir=out_dir,
+        seed=args.seed, fingerprint=not args.no_fingerprint,
+    ).resolved()
+    print(f"pptrace demo: {opts.ranks} ranks = {opts.pp} PP stages x {opts.tp} TP, "
+          f"{opts.steps} decode steps over {opts.slots} microbatch slots, "
+          f"fault: {opts.fault or 'none'}")
+    if opts.fault:
+        from pptrace_samples.faults import FAULTS
+
+        fault = FAULTS[opts.fault]
+        print(f"  {fault.what} ({fault.where}); the engine: {fault.engine}")
+    print(f"traces: {out_dir}", flush=True)
+    progress = _ProgressLine(sys.stderr, opts.steps)
+    result = run_pipeline(opts, on_progress=progress, timeout=args.timeout)
+    progress.close({r: (rep.steps if (rep := result.reports.get(r)) else 0)
+                    for r in range(opts.ranks)})
+    healthy = _summary(result, sys.stdout)
+    status = 0 if healthy else 1
+    if not args.no_analyze:
+        analysis = _analyze_and_report(out_dir, view=not args.no_view and _interactive())
+        if analysis:
+            status = 1
+    print(f"\nnext: pptrace analyze {out_dir}")
+    return status

@@ -1,0 +1,57 @@
+"""The ``pptrace`` command: one subcommand per module (``pptrace/cli/<name>.py``).
+
+Each subcommand module defines ``add_parser(subparsers) -> argparse.ArgumentParser`` and sets
+``func`` (taking the parsed namespace, returning the exit status) with ``set_defaults``.
+Errors that pptrace expects (bad input, bad config) print one line and exit 2; no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from pptrace.model.errors import PptraceError
+
+__all__ = ["main"]
+
+COMMANDS = ("demo", "analyze", "diff", "view", "run", "native")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full argument parser."""
+    parser = argparse.ArgumentParser(
+        prog="pptrace",
+        description=(
+            "Trace and debug the auxiliary-output transport of pipeline-parallel sampling "
+            "pipelines: record every attach and extract as OpenTelemetry spans, then find "
+            "protocol mismatches and key collisions across ranks."
+        ),
+        epilog="Run 'pptrace COMMAND --help' for a command's options.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        importlib.import_module(f"pptrace.cli.{name}").add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``pptrace`` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except PptraceError as exc:
+        print(f"pptrace: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("pptrace: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

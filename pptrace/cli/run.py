@@ -1,0 +1,181 @@
+"""``pptrace run [options] -- COMMAND...``: run the engine's usual command with pptrace active.
+
+In the manner of ``opentelemetry-instrument``: the options become ``PPTRACE_*`` / ``OTEL_*``
+variables, pptrace's bootstrap folder goes first on ``PYTHONPATH`` (its ``sitecustomize`` chains
+to any other), and the command replaces this process. Every Python process of the command's tree,
+including ranks started with ``spawn``, activates pptrace before the engine's code runs.
+
+    pptrace run --export file,otlp -- python -m sglang.launch_server --pp-size 4 ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+import uuid
+from collections.abc import Mapping, Sequence
+
+from pptrace.model.config import ENV_DOC, Config
+from pptrace.model.errors import ConfigError
+
+__all__ = ["OTEL_DOC", "add_parser", "bootstrap_dir", "build_env", "main", "run"]
+
+#: The ``OTEL_*`` variables pptrace honours (the OTLP ones are read by the official exporters).
+OTEL_DOC: dict[str, str] = {
+    "OTEL_EXPORTER_OTLP_ENDPOINT": "collector base URL (grpc: http://localhost:4317, "
+    "http/protobuf: http://localhost:4318, /v1/traces appended)",
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "full traces URL (overrides the base URL)",
+    "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc or http/protobuf (default http/protobuf)",
+    "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "overrides OTEL_EXPORTER_OTLP_PROTOCOL for traces",
+    "OTEL_EXPORTER_OTLP_HEADERS": "key=value,... sent with each export (or ..._TRACES_HEADERS)",
+    "OTEL_EXPORTER_OTLP_TIMEOUT": "seconds per export request (default: min(1, exit timeout))",
+    "OTEL_SERVICE_NAME": "service name of pptrace's spans (default pptrace)",
+    "OTEL_RESOURCE_ATTRIBUTES": "extra resource attributes, key=value,...",
+    "OTEL_SDK_DISABLED": "true: OpenTelemetry is off, and so is pptrace (said once)",
+}
+
+# option -> variable it sets
+_OPTION_ENV = (
+    ("export", "PPTRACE_EXPORT"),
+    ("dir", "PPTRACE_DIR"),
+    ("mode", "PPTRACE_MODE"),
+    ("flight_size", "PPTRACE_FLIGHT_SIZE"),
+    ("exit_timeout", "PPTRACE_EXIT_TIMEOUT"),
+    ("run_id", "PPTRACE_RUN_ID"),
+    ("pp_size", "PPTRACE_PP_SIZE"),
+    ("tp_size", "PPTRACE_TP_SIZE"),
+    ("protocol", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"),
+    ("endpoint", "OTEL_EXPORTER_OTLP_ENDPOINT"),
+    ("service_name", "OTEL_SERVICE_NAME"),
+)
+
+
+def bootstrap_dir() -> str:
+    """The folder holding pptrace's ``sitecustomize.py``."""
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "instrument", "_bootstrap")
+
+
+def _epilog() -> str:
+    width = max(map(len, [*ENV_DOC, *OTEL_DOC])) + 2
+    lines = ["environment (PPTRACE_*; options above set the same variables):"]
+    lines += [f"  {name:<{width}}{doc}" for name, doc in ENV_DOC.items()]
+    lines += ["", "OpenTelemetry variables honoured:"]
+    lines += [f"  {name:<{width}}{doc}" for name, doc in OTEL_DOC.items()]
+    lines += [
+        "",
+        "examples:",
+        "  pptrace run -- python -m sglang.launch_server --model-path M --pp-size 2",
+        "  pptrace run --export file,otlp --protocol grpc --endpoint http://jaeger:4317 -- ...",
+        "  eval \"$(pptrace run --print-env)\"   # the same, for a command you cannot change",
+    ]
+    return "\n".join(lines)
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> (
+        argparse.ArgumentParser):
+    """Create the ``run`` subcommand."""
+    p = subparsers.add_parser(
+        "run",
+        help="run a command with pptrace active in every Python process it starts",
+        description=(
+            "Run COMMAND (the engine's usual command line) with pptrace active in every Python "
+            "process of its tree, rank processes started with 'spawn' included: attach and "
+            "extract are recorded as spans, written to per-rank trace files and/or sent over "
+            "OTLP. Put '--' before COMMAND."
+        ),
+        epilog=_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--export", metavar="SINKS", help="comma list of file, otlp, none")
+    p.add_argument("--dir", metavar="DIR", help="directory for per-rank trace files")
+    p.add_argument("--mode", choices=("stream", "flight"), help="stream every event, or keep "
+                   "a flight-recorder ring dumped on error, SIGUSR1 and exit")
+    p.add_argument("--flight-size", type=int, metavar="N", help="events kept in flight mode")
+    p.add_argument("--exit-timeout", type=float, metavar="SECONDS",
+                   help="time allowed to flush at exit (default 2)")
+    p.add_argument("--run-id", metavar="ID", help="id shared by all ranks (default: random)")
+    p.add_argument("--pp-size", type=int, metavar="N", help="pipeline-parallel size, when the "
+                   "engine does not expose it (pp rank = rank // tp size)")
+    p.add_argument("--tp-size", type=int, metavar="N", help="tensor-parallel size, likewise")
+    p.add_argument("--protocol", choices=("grpc", "http/protobuf"), help="OTLP protocol")
+    p.add_argument("--endpoint", metavar="URL", help="OTLP collector (e.g. http://localhost:4318)")
+    p.add_argument("--service-name", metavar="NAME", help="service name in Jaeger")
+    p.add_argument("--print-env", action="store_true",
+                   help="print the variables as shell 'export' lines instead of running")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="the command to run, after '--'")
+    p.set_defaults(func=run)
+    return p
+
+
+def build_env(args: argparse.Namespace, environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment COMMAND runs in: ``environ`` plus pptrace's variables."""
+    env = dict(environ)
+    env["PPTRACE_ENABLED"] = "1"
+    for option, var in _OPTION_ENV:
+        value = getattr(args, option, None)
+        if value is not None:
+            env[var] = str(value)
+    if (args.endpoint or args.protocol) and args.export is None and "PPTRACE_EXPORT" not in env:
+        env["PPTRACE_EXPORT"] = "file,otlp"  # asking for a collector means sending to it
+    env.setdefault("PPTRACE_RUN_ID", uuid.uuid4().hex[:16])
+    Config.from_env(env)  # refuse bad values here, once, rather than in every rank
+    for var in ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"):
+        value = env.get(var, "").strip().lower()
+        if value and value not in ("grpc", "http/protobuf"):
+            raise ConfigError(f"{var}={env[var]!r}: pptrace exports grpc or http/protobuf")
+    paths = [bootstrap_dir()] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep)
+                                 if p and p != bootstrap_dir()]
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    return env
+
+
+def run(args: argparse.Namespace) -> int:
+    """Exec COMMAND in pptrace's environment (or print that environment)."""
+    command = list(args.command)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    env = build_env(args, os.environ)
+    if args.print_env:
+        for name in sorted(env):
+            if name.startswith("PPTRACE_") or name == "PYTHONPATH" or (
+                    name.startswith("OTEL_") and env[name] != os.environ.get(name)):
+                print(f"export {name}={shlex.quote(env[name])}")
+        return 0
+    if not command:
+        raise ConfigError("pptrace run: no command given (put it after '--')")
+    from pptrace.instrument.patch import module_status
+    from pptrace.instrument.sglang_module import MODULE
+
+    if module_status(MODULE) is not None:  # said once here, not in every process of the tree
+        print(f"pptrace: {MODULE} is not installed for {sys.executable}; "
+              "processes that never load it are not traced", file=sys.stderr)
+    _exec(command, env)
+    return 127  # only reached in tests that replace _exec
+
+
+def _exec(command: Sequence[str], env: Mapping[str, str]) -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execvpe(command[0], list(command), dict(env))
+    except OSError as exc:
+        raise ConfigError(f"pptrace run: cannot run {command[0]!r}: {exc.strerror}") from None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m pptrace.cli.run ...``: the run command alone (what ``pptrace run`` does)."""
+    parser = argparse.ArgumentParser(prog="pptrace")
+    sub = parser.add_subparsers(dest="command_name")
+    add_parser(sub)
+    args = parser.parse_args(["run", *(sys.argv[1:] if argv is None else argv)])
+    try:
+        return run(args)
+    except ConfigError as exc:
+        print(f"pptrace: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

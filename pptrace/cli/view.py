@@ -1,0 +1,127 @@
+"""``pptrace view PATH...``: open the terminal viewer on recorded traces.
+
+The traces are loaded (with progress on a terminal) and analyzed before the full-screen app
+starts, so bad input fails with the usual one-line error; the app then indexes the trace behind
+its own loading screen. The viewer is found through the ``pptrace.viewers`` entry point, so
+pptrace never imports ``tui`` (nor Textual) to record, load or analyze.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from importlib.metadata import entry_points
+from typing import TYPE_CHECKING, Any
+
+from pptrace.cli.inputs import add_input_arguments, load_from_args
+from pptrace.model.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pptrace.model.findings import Finding
+    from pptrace.model.trace import Trace
+
+__all__ = ["add_parser", "run", "view"]
+
+EPILOG = """\
+keys (the footer shows them; ? lists every one; ctrl+p searches the actions):
+  arrows move in the grid    n/p next/previous event    ]/[ next/previous finding
+  space play/pause, +/- speed    d first divergence    f filter    / search
+  e/m export what is on screen as JSON/Markdown    t light/dark    q quit
+
+examples:
+  pptrace view pptrace-traces/
+  pptrace view 'traces/*.jsonl' --theme light
+  pptrace view pptrace-traces/ --follow      # watch a running engine
+"""
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Create the ``view`` subcommand."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "view",
+        help="explore traces in a terminal UI: rank x microbatch grid, replay, pair detail",
+        description=(
+            "Open a keyboard-first terminal viewer on recorded traces: a rank x microbatch grid "
+            "coloured by what happened, a replay of every event in recorded order, the two sides "
+            "of each attach/extract pair side by side, and the analyzer's findings grouped by "
+            "kind. Trace text is always shown literally."
+        ),
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_input_arguments(parser)
+    parser.add_argument("--follow", action="store_true",
+                        help="re-read the inputs every second as they grow (a running engine)")
+    parser.add_argument("--theme", choices=("dark", "light"), default="dark",
+                        help="colour theme (default: dark; 't' switches in the app)")
+    parser.set_defaults(func=run)
+    return parser
+
+
+Loader = Callable[[Callable[[str], None]], "tuple[Trace, list[Finding]]"]
+
+
+def _reloader(paths: Sequence[str]) -> Loader:
+    """A loader for ``--follow``: re-reads the same inputs, analyzes, reports its phase."""
+
+    def load(status: Callable[[str], None]) -> tuple[Trace, list[Finding]]:
+        from pptrace.analyze.analyzer import analyze
+        from pptrace.load.loader import load_paths
+
+        status(f"reading {len(paths)} input(s)")
+        trace = load_paths(paths)
+        status(f"analyzing {trace.event_count:,} events")
+        return trace, analyze(trace)
+
+    return load
+
+
+def _viewer() -> Callable[..., str | None]:
+    """The installed viewer's ``open_viewer`` (the ``pptrace.viewers`` entry point)."""
+    found = entry_points(group="pptrace.viewers", name="textual")
+    if not found:
+        raise ConfigError("the terminal viewer is not installed: reinstall pptrace "
+                          "(pip install -e .) so that its 'pptrace.viewers' entry point exists")
+    viewer: Callable[..., str | None] = next(iter(found)).load()
+    return viewer
+
+
+def run(args: argparse.Namespace) -> int:
+    """Load and analyze the inputs, then run the viewer until the user quits."""
+    from pptrace.analyze.analyzer import analyze
+
+    trace = load_from_args(args)
+    # --follow re-reads what the user named (a directory may gain files as ranks start); a
+    # Jaeger fetch is not re-fetched: its temporary file is among the sources read.
+    paths = list(args.paths or ()) or list(trace.sources)
+    shown = sys.stderr.isatty() and not args.no_progress
+    if shown:
+        sys.stderr.write(f"pptrace: analyzing {trace.event_count:,} events…\r")
+        sys.stderr.flush()
+    findings = analyze(trace)
+    if shown:
+        sys.stderr.write(" " * 60 + "\r")
+        sys.stderr.flush()
+    return view(trace, findings, paths, follow=args.follow, theme=args.theme)
+
+
+def view(trace: Trace, findings: list[Finding], paths: Sequence[str], *, follow: bool = False,
+         theme: str = "dark") -> int:
+    """Open the viewer on a loaded, analyzed trace (``pptrace demo`` calls this too); ``paths``
+    are re-read for ``follow``. Returns the exit status."""
+    open_viewer = _viewer()
+    first = [True]
+    reload = _reloader(paths)
+
+    def loader(status: Callable[[str], None]) -> tuple[Trace, list[Finding]]:
+        if first[0]:  # the first call gets what was just loaded; later calls re-read
+            first[0] = False
+            return trace, findings
+        return reload(status)
+
+    error = open_viewer(loader, follow=follow, theme=theme)
+    if error is not None:
+        print(f"pptrace: error: {error}", file=sys.stderr)
+        return 2
+    return 0

@@ -1,0 +1,271 @@
+"""The default sink: events straight to OTLP/JSON trace lines, without building SDK span objects.
+
+Creating an SDK span costs about as much as everything else on the recorder thread together, and
+a file needs none of what the SDK adds (sampling, processors, limits). ``FileSink`` writes what
+``SpanSink`` + ``OtlpJsonFileExporter`` would write for the same events, line for line apart from
+the random ids (``tests/test_file_sink.py`` proves it).
+
+Step after step the engine makes the same calls: same tensors, keys, thread, result. Given the
+recorder's raw tuples (``RawEvents``), the sink encodes one span of each such shape the ordinary
+way and keeps it as a template, with holes for what varies (ids, times, ``seq``, ``mono_ns``,
+``duration_ns``, ``dropped_before``); the next events of that shape are one dict lookup and one
+string join each, with no ``Event`` record built. The template is cut from the ordinary encoding
+(whatever order ``schema.event_to_attributes`` gives) at a shape's second event, and kept only if
+it renders that event exactly as the ordinary encoding does; anything else goes the ordinary way.
+Templates last while the rank and run id do; what they hold of the subject's type (its name,
+whether it has ``to_pp_tensors``) is read when they are made, as each flush's records read it.
+
+    sink = FileSink(path, rank_resource(rank, run_id))
+    sink.export(events)      # one or more lines, flushed
+"""
+
+from __future__ import annotations
+
+import operator
+import random
+import re
+from collections.abc import Callable, Mapping, Sequence
+from itertools import chain
+from json.encoder import encode_basestring_ascii as _esc  # as otlp_json and json.dumps
+from typing import Any
+
+from opentelemetry.sdk.resources import Resource
+
+from pptrace.export import otlp_json
+
+from pptrace.model import schema
+from pptrace.model.records import Event, RecorderStats
+from pptrace.record.recorder import RawEvents
+
+__all__ = ["FileSink"]
+
+#: Spans per line: keeps lines small enough to stream and to lose little to a torn write, and
+#: the line's few copies (join, encode, write) within the CPU's caches: at 64 spans (about 200 kB)
+#: writing costs a quarter of what it does at 512 (benchmarks/bench_export.py).
+SPANS_PER_LINE = 64
+_CACHE_LIMIT = 50_000
+#: Shapes remembered (a template is a few kB); past it the sink starts again with none.
+_TEMPLATE_LIMIT = 1024
+
+_VALUES = otlp_json._VALUES
+
+#: A template: ``render(out, *values)`` extends the list ``out`` with the span's text, in pieces
+#: (joined once per line), from the values that vary: trace id and span id in hex, start, end,
+#: seq, mono_ns, duration_ns, dropped_before (in this order, as positional arguments).
+Render = Callable[..., None]
+
+# The template of a shape is cut from the encoding of a probe: an event of that shape with these
+# values, whose digits cannot come out of anything else in a span (19 digits within int64;
+# end = start + duration). The check against the ordinary encoding catches any coincidence.
+_P_TRACE, _P_SPAN = int("7ace" * 8, 16), int("5eed" * 4, 16)
+_P_START, _P_DUR = 4_669_201_609_102_990_671, 1_414_213_562_373_095_048
+_P_SEQ, _P_MONO = 3_141_592_653_589_793_238, 2_718_281_828_459_045_235
+_P_DROPPED = 1_732_050_807_568_877_293
+_PROBES = {
+    f"{_P_TRACE:032x}": 0,
+    f"{_P_SPAN:016x}": 1,
+    str(_P_START): 2,
+    str(_P_START + _P_DUR): 3,
+    str(_P_SEQ): 4,
+    str(_P_MONO): 5,
+    str(_P_DUR): 6,
+    str(_P_DROPPED): 7,
+}
+_PROBE_RE = re.compile("|".join(map(re.escape, _PROBES)))
+
+
+def _renderer(parts: list[str], order: list[int]) -> Render | None:
+    """Interleave ``parts`` with the values ``order`` names (None if there are none)."""
+    if len(order) < 2:
+        return None
+    if order == list(range(8)):  # a span without an error, its values in the order passed
+
+        s0, s1, s2, s3, s4, s5, s6, s7, s8 = parts
+
+        def render8(out: list[str], a: str, b: str, c: int, d: int, e: int, f: int, g: int,
+                    h: int) -> None:
+            out += (s0, a, s1, b, s2, str(c), s3, str(d), s4, str(e), s5, str(f), s6, str(g),
+                    s7, str(h), s8)
+
+        return render8
+    pick = operator.itemgetter(*order)
+    head, last = parts[:-1], parts[-1]
+
+    def render(out: list[str], *values: Any) -> None:
+        out += chain.from_iterable(zip(head, map(str, pick(values)), strict=True))
+        out.append(last)
+
+    return render
+
+
+class FileSink:
+    """Write events and recorder stats to one trace file as OTLP/JSON lines."""
+
+    def __init__(self, path: str, resource: Resource, scope_version: str = "0") -> None:
+        from pptrace.export.spans import OtlpJsonFileExporter
+
+        self.path = path
+        self._out = OtlpJsonFileExporter(path)
+        res = otlp_json._attributes(resource.attributes).lstrip(",")
+        scope = '{"name":"pptrace","version":' + _esc(scope_version) + "}"
+        head = '{"resourceSpans":[{"resource":{' + res + '},"scopeSpans":[{"scope":' + scope
+        if resource.schema_url:
+            self._tail = ']}],"schemaUrl":' + _esc(resource.schema_url) + "}]}"
+        else:
+            self._tail = "]}]}]}"
+        self._head = head + ',"spans":['
+        self._cache: dict[tuple[str, Any], str] = {}
+        self._bits = random.getrandbits
+        # Templates hold the converter's context (rank, run id, prefix): they are kept from one
+        # flush to the next while it stays the same. ``_seen``: shape -> True once seen, False
+        # when no template fits.
+        self._templates: dict[Any, Render] = {}
+        self._seen: dict[Any, bool] = {}
+        self._context: object = None
+        #: Templates built (for tests and benchmarks).
+        self.templates_built = 0
+
+    def _attributes(self, attrs: Mapping[str, Any]) -> str:
+        cache = self._cache
+        parts = []
+        for key, value in attrs.items():
+            if type(value) is list:
+                ck = (key, tuple(value))
+                text = cache.get(ck)
+                if text is None:
+                    if len(cache) > _CACHE_LIMIT:
+                        cache.clear()
+                    text = cache[ck] = '{"key":' + _esc(key) + ',"value":' + _VALUES[list](
+                        value) + "}"
+                parts.append(text)
+            else:
+                parts.append('{"key":' + _esc(key) + ',"value":' + _VALUES[type(value)](value)
+                             + "}")
+        return ',"attributes":[' + ",".join(parts) + "]"
+
+    def _span(self, name: str, start: int, end: int, attrs: Mapping[str, Any],
+              error: tuple[str, str] | None = None, ids: tuple[int, int] | None = None) -> str:
+        trace, span = ids if ids is not None else (self._bits(128), self._bits(64))
+        text = (f'{{"traceId":"{trace:032x}","spanId":"{span:016x}","name":"{name}",'
+                f'"kind":"SPAN_KIND_INTERNAL","startTimeUnixNano":"{start}",'
+                f'"endTimeUnixNano":"{end}"' + self._attributes(attrs))
+        if error is None:
+            return text + ',"status":{},"flags":256}'
+        etype, message = error
+        event = (f'{{"timeUnixNano":"{end}","name":"exception","attributes":['
+                 '{"key":"exception.type","value":{"stringValue":' + _esc(etype) + "}},"
+                 '{"key":"exception.message","value":{"stringValue":' + _esc(message) + "}}]}")
+        status = ('"status":{"message":' + _esc(message) + ',"code":"STATUS_CODE_ERROR"}'
+                  if message else '"status":{"code":"STATUS_CODE_ERROR"}')
+        return text + ',"events":[' + event + "]," + status + ',"flags":256}'
+
+    def _event_span(self, event: Event, ids: tuple[int, int] | None = None) -> str:
+        error = None
+        if event.error_type is not None:
+            error = (event.error_type, event.error_message or "")
+        return self._span(schema.span_name(event.direction), event.start_ns, event.end_ns,
+                          schema.event_to_attributes(event), error, ids)
+
+    def _write(self, spans: Sequence[str]) -> None:
+        for i in range(0, len(spans), SPANS_PER_LINE):
+            self._out.write_line(self._head + ",".join(spans[i:i + SPANS_PER_LINE]) + self._tail)
+
+    def export(self, events: Sequence[Event]) -> None:
+        """Write the events' spans (from the raw tuples when given ``RawEvents``)."""
+        if isinstance(events, RawEvents):
+            for line in self._raw_lines(events):
+                self._out.write_line(line)
+        else:
+            self._write([self._event_span(event) for event in events])
+
+    def _raw_lines(self, batch: RawEvents) -> list[str]:
+        """The lines ``_write`` would make of the batch's spans, each joined once from pieces:
+        a template's span is never a string of its own."""
+        if batch.convert.context != self._context:
+            self._templates, self._seen = {}, {}
+            self._context = batch.convert.context
+        templates = self._templates
+        shape = batch.convert.shape
+        bits = self._bits
+        head, tail = self._head, self._tail
+        lines: list[str] = []
+        pieces = [head]
+        count = 0
+        for i, raw in enumerate(batch.raws):
+            found = shape(raw)
+            render = None
+            if found is not None:
+                try:
+                    render = templates.get(found[0])
+                except Exception:  # a value whose hash or == fails: convert it on its own
+                    found = None
+            if render is None or found is None:
+                event = batch.event(i)
+                if event is None:  # the recorder counted it
+                    continue
+                ids = (bits(128), bits(64))
+                text = self._event_span(event, ids)
+                if found is not None:
+                    try:
+                        self._learn(found[0], event, text, ids)
+                    except Exception:  # a key that fails to compare in _seen: no template
+                        pass
+            if count == SPANS_PER_LINE:
+                pieces.append(tail)
+                lines.append("".join(pieces))
+                pieces, count = [head], 0
+            elif count:
+                pieces.append(",")
+            count += 1
+            if render is None or found is None:
+                pieces.append(text)
+            else:
+                _, seq, start, mono, duration, dropped = found
+                render(pieces, f"{bits(128):032x}", f"{bits(64):016x}", start, start + duration,
+                       seq, mono, duration, dropped)
+        if count:
+            pieces.append(tail)
+            lines.append("".join(pieces))
+        return lines
+
+    def _learn(self, key: Any, event: Event, text: str, ids: tuple[int, int]) -> None:
+        """Make the template of ``event``'s shape at its second sighting (one-off shapes cost
+        no template), if it renders ``event`` as ``text``."""
+        seen = self._seen
+        state = seen.get(key)
+        if state is False:
+            return
+        if state is None:
+            if len(seen) >= _TEMPLATE_LIMIT:
+                self._templates.clear()
+                seen.clear()
+            seen[key] = True
+            return
+        render = self._template(event)
+        if render is not None:
+            out: list[str] = []
+            render(out, f"{ids[0]:032x}", f"{ids[1]:016x}", event.start_ns, event.end_ns,
+                   event.seq, event.mono_ns, event.duration_ns, event.dropped_before)
+            if "".join(out) != text:
+                render = None
+        if render is None:
+            seen[key] = False
+            return
+        self._templates[key] = render
+        self.templates_built += 1
+
+    def _template(self, event: Event) -> Render | None:
+        probe = event._replace(seq=_P_SEQ, start_ns=_P_START, mono_ns=_P_MONO,
+                               duration_ns=_P_DUR, dropped_before=_P_DROPPED)
+        text = self._event_span(probe, (_P_TRACE, _P_SPAN))
+        order = [_PROBES[m] for m in _PROBE_RE.findall(text)]
+        return _renderer(_PROBE_RE.split(text), order)
+
+    def export_stats(self, stats: RecorderStats) -> None:
+        """Write one stats span."""
+        self._write([self._span(schema.SPAN_STATS, stats.time_ns, stats.time_ns,
+                                schema.stats_to_attributes(stats))])
+
+    def shutdown(self, timeout: float) -> None:
+        """Close the file."""
+        self._out.shutdown()

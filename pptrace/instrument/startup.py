@@ -1,0 +1,440 @@
+"""Activation in every process: one recorder, the engine patched, flushed at exit and on SIGTERM.
+
+    import pptrace
+    pptrace.instrument()             # from code (a Config, or PPTRACE_* variables)
+    ...
+    pptrace.uninstrument()           # originals back everywhere, spans flushed
+
+Under ``pptrace run`` (or ``PPTRACE_ENABLED=1`` with pptrace's ``sitecustomize`` on
+``PYTHONPATH``) every Python process of the tree calls ``activate_from_env`` the moment SGLang's
+transport module has loaded, before anything imports from it. Activation installs an import hook
+and patches what is loaded. Only when the engine's transport module is patched does the process
+start its recorder thread and register its exit
+flush (atexit, SIGTERM when the handler is the default, chained otherwise) and, in flight mode,
+a SIGUSR1 dump. A process that records nothing writes nothing. Spans go through the engine's own
+SDK tracer provider when it configured one and OTLP export is asked for; otherwise through
+pptrace's provider (``pptrace.export.spans.build_provider``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from types import FrameType
+from typing import Any
+
+from pptrace.model.config import Config
+from pptrace.instrument.patch import EnginePatch
+from pptrace.model.records import RankInfo, RecorderStats
+from pptrace.record.recorder import Recorder, Sink
+from pptrace.instrument.sglang_module import MODULE
+
+__all__ = ["activate", "activate_from_env", "active_recorder", "instrument", "uninstrument"]
+
+_TRUE = {"1", "true", "yes", "on"}
+Handler = Callable[[int, FrameType | None], Any] | int | None
+
+
+@dataclass
+class _Active:
+    """The process's activation (mutable on purpose: it is the one global pptrace keeps)."""
+
+    config: Config
+    recorder: Recorder
+    patch: EnginePatch
+    modules: tuple[str, ...]
+    tracer_provider: Any = None
+    armed: bool = False
+    finished: bool = False
+    handlers: dict[int, tuple[Handler, Handler]] = field(default_factory=dict)  # sig: (ours, prev)
+    causes: collections.Counter[str] = field(default_factory=collections.Counter)
+    processor: Any = None  # the OTLP processor, built when arming (see _arm)
+
+    def on_drop(self, events: int, cause: str) -> None:
+        """Hear of spans the OTLP exporter lost: counted in the recorder, named at exit."""
+        self.causes[cause] += events
+        self.recorder.exporter_dropped(events, cause)
+
+
+_state: _Active | None = None
+_lock = threading.RLock()
+_hooks_registered = False
+# Held while _prepare imports in the background: a fork in the middle would leave the child a
+# half-imported module that no thread will ever finish.
+_importing = threading.Lock()
+_held_for_fork = False
+
+
+_said: set[str] = set()
+
+
+def _say_once(message: str) -> None:
+    if message not in _said:
+        _said.add(message)
+        print(f"pptrace: {message}", file=sys.stderr)
+
+
+def active_recorder() -> Recorder | None:
+    """The recorder of this process's activation, if any."""
+    return _state.recorder if _state is not None else None
+
+
+def activate(
+    config: Config | None = None,
+    *,
+    tracer_provider: Any = None,
+    modules: Sequence[str] = (MODULE,),
+) -> Recorder | None:
+    """Activate pptrace in this process (idempotent); return its recorder, None when disabled.
+
+    ``tracer_provider``: send spans through this provider (as the OTel instrumentor does).
+    ``modules``: the transport modules to patch (SGLang's by default).
+    """
+    global _state
+    with _lock:
+        if _state is not None:
+            return _state.recorder
+        config = config if config is not None else Config.from_env()
+        if not config.enabled:
+            return None
+        if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+            # pptrace's spans are OpenTelemetry spans: with the SDK off there is nowhere to go.
+            _say_once("OTEL_SDK_DISABLED=true: OpenTelemetry is off, so pptrace records nothing")
+            return None
+        # The closures below see ``state`` once it is assigned (it is, before any call).
+        recorder = Recorder(config, sink_factory=lambda rank: _DeferredSink(
+            lambda: _make_sink(state)))
+        patch = EnginePatch(lambda a, e: _wrap(state, a, e), tuple(modules))
+        state = _Active(config, recorder, patch, tuple(modules), tracer_provider=tracer_provider)
+        _state = state
+        _register_process_hooks()
+        state.patch.apply()
+        return recorder
+
+
+def instrument(config: Config | None = None, **overrides: Any) -> Recorder | None:
+    """Patch the engine in this process and start recording (``Config`` fields as overrides)."""
+    modules = overrides.pop("modules", (MODULE,))
+    provider = overrides.pop("tracer_provider", None)
+    if overrides:
+        config = replace(config or Config.from_env(), **overrides)
+    return activate(config, tracer_provider=provider, modules=modules)
+
+
+def uninstrument() -> None:
+    """Restore the engine's functions everywhere and flush what was recorded (idempotent)."""
+    global _state
+    with _lock:
+        state, _state = _state, None
+    if state is None:
+        return
+    state.patch.restore()
+    _finish(state)
+    for signum, (ours, previous) in state.handlers.items():
+        try:
+            if signal.getsignal(signum) is ours:
+                signal.signal(signum, previous)
+        except (ValueError, OSError, TypeError):  # not the main thread, or not restorable
+            pass
+
+
+def activate_from_env() -> Recorder | None:
+    """Activate when ``PPTRACE_ENABLED`` is set (sitecustomize); never raise into the engine."""
+    if os.environ.get("PPTRACE_ENABLED", "").strip().lower() not in _TRUE:
+        return None
+    try:
+        return activate(Config.from_env())
+    except Exception as exc:
+        print(f"pptrace: not tracing this process ({sys.executable}): "
+              f"{type(exc).__name__}: {exc}", file=sys.stderr)
+        return None
+
+
+# --- wrapping and arming ----------------------------------------------------------------------
+
+
+def _wrap(state: _Active, attach: Any, extract: Any) -> tuple[Any, Any]:
+    """Build the wrappers (imports torch, which the engine module has just loaded) and arm."""
+    from pptrace.record.wrapper import wrap_transport
+
+    wrapped = wrap_transport(attach, extract, state.recorder)
+    _arm(state)
+    return wrapped
+
+
+def _arm(state: _Active) -> None:
+    """Start the recorder and register its exit flush: only once the engine is patched."""
+    if state.armed:
+        return
+    state.armed = True
+    state.recorder.start()
+    if "otlp" in state.config.exporters and state.tracer_provider is None:
+        # Now, not at the first flush: the exporter's import runs SDK code that needs a thread
+        # pool, which refuses work once the interpreter exits (a short run's first flush).
+        # About 0.3 s once, at the engine's start-up, and only when OTLP is asked for.
+        try:
+            from pptrace.export.otlp import otlp_processor
+
+            state.processor = otlp_processor(state.config, on_drop=state.on_drop)
+        except Exception as exc:
+            state.recorder.warn("cannot set up OTLP export", f"{type(exc).__name__}: {exc}")
+    threading.Thread(target=_prepare, name="pptrace-prepare", daemon=True).start()
+    if threading.current_thread() is threading.main_thread():
+        _install(state, signal.SIGTERM, _on_sigterm)
+        if state.config.mode == "flight" and hasattr(signal, "SIGUSR1"):
+            _install(state, signal.SIGUSR1, _on_sigusr1)
+    mp_util = sys.modules.get("multiprocessing.util")
+    if mp_util is not None:
+        # A forked multiprocessing child leaves through os._exit: atexit never runs there.
+        mp_util.Finalize(None, _finish_active, exitpriority=0)
+
+
+def _prepare() -> None:
+    """Off the engine's path: import the SDK now rather than in the exit flush."""
+    try:
+        with _importing:
+            import pptrace.export.spans  # noqa: F401  (the OTel SDK: a second or so, better now)
+    except Exception:  # the flush will meet the same error and report it
+        pass
+
+
+def _install(state: _Active, signum: int, handler: Callable[[int, FrameType | None], None]) -> None:
+    try:
+        previous = signal.getsignal(signum)
+        if previous is signal.SIG_IGN or previous is None:
+            return  # ignored on purpose, or set outside Python: leave it be
+        signal.signal(signum, handler)
+        state.handlers[signum] = (handler, previous)
+    except (ValueError, OSError):
+        pass
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    state = _state
+    previous: Handler = signal.SIG_DFL
+    if state is not None:
+        previous = state.handlers.get(signum, (None, signal.SIG_DFL))[1]
+        _finish(state)
+    if callable(previous):
+        previous(signum, frame)
+        return
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+def _on_sigusr1(signum: int, frame: FrameType | None) -> None:
+    state = _state
+    if state is None:
+        return
+    state.recorder.request_dump()
+    previous = state.handlers.get(signum, (None, None))[1]
+    if callable(previous):
+        previous(signum, frame)
+
+
+def _register_process_hooks() -> None:
+    global _hooks_registered
+    if _hooks_registered:
+        return
+    _hooks_registered = True
+    atexit.register(_finish_active)
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_parent,
+                            after_in_child=_after_fork)
+
+
+def _before_fork() -> None:
+    global _held_for_fork
+    # Bounded: if the importing thread waits on a lock this thread holds, fork anyway.
+    _held_for_fork = _importing.acquire(timeout=5.0)
+
+
+def _after_fork_parent() -> None:
+    global _held_for_fork
+    if _held_for_fork:
+        _held_for_fork = False
+        _importing.release()
+
+
+def _finish_active() -> None:
+    state = _state
+    if state is not None:
+        _finish(state)
+
+
+def _finish(state: _Active) -> None:
+    """Flush within the exit timeout (once), and say what was lost."""
+    with _lock:
+        if state.finished or not state.armed:
+            return
+        state.finished = True
+    recorder = state.recorder
+    try:
+        recorder.shutdown()
+        stats = recorder.stats()
+    except Exception as exc:
+        print(f"pptrace: exit flush failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return
+    message = exit_message(stats, state.causes)
+    if message:
+        print(message, file=sys.stderr, flush=True)
+
+
+def exit_message(stats: RecorderStats, causes: collections.Counter[str]) -> str:
+    """The one line printed at exit when anything was lost (empty when all went through)."""
+    if not (stats.dropped or stats.export_errors or stats.internal_errors):
+        return ""
+    why = ", ".join(f"{n} {cause}" for cause, n in causes.most_common()) or "see the log"
+    who = stats.rank.label() + (f" pid {stats.rank.pid}" if stats.rank.rank is not None else "")
+    return (f"pptrace: {who}: {stats.recorded} events "
+            f"recorded, {stats.dropped} dropped, {stats.export_errors} export errors, "
+            f"{stats.internal_errors} internal errors (lost spans: {why})")
+
+
+def _after_fork() -> None:
+    """In a forked child: a fresh recorder (the parent's thread does not exist here)."""
+    global _state, _lock, _importing, _held_for_fork
+    _lock = threading.RLock()
+    _importing, _held_for_fork = threading.Lock(), False
+    state, _state = _state, None
+    if state is None:
+        return
+    try:
+        state.patch.restore()
+        activate(state.config, tracer_provider=state.tracer_provider, modules=state.modules)
+    except Exception as exc:
+        print(f"pptrace: not tracing forked process {os.getpid()}: {exc}", file=sys.stderr)
+
+
+# --- sinks ------------------------------------------------------------------------------------
+
+
+def _engine_provider() -> Any:
+    """The SDK tracer provider the engine configured in this process, or None."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+
+    provider = trace.get_tracer_provider()
+    return provider if isinstance(provider, TracerProvider) else None
+
+
+def _make_sink(state: _Active) -> Sink:
+    from pptrace.export.spans import SpanSink, build_provider
+
+    config = state.config
+    rank = state.recorder.rank()
+    exporters = set(config.exporters)
+    files = build_provider(replace(config, exporters=("file",)), rank) if (
+        "file" in exporters) else None
+    otlp: Sink | None = None
+    processor = None
+    if "otlp" in exporters:
+        provider = state.tracer_provider or _engine_provider()
+        if provider is None:
+            provider, processor = _otlp_provider(config, rank, state)
+        else:
+            # The engine already exports spans: pptrace's go through its pipeline, not a second.
+            if state.processor is not None:
+                state.processor.shutdown(0.0)  # built in advance, not needed after all
+            # Exit handlers run last-registered first: flush before the engine's provider's own
+            # atexit shutdown (registered when it was built, after pptrace's first one).
+            atexit.register(_finish_active)
+        otlp = SpanSink(provider, owns_provider=processor is not None)
+    return _Sinks(files, otlp, state.recorder.stats, processor)
+
+
+def _otlp_provider(config: Config, rank: RankInfo, state: _Active) -> Any:
+    """pptrace's own provider with the fail-open OTLP processor (kept, to bound its exit)."""
+    from opentelemetry.sdk.trace import SpanLimits, TracerProvider
+
+    from pptrace.export.spans import rank_resource
+    from pptrace.export.otlp import otlp_processor
+
+    provider = TracerProvider(
+        resource=rank_resource(rank, config.run_id),
+        span_limits=SpanLimits(max_span_attributes=256, max_attribute_length=None),
+    )
+    processor = state.processor or otlp_processor(config, on_drop=state.on_drop)
+    provider.add_span_processor(processor)
+    return provider, processor
+
+
+class _Sinks:
+    """Trace files and OTLP side by side; one failing does not stop the other.
+
+    At shutdown OTLP goes first (bounded by the exit timeout), so that what it lost is counted
+    in a last stats span in the trace file, not only in the exit message.
+    """
+
+    def __init__(self, files: Sink | None, otlp: Sink | None,
+                 stats: Callable[[], RecorderStats], processor: Any = None) -> None:
+        self.files = files
+        self.otlp = otlp
+        self.processor = processor  # pptrace's FailOpenProcessor, when OTLP is pptrace's own
+        self._stats = stats
+        self._last: tuple[int, int] | None = None
+
+    def _each(self, call: Callable[[Sink], None]) -> None:
+        errors = []
+        for sink in (self.files, self.otlp):
+            if sink is None:
+                continue
+            try:
+                call(sink)
+            except Exception as exc:
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+    def export(self, events: Any) -> None:
+        self._each(lambda s: s.export(events))
+
+    def export_stats(self, stats: RecorderStats) -> None:
+        self._last = (stats.dropped, stats.export_errors)
+        self._each(lambda s: s.export_stats(stats))
+
+    def shutdown(self, timeout: float) -> None:
+        if self.processor is not None:
+            # Within the recorder's remaining time, keeping a slice for the last stats span.
+            self.processor.shutdown(max(0.05, timeout - max(0.1, 0.2 * timeout)))
+        if self.otlp is not None:
+            self.otlp.shutdown(timeout)
+        if self.files is not None:
+            stats = self._stats()
+            if (stats.dropped, stats.export_errors) != self._last:
+                self.files.export_stats(stats)
+            self.files.shutdown(timeout)
+
+
+class _DeferredSink:
+    """Open the real sink at the first event, so a process that records nothing writes nothing.
+
+    Waiting also lets the rank settle (torch.distributed is usually up by the first event).
+    """
+
+    def __init__(self, factory: Callable[[], Sink]) -> None:
+        self._factory = factory
+        self._sink: Sink | None = None
+
+    def _open(self) -> Sink:
+        if self._sink is None:
+            self._sink = self._factory()
+        return self._sink
+
+    def export(self, events: Any) -> None:
+        if events:
+            self._open().export(events)
+
+    def export_stats(self, stats: RecorderStats) -> None:
+        if self._sink is not None or stats.dropped or stats.internal_errors:
+            self._open().export_stats(stats)
+
+    def shutdown(self, timeout: float) -> None:
+        if self._sink is not None:
+            self._sink.shutdown(timeout)

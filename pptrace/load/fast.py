@@ -1,0 +1,399 @@
+"""The fast path for pptrace's own JSON lines: decode each distinct span shape once.
+
+A traced run writes millions of spans that differ only in a few numbers (ids, times, sequence
+number, monotonic clock, duration). Parsing every span's JSON and attributes costs hundreds of
+microseconds in CPython; this path cuts those numbers out of the span's text with ``str.find``,
+and uses the rest of the text as a key into a cache of decoded template events. A hit builds the
+event from the template and the numbers; a miss parses the span the ordinary way, checks that
+the numbers it cut out are exactly the ones the decoder read, and caches the result.
+
+It is only an accelerator: a line it does not recognise (several resources or scopes, a span it
+cannot split, base64 ids, anything unusual) returns False and is read by the ordinary path.
+
+Why cutting text is sound: JSON escapes every quote inside a string, so a marker such as
+``"spanId":"`` can only match structure; the cut values are checked to be plain digits or
+letters, so a hit's text equals, outside the cut values, a span that was fully parsed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from pptrace.model import schema
+from pptrace.model.errors import SchemaVersionError
+from pptrace.load.otlp import BadShape, for_each_otlp_span, otlp_span, resource_service
+from pptrace.model.records import Event
+
+__all__ = ["FastLines"]
+
+_SPANS = b'"spans":['
+_SPLIT = b',{"traceId":"'
+_HEAD = b'{"traceId":"'
+_TAIL = re.compile(rb'\](?:,"schemaUrl":"[^"\\]*")?\}\](?:,"schemaUrl":"[^"\\]*")?\}\]\}\s*\Z')
+_TAIL_WINDOW = 400
+
+
+def _attr(key: str) -> bytes:
+    return ('{"key":"' + key + '","value":{"intValue":"').encode()
+
+
+# What is cut out of a span's text, in the order pptrace's exporter writes them.
+_MARKERS = (
+    b'"startTimeUnixNano":"',
+    b'"endTimeUnixNano":"',
+    _attr(schema.SEQ),
+    _attr(schema.THREAD_ID),
+    _attr(schema.MONO_NS),
+    _attr(schema.DURATION_NS),
+    _attr(schema.DROPPED_BEFORE),
+)
+_START, _END, _SEQ, _THREAD, _MONO, _DUR, _DROPPED = range(len(_MARKERS))
+_SPAN_ID = b'"spanId":"'
+_MAX_TEMPLATES = 50_000
+
+
+class _Fallback(Exception):
+    """This line is not for the fast path."""
+
+
+def _cut(chunk: bytes) -> tuple[bytes, list[bytes | None]]:
+    """Split a span's text (after its leading traceId marker) into a key and the cut values.
+
+    The markers must come in ``_MARKERS`` order (as pptrace writes them); anything else falls
+    back to the ordinary path. Values must be ASCII digits, ids ASCII letters and digits.
+    """
+    find = chunk.find
+    last = find(b'"')
+    tid = chunk[:last]
+    if not tid.isalnum():
+        raise _Fallback
+    p = find(_SPAN_ID, last)
+    if p < 0:
+        raise _Fallback
+    s = p + len(_SPAN_ID)
+    e = find(b'"', s)
+    sid = chunk[s:e]
+    if not sid.isalnum():
+        raise _Fallback
+    pieces = [chunk[last:s]]
+    last = e
+    values: list[bytes | None] = []
+    for marker in _MARKERS:
+        p = find(marker, last)
+        if p < 0:
+            if find(marker) >= 0:
+                raise _Fallback  # out of order: not pptrace's writer
+            values.append(None)
+            continue
+        s = p + len(marker)
+        e = find(b'"', s)
+        v = chunk[s:e]
+        if not v.isdigit():  # bytes: ASCII digits only
+            raise _Fallback
+        pieces.append(chunk[last:s])
+        values.append(v)
+        last = e
+    pieces.append(chunk[last:])
+    return b"G\0" + b"\0".join(pieces), values  # "\0" never occurs raw in JSON text
+
+
+def _int_attr_re(key: str) -> bytes:
+    return re.escape(_attr(key)) + rb'(\d{1,20})"\}\},'
+
+
+# pptrace's own layout today: ``schema.event_to_attributes`` writes the attributes that change
+# from one call to the next first (seq, mono_ns, duration_ns; then dropped_before and thread.id,
+# which rarely change), so one anchored match cuts out the start time and the first three, and
+# the text after the match is the same for every span of one shape: it is the template's key
+# (a new drop count or thread is a new shape: parsing a number costs more than a lookup). Ids
+# are lower-case hex as pptrace writes them; at most 20 digits keep ``int`` within its limits.
+_OWN = re.compile(
+    rb'[0-9a-f]{32}","spanId":"[0-9a-f]{16}'
+    rb'(","name":"pptrace\.(?:attach|extract)","kind":(?:\d{1,3}|"[A-Z_]{1,40}"),'
+    rb'"startTimeUnixNano":")(\d{1,20})","endTimeUnixNano":"\d{1,20}","attributes":\['
+    + _int_attr_re(schema.SEQ) + _int_attr_re(schema.MONO_NS) + _int_attr_re(schema.DURATION_NS)
+)
+# A key whose text holds one of these (a duplicate member that the JSON decoder would take
+# instead of the cut one) is never cached; error spans (nested "name") are parsed each time.
+_NOT_IN_REST = (b'"traceId"', b'"spanId"', b'"name"', b'"kind"', b'"startTimeUnixNano"',
+                b'"endTimeUnixNano"', b'"attributes"') + tuple(
+    ('"' + k + '"').encode() for k in (schema.SEQ, schema.MONO_NS, schema.DURATION_NS))
+_new_event = tuple.__new__
+
+_START_END = b'"startTimeUnixNano":"'
+_END_AFTER = b'","endTimeUnixNano":"'
+_SEQ_AT = _attr(schema.SEQ)
+_MONO_AT = _attr(schema.MONO_NS)
+_DUR_AFTER = b'"}},' + _attr(schema.DURATION_NS)
+
+
+def _cut_usual(chunk: bytes) -> tuple[bytes, list[bytes | None]] | None:
+    """``_cut`` for the layout pptrace's exporter writes, in four searches; None otherwise.
+
+    It cuts out the span id, the start and end times (adjacent), the sequence number, and the
+    monotonic clock and duration (adjacent). The thread id and ``dropped_before`` stay in the
+    key: they rarely change, and a change only costs one more template.
+    """
+    find = chunk.find
+    tid_end = find(b'"')
+    if not chunk.startswith(b'","spanId":"', tid_end):
+        return None
+    s0 = tid_end + 12
+    e0 = find(b'"', s0)
+    p = find(_START_END, e0)
+    if p < 0:
+        return None
+    s1 = p + len(_START_END)
+    e1 = find(b'"', s1)
+    if not chunk.startswith(_END_AFTER, e1):
+        return None
+    s2 = e1 + len(_END_AFTER)
+    e2 = find(b'"', s2)
+    p = find(_SEQ_AT, e2)
+    if p < 0:
+        return None
+    s3 = p + len(_SEQ_AT)
+    e3 = find(b'"', s3)
+    p = find(_MONO_AT, e3)
+    if p < 0:
+        return None
+    s4 = p + len(_MONO_AT)
+    e4 = find(b'"', s4)
+    if not chunk.startswith(_DUR_AFTER, e4):
+        return None
+    s5 = e4 + len(_DUR_AFTER)
+    e5 = find(b'"', s5)
+    tid, sid = chunk[:tid_end], chunk[s0:e0]
+    start, end, seq = chunk[s1:e1], chunk[s2:e2], chunk[s3:e3]
+    mono, dur = chunk[s4:e4], chunk[s5:e5]
+    if not (tid.isalnum() and sid.isalnum() and start.isdigit() and end.isdigit()
+            and seq.isdigit() and mono.isdigit() and dur.isdigit()):
+        return None
+    key = b"\0".join((b"U", chunk[tid_end:s0], chunk[e0:s1], chunk[e1:s2], chunk[e2:s3],
+                       chunk[e3:s4], chunk[e4:s5], chunk[e5:]))
+    return key, [start, end, seq, None, mono, dur, None]
+
+
+def _int(v: bytes | None) -> int:
+    return 0 if v is None else int(v)
+
+
+class FastLines:
+    """One loader run's template cache; ``line`` reads a line or says it cannot."""
+
+    def __init__(self, builder: Any) -> None:
+        self.builder = builder
+        # key -> (template event, has duration attribute), or None: not cacheable.
+        self.templates: dict[bytes, tuple[Event, bool] | None] = {}
+        # pptrace's own layout (``_OWN``): (name and kind, text after the changing values) ->
+        # index into ``shapes``: the template event, or None when that shape cannot be cached.
+        self.own: dict[tuple[bytes, bytes], int] = {}
+        self.shapes: list[Event | None] = []
+        self.rows: list[tuple[int, ...]] | None = None  # see ``_spans``
+        self.heads: dict[bytes, str] = {}  # the text before the spans -> service name
+        self.hits = self.misses = 0
+
+    def _service(self, head: bytes, tail: bytes) -> str:
+        service = self.heads.get(head)
+        if service is None:
+            try:
+                doc = json.loads(head + tail)
+                for_each_otlp_span(doc, _NoSpans())
+                service = resource_service(doc["resourceSpans"][0])
+            except (ValueError, KeyError, IndexError, TypeError, BadShape, UnicodeDecodeError):
+                raise _Fallback from None
+            self.heads[head] = service
+        return service
+
+    def line(self, text: bytes) -> bool:
+        """Read one JSON line into the builder; False when the ordinary path must read it.
+
+        The line is split into spans at ``,{"traceId":"`` in one pass. That is sound because a
+        quote inside a JSON string is escaped, and because every span is checked to be exactly
+        one span object: a learned span is parsed on its own (a resource or scope boundary
+        inside it fails that), and a cached one equals a learned one outside the cut digits.
+        """
+        start = text.find(_SPANS)
+        if start < 0:
+            return False
+        body_start = start + len(_SPANS)
+        if not text.startswith(_HEAD, body_start) or text.find(_SPLIT, 0, body_start) >= 0:
+            return False
+        window = max(body_start, len(text) - _TAIL_WINDOW)
+        m = _TAIL.search(text, window)
+        if m is None:
+            return False
+        try:
+            service = self._service(text[:body_start], m.group(0))
+            chunks = text.split(_SPLIT)
+            chunks[0] = chunks[0][body_start + len(_HEAD):]
+            chunks[-1] = chunks[-1][: m.start() - len(text)]  # the tail's length, from the end
+            events, others = self._spans(chunks)
+        except _Fallback:
+            return False
+        b = self.builder
+        b.add_events(events)
+        try:
+            for item in others:
+                if isinstance(item, dict):
+                    otlp_span(item, service, b)
+                else:
+                    b.add_event(item)
+        except (BadShape, RecursionError) as exc:  # as the ordinary path reports a bad line
+            reason = "JSON nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+            b.problem(f"{reason}; line skipped")
+        return True
+
+    def _spans(self, chunks: list[bytes]) -> tuple[list[Event], list[Any]]:
+        """(events from cached shapes, everything else: decoded events and raw spans).
+
+        With ``rows`` set (a loader worker, ``pptrace.load.worker``), a cached span becomes a
+        row ``(shape index, seq, start, mono, duration)`` instead of an event: the process
+        that receives the rows builds the events.
+        """
+        events: list[Event] = []
+        others: list[Any] = []
+        own, shapes, rows = self.own, self.shapes, self.rows
+        match = _OWN.match
+        new = _new_event
+        for chunk in chunks:
+            m = match(chunk)
+            if m is None:
+                others.append(self._older(chunk))
+                continue
+            key = (m[1], chunk[m.end():])
+            i = own.get(key)
+            if i is None:
+                others.append(self._learn_own(chunk, key, m))
+                continue
+            t = shapes[i]
+            if t is None:  # a known shape that cannot be cached
+                others.append(self._parse(chunk))
+                continue
+            _, begin, seq, mono, dur = m.groups()
+            if rows is None:
+                events.append(new(Event, (
+                    t[0], int(seq), t[2], int(begin), int(mono), int(dur), *t[6:])))
+            else:
+                rows.append((i, int(seq), int(begin), int(mono), int(dur)))
+        self.hits += len(chunks) - len(others)
+        return events, others
+
+    def _learn_own(self, chunk: bytes, key: tuple[bytes, bytes], m: re.Match[bytes]) -> Any:
+        """Parse a span of pptrace's own layout; cache it when the cut values check out."""
+        self.misses += 1
+        span = self._parse(chunk)
+        own, shapes = self.own, self.shapes
+        if len(own) >= _MAX_TEMPLATES:
+            own.clear()  # (rows already taken keep their indices into ``shapes``)
+        own[key] = len(shapes)
+        shapes.append(None)
+        rest = key[1]
+        if any(marker in rest for marker in _NOT_IN_REST):
+            return span
+        decoded = self._decode(span)
+        if decoded is None:
+            return span
+        ev = decoded[0]
+        _, begin, seq, mono, dur = m.groups()
+        if (ev.seq, ev.start_ns, ev.mono_ns, ev.duration_ns) == (
+            int(seq), int(begin), int(mono), int(dur)
+        ):
+            shapes[-1] = ev
+        return ev
+
+    def _decode(self, span: dict[str, Any]) -> tuple[Event, dict[str, Any]] | None:
+        """(event, attributes) as the ordinary path decodes the span, or None to leave it to
+        that path."""
+        if span.get("name") not in (schema.SPAN_ATTACH, schema.SPAN_EXTRACT):
+            return None
+        try:
+            from pptrace.load.otlp import attributes, to_int
+
+            attrs = attributes(span.get("attributes", []))
+            begin = to_int(span.get("startTimeUnixNano", 0), "start")
+            end = to_int(span.get("endTimeUnixNano", begin), "end")
+            return self.builder.decode_event(attrs, begin, end), attrs
+        except SchemaVersionError as exc:
+            if exc.path is not None:
+                raise  # an unsupported schema version: fatal, as on the ordinary path
+            return None  # the ordinary path reports it
+        except (BadShape, RecursionError):
+            return None
+
+    def _older(self, chunk: bytes) -> Any:
+        """A span in another layout (pptrace before attributes were reordered, or another
+        writer): cut by markers, as ``_cut_usual``/``_cut`` say."""
+        templates = self.templates
+        cut = _cut_usual(chunk)
+        key, v = cut if cut is not None else _cut(chunk)
+        try:
+            hit = templates[key]
+        except KeyError:
+            self.misses += 1
+            return self._learn(chunk, key, v)
+        if hit is None:
+            return self._parse(chunk)
+        self.hits += 1
+        t, has_duration = hit
+        start_s, end_s, seq_s, thread_s, mono_s, dur_s, dropped_s = v
+        begin = int(start_s)  # type: ignore[arg-type]
+        if has_duration:
+            duration = int(dur_s)  # type: ignore[arg-type]
+        else:
+            duration = max(0, int(end_s) - begin) if end_s else 0
+        return _new_event(Event, (
+            t[0], int(seq_s), t[2], begin,  # type: ignore[arg-type]
+            int(mono_s) if mono_s else t.mono_ns, duration,
+            int(thread_s) if thread_s else t.thread_id, *t[7:17],
+            int(dropped_s) if dropped_s else t.dropped_before, t[18], t[19]))
+
+    @staticmethod
+    def _parse(chunk: bytes) -> dict[str, Any]:
+        try:
+            span = json.loads(_HEAD + chunk)
+        except (ValueError, RecursionError):
+            raise _Fallback from None  # not at span boundaries, or for the ordinary path to say
+        if not isinstance(span, dict):
+            raise _Fallback
+        return span
+
+    def _learn(self, chunk: bytes, key: bytes, v: list[bytes | None]) -> Any:
+        """Parse a span the ordinary way; cache it as a template when the cut checks out."""
+        span = self._parse(chunk)
+        if len(self.templates) >= _MAX_TEMPLATES:
+            self.templates.clear()
+        self.templates[key] = None
+        if v[_START] is None:
+            return span
+        if chunk.count(_SPAN_ID) != 1 or any(
+            chunk.count(m) != 1 for m, value in zip(_MARKERS, v, strict=True) if value is not None
+        ):
+            return span
+        decoded = self._decode(span)
+        if decoded is None:
+            return span
+        ev, attrs = decoded
+        has_duration = schema.DURATION_NS in attrs
+        # Every value cut out must be the one the decoder read; a value not cut out (a marker
+        # absent, or left in the key) comes from the template, as it did for this span.
+        checks = (
+            (ev.seq, v[_SEQ]), (ev.start_ns, v[_START]), (ev.mono_ns, v[_MONO]),
+            (ev.dropped_before, v[_DROPPED]), (ev.thread_id, v[_THREAD]),
+        )
+        if v[_SEQ] is not None and all(
+            value is None or got == int(value) for got, value in checks
+        ) and (
+            not has_duration or ev.duration_ns == _int(v[_DUR])
+        ) and (has_duration or v[_END] is not None or ev.duration_ns == 0):
+            self.templates[key] = (ev, has_duration)
+        return ev
+
+
+class _NoSpans:
+    """A sink for validating a line's head: it holds no spans."""
+
+    def span(self, *args: Any) -> None:
+        raise BadShape("unexpected span")

@@ -1,0 +1,255 @@
+"""Fetch pptrace spans back from Jaeger's query API, for ``analyze --jaeger`` and ``view --jaeger``.
+
+Jaeger's API v3 (``/api/v3/traces``, OTLP JSON) is tried first; when the server does not have it
+(older Jaeger) or answers something else, the older ``/api/traces`` (Jaeger's JSON model) is used.
+Every request has a timeout. The documents are written as JSON lines, exactly as Jaeger sent them
+(the loader reads both formats), so a cluster's traces are analysed without copying files.
+
+    query = JaegerQuery("http://jaeger:16686", service="pptrace", start_ns=t0, end_ns=t1)
+    path = fetch_to_file(query, "/tmp/traces")         # -> pptrace.load.loader.load_paths([path])
+
+No torch, no OpenTelemetry: only the standard library.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from pptrace.model.errors import ConfigError, TraceInputError
+
+__all__ = [
+    "JaegerQuery",
+    "add_jaeger_arguments",
+    "fetch_documents",
+    "fetch_to_file",
+    "jaeger_paths",
+    "parse_duration",
+    "parse_time",
+    "query_from_args",
+]
+
+V3_PATH = "/api/v3/traces"
+LEGACY_PATH = "/api/traces"
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+@dataclass(frozen=True, slots=True)
+class JaegerQuery:
+    """Which spans to fetch: a service in a time window (wall clock, nanoseconds)."""
+
+    url: str  # Jaeger's query service, e.g. http://localhost:16686
+    service: str = "pptrace"
+    start_ns: int = 0
+    end_ns: int = 0
+    limit: int = 1000  # traces; each pptrace span is its own trace
+    timeout: float = 10.0  # seconds per request
+
+    def v3_url(self) -> str:
+        """The API v3 search URL."""
+        params = {
+            "query.service_name": self.service,
+            "query.start_time_min": _rfc3339(self.start_ns),
+            "query.start_time_max": _rfc3339(self.end_ns),
+            "query.num_traces": str(self.limit),
+        }
+        return self.url.rstrip("/") + V3_PATH + "?" + urllib.parse.urlencode(params)
+
+    def legacy_url(self) -> str:
+        """The ``/api/traces`` search URL (times in microseconds)."""
+        params = {
+            "service": self.service,
+            "start": str(self.start_ns // 1000),
+            "end": str(self.end_ns // 1000),
+            "limit": str(self.limit),
+        }
+        return self.url.rstrip("/") + LEGACY_PATH + "?" + urllib.parse.urlencode(params)
+
+
+def _rfc3339(ns: int) -> str:
+    dt = datetime.fromtimestamp(ns // 1_000_000_000, tz=timezone.utc)
+    return dt.strftime("%Y-%m-%dT%H:%M:%S") + f".{ns % 1_000_000_000:09d}Z"
+
+
+class _Answer:
+    def __init__(self, status: int, body: bytes, error: str = "") -> None:
+        self.status = status
+        self.body = body
+        self.error = error
+
+
+def _get(url: str, timeout: float) -> _Answer:
+    request = urllib.request.Request(url, headers={"Accept": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
+            return _Answer(response.status, response.read())
+    except urllib.error.HTTPError as exc:
+        return _Answer(exc.code, exc.read() or b"", f"HTTP {exc.code}")
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        return _Answer(0, b"", f"cannot reach it: {reason}")
+
+
+def _documents(body: bytes) -> list[Any] | None:
+    """Parse one JSON document or JSON lines; None when the body is not JSON."""
+    try:
+        return [json.loads(body)]
+    except (ValueError, RecursionError):  # RecursionError: nested too deeply
+        pass
+    docs = []
+    for line in body.splitlines():
+        if line.strip():
+            try:
+                docs.append(json.loads(line))
+            except (ValueError, RecursionError):
+                return None
+    return docs or None
+
+
+def _items(node: Any, key: str) -> list[Any]:
+    """``node[key]`` when node is an object holding a list there, else [] (answers are input)."""
+    value = node.get(key) if isinstance(node, dict) else None
+    return value if isinstance(value, list) else []
+
+
+def _v3_spans(docs: list[Any]) -> int:
+    count = 0
+    for doc in docs:
+        result = doc.get("result") if isinstance(doc, dict) else None
+        for rs in _items(result, "resourceSpans"):
+            for ss in _items(rs, "scopeSpans"):
+                count += len(_items(ss, "spans"))
+    return count
+
+
+def _is_v3(docs: list[Any]) -> bool:
+    return all(isinstance(d, dict) and ("result" in d or "error" in d) for d in docs)
+
+
+def fetch_documents(query: JaegerQuery) -> tuple[str, list[Any]]:
+    """Fetch the spans; return the API used ("v3" or "legacy") and the JSON documents."""
+    v3 = _get(query.v3_url(), query.timeout)
+    docs = _documents(v3.body) if v3.body else None
+    if v3.status == 200 and docs is not None and _is_v3(docs) and _v3_spans(docs):
+        return "v3", [d for d in docs if "result" in d]
+    legacy = _get(query.legacy_url(), query.timeout)
+    ldocs = _documents(legacy.body) if legacy.body else None
+    if legacy.status == 200 and ldocs and isinstance(ldocs[0], dict) and "data" in ldocs[0]:
+        return "legacy", ldocs[:1]
+    if v3.status == 200 and docs is not None and _is_v3(docs):
+        return "v3", [d for d in docs if "result" in d]  # v3 answered: there is nothing
+    why = legacy.error or (f"HTTP {legacy.status}, not Jaeger JSON" if legacy.status else "")
+    raise TraceInputError(
+        f"Jaeger at {query.url}: neither {V3_PATH} ({v3.error or 'not the v3 API'}) nor "
+        f"{LEGACY_PATH} ({why or 'not Jaeger JSON'}) answered with traces"
+    )
+
+
+def fetch_to_file(query: JaegerQuery, directory: str) -> str:
+    """Fetch the spans into a JSON-lines file under ``directory``; return its path."""
+    api, docs = fetch_documents(query)
+    found = _v3_spans(docs) if api == "v3" else sum(
+        len(_items(t, "spans")) for d in docs for t in _items(d, "data"))
+    if not found:
+        raise TraceInputError(
+            f"Jaeger at {query.url} has no spans of service {query.service!r} between "
+            f"{_rfc3339(query.start_ns)} and {_rfc3339(query.end_ns)}"
+        )
+    os.makedirs(directory, exist_ok=True)
+    host = re.sub(r"[^A-Za-z0-9_.-]+", "_", urllib.parse.urlsplit(query.url).netloc or "jaeger")
+    path = os.path.join(directory, f"jaeger-{host}-{query.service}-{api}.jsonl")
+    with open(path, "w", encoding="utf-8") as f:
+        for doc in docs:
+            f.write(json.dumps(doc, separators=(",", ":")) + "\n")
+    return path
+
+
+# --- command-line options -------------------------------------------------------------------
+
+
+def parse_duration(text: str) -> float:
+    """``90s``, ``15m``, ``2h``, ``1d`` (or plain seconds) -> seconds."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", text)
+    if not m:
+        raise ConfigError(f"duration {text!r}: expected e.g. 30m, 2h, 1d")
+    return float(m.group(1)) * _UNITS.get(m.group(2) or "s", 1)
+
+
+def parse_time(text: str) -> int:
+    """An ISO 8601 time (UTC when no zone is given) -> nanoseconds since the epoch."""
+    try:
+        dt = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise ConfigError(f"time {text!r}: expected ISO 8601, e.g. 2026-11-29T16:00:00Z") from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return int(dt.timestamp()) * 1_000_000_000 + dt.microsecond * 1000
+
+
+def add_jaeger_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``--jaeger URL`` and its service and time-window options to a command."""
+    g = parser.add_argument_group(
+        "reading from Jaeger",
+        "Fetch pptrace's spans from Jaeger's query service (API v3, else /api/traces) instead "
+        "of, or beside, trace files.")
+    g.add_argument("--jaeger", metavar="URL",
+                   help="Jaeger's query service, e.g. http://localhost:16686")
+    g.add_argument("--jaeger-service", default="pptrace", metavar="NAME",
+                   help="service name of the spans (OTEL_SERVICE_NAME of the run; default pptrace)")
+    g.add_argument("--jaeger-since", default="1h", metavar="DURATION",
+                   help="how far back to look, e.g. 30m, 2h, 1d (default 1h)")
+    g.add_argument("--jaeger-start", metavar="TIME",
+                   help="window start, ISO 8601 (overrides --jaeger-since)")
+    g.add_argument("--jaeger-end", metavar="TIME", help="window end, ISO 8601 (default now)")
+    g.add_argument("--jaeger-limit", type=int, default=1000, metavar="N",
+                   help="most traces to fetch (default 1000; every pptrace span is a trace)")
+    g.add_argument("--jaeger-timeout", type=float, default=10.0, metavar="SECONDS",
+                   help="timeout of each request (default 10)")
+
+
+def query_from_args(args: argparse.Namespace, now_ns: int | None = None) -> JaegerQuery | None:
+    """The query the options describe, or None without ``--jaeger``."""
+    url = getattr(args, "jaeger", None)
+    if not url:
+        return None
+    if not url.startswith(("http://", "https://")):
+        raise ConfigError(f"--jaeger {url!r}: expected an http:// or https:// URL")
+    now_ns = time.time_ns() if now_ns is None else now_ns
+    end = parse_time(args.jaeger_end) if args.jaeger_end else now_ns
+    start = parse_time(args.jaeger_start) if args.jaeger_start else end - int(
+        parse_duration(args.jaeger_since) * 1e9)
+    if start >= end:
+        raise ConfigError("--jaeger-start must be before --jaeger-end")
+    if args.jaeger_limit < 1 or args.jaeger_timeout <= 0:
+        raise ConfigError("--jaeger-limit and --jaeger-timeout must be positive")
+    return JaegerQuery(url=url, service=args.jaeger_service, start_ns=start, end_ns=end,
+                       limit=args.jaeger_limit, timeout=args.jaeger_timeout)
+
+
+_FETCHED = "_pptrace_jaeger_paths"
+_TEMP_DIRS: list[tempfile.TemporaryDirectory[str]] = []  # removed when the process exits
+
+
+def jaeger_paths(args: argparse.Namespace) -> list[str]:
+    """With ``--jaeger``: fetch once into a temporary file and return its path; else []."""
+    cached = getattr(args, _FETCHED, None)
+    if cached is not None:
+        return list(cached)
+    query = query_from_args(args)
+    paths: list[str] = []
+    if query is not None:
+        tmp = tempfile.TemporaryDirectory(prefix="pptrace-jaeger-")
+        _TEMP_DIRS.append(tmp)
+        paths = [fetch_to_file(query, tmp.name)]
+    setattr(args, _FETCHED, paths)
+    return list(paths)

@@ -1,0 +1,358 @@
+"""A second loader process: it reads some of the files while this process reads the others.
+
+Reading pptrace's own files is pure CPython work (cutting numbers out of about 3 KB of OTLP/JSON
+per event), so one process reads about 100k events a second on this kind of machine. With two
+cores and several files, ``pptrace.load.loader`` starts one worker (``python -m pptrace.load.worker``)
+for the later files and reads the earlier ones itself. The worker does not build events: each
+event whose span shape it has seen before (``load_fast``) becomes a row of five integers
+``(shape, seq, start, mono, duration)``, sent as raw int64s; every
+shape and every other event travel as compact JSON (each shared part once, in a table), and
+everything else the worker found (stats, foreign spans, problems, per-file errors) as plain
+JSON. No pickle: nothing the worker sends can run code here.
+
+Frames on the worker's stdout, each ``type (1 byte) + length (8 bytes, little-endian) + data``:
+``P`` bytes read so far, ``R`` the result as JSON, ``A`` the rows. The files to read come as
+JSON on its stdin. A worker that fails in any way (cannot start, dies, sends something
+malformed) only costs time: this process then reads those files itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import struct
+import subprocess
+import sys
+from array import array
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from itertools import chain
+from typing import IO, Any
+
+from pptrace.model import schema
+from pptrace.model.errors import SchemaVersionError, TraceInputError
+from pptrace.model.trace import ForeignSpan, InputProblem
+from pptrace.model.records import Direction, Event, RankInfo, TensorMeta
+
+__all__ = ["Worker", "main", "split_files"]
+
+_HEADER = struct.Struct("<cQ")
+_ROW = 5  # shape, seq, start, mono, duration
+#: Below this many bytes in all, a second process costs more than it saves (start-up ~0.2 s).
+MIN_PARALLEL_BYTES = 32 << 20
+_new_event = tuple.__new__
+_MODULE = os.path.realpath(os.path.abspath(__file__))  # which pptrace is reading
+
+
+def split_files(files: Sequence[str], sizes: dict[str, int]) -> int:
+    """Index where the worker's share starts (files before it are read here); 0: no worker.
+
+    The split is by size, the later files to the worker, so that problems and errors keep the
+    order in which the files are named. This process also builds the worker's events, so it
+    takes a little less than half.
+    """
+    total = sum(sizes[f] for f in files)
+    if len(files) < 2 or total < MIN_PARALLEL_BYTES or _cpus() < 2:
+        return 0
+    if os.environ.get("PPTRACE_LOAD_WORKERS", "").strip() == "0":
+        return 0
+    done = 0
+    for i, f in enumerate(files):
+        if done + sizes[f] / 2 >= 0.46 * total:
+            return max(1, i)
+        done += sizes[f]
+    return len(files) - 1
+
+
+def _cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+# --- the worker's side ---------------------------------------------------------------------------
+
+
+def _frame(out: IO[bytes], kind: bytes, data: bytes) -> None:
+    out.write(_HEADER.pack(kind, len(data)))
+    out.write(data)
+    out.flush()
+
+
+class _Packer:
+    """Events as compact JSON: each shared part (rank, tensors, tuples of keys, strings) once,
+    in a table, and each event as a list of numbers and table indices. Decoding one costs the
+    receiving process about as much as building the event, far less than a schema decode."""
+
+    def __init__(self) -> None:
+        self.tables: dict[str, list[Any]] = {"ranks": [], "tensors": [], "tuples": [],
+                                             "strings": []}
+        self._index: dict[tuple[str, Any], int] = {}
+
+    def _put(self, table: str, obj: Any, as_json: Callable[[Any], Any]) -> int:
+        key = (table, obj)
+        i = self._index.get(key)
+        if i is None:
+            rows = self.tables[table]
+            i = self._index[key] = len(rows)
+            rows.append(as_json(obj))
+        return i
+
+    def event(self, ev: Event) -> list[Any]:
+        put, s, t = self._put, self.string, self.tuple
+        return [
+            ev.direction.value, ev.seq, put("ranks", ev.rank, lambda r: list(asdict(r).values())),
+            ev.start_ns, ev.mono_ns, ev.duration_ns, ev.thread_id, s(ev.thread_name),
+            s(ev.subject_type), ev.subject_pp_capable,
+            put("tensors", ev.tensors, lambda ts: [list(asdict(m).values()) for m in ts]),
+            t(ev.keys_before), t(ev.keys_after), ev.returned_none, ev.error_type,
+            ev.error_message, t(ev.inserted_before_error), ev.dropped_before, s(ev.run_id),
+            t(ev.extra),
+        ]
+
+    def tuple(self, items: tuple[Any, ...]) -> int:
+        return self._put("tuples", items,
+                         lambda t: [list(x) if isinstance(x, tuple) else x for x in t])
+
+    def string(self, text: str) -> int:
+        return self._put("strings", text, lambda t: t)
+
+
+class _Unpacker:
+    """The receiving side of ``_Packer``; shared parts go through the builder's interning."""
+
+    def __init__(self, builder: Any, tables: dict[str, list[Any]]) -> None:
+        self.ranks = [builder._rank(RankInfo(*r)) for r in tables["ranks"]]
+        self.tensors = [
+            builder._tensors(tuple(TensorMeta(m[0], m[1], tuple(m[2]), *m[3:]) for m in ts))
+            for ts in tables["tensors"]
+        ]
+        self.tuples = [builder._t(tuple(tuple(x) if isinstance(x, list) else x for x in t))
+                       for t in tables["tuples"]]
+        self.strings = [builder._s(t) for t in tables["strings"]]
+
+    def event(self, e: list[Any]) -> Event:
+        t, s = self.tuples, self.strings
+        (d, seq, rank, start, mono, dur, tid, tname, subject, pp, tensors, before, after,
+         none, etype, emsg, inserted, dropped, run_id, extra) = e
+        return _new_event(Event, (
+            _DIRECTIONS[d], seq, self.ranks[rank], start, mono, dur, tid, s[tname], s[subject],
+            pp, self.tensors[tensors], t[before], t[after], none, etype, emsg, t[inserted],
+            dropped, s[run_id], t[extra]))
+
+
+_DIRECTIONS = {d.value: d for d in Direction}
+
+
+def _encode(builder: Any, errors: Sequence[TraceInputError],
+            fatal: SchemaVersionError | None) -> tuple[bytes, bytes]:
+    """(the result as JSON, the rows as int64s) for what ``builder`` read."""
+    fast = builder.fast
+    rows: list[tuple[int, ...]] = fast.rows
+    try:
+        packed = array("q", chain.from_iterable(rows))
+    except OverflowError:  # a number beyond int64 (up to 20 digits pass the cut): send it whole
+        packed = array("q")
+        for row in rows:
+            try:
+                packed.extend(array("q", row))  # the whole row or none of it
+            except OverflowError:
+                t = fast.shapes[row[0]]
+                ev = t._replace(seq=row[1], start_ns=row[2], mono_ns=row[3], duration_ns=row[4])
+                builder.events.setdefault((ev.rank.host, ev.rank.pid), []).append(ev)
+    pack = _Packer()
+    result = {
+        "module": _MODULE,
+        "shapes": [None if t is None else pack.event(t) for t in fast.shapes],
+        "events": [pack.event(ev) for evs in builder.events.values() for ev in evs],
+        "tables": pack.tables,
+        "stats": [schema.stats_to_attributes(s) for s in builder.stats.values()],
+        "ranks": [[k[0], k[1], asdict(r)] for k, r in builder.ranks.items()],
+        "sources": [[k[0], k[1], v] for k, v in builder.proc_sources.items()],
+        "foreign": [list(asdict(s).values()) for s in builder.foreign],
+        "problems": [[p.source, p.line, p.message] for p in builder.problems],
+        "errors": [_error_json(e) for e in errors],
+        "fatal": None if fatal is None else _error_json(fatal),
+    }
+    return json.dumps(result).encode(), packed.tobytes()
+
+
+def _error_json(exc: TraceInputError) -> list[Any]:
+    from pptrace.load.loader import _bare
+
+    return [_bare(exc), exc.path, exc.line]
+
+
+def main() -> int:
+    """Read the files named on stdin (JSON) and write frames to stdout."""
+    from pptrace.load.loader import _Builder, read_files
+
+    out = sys.stdout.buffer
+    files = json.loads(sys.stdin.buffer.read())
+    builder = _Builder()
+    builder.fast.rows = []
+    sizes = {f: os.path.getsize(f) if os.path.isfile(f) else 0 for f in files}
+    fatal: SchemaVersionError | None = None
+
+    def progress(done: int, total: int, source: str) -> None:
+        _frame(out, b"P", struct.pack("<Q", done))
+
+    try:
+        errors = read_files(files, sizes, builder, progress)
+    except SchemaVersionError as exc:
+        errors, fatal = [], exc
+    data, rows = _encode(builder, errors, fatal)
+    _frame(out, b"R", data)
+    _frame(out, b"A", rows)
+    return 0
+
+
+# --- this process's side -------------------------------------------------------------------------
+
+
+class Worker:
+    """A running worker: ``poll`` for its progress, ``finish`` to take its result into a builder."""
+
+    def __init__(self, files: Sequence[str]) -> None:
+        self.files = list(files)
+        self.done = 0  # bytes the worker has read
+        self._buf = bytearray()
+        self._frames: dict[bytes, bytes] = {}
+        env = dict(os.environ, PPTRACE_ENABLED="0")  # never trace the loader itself
+        here = os.path.dirname(os.path.dirname(_MODULE))
+        if os.path.basename(here) not in ("site-packages", "dist-packages"):
+            # A source checkout: let the worker find this very pptrace (an installed one is
+            # found as here; a site directory is never put ahead of the standard library).
+            env["PYTHONPATH"] = os.pathsep.join(
+                p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "pptrace.load.worker"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
+        )
+        try:
+            assert self.proc.stdin is not None and self.proc.stdout is not None
+            self.proc.stdin.write(json.dumps(self.files).encode())
+            self.proc.stdin.close()
+            self._fd = self.proc.stdout.fileno()
+            os.set_blocking(self._fd, False)
+        except OSError:  # it died at once: reap it, and this process reads the files
+            self.close()
+            raise
+
+    def _read(self, timeout: float) -> bool:
+        """Read what is there (waiting up to ``timeout``); False at the end of the stream."""
+        ready, _, _ = select.select([self._fd], [], [], timeout)
+        if not ready:
+            return True
+        while True:
+            try:
+                chunk = os.read(self._fd, 1 << 20)
+            except BlockingIOError:
+                break
+            if not chunk:
+                self._parse()
+                return False
+            self._buf += chunk
+        self._parse()
+        return True
+
+    def _parse(self) -> None:
+        buf, n = self._buf, _HEADER.size
+        pos = 0
+        while len(buf) - pos >= n:
+            kind, length = _HEADER.unpack_from(buf, pos)
+            if len(buf) - pos - n < length:
+                break
+            data = bytes(buf[pos + n : pos + n + length])
+            pos += n + length
+            if kind == b"P" and length == 8:
+                self.done = struct.unpack("<Q", data)[0]
+            else:
+                self._frames[kind] = data
+        del buf[:pos]
+
+    def poll(self) -> int:
+        """Take in the worker's progress without waiting; return its bytes read."""
+        try:
+            self._read(0)
+        except (OSError, ValueError):  # ``finish`` meets the same failure and falls back
+            pass
+        return self.done
+
+    def finish(self, tick: Callable[[int], None]) -> tuple[dict[str, Any], bytes] | None:
+        """Wait for the result, calling ``tick(bytes read)`` meanwhile; None if it failed."""
+        try:
+            while self._read(0.1):
+                tick(self.done)
+            self.proc.wait(timeout=10)
+        except (OSError, ValueError, subprocess.TimeoutExpired):
+            self.close()
+            return None
+        data, rows = self._frames.get(b"R"), self._frames.get(b"A")
+        if self.proc.returncode != 0 or data is None or rows is None or len(rows) % (8 * _ROW):
+            return None
+        try:
+            result = json.loads(data)
+        except ValueError:
+            return None
+        if not isinstance(result, dict) or result.get("module") != _MODULE:
+            return None  # another pptrace answered: its reading could differ from this one's
+        return result, rows
+
+    def close(self) -> None:
+        """Stop the worker (when this process gave up first) and reap it."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
+def take(builder: Any, result: dict[str, Any], rows: bytes
+         ) -> tuple[list[TraceInputError], SchemaVersionError | None]:
+    """Add a worker's result to ``builder``; return its per-file errors and fatal error.
+
+    Everything is decoded before anything is added, so that a malformed result (ValueError,
+    TypeError, KeyError, IndexError) leaves the builder as it was.
+    """
+    unpack = _Unpacker(builder, result["tables"])
+    shapes = [None if s is None else unpack.event(s) for s in result["shapes"]]
+    events = [unpack.event(s) for s in result["events"]]
+    packed = array("q")
+    packed.frombytes(rows)
+    new = _new_event
+    it = iter(packed)
+    for i, seq, begin, mono, dur in zip(it, it, it, it, it, strict=True):
+        t = shapes[i]
+        if t is None:
+            raise ValueError("a row names a shape that was not cached")
+        events.append(new(Event, (t[0], seq, t[2], begin, mono, dur, *t[6:])))
+    stats = [schema.attributes_to_stats(attrs) for attrs in result["stats"]]
+    ranks = [((host, pid), RankInfo(**fields)) for host, pid, fields in result["ranks"]]
+    sources = [((host, pid), list(map(str, found))) for host, pid, found in result["sources"]]
+    foreign = [ForeignSpan(*f) for f in result["foreign"]]
+    problems = [InputProblem(*p) for p in result["problems"]]
+    errors = [TraceInputError(m, path=p, line=n) for m, p, n in result["errors"]]
+    fatal = result["fatal"]
+    fatal_error = None if fatal is None else SchemaVersionError(fatal[0], path=fatal[1],
+                                                                line=fatal[2])
+    builder.add_process_events(events)
+    for s in stats:
+        builder.add_stats(s)
+    for key, rank in ranks:
+        builder.merge_rank(key, rank)
+    for key, found in sources:
+        have = builder.proc_sources.setdefault(key, [])
+        have.extend(s for s in found if s not in have)
+    builder.foreign.extend(foreign)
+    builder.problems.extend(problems)
+    return errors, fatal_error
+
+
+if __name__ == "__main__":
+    sys.exit(main())

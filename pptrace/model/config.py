@@ -1,0 +1,142 @@
+"""Recorder configuration: defaults, ``PPTRACE_*`` environment variables, and their validation.
+
+    cfg = Config.from_env()            # what PPTRACE_* say, else the defaults
+    cfg = Config(mode="flight")        # or built directly, e.g. in tests
+
+Every variable is listed in ``ENV_DOC`` (printed by ``pptrace run --help``); a bad value raises
+``ConfigError`` naming the variable and what it accepts.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+from pptrace.model.errors import ConfigError
+
+__all__ = ["ENV_DOC", "Config"]
+
+ENV_DOC: dict[str, str] = {
+    "PPTRACE_ENABLED": "1/0: record at all (default 1 once pptrace is activated)",
+    "PPTRACE_DIR": "directory for per-rank trace files (default ./pptrace-traces)",
+    "PPTRACE_EXPORT": "comma list of sinks: file, otlp, none (default file)",
+    "PPTRACE_MODE": "stream (every event exported) or flight (ring dumped on error/signal/exit)",
+    "PPTRACE_FLIGHT_SIZE": "events kept per process in flight mode (default 4096)",
+    "PPTRACE_BUFFER": "events held before new ones are dropped and counted (default 1000000)",
+    "PPTRACE_FLUSH_INTERVAL": "seconds between background flushes (default 1.0)",
+    "PPTRACE_EXIT_TIMEOUT": "seconds allowed to flush at exit (default 2.0)",
+    "PPTRACE_FINGERPRINT": "1/0: hash tensor contents (reads tensor memory; default 0)",
+    "PPTRACE_NATIVE": "1/0: read tensor metadata with the native reader once built (default 1;"
+                      " see pptrace native --help)",
+    "PPTRACE_NATIVE_DIR": "where pptrace native build puts the reader (default ~/.cache/pptrace)",
+    "PPTRACE_RUN_ID": "an id shared by all ranks of one run (default: set by pptrace run)",
+    "PPTRACE_RANK": "override the global rank",
+    "PPTRACE_PP_RANK": "override the pipeline-parallel rank",
+    "PPTRACE_PP_SIZE": "override the pipeline-parallel size",
+    "PPTRACE_TP_RANK": "override the tensor-parallel rank",
+    "PPTRACE_TP_SIZE": "override the tensor-parallel size",
+}
+
+_TRUE = {"1", "true", "yes", "on"}
+_MAX_SECONDS = 1e9  # about 31 years
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = env.get(name)
+    if raw is None:
+        return default
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ConfigError(f"{name}={raw!r}: expected 1 or 0")
+
+
+def _number(env: Mapping[str, str], name: str, default: float, *, integer: bool) -> float:
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw) if integer else float(raw)
+    except ValueError:
+        kind = "an integer" if integer else "a number"
+        raise ConfigError(f"{name}={raw!r}: expected {kind}") from None
+    if value < 0:
+        raise ConfigError(f"{name}={raw!r}: must not be negative")
+    # inf (or anything past threading.TIMEOUT_MAX) made the exit flush raise OverflowError.
+    if not math.isfinite(value) or (not integer and value > _MAX_SECONDS):
+        raise ConfigError(f"{name}={raw!r}: must be a finite number up to {_MAX_SECONDS:.0f}")
+    return value
+
+
+def _opt_int(env: Mapping[str, str], name: str) -> int | None:
+    if env.get(name, "").strip() == "":
+        return None
+    return int(_number(env, name, 0, integer=True))
+
+
+@dataclass(frozen=True)
+class Config:
+    """Everything the recorder and its sinks need to know."""
+
+    enabled: bool = True
+    trace_dir: str = "pptrace-traces"
+    exporters: tuple[str, ...] = ("file",)
+    mode: str = "stream"  # "stream" | "flight"
+    flight_size: int = 4096
+    buffer_size: int = 1_000_000
+    flush_interval: float = 1.0
+    exit_timeout: float = 2.0
+    fingerprint: bool = False
+    native: bool = True  # use pptrace.record.native's reader when it is built for this process
+    run_id: str = ""
+    rank_overrides: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("stream", "flight"):
+            raise ConfigError(f"mode {self.mode!r}: expected 'stream' or 'flight'")
+        unknown = set(self.exporters) - {"file", "otlp", "none"}
+        if unknown:
+            raise ConfigError(
+                f"exporters {sorted(unknown)}: expected a comma list of file, otlp, none"
+            )
+        if self.flight_size < 1 or self.buffer_size < 1:
+            raise ConfigError("flight_size and buffer_size must be at least 1")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> Config:
+        """Build a config from ``PPTRACE_*`` variables (``os.environ`` by default)."""
+        env = os.environ if env is None else env
+        exporters = tuple(
+            p.strip() for p in env.get("PPTRACE_EXPORT", "file").split(",") if p.strip()
+        )
+        ranks = {
+            key: value
+            for key, var in (
+                ("rank", "PPTRACE_RANK"),
+                ("pp_rank", "PPTRACE_PP_RANK"),
+                ("pp_size", "PPTRACE_PP_SIZE"),
+                ("tp_rank", "PPTRACE_TP_RANK"),
+                ("tp_size", "PPTRACE_TP_SIZE"),
+            )
+            if (value := _opt_int(env, var)) is not None
+        }
+        cfg = cls(
+            enabled=_bool(env, "PPTRACE_ENABLED", True),
+            trace_dir=env.get("PPTRACE_DIR") or "pptrace-traces",
+            exporters=exporters or ("none",),
+            mode=env.get("PPTRACE_MODE", "stream").strip().lower() or "stream",
+            flight_size=int(_number(env, "PPTRACE_FLIGHT_SIZE", 4096, integer=True)),
+            buffer_size=int(_number(env, "PPTRACE_BUFFER", 1_000_000, integer=True)),
+            flush_interval=_number(env, "PPTRACE_FLUSH_INTERVAL", 1.0, integer=False),
+            exit_timeout=_number(env, "PPTRACE_EXIT_TIMEOUT", 2.0, integer=False),
+            fingerprint=_bool(env, "PPTRACE_FINGERPRINT", False),
+            native=_bool(env, "PPTRACE_NATIVE", True),
+            run_id=env.get("PPTRACE_RUN_ID", ""),
+            rank_overrides=ranks,
+        )
+        return replace(cfg, **overrides) if overrides else cfg  # type: ignore[arg-type]

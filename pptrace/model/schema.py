@@ -1,0 +1,348 @@
+"""The span schema: span names, attribute keys, the schema version, and the codec both ways.
+
+This module is pptrace's contract with every reader (the loader, Jaeger, an OTLP collector):
+``event_to_attributes`` and ``attributes_to_event`` are inverses, tested as a round trip.
+Per-tensor detail travels as parallel array attributes (``pptrace.tensor.*``, one element per
+tensor, in dict order) rather than span events, so that every backend shows it as plain tags.
+
+    attrs = event_to_attributes(event)        # -> {"pptrace.direction": "attach", ...}
+    event = attributes_to_event(attrs, ...)   # -> the same Event
+
+It imports neither torch nor OpenTelemetry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pptrace.model.errors import SchemaVersionError
+from pptrace.model.records import Direction, Event, RankInfo, RecorderStats, TensorMeta
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "SPAN_ATTACH",
+    "SPAN_EXTRACT",
+    "SPAN_STATS",
+    "SPAN_NAMES",
+    "AttributeValue",
+    "attributes_to_event",
+    "attributes_to_stats",
+    "event_to_attributes",
+    "stats_to_attributes",
+]
+
+#: Bumped on any incompatible change; readers refuse versions above theirs.
+SCHEMA_VERSION = 1
+
+SPAN_ATTACH = "pptrace.attach"
+SPAN_EXTRACT = "pptrace.extract"
+SPAN_STATS = "pptrace.recorder"
+SPAN_NAMES = frozenset({SPAN_ATTACH, SPAN_EXTRACT, SPAN_STATS})
+
+AttributeValue = str | bool | int | float | Sequence[str] | Sequence[bool] | Sequence[int]
+
+# --- attribute keys ------------------------------------------------------------------------
+VERSION = "pptrace.schema_version"  # int
+DIRECTION = "pptrace.direction"  # "attach" | "extract"
+SEQ = "pptrace.seq"  # int, per process and direction
+RUN_ID = "pptrace.run_id"  # str, one per pptrace run (all ranks share it)
+RANK = "pptrace.rank"  # int, global rank (absent when unknown)
+WORLD_SIZE = "pptrace.world_size"  # int
+PP_RANK = "pp_rank"  # int, the engine's own name
+PP_SIZE = "pptrace.pp_size"  # int
+TP_RANK = "tp_rank"  # int, the engine's own name
+TP_SIZE = "pptrace.tp_size"  # int
+HOST = "pptrace.host"  # str
+PID = "pptrace.pid"  # int
+THREAD_ID = "pptrace.thread.id"  # int
+THREAD_NAME = "pptrace.thread.name"  # str
+MONO_NS = "pptrace.mono_ns"  # int, time.monotonic_ns at the call
+DURATION_NS = "pptrace.duration_ns"  # int, exact call duration (span times are the same)
+SUBJECT_TYPE = "pptrace.subject.type"  # str, output type (attach) or observer type (extract)
+SUBJECT_PP = "pptrace.subject.pp_capable"  # bool, has to_pp_tensors / from_pp_tensors
+T_NAMES = "pptrace.tensor.names"  # str[]
+T_KEYS = "pptrace.tensor.keys"  # str[]
+T_SHAPES = "pptrace.tensor.shapes"  # str[], "8,5"; "" for a 0-d tensor
+T_DTYPES = "pptrace.tensor.dtypes"  # str[], "float32"
+T_DEVICES = "pptrace.tensor.devices"  # str[], "cuda:0"
+T_NBYTES = "pptrace.tensor.nbytes"  # int[]
+T_CONTIG = "pptrace.tensor.contiguous"  # bool[]
+T_IS_TENSOR = "pptrace.tensor.is_tensor"  # bool[]
+T_FINGERPRINTS = "pptrace.tensor.fingerprints"  # str[], only when fingerprinting is on
+TENSOR_COUNT = "pptrace.tensor.count"  # int
+TOTAL_BYTES = "pptrace.tensor.total_bytes"  # int
+KEYS_BEFORE = "pptrace.keys.before"  # str[]
+KEYS_AFTER = "pptrace.keys.after"  # str[]
+RETURNED_NONE = "pptrace.returned_none"  # bool
+ERROR_TYPE = "pptrace.error.type"  # str, qualified exception type
+ERROR_MESSAGE = "pptrace.error.message"  # str, exact str(exception)
+INSERTED_BEFORE_ERROR = "pptrace.error.inserted_keys"  # str[]
+DROPPED_BEFORE = "pptrace.dropped_before"  # int
+EXTRA_PREFIX = "pptrace.extra."  # free-form tags: pptrace.extra.<name> = str
+# Stats span only.
+S_RECORDED = "pptrace.stats.recorded"
+S_EXPORTED = "pptrace.stats.exported"
+S_DROPPED = "pptrace.stats.dropped"
+S_OVERWRITTEN = "pptrace.stats.overwritten"
+S_INTERNAL = "pptrace.stats.internal_errors"
+S_EXPORT_ERRORS = "pptrace.stats.export_errors"
+S_MODE = "pptrace.stats.mode"
+S_TIME_NS = "pptrace.stats.time_ns"
+
+
+def span_name(direction: Direction) -> str:
+    """Return the span name for a direction."""
+    return SPAN_ATTACH if direction is Direction.ATTACH else SPAN_EXTRACT
+
+
+def _rank_attributes(rank: RankInfo, out: dict[str, AttributeValue]) -> None:
+    for key, value in (
+        (RANK, rank.rank),
+        (WORLD_SIZE, rank.world_size),
+        (PP_RANK, rank.pp_rank),
+        (PP_SIZE, rank.pp_size),
+        (TP_RANK, rank.tp_rank),
+        (TP_SIZE, rank.tp_size),
+    ):
+        if value is not None:
+            out[key] = value
+    out[HOST] = rank.host
+    out[PID] = rank.pid
+
+
+def event_to_attributes(event: Event) -> dict[str, AttributeValue]:
+    """Encode an event as span attributes (the inverse of ``attributes_to_event``).
+
+    The attributes that change from one call to the next come first, in a fixed order, and
+    everything that repeats from one microbatch to the next after them: a reader can then tell
+    two spans of the same shape apart by their first few hundred bytes (``pptrace.load.fast``).
+    Readers must not depend on the order; pptrace's own fast path falls back when it differs.
+    """
+    t = event.tensors
+    out: dict[str, AttributeValue] = {
+        SEQ: event.seq,
+        MONO_NS: event.mono_ns,
+        DURATION_NS: event.duration_ns,
+        DROPPED_BEFORE: event.dropped_before,
+        THREAD_ID: event.thread_id,
+        VERSION: SCHEMA_VERSION,
+        DIRECTION: event.direction.value,
+        RUN_ID: event.run_id,
+    }
+    _rank_attributes(event.rank, out)
+    out.update(
+        {
+            THREAD_NAME: event.thread_name,
+            SUBJECT_TYPE: event.subject_type,
+            TENSOR_COUNT: len(t),
+            TOTAL_BYTES: sum(m.nbytes for m in t),
+            T_NAMES: [m.name for m in t],
+            T_KEYS: [m.key for m in t],
+            T_SHAPES: [",".join(map(str, m.shape)) for m in t],
+            T_DTYPES: [m.dtype for m in t],
+            T_DEVICES: [m.device for m in t],
+            T_NBYTES: [m.nbytes for m in t],
+            T_CONTIG: [m.contiguous for m in t],
+            T_IS_TENSOR: [m.is_tensor for m in t],
+            KEYS_BEFORE: list(event.keys_before),
+            KEYS_AFTER: list(event.keys_after),
+            RETURNED_NONE: event.returned_none,
+        }
+    )
+    if event.subject_pp_capable is not None:
+        out[SUBJECT_PP] = event.subject_pp_capable
+    if any(m.fingerprint is not None for m in t):
+        out[T_FINGERPRINTS] = [m.fingerprint or "" for m in t]
+    if event.error_type is not None:
+        out[ERROR_TYPE] = event.error_type
+        out[ERROR_MESSAGE] = event.error_message or ""
+        out[INSERTED_BEFORE_ERROR] = list(event.inserted_before_error)
+    for name, value in event.extra:
+        out[EXTRA_PREFIX + name] = value
+    return out
+
+
+class _Reader:
+    """Typed access to one span's attributes; every mismatch is a one-line SchemaVersionError."""
+
+    def __init__(self, attrs: Mapping[str, Any], where: str) -> None:
+        self.attrs = attrs
+        self.where = where
+
+    def _bad(self, key: str, want: str) -> SchemaVersionError:
+        got = type(self.attrs.get(key)).__name__
+        return SchemaVersionError(f"{self.where}attribute {key!r} should be {want}, found {got}")
+
+    def integer(self, key: str, default: int | None = None) -> int:
+        value = self.attrs.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self._bad(key, "an integer")
+        return value
+
+    def opt_integer(self, key: str) -> int | None:
+        return None if key not in self.attrs else self.integer(key)
+
+    def string(self, key: str, default: str | None = None) -> str:
+        value = self.attrs.get(key, default)
+        if not isinstance(value, str):
+            raise self._bad(key, "a string")
+        return value
+
+    def boolean(self, key: str, default: bool | None = None) -> bool:
+        value = self.attrs.get(key, default)
+        if not isinstance(value, bool):
+            raise self._bad(key, "a boolean")
+        return value
+
+    def array(self, key: str, kind: type, n: int | None = None) -> list[Any]:
+        value = self.attrs.get(key, [])
+        if not isinstance(value, (list, tuple)) or not all(
+            isinstance(v, kind) and not (kind is int and isinstance(v, bool)) for v in value
+        ):
+            raise self._bad(key, f"a list of {kind.__name__}")
+        if n is not None and len(value) != n:
+            raise SchemaVersionError(
+                f"{self.where}attribute {key!r} has {len(value)} items, expected {n}"
+            )
+        return list(value)
+
+
+def _check_version(r: _Reader) -> None:
+    version = r.integer(VERSION)
+    if version > SCHEMA_VERSION or version < 1:
+        raise SchemaVersionError(
+            f"{r.where}pptrace schema version {version!r:.20} is not supported "
+            f"(this pptrace reads versions 1 to {SCHEMA_VERSION}; upgrade pptrace)"
+        )
+
+
+def _rank_from(r: _Reader) -> RankInfo:
+    return RankInfo(
+        rank=r.opt_integer(RANK),
+        world_size=r.opt_integer(WORLD_SIZE),
+        pp_rank=r.opt_integer(PP_RANK),
+        pp_size=r.opt_integer(PP_SIZE),
+        tp_rank=r.opt_integer(TP_RANK),
+        tp_size=r.opt_integer(TP_SIZE),
+        host=r.string(HOST, ""),
+        pid=r.integer(PID, 0),
+    )
+
+
+def _shape(text: str, where: str) -> tuple[int, ...]:
+    if not text:
+        return ()
+    try:
+        return tuple(int(p) for p in text.split(","))
+    except ValueError:
+        raise SchemaVersionError(f"{where}bad tensor shape {text!r:.40}") from None
+
+
+def attributes_to_event(
+    attrs: Mapping[str, Any],
+    start_ns: int = 0,
+    end_ns: int | None = None,
+    where: str = "",
+) -> Event:
+    """Decode a pptrace event span's attributes (the inverse of ``event_to_attributes``)."""
+    r = _Reader(attrs, where)
+    _check_version(r)
+    try:
+        direction = Direction(r.string(DIRECTION))
+    except ValueError:
+        raise SchemaVersionError(f"{where}unknown direction {attrs.get(DIRECTION)!r:.40}") from None
+    names = r.array(T_NAMES, str)
+    n = len(names)
+    keys = r.array(T_KEYS, str, n)
+    shapes = r.array(T_SHAPES, str, n)
+    dtypes = r.array(T_DTYPES, str, n)
+    devices = r.array(T_DEVICES, str, n)
+    nbytes = r.array(T_NBYTES, int, n)
+    contig = r.array(T_CONTIG, bool, n)
+    is_tensor = r.array(T_IS_TENSOR, bool, n)
+    fps: list[str | None] = [None] * n
+    if T_FINGERPRINTS in attrs:
+        fps = [f or None for f in r.array(T_FINGERPRINTS, str, n)]
+    tensors = tuple(
+        TensorMeta(
+            name=names[i],
+            key=keys[i],
+            shape=_shape(shapes[i], where),
+            dtype=dtypes[i],
+            device=devices[i],
+            nbytes=nbytes[i],
+            contiguous=contig[i],
+            is_tensor=is_tensor[i],
+            fingerprint=fps[i],
+        )
+        for i in range(n)
+    )
+    duration = r.integer(DURATION_NS, 0)
+    if DURATION_NS not in attrs and end_ns is not None:
+        duration = max(0, end_ns - start_ns)
+    error_type = r.string(ERROR_TYPE) if ERROR_TYPE in attrs else None
+    extra = tuple(
+        sorted(
+            (k[len(EXTRA_PREFIX) :], str(v)) for k, v in attrs.items() if k.startswith(EXTRA_PREFIX)
+        )
+    )
+    return Event(
+        direction=direction,
+        seq=r.integer(SEQ),
+        rank=_rank_from(r),
+        start_ns=start_ns,
+        mono_ns=r.integer(MONO_NS, 0),
+        duration_ns=duration,
+        thread_id=r.integer(THREAD_ID, 0),
+        thread_name=r.string(THREAD_NAME, ""),
+        subject_type=r.string(SUBJECT_TYPE, ""),
+        subject_pp_capable=r.boolean(SUBJECT_PP) if SUBJECT_PP in attrs else None,
+        tensors=tensors,
+        keys_before=tuple(r.array(KEYS_BEFORE, str)),
+        keys_after=tuple(r.array(KEYS_AFTER, str)),
+        returned_none=r.boolean(RETURNED_NONE, True),
+        error_type=error_type,
+        error_message=r.string(ERROR_MESSAGE, "") if error_type is not None else None,
+        inserted_before_error=tuple(r.array(INSERTED_BEFORE_ERROR, str)),
+        dropped_before=r.integer(DROPPED_BEFORE, 0),
+        run_id=r.string(RUN_ID, ""),
+        extra=extra,
+    )
+
+
+def stats_to_attributes(stats: RecorderStats) -> dict[str, AttributeValue]:
+    """Encode recorder counters as the stats span's attributes."""
+    out: dict[str, AttributeValue] = {VERSION: SCHEMA_VERSION, RUN_ID: stats.run_id}
+    _rank_attributes(stats.rank, out)
+    out.update(
+        {
+            S_TIME_NS: stats.time_ns,
+            S_RECORDED: stats.recorded,
+            S_EXPORTED: stats.exported,
+            S_DROPPED: stats.dropped,
+            S_OVERWRITTEN: stats.overwritten,
+            S_INTERNAL: stats.internal_errors,
+            S_EXPORT_ERRORS: stats.export_errors,
+            S_MODE: stats.mode,
+        }
+    )
+    return out
+
+
+def attributes_to_stats(attrs: Mapping[str, Any], where: str = "") -> RecorderStats:
+    """Decode the stats span's attributes (the inverse of ``stats_to_attributes``)."""
+    r = _Reader(attrs, where)
+    _check_version(r)
+    return RecorderStats(
+        rank=_rank_from(r),
+        time_ns=r.integer(S_TIME_NS, 0),
+        recorded=r.integer(S_RECORDED, 0),
+        exported=r.integer(S_EXPORTED, 0),
+        dropped=r.integer(S_DROPPED, 0),
+        overwritten=r.integer(S_OVERWRITTEN, 0),
+        internal_errors=r.integer(S_INTERNAL, 0),
+        export_errors=r.integer(S_EXPORT_ERRORS, 0),
+        mode=r.string(S_MODE, "stream"),
+        run_id=r.string(RUN_ID, ""),
+    )

@@ -1,0 +1,104 @@
+"""Rank discovery: who this process is in the PP x TP layout, learned without the hot path.
+
+Order of precedence: explicit overrides (arguments or ``PPTRACE_*``), then an engine-provided
+layout (SGLang's parallel state when it is initialised), then ``torch.distributed``, then the
+launcher's environment (``RANK``, ``WORLD_SIZE``; ``LOCAL_RANK`` on a single node). PP and TP
+ranks missing after that are derived from the global rank and the sizes, in SGLang's layout
+(TP innermost). Anything unknown stays None.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from pptrace.model.records import RankInfo
+
+__all__ = ["discover_rank"]
+
+
+def _env_int(env: Mapping[str, str], name: str) -> int | None:
+    try:
+        return int(env[name])
+    except (KeyError, ValueError):
+        return None
+
+
+def _from_sglang() -> dict[str, int]:
+    """Read SGLang's PP/TP groups when its parallel state is imported and initialised."""
+    mod: Any = sys.modules.get("sglang.srt.distributed.parallel_state")
+    if mod is None:
+        return {}
+    found: dict[str, int] = {}
+    for prefix, getter in (("pp", "get_pp_group"), ("tp", "get_tp_group")):
+        try:
+            group = getattr(mod, getter)()
+            found[f"{prefix}_rank"] = int(group.rank_in_group)
+            found[f"{prefix}_size"] = int(group.world_size)
+        except Exception:  # not initialised, or another version: simply unknown
+            continue
+    return found
+
+
+def _from_torch() -> dict[str, int]:
+    dist: Any = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            return {"rank": int(dist.get_rank()), "world_size": int(dist.get_world_size())}
+    except Exception:
+        pass
+    return {}
+
+
+def _derive_layout(fields: dict[str, int | None]) -> None:
+    """Fill PP/TP ranks from the global rank and the sizes, in SGLang's layout.
+
+    SGLang places TP innermost: ``rank = pp_rank * tp_size + tp_rank``. Only what is unknown is
+    filled; a size that does not divide the world is left alone.
+    """
+    rank, world = fields.get("rank"), fields.get("world_size")
+    pp_size, tp_size = fields.get("pp_size"), fields.get("tp_size")
+    if world is not None and world > 0:
+        if tp_size is None and pp_size and world % pp_size == 0:
+            fields["tp_size"] = tp_size = world // pp_size
+        if pp_size is None and tp_size and world % tp_size == 0:
+            fields["pp_size"] = pp_size = world // tp_size
+    if rank is not None and tp_size:
+        if fields.get("tp_rank") is None:
+            fields["tp_rank"] = rank % tp_size
+        if fields.get("pp_rank") is None and pp_size and rank // tp_size < pp_size:
+            fields["pp_rank"] = rank // tp_size
+    if fields.get("pp_size") == 1 and fields.get("pp_rank") is None:
+        fields["pp_rank"] = 0
+
+
+def discover_rank(
+    overrides: Mapping[str, int] | None = None, env: Mapping[str, str] | None = None
+) -> tuple[RankInfo, bool]:
+    """Return this process's rank info and whether it is final (torch.distributed was up)."""
+    env = os.environ if env is None else env
+    fields: dict[str, int | None] = {
+        "rank": _env_int(env, "RANK"),
+        "world_size": _env_int(env, "WORLD_SIZE"),
+    }
+    if fields["rank"] is None and _env_int(env, "LOCAL_WORLD_SIZE") == fields["world_size"]:
+        fields["rank"] = _env_int(env, "LOCAL_RANK")  # one node: the local rank is global
+    from_torch = _from_torch()
+    fields.update(from_torch)
+    fields.update(_from_sglang())
+    fields.update(overrides or {})
+    _derive_layout(fields)
+    info = RankInfo(
+        rank=fields.get("rank"),
+        world_size=fields.get("world_size"),
+        pp_rank=fields.get("pp_rank"),
+        pp_size=fields.get("pp_size"),
+        tp_rank=fields.get("tp_rank"),
+        tp_size=fields.get("tp_size"),
+        host=socket.gethostname(),
+        pid=os.getpid(),
+    )
+    return info, bool(from_torch)

@@ -1,0 +1,321 @@
+"""The transparent wrapper: record every attach and extract, change nothing the engine sees.
+
+    attach, extract = wrap_transport(engine.add_auxiliary_output_to_pp_tensors,
+                                     engine.pop_auxiliary_output_from_pp_tensors, recorder)
+
+The wrapped functions return the identical object and re-raise the identical exception object
+(bare ``raise``). On the caller's thread they only read metadata (keys, shapes, dtypes, devices,
+contiguity: no device sync, no tensor values) and append one tuple to the recorder. A failure
+inside recording is counted by the recorder and never reaches the engine.
+
+The success paths are written for the engine's thread: no Python call per tensor, no
+comprehension frame, plain tensors' metadata kept flat in one list (see ``recorder.Raw``), and
+``deque.append`` (C) into the recorder's buffer, the stream cap checked inline. What is left is
+mostly the reads themselves: ``benchmarks/bench_hotpath.py`` times them alone ("reads only").
+
+Where ``pptrace native build`` has built the native reader (``pptrace.record.native``), the functions
+returned are its C wrapper instead: it records the common case itself (the same raw tuple, the
+tensors' metadata packed in one call) and hands every other call to the Python wrapper below,
+before the engine's function runs, and the engine's exceptions to the same ``failed`` recorders.
+
+Dict snapshots go through ``dict``'s own methods so that a dict subclass sees no extra calls. A
+container that is not a dict is never read (any call into it could have effects the engine would
+see): its events carry no keys and no tensors.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import torch
+
+from pptrace.record import native
+from pptrace.model.records import PREFIX, Direction
+from pptrace.record.recorder import Recorder, _qualname
+
+__all__ = ["is_wrapped", "unwrap", "wrap_attach", "wrap_extract", "wrap_transport"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+WRAPPED_ATTR = "__pptrace_wrapped__"
+
+_Tensor = torch.Tensor
+_dict_keys = dict.keys
+_dict_items = dict.items
+_dict_values = dict.values
+_dict_get = dict.__getitem__
+_islice = itertools.islice
+_no_torch_function = torch._C.DisableTorchFunctionSubclass
+_startswith = str.startswith  # a str subclass key's own startswith is never called
+_current_thread = threading.current_thread
+# Each thread's threading.Thread, cached: a thread-local read is half a current_thread() call.
+_here = threading.local()
+
+
+def _thread() -> threading.Thread:
+    try:
+        return _here.thread  # type: ignore[no-any-return]
+    except AttributeError:
+        _here.thread = thread = _current_thread()
+        return thread
+
+
+def _native_reader(rec: Recorder) -> Any:
+    """The native metadata reader when the config allows it and it loads here, else None."""
+    if not rec.config.native:
+        return None
+    try:
+        return native.reader()
+    except Exception as exc:  # the Python reads record the same events
+        rec.internal_error("native reader", exc)
+        return None
+
+
+def _hot(rec: Recorder, reader: Any, fn: Any, slow: Any, direction: Direction,
+         seq: Any, prefix: str | None, on_error: Any, on_items: Any) -> Any:
+    """The native reader's C wrapper around ``fn`` when it can take the common case, else the
+    Python wrapper ``slow`` (which the C one hands every other case to)."""
+    if reader is None or rec.fingerprint:
+        return slow
+    try:
+        hot = reader.hot(fn, slow, rec, direction, seq, rec._buf, rec.append, rec._cap,
+                         rec.flight, prefix, on_error, on_items, _current_thread)
+        functools.update_wrapper(hot, fn)
+        setattr(hot, WRAPPED_ATTR, fn)
+        # Pickled by name, as a function is: it works where the module's name is bound to it.
+        name = getattr(fn, "__qualname__", None)
+        if isinstance(name, str):
+            hot.__reduce_ex__ = lambda _protocol: name
+    except Exception as exc:  # the Python wrapper records the same events
+        rec.internal_error("native wrapper", exc)
+        return slow
+    return hot
+
+
+def _inserted_items(tensors: dict[Any, Any], start: int) -> Any:
+    """An attach's inserted items read in Python: plain tensors flat in one list (the recorder
+    thread makes the pairs: see ``recorder.Raw``), anything else in the general form."""
+    items: list[Any] = []
+    for k, v in _islice(_dict_items(tensors), start, None):
+        if type(v) is not _Tensor:
+            return _items(_islice(_dict_items(tensors), start, None))
+        items += (k, v.shape, v.dtype, v.device, v.is_contiguous())
+    return items
+
+
+def _keys(d: Any) -> tuple[Any, ...]:
+    return tuple(_dict_keys(d)) if isinstance(d, dict) else ()
+
+
+def _meta(v: Any) -> Any:
+    if isinstance(v, _Tensor):
+        if type(v) is _Tensor:
+            return (v.shape, v.dtype, v.device, v.is_contiguous())
+        # A tensor subclass's __torch_function__ is user code that the engine never calls.
+        with _no_torch_function():
+            return (v.shape, v.dtype, v.device, v.is_contiguous())
+    return type(v)
+
+
+def _items(pairs: Any) -> tuple[tuple[Any, Any], ...]:
+    """((key, meta), ...) for any values: the general form of a raw record's items."""
+    return tuple([(k, _meta(v)) for k, v in pairs])
+
+
+def _fingerprints(rec: Recorder, values: list[Any]) -> tuple[Any, ...]:
+    from pptrace.record.fingerprint import start
+
+    out = []
+    for v in values:
+        fp = None
+        if isinstance(v, _Tensor):
+            # One tensor that cannot be hashed costs its fingerprint, not the whole event.
+            try:
+                fp = start(v)
+            except Exception as exc:
+                rec.internal_error("fingerprint", exc)
+        out.append(fp)
+    return tuple(out)
+
+
+def is_wrapped(fn: Any) -> bool:
+    """True when ``fn`` is a pptrace wrapper."""
+    return hasattr(fn, WRAPPED_ATTR)
+
+
+def unwrap(fn: F) -> F:
+    """Return the function a pptrace wrapper wraps (``fn`` itself when not wrapped)."""
+    while hasattr(fn, WRAPPED_ATTR):
+        fn = getattr(fn, WRAPPED_ATTR)
+    return fn
+
+
+def wrap_attach(fn: F, recorder: Recorder) -> F:
+    """Wrap an attach function (``add_auxiliary_output_to_pp_tensors``)."""
+    fn = unwrap(fn)  # never double-wrap
+    rec = recorder
+    seq = rec.seq[Direction.ATTACH]
+    buf, cap, ring = rec._buf, rec._cap, rec.flight
+    append = rec.append  # deque.append: the cap is checked here, inline
+    time_ns, mono_ns = time.time_ns, time.monotonic_ns
+    attach = Direction.ATTACH
+    reader = _native_reader(rec)
+    inserted = reader.inserted if reader is not None else None
+
+    @functools.wraps(fn)
+    def pptrace_attach(tensors: Any, output: Any) -> Any:
+        if not rec.enabled:
+            return fn(tensors, output)
+        items: Any
+        try:
+            before = tuple(_dict_keys(tensors)) if isinstance(tensors, dict) else ()
+        except Exception as exc:
+            rec.internal_error("attach snapshot", exc)
+            return fn(tensors, output)
+        wall, t0 = time_ns(), mono_ns()
+        try:
+            result = fn(tensors, output)
+        except BaseException as exc:
+            failed(tensors, output, before, wall, t0, mono_ns() - t0, None, exc)
+            raise
+        try:
+            dur = mono_ns() - t0
+            if isinstance(tensors, dict):
+                after = tuple(_dict_keys(tensors))
+                # The inserted items, packed by the native reader in one call, else read here
+                # (None: the reader left them to Python).
+                items = inserted(tensors, len(before)) if inserted is not None else None
+                if items is None:
+                    items = _inserted_items(tensors, len(before))
+                fps = _fingerprints(rec, list(_islice(_dict_values(tensors), len(before), None))
+                                    ) if rec.fingerprint else None
+            else:  # a non-dict container: no keys, no items
+                after = items = ()
+                fps = () if rec.fingerprint else None
+            try:
+                thread = _here.thread
+            except AttributeError:
+                thread = _thread()
+            raw = (attach, next(seq), wall, t0, dur, thread, type(output), before, after, items,
+                   result is None, None, rec.dropped, fps)
+            if ring or len(buf) < cap:  # the flight ring's maxlen bounds it instead
+                append(raw)
+            else:
+                rec.drop_new()
+            if rec.rank_pending:  # the first calls only: the engine's process group is up now
+                rec.learn_rank()
+        except Exception as inner:
+            rec.internal_error("attach record", inner)
+        return result
+
+    def failed(tensors: Any, output: Any, before: tuple[Any, ...], wall: int, t0: int,
+               dur: int, _items_before: Any, exc: BaseException) -> None:
+        """Record an attach the engine's function raised in (then the caller re-raises)."""
+        try:
+            after = _keys(tensors)
+            new = after[len(before):]
+            values = [_dict_get(tensors, k) for k in new]
+            items = tuple((k, _meta(v)) for k, v in zip(new, values, strict=True))
+            rec.add((attach, next(seq), wall, t0, dur, _thread(), type(output), before,
+                     after, items, True, (_qualname(type(exc)), str(exc)), rec.dropped, None))
+            if rec.flight:
+                rec.request_dump()
+        except Exception as inner:
+            rec.internal_error("attach record", inner)
+
+    setattr(pptrace_attach, WRAPPED_ATTR, fn)
+    return _hot(rec, reader, fn, pptrace_attach, attach, seq, None, failed,  # type: ignore
+                _inserted_items)
+
+
+def wrap_extract(fn: F, recorder: Recorder, prefix: str = PREFIX) -> F:
+    """Wrap an extract function (``pop_auxiliary_output_from_pp_tensors``)."""
+    fn = unwrap(fn)
+    rec = recorder
+    seq = rec.seq[Direction.EXTRACT]
+    buf, cap, ring = rec._buf, rec._cap, rec.flight
+    append = rec.append  # deque.append: the cap is checked here, inline
+    time_ns, mono_ns = time.time_ns, time.monotonic_ns
+    extract = Direction.EXTRACT
+    # The recorder thread finds the packed tensors' keys with its own prefix: only that one here.
+    reader = _native_reader(rec) if prefix == rec._prefix else None
+    prefixed = reader.prefixed if reader is not None else None
+
+    @functools.wraps(fn)
+    def pptrace_extract(tensors: Any, observer: Any) -> Any:
+        if not rec.enabled:
+            return fn(tensors, observer)
+        try:
+            items: Any = None
+            if prefixed is not None and type(tensors) is dict:
+                items = prefixed(tensors, prefix)  # None: the native reader left them to us
+            if items is not None:
+                before = tuple(_dict_keys(tensors))
+            elif isinstance(tensors, dict):
+                # As in attach: plain tensors flat, anything else in the general form.
+                items = []
+                for k, v in _dict_items(tensors):
+                    if isinstance(k, str) and _startswith(k, prefix):
+                        if type(v) is not _Tensor:
+                            items = _items((k, v) for k, v in _dict_items(tensors)
+                                           if isinstance(k, str) and _startswith(k, prefix))
+                            break
+                        items += (k, v.shape, v.dtype, v.device, v.is_contiguous())
+                before = tuple(_dict_keys(tensors))
+            else:
+                items, before = (), ()
+            fps = _fingerprints(rec, [v for k, v in _dict_items(tensors)
+                                      if isinstance(k, str) and _startswith(k, prefix)]
+                                ) if rec.fingerprint and items else None
+        except Exception as exc:
+            rec.internal_error("extract snapshot", exc)
+            return fn(tensors, observer)
+        wall, t0 = time_ns(), mono_ns()
+        try:
+            result = fn(tensors, observer)
+        except BaseException as exc:
+            failed(tensors, observer, before, wall, t0, mono_ns() - t0, items, exc, fps)
+            raise
+        try:
+            dur = mono_ns() - t0
+            after = tuple(_dict_keys(tensors)) if isinstance(tensors, dict) else ()
+            try:
+                thread = _here.thread
+            except AttributeError:
+                thread = _thread()
+            raw = (extract, next(seq), wall, t0, dur, thread, type(observer), before, after,
+                   items, result is None, None, rec.dropped, fps)
+            if ring or len(buf) < cap:  # the flight ring's maxlen bounds it instead
+                append(raw)
+            else:
+                rec.drop_new()
+            if rec.rank_pending:  # the first calls only: the engine's process group is up now
+                rec.learn_rank()
+        except Exception as inner:
+            rec.internal_error("extract record", inner)
+        return result
+
+    def failed(tensors: Any, observer: Any, before: tuple[Any, ...], wall: int, t0: int,
+               dur: int, items: Any, exc: BaseException, fps: Any = None) -> None:
+        """Record an extract the engine's function raised in (then the caller re-raises)."""
+        try:
+            rec.add((extract, next(seq), wall, t0, dur, _thread(), type(observer), before,
+                     _keys(tensors), items, True, (_qualname(type(exc)), str(exc)),
+                     rec.dropped, fps))
+            if rec.flight:
+                rec.request_dump()
+        except Exception as inner:
+            rec.internal_error("extract record", inner)
+
+    setattr(pptrace_extract, WRAPPED_ATTR, fn)
+    return _hot(rec, reader, fn, pptrace_extract, extract, seq, prefix, failed,  # type: ignore
+                None)
+
+
+def wrap_transport(attach: F, extract: Callable[..., Any], recorder: Recorder) -> tuple[F, Any]:
+    """Wrap an (attach, extract) pair with one recorder."""
+    return wrap_attach(attach, recorder), wrap_extract(extract, recorder)
