@@ -5,12 +5,12 @@
     python benchmarks/bench_analyze.py --keep DIR      # keep the generated files in DIR
     python benchmarks/bench_analyze.py --serial        # also load in one process: the ratio
 
-The layout is pp=2 x tp=4: the last stage's 4 ranks attach, stage 0's 4 ranks extract, so every
-one of the 8 ranks records events. The files are OTLP/JSON lines with exactly the attributes
-pptrace's exporter writes (``pptrace.model.schema.event_to_attributes``), as many spans a line as the
-file sink writes (``pptrace.export.file_sink.SPANS_PER_LINE``); they are generated from per-rank
-templates so that writing 1M events takes seconds.
-One microbatch in 1000 carries a dtype change, so the analyzer has findings to report.
+The layout is pp=2 x tp=4: the last stage's 4 ranks attach, stage 0's 4 ranks extract, so every one
+of the 8 ranks records events. The files are OTLP/JSON lines with exactly the attributes pptrace's
+exporter writes (``pptrace.model.schema.event_to_attributes``), as many spans a line as the file
+sink writes (``pptrace.export.file_sink.SPANS_PER_LINE``); they are generated from per-rank
+templates so that writing 1M events takes seconds. One microbatch in 1000 carries a dtype change,
+so the analyzer has findings to report.
 
 Each size is measured in a fresh subprocess: load seconds, analysis seconds, and peak resident
 memory (``ru_maxrss``) of that process.

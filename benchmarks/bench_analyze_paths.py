@@ -20,8 +20,8 @@ import time
 from typing import Any
 
 from pptrace.analyze.analyzer import analyze
-from pptrace.model.trace import ProcessTrace, Trace
 from pptrace.model.records import PREFIX, Direction, Event, RankInfo, TensorMeta
+from pptrace.model.trace import ProcessTrace, Trace
 
 PP, TP = 2, 4
 BATCHES = (1, 3, 8, 16)

@@ -43,6 +43,7 @@ VARIANTS = ("off", "stream", "flight")
 def _child(variant: str, opts: PipelineOptions, rank: int, messages: Any) -> None:
     """A rank process with the variant's tracing, then the sample's own rank code."""
     import pptrace_samples.pipeline as pipeline
+
     from pptrace.model.config import Config
 
     if variant == "off":

@@ -36,11 +36,11 @@ from typing import Any
 
 import torch
 
-from pptrace.model.config import Config
+from pptrace.activation.sglang_module import load_transport_module
 from pptrace.export.spans import build_provider
+from pptrace.model.config import Config
 from pptrace.model.records import RankInfo
 from pptrace.record.recorder import Recorder, _Converter
-from pptrace.instrument.sglang_module import load_transport_module
 from pptrace.record.wrapper import wrap_transport
 
 ROOT = Path(__file__).resolve().parent.parent

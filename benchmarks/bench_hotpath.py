@@ -48,11 +48,11 @@ import torch
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
-from pptrace.record import native
-from pptrace.model.config import Config
+from pptrace.activation.sglang_module import load_transport_module
 from pptrace.export.spans import build_provider
+from pptrace.model.config import Config
+from pptrace.record import native
 from pptrace.record.recorder import Recorder
-from pptrace.instrument.sglang_module import load_transport_module
 from pptrace.record.wrapper import wrap_transport
 
 PREFIX = "__sampling_observer_output__."

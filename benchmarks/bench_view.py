@@ -15,7 +15,7 @@ keeps the keypress ratio near 1.
     python benchmarks/bench_view.py            # 100k and 1M
     python benchmarks/bench_view.py --sizes 100000
     python benchmarks/bench_view.py --files --sizes 100000   # end to end from OTLP files:
-        # write per-rank files, then time pptrace.load.loader and pptrace.analyze.analyzer before the viewer
+        # write per-rank files, then time loading and analyzing before the viewer
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from helpers_tui import synthetic  # noqa: E402
-
 from pptrace_tui.app import PptraceViewer  # noqa: E402
 from pptrace_tui.screens.loading import LoadingScreen  # noqa: E402
 from pptrace_tui.screens.main import MainScreen  # noqa: E402

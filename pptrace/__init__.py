@@ -32,8 +32,8 @@ _WHERE = {
     "RankInfo": "pptrace.model.records",
     "Recorder": "pptrace.record.recorder",
     "TensorMeta": "pptrace.model.records",
-    "instrument": "pptrace.instrument.startup",
-    "uninstrument": "pptrace.instrument.startup",
+    "instrument": "pptrace.activation.startup",
+    "uninstrument": "pptrace.activation.startup",
     "wrap_transport": "pptrace.record.wrapper",
 }
 

@@ -1,7 +1,7 @@
 """A real multi-process PP sampling pipeline on gloo (CPU), traced by pptrace, with faults.
 
-    from pptrace_samples.launch import run_pipeline
-    from pptrace_samples.options import PipelineOptions
+    from .launch import run_pipeline
+    from .options import PipelineOptions
     result = run_pipeline(PipelineOptions(ranks=4, steps=32, fault="duplicate", out_dir="t"))
 
 Modules, one concept each: ``faults`` (the fault table, no torch), ``options`` (run options and

@@ -33,7 +33,7 @@ class Fault:
     error: str | None = None  # the engine's exact message when it raises
     raises_on: str | None = None  # LAST or FIRST: the stage whose ranks raise
     needs_tp: int = 1  # the TP size the fault needs (chosen automatically)
-    finding: str = ""  # the kind of finding (pptrace.model.findings.FindingKind value) it must raise
+    finding: str = ""  # the kind of finding (a FindingKind value) it must raise
 
     @property
     def raises(self) -> bool:

@@ -17,9 +17,10 @@ from typing import Any
 import torch
 
 from pptrace.model.records import PREFIX
-from pptrace_samples.faults import ENTROPY, TOPK_LOGPROBS, Fault
-from pptrace_samples.observer import TopKOutput
-from pptrace_samples.transport import MSG_TYPE
+
+from .faults import ENTROPY, TOPK_LOGPROBS, Fault
+from .observer import TopKOutput
+from .transport import MSG_TYPE
 
 __all__ = ["FaultPlan", "LOOKALIKE_KEY"]
 

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from pptrace_samples.options import EXIT_CRASH, PipelineOptions, RankReport, Terminated
+from .options import EXIT_CRASH, PipelineOptions, RankReport, Terminated
 
 __all__ = ["RunResult", "run_pipeline"]
 
@@ -65,7 +65,7 @@ def _child(opts: PipelineOptions, rank: int, messages: Any) -> None:
 
     signal.signal(signal.SIGTERM, terminate)
     try:
-        from pptrace_samples.pipeline import run_rank
+        from .pipeline import run_rank
 
         def progress(r: int, steps: int) -> None:
             messages.put(("step", r, steps))

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from pptrace_samples.faults import ENTROPY, TOPK_IDS, TOPK_LOGPROBS
+from .faults import ENTROPY, TOPK_IDS, TOPK_LOGPROBS
 
 __all__ = ["NAMES", "TopKObserver", "TopKOutput", "describe_difference"]
 

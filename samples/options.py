@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from pptrace.model.errors import ConfigError
-from pptrace_samples.faults import FAULTS
+
+from .faults import FAULTS
 
 __all__ = [
     "EXIT_CRASH",

@@ -35,17 +35,18 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from pptrace.model.config import Config
+from pptrace.activation.sglang_module import load_transport_module
 from pptrace.export.spans import build_provider, trace_file_name
+from pptrace.model.config import Config
 from pptrace.model.records import PREFIX, RankInfo
 from pptrace.record.recorder import Recorder
-from pptrace.instrument.sglang_module import load_transport_module
 from pptrace.record.wrapper import wrap_transport
-from pptrace_samples.faults import FAULTS
-from pptrace_samples.inject import LOOKALIKE_KEY, FaultPlan
-from pptrace_samples.model import ModelSpec, TinyDecoder, sample
-from pptrace_samples.observer import TopKObserver, TopKOutput, describe_difference
-from pptrace_samples.options import (
+
+from .faults import FAULTS
+from .inject import LOOKALIKE_KEY, FaultPlan
+from .model import ModelSpec, TinyDecoder, sample
+from .observer import TopKObserver, TopKOutput, describe_difference
+from .options import (
     EXIT_CRASH,
     EXIT_ENGINE_ERROR,
     EXIT_INTERRUPTED,
@@ -56,7 +57,7 @@ from pptrace_samples.options import (
     RankReport,
     Terminated,
 )
-from pptrace_samples.transport import MSG_TYPE, Link
+from .transport import MSG_TYPE, Link
 
 __all__ = ["PeerLost", "Stage", "run_rank", "transport_module"]
 

@@ -6,6 +6,6 @@ inherit these imports and nothing else: each rank still wires its own pptrace re
 
 from __future__ import annotations
 
-from pptrace_samples.pipeline import transport_module
+from .pipeline import transport_module
 
 transport_module()

@@ -18,11 +18,11 @@ from typing import Any
 
 import torch
 
-from pptrace.record import native
+from pptrace.activation.sglang_module import load_transport_module
 from pptrace.model.config import Config
 from pptrace.model.records import Event, RecorderStats
+from pptrace.record import native
 from pptrace.record.recorder import Recorder
-from pptrace.instrument.sglang_module import load_transport_module
 from pptrace.record.wrapper import wrap_transport
 
 CALLS = 200

@@ -18,8 +18,8 @@ from dataclasses import replace
 from typing import Any
 
 from pptrace.model import schema
-from pptrace.model.trace import ProcessTrace, Trace
 from pptrace.model.records import PREFIX, Direction, Event, RankInfo, RecorderStats, TensorMeta
+from pptrace.model.trace import ProcessTrace, Trace
 
 ENGINE = ("next_token_ids",)
 BASE_NS = 1_700_000_000_000_000_000

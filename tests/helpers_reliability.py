@@ -1,6 +1,6 @@
 """Shared pieces for the reliability, fault, crash, concurrency and fuzz tests.
 
-    mod = transport()                       # SGLang's real module (or pptrace.record.engine without it)
+    mod = transport()              # SGLang's real module (or pptrace.record.engine without it)
     rec = make_recorder(Config(), ListSink())
     attach, extract = wrap_transport(mod.add_auxiliary_output_to_pp_tensors,
                                      mod.pop_auxiliary_output_from_pp_tensors, rec)
@@ -31,7 +31,7 @@ RANK = RankInfo(rank=0, world_size=1, pp_rank=0, pp_size=1, tp_rank=0, tp_size=1
 @functools.lru_cache(maxsize=1)
 def transport() -> types.ModuleType:
     """SGLang's real transport module when installed, else pptrace's reference engine."""
-    from pptrace.instrument.sglang_module import load_transport_module
+    from pptrace.activation.sglang_module import load_transport_module
 
     mod = load_transport_module(allow_bare=True)
     if mod is None:
@@ -215,7 +215,7 @@ def same_outcome(bare: Outcome, wrapped: Outcome) -> None:
     assert all(a is b for (_, a), (_, b) in zip(bare.after, wrapped.after, strict=True))
 
 
-# --- reading trace files before / besides pptrace.load.loader ------------------------------------------
+# --- reading trace files before / besides pptrace.load.loader ---------------------------------
 
 
 def _attr_value(value: dict[str, Any]) -> Any:
@@ -276,14 +276,6 @@ def trace_files(directory: str) -> list[str]:
     )
 
 
-def has_module(name: str) -> bool:
-    """True when ``name`` can be imported (a part another engineer has not landed yet)."""
-    import importlib.util
-
-    try:
-        return importlib.util.find_spec(name) is not None
-    except (ImportError, ValueError):
-        return False
 
 
 # --- a recording child process (crash safety) ---------------------------------------------------
@@ -302,7 +294,7 @@ def recording_child(trace_dir: str, interval: float, how: str) -> None:
     config = Config(trace_dir=trace_dir, flush_interval=interval, exit_timeout=5.0)
     mod = transport()
     if how == "startup":
-        from pptrace.instrument.startup import instrument
+        from pptrace.activation.startup import instrument
         from pptrace.record.wrapper import is_wrapped
 
         instrument(config)

@@ -11,10 +11,11 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from pptrace.model import schema
-from pptrace.model.records import Direction, Event
 from pptrace_samples.launch import RunResult, run_pipeline
 from pptrace_samples.options import PipelineOptions
+
+from pptrace.model import schema
+from pptrace.model.records import Direction, Event
 
 __all__ = ["TraceFiles", "any_value", "finding_kinds", "read_traces", "run_sample"]
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from pptrace.instrument.sglang_module import ATTACH, EXTRACT, MODULE, load_transport_module
+from pptrace.activation.sglang_module import ATTACH, EXTRACT, MODULE, load_transport_module
 
 REPO = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable

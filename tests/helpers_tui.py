@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from pptrace.model.findings import Finding, FindingKind
-from pptrace.model.trace import EventId, ProcessTrace, Trace
 from pptrace.model.records import PREFIX, Direction, Event, RankInfo, TensorMeta
+from pptrace.model.trace import EventId, ProcessTrace, Trace
 
 T0 = 1_790_000_000_000_000_000  # a fixed wall clock, so screenshots are stable
 STEP = 1_000_000  # 1 ms between microbatches

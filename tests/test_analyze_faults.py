@@ -9,13 +9,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from pptrace.analyze.analyzer import analyze
-from pptrace.model.findings import FindingKind, Severity
-from pptrace.load.loader import load_paths
 from pptrace_samples.faults import FAULTS
 from pptrace_samples.launch import run_pipeline
 from pptrace_samples.options import PipelineOptions
+
+from pptrace.analyze.analyzer import analyze
+from pptrace.load.loader import load_paths
+from pptrace.model.findings import FindingKind, Severity
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
 

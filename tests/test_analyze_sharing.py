@@ -15,13 +15,13 @@ from helpers_analyze import Run, meta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pptrace.model import errors
 from pptrace.analyze.analyzer import analyze
+from pptrace.analyze.pairing import align, pair
 from pptrace.analyze.rules import hygiene_specs
 from pptrace.analyze.scan import scan
-from pptrace.model.trace import ProcessTrace, Trace
-from pptrace.analyze.pairing import align, pair
+from pptrace.model import errors
 from pptrace.model.records import PREFIX, Direction, Event, TensorMeta
+from pptrace.model.trace import ProcessTrace, Trace
 
 OPS = ("ok", "ok", "ok", "orphan", "lost", "extra", "dtype", "rename", "order", "content", "none",
        "tp-differs", "raises", "foreign-key", "leftover")

@@ -11,11 +11,11 @@ from dataclasses import replace
 import pytest
 from helpers_analyze import Run, meta
 
-from pptrace.model import errors
 from pptrace.analyze.analyzer import analyze
+from pptrace.model import errors
 from pptrace.model.findings import FindingKind, Severity
-from pptrace.model.trace import Trace
 from pptrace.model.records import PREFIX
+from pptrace.model.trace import Trace
 
 K = FindingKind
 RT = "RuntimeError"

@@ -59,10 +59,12 @@ def require(name: str) -> None:
         pytest.skip(f"{name} does not exist yet (being built in parallel)")
 
 
-READERS = ["pptrace.model.records", "pptrace.model.schema", "pptrace.model.trace", "pptrace.model.findings",
-           "pptrace.model.errors", "pptrace.load.loader", "pptrace.load.otlp", "pptrace.load.jaeger",
-           "pptrace.analyze.analyzer", "pptrace.analyze.pairing", "pptrace.report.text", "pptrace.report.diff",
-           "pptrace.load.jaeger_fetch", "pptrace.cli.main", "pptrace.cli.analyze", "pptrace.cli.diff"]
+READERS = ["pptrace.model.records", "pptrace.model.schema", "pptrace.model.trace",
+           "pptrace.model.findings", "pptrace.model.errors", "pptrace.load.loader",
+           "pptrace.load.otlp", "pptrace.load.jaeger", "pptrace.analyze.analyzer",
+           "pptrace.analyze.pairing", "pptrace.report.text", "pptrace.report.diff",
+           "pptrace.load.jaeger_fetch", "pptrace.cli.main", "pptrace.cli.analyze",
+           "pptrace.cli.diff"]
 
 
 @pytest.mark.slow

@@ -21,9 +21,9 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status, TracesData
 
 import pptrace.record.engine as engine
+from pptrace.export.spans import build_provider, trace_file_name
 from pptrace.model import schema
 from pptrace.model.config import Config
-from pptrace.export.spans import build_provider, trace_file_name
 from pptrace.model.records import PREFIX
 from pptrace.record.recorder import Recorder
 from pptrace.record.wrapper import wrap_transport

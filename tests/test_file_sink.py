@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 
+from pptrace.export.file_sink import SPANS_PER_LINE, FileSink
 from pptrace.export.spans import (
     OtlpJsonFileExporter,
     SpanSink,
@@ -16,7 +17,6 @@ from pptrace.export.spans import (
     _version,
     rank_resource,
 )
-from pptrace.export.file_sink import SPANS_PER_LINE, FileSink
 from pptrace.model.records import PREFIX, Direction, Event, RankInfo, RecorderStats, TensorMeta
 
 RANK = RankInfo(rank=3, world_size=4, pp_rank=3, pp_size=4, tp_rank=0, tp_size=1, host="h",
@@ -141,9 +141,9 @@ def test_a_str_subclass_key_costs_nothing(tmp_path: Path) -> None:
     from helpers_recorder import RANK, Observer
 
     import pptrace.record.engine as engine
-    from pptrace.model.config import Config
     from pptrace.export.spans import build_provider
     from pptrace.load.loader import load_paths
+    from pptrace.model.config import Config
     from pptrace.record.recorder import Recorder
     from pptrace.record.wrapper import wrap_transport
 

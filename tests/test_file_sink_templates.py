@@ -28,10 +28,10 @@ from helpers_recorder import (
     wrapped,
 )
 
+from pptrace.export.file_sink import FileSink
+from pptrace.export.spans import _Tee, rank_resource
 from pptrace.model import schema
 from pptrace.model.config import Config
-from pptrace.export.spans import _Tee, rank_resource
-from pptrace.export.file_sink import FileSink
 from pptrace.model.records import PREFIX, Direction, Event, RankInfo, RecorderStats
 from pptrace.record.recorder import RawEvents, Recorder, _Converter
 

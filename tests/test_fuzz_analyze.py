@@ -21,9 +21,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pptrace.analyze.analyzer import analyze
+from pptrace.load.loader import load_paths
 from pptrace.model.errors import TraceInputError
 from pptrace.model.findings import Severity
-from pptrace.load.loader import load_paths
 from pptrace.model.records import PREFIX, Direction, Event, RankInfo, RecorderStats, TensorMeta
 from pptrace.report.text import render_text, to_json
 

@@ -15,11 +15,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers_reliability import has_module, write_good_trace
+from helpers_reliability import write_good_trace
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not has_module("pptrace.load.loader"), reason="pptrace.load.loader not landed yet"),
 ]
 
 MB = 1 << 20

@@ -18,9 +18,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pptrace.model.errors import TraceInputError
 from pptrace.load.jaeger_fetch import JaegerQuery, fetch_to_file
 from pptrace.load.loader import load_paths
+from pptrace.model.errors import TraceInputError
 from tests.fake_jaeger import fake_jaeger
 
 

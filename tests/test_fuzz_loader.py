@@ -21,11 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers_reliability import has_module, write_good_trace
+from helpers_reliability import write_good_trace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-pytestmark = pytest.mark.skipif(not has_module("pptrace.load.loader"), reason="pptrace.load.loader not landed")
 
 FUZZ = settings(max_examples=150, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow])
@@ -54,8 +52,8 @@ def scratch() -> Iterator[str]:
 
 def check_load(path: str) -> Any:
     """Load ``path``; assert the only outcomes are a Trace or a one-line TraceInputError."""
-    from pptrace.model.errors import TraceInputError
     from pptrace.load.loader import load_paths
+    from pptrace.model.errors import TraceInputError
 
     try:
         trace = load_paths([path])
@@ -260,8 +258,8 @@ def test_wrong_span_fields(tmp_path: Path, good_lines: list[bytes], field: str,
 
 
 def test_empty_directory_and_missing_and_unreadable(tmp_path: Path) -> None:
-    from pptrace.model.errors import TraceInputError
     from pptrace.load.loader import load_paths
+    from pptrace.model.errors import TraceInputError
 
     for target in (tmp_path, tmp_path / "missing.jsonl"):
         with pytest.raises(TraceInputError) as info:

@@ -16,16 +16,14 @@ from typing import Any
 
 import pytest
 from helpers_analyze import write_otlp_lines
-from helpers_reliability import EVIL, events, has_module, write_hostile_traces
+from helpers_reliability import EVIL, events, write_hostile_traces
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pptrace.analyze.analyzer import analyze
-from pptrace.model.errors import TraceInputError
 from pptrace.load.loader import load_paths
+from pptrace.model.errors import TraceInputError
 from pptrace.model.records import Event
-
-pytestmark = pytest.mark.skipif(not has_module("pptrace_tui.app"), reason="the viewer has not landed")
 
 SIZE = (140, 40)
 KEYS = ["down", "right", "enter", "tab", "end", "home", "question_mark", "escape"]

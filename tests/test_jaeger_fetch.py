@@ -18,10 +18,15 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from pptrace.cli.main import main
-from pptrace.model.errors import ConfigError, TraceInputError
 from pptrace.export.spans import SpanSink, encode_json_line, rank_resource
-from pptrace.load.jaeger_fetch import JaegerQuery, add_jaeger_arguments, fetch_to_file, query_from_args
+from pptrace.load.jaeger_fetch import (
+    JaegerQuery,
+    add_jaeger_arguments,
+    fetch_to_file,
+    query_from_args,
+)
 from pptrace.load.loader import load_paths
+from pptrace.model.errors import ConfigError, TraceInputError
 from pptrace.model.records import PREFIX, Direction, Event, RankInfo, TensorMeta
 from tests.fake_jaeger import fake_jaeger
 from tests.helpers_analyze import jaeger_tag

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from helpers_analyze import Run, meta, write_otlp_lines
 
-from pptrace.model import schema
 from pptrace.cli.main import main
-from pptrace.model.errors import SchemaVersionError, TraceInputError
 from pptrace.load.loader import load_paths
+from pptrace.model import schema
+from pptrace.model.errors import SchemaVersionError, TraceInputError
 
 GOLDEN = Path(__file__).parent / "data" / "golden-pp2"
 

@@ -15,8 +15,8 @@ import pytest
 from helpers_analyze import golden_run, otlp_to_jaeger
 
 from pptrace.analyze.analyzer import analyze
-from pptrace.model.findings import FindingKind
 from pptrace.load.loader import load_paths
+from pptrace.model.findings import FindingKind
 from pptrace.model.trace import Trace
 
 DATA = Path(__file__).parent / "data"
@@ -142,10 +142,10 @@ def test_fast_path_gives_exactly_what_the_ordinary_path_gives(
     # Many spans of few shapes, written by pptrace's real exporter: most hit the template cache.
     from helpers_analyze import Run, meta
 
-    from pptrace.model.config import Config
     from pptrace.export.spans import build_provider
-    from pptrace.load.loader import _Builder, _read_file
     from pptrace.load.fast import FastLines
+    from pptrace.load.loader import _Builder, _read_file
+    from pptrace.model.config import Config
 
     run = Run(pp_size=2)
     for k in range(60):

@@ -15,13 +15,13 @@ from typing import Any
 import pytest
 from helpers_analyze import Run, meta
 
+from pptrace.export.spans import build_provider
 from pptrace.load import worker as load_worker
+from pptrace.load.loader import load_paths
 from pptrace.model.config import Config
 from pptrace.model.errors import SchemaVersionError, TraceInputError
-from pptrace.export.spans import build_provider
-from pptrace.load.loader import load_paths
-from pptrace.model.trace import Trace
 from pptrace.model.records import RecorderStats
+from pptrace.model.trace import Trace
 
 pytestmark = pytest.mark.slow  # starts a worker process
 

@@ -34,9 +34,9 @@ import torch
 from helpers_recorder import RANK, MemorySink, Observer, Output, recorder, wrapped
 
 import pptrace.record.engine as engine
-from pptrace.record import native
 from pptrace.model.config import Config
 from pptrace.model.records import PREFIX
+from pptrace.record import native
 from pptrace.record.recorder import Recorder
 from pptrace.record.wrapper import wrap_transport
 

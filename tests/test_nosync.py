@@ -18,8 +18,8 @@ from helpers_recorder import MemorySink, Observer, Output, recorder
 from torch.overrides import TorchFunctionMode
 
 import pptrace.record.engine as engine
-from pptrace.record import native
 from pptrace.model.config import Config
+from pptrace.record import native
 from pptrace.record.wrapper import wrap_transport
 
 SYNCING = ("item", "cpu", "tolist", "numpy")

@@ -13,9 +13,9 @@ import pytest
 import torch
 
 import pptrace
+from pptrace.export.otlp import FailOpenProcessor, make_exporter
 from pptrace.model import schema
 from pptrace.model.config import Config
-from pptrace.export.otlp import FailOpenProcessor, make_exporter
 from tests.helpers_startup import (
     BARE_SGLANG,
     PYTHON,

@@ -16,11 +16,11 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import pptrace
+from pptrace.activation.otel_instrumentor import PptraceInstrumentor
+from pptrace.activation.sglang_module import ATTACH, MODULE
+from pptrace.activation.startup import active_recorder
 from pptrace.model import schema
 from pptrace.model.config import Config
-from pptrace.instrument.otel_instrumentor import PptraceInstrumentor
-from pptrace.instrument.sglang_module import ATTACH, MODULE
-from pptrace.instrument.startup import active_recorder
 from pptrace.record.wrapper import is_wrapped
 from tests.helpers_startup import (
     BARE_SGLANG,

@@ -16,9 +16,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import Status, StatusCode
 
 import pptrace.record.engine as engine
-from pptrace.export import spans as export, otlp_json
-from pptrace.model.config import Config
+from pptrace.export import otlp_json
+from pptrace.export import spans as export
 from pptrace.export.spans import SpanSink, rank_resource
+from pptrace.model.config import Config
 from pptrace.record.recorder import Recorder
 from pptrace.record.wrapper import wrap_transport
 

@@ -22,9 +22,9 @@ from helpers_recorder import (
     wrapped,
 )
 
+from pptrace.export.spans import build_provider, trace_file_name
 from pptrace.model import errors, schema
 from pptrace.model.config import Config
-from pptrace.export.spans import build_provider, trace_file_name
 from pptrace.model.records import Direction
 
 

@@ -10,9 +10,9 @@ from typing import Any
 import torch
 from helpers_recorder import RANK, MemorySink, Observer, Output, drive, recorder, wrapped
 
+from pptrace.export.spans import build_provider, trace_file_name
 from pptrace.model import schema
 from pptrace.model.config import Config
-from pptrace.export.spans import build_provider, trace_file_name
 from pptrace.model.records import Direction
 
 

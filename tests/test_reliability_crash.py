@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers_reliability import has_module, read_trace_file, trace_files, write_good_trace
+from helpers_reliability import trace_files, write_good_trace
 
 from pptrace.model.records import Direction
 
@@ -68,15 +68,12 @@ def _finish(proc: subprocess.Popen[str], done: dict[int, int]) -> tuple[int, str
 
 
 def _load(path: str) -> tuple[list[object], list[str]]:
-    """Events and problems, through pptrace.load.loader when it exists (else the raw JSON lines)."""
-    if has_module("pptrace.load.loader"):
-        from pptrace.load.loader import load_paths
+    """Events and problems, through pptrace's loader."""
+    from pptrace.load.loader import load_paths
 
-        trace = load_paths([path])
-        events = [e for p in trace.processes for e in p.events]
-        return events, [str(p) for p in trace.problems]
-    events, _, bad = read_trace_file(path)
-    return list(events), [f"{path}:{n}: not JSON" for n in bad]
+    trace = load_paths([path])
+    events = [e for p in trace.processes for e in p.events]
+    return events, [str(p) for p in trace.problems]
 
 
 def _pairs_in(events: list[object]) -> dict[Direction, set[int]]:
@@ -116,7 +113,6 @@ def test_sigkill_loses_at_most_the_last_flush_interval(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not has_module("pptrace.instrument.startup"), reason="pptrace.instrument.startup not landed yet")
 @pytest.mark.parametrize("ending", ["sigterm", "exit"])
 def test_sigterm_and_normal_exit_flush_everything(tmp_path: Path, ending: str) -> None:
     pairs = 200
@@ -151,7 +147,6 @@ def _good_file(tmp_path: Path) -> tuple[str, list[str]]:
     return path, lines
 
 
-@pytest.mark.skipif(not has_module("pptrace.load.loader"), reason="pptrace.load.loader not landed yet")
 def test_torn_last_line_is_reported_not_fatal(tmp_path: Path) -> None:
     from pptrace.load.loader import load_paths
 
@@ -171,7 +166,6 @@ def test_torn_last_line_is_reported_not_fatal(tmp_path: Path) -> None:
     assert 0 <= lost <= 2
 
 
-@pytest.mark.skipif(not has_module("pptrace.load.loader"), reason="pptrace.load.loader not landed yet")
 def test_torn_line_in_the_middle_is_skipped_and_counted(tmp_path: Path) -> None:
     # A disk that filled mid-line and then had room again: the torn line is followed by more.
     from pptrace.load.loader import load_paths

@@ -40,8 +40,8 @@ from helpers_reliability import (
     transport,
 )
 
-from pptrace.model.config import Config
 from pptrace.export.spans import trace_file_name
+from pptrace.model.config import Config
 from pptrace.record.recorder import Recorder
 from pptrace.record.wrapper import wrap_transport
 

@@ -28,8 +28,8 @@ from helpers_reliability import (
     write_hostile_traces,
 )
 
-from pptrace.model.config import Config
 from pptrace.export.spans import trace_file_name
+from pptrace.model.config import Config
 from pptrace.model.records import PREFIX, RankInfo, TensorMeta
 from pptrace.record.recorder import Recorder
 from pptrace.record.wrapper import wrap_transport

@@ -10,11 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from pptrace_samples.faults import FAULTS, fault_names
+from pptrace_samples.options import PipelineOptions
 
 from pptrace.cli import demo as cli_demo
 from pptrace.model.errors import ConfigError
-from pptrace_samples.faults import FAULTS, fault_names
-from pptrace_samples.options import PipelineOptions
 
 
 def _parse(*argv: str) -> argparse.Namespace:
@@ -38,7 +38,8 @@ def test_list_faults_is_one_line_per_fault(capsys: pytest.CaptureFixture[str]) -
 
 @pytest.mark.slow
 def test_list_faults_does_not_import_torch() -> None:
-    code = ("import sys; from pptrace.cli import demo as cli_demo; cli_demo.list_faults(sys.stdout); "
+    code = ("import sys; from pptrace.cli import demo as cli_demo; "
+            "cli_demo.list_faults(sys.stdout); "
             "sys.exit('torch' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60)

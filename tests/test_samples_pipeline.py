@@ -11,8 +11,6 @@ from pathlib import Path
 
 import pytest
 from helpers_samples import TraceFiles, finding_kinds, run_sample
-
-from pptrace.model.records import PREFIX, Direction, Event
 from pptrace_samples.faults import FAULTS, FIRST, LAST
 from pptrace_samples.launch import run_pipeline
 from pptrace_samples.options import (
@@ -22,6 +20,8 @@ from pptrace_samples.options import (
     EXIT_TERMINATED,
     PipelineOptions,
 )
+
+from pptrace.model.records import PREFIX, Direction, Event
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
 
@@ -228,7 +228,8 @@ def test_each_transport_runs_the_pipeline(transport: str, tmp_path: Path) -> Non
         pytest.skip("SGLang's wheel is not installed")
     result, traces = run_sample(str(tmp_path / transport), ranks=2, steps=3, fault="duplicate",
                                 transport=transport)
-    module = {"pptrace": "pptrace.record.engine", "sglang": "sglang.srt.sampling.sampling_observer_pp"}
+    module = {"pptrace": "pptrace.record.engine",
+              "sglang": "sglang.srt.sampling.sampling_observer_pp"}
     assert {r.transport for r in result.reports.values()} == {module[transport]}
     assert result.exit_codes == (EXIT_PEER_LOST, EXIT_ENGINE_ERROR)
     (bad,) = traces.errors()[1]

@@ -24,9 +24,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 import pptrace.record.engine as engine
+from pptrace.export.spans import SpanSink
 from pptrace.model import errors, schema
 from pptrace.model.config import Config
-from pptrace.export.spans import SpanSink
 from pptrace.model.records import PREFIX, Direction
 from pptrace.record.wrapper import wrap_transport
 from tests.helpers_core import (

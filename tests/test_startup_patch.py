@@ -13,10 +13,10 @@ import pytest
 import torch
 
 import pptrace
+from pptrace.activation.patch import EnginePatch, module_status
+from pptrace.activation.sglang_module import ATTACH, EXTRACT, MODULE
+from pptrace.activation.startup import active_recorder
 from pptrace.model.config import Config
-from pptrace.instrument.patch import EnginePatch, module_status
-from pptrace.instrument.sglang_module import ATTACH, EXTRACT, MODULE
-from pptrace.instrument.startup import active_recorder
 from pptrace.record.wrapper import WRAPPED_ATTR, is_wrapped, unwrap
 from tests.helpers_startup import NoPP, Observer, Output, real_module, sample_output, write_consumer
 

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from pptrace.model import schema
+from pptrace.activation.sglang_module import ATTACH, EXTRACT, MODULE
 from pptrace.cli.run import OTEL_DOC, add_parser, bootstrap_dir, build_env
+from pptrace.model import schema
 from pptrace.model.config import ENV_DOC
 from pptrace.model.errors import ConfigError
-from pptrace.instrument.sglang_module import ATTACH, EXTRACT, MODULE
 from tests.helpers_startup import BARE_SGLANG, PYTHON, REPO, child_env, run_pptrace
 from tests.otlp_receiver import Receiver
 
@@ -180,7 +180,8 @@ def test_spawned_children_are_instrumented_without_code_in_them(tmp_path: Path) 
 @pytest.mark.slow
 def test_a_process_that_never_loads_the_engine_pays_only_an_import_hook(tmp_path: Path) -> None:
     probe = ("import sys, threading; print(sorted(m for m in ('torch', 'opentelemetry.sdk.trace', "
-             "'pptrace', 'pptrace.instrument.startup') if m in sys.modules), threading.active_count(), "
+             "'pptrace', 'pptrace.activation.startup') if m in sys.modules), "
+             "threading.active_count(), "
              "[type(f).__name__ for f in sys.meta_path][:1])")
     proc = run_pptrace(["--dir", str(tmp_path / "t"), "--", PYTHON, "-c", probe],
                        child_env(PYTHONPATH=str(REPO)), tmp_path)

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from pptrace.activation.startup import activate_from_env, active_recorder
 from pptrace.model import schema
-from pptrace.instrument.startup import activate_from_env, active_recorder
 from tests.helpers_startup import PYTHON, REPO, child_env
 
 PRELUDE = """
@@ -18,7 +18,7 @@ import glob, json, os, signal, sys, time
 import torch
 import pptrace
 from pptrace.model.config import Config
-from pptrace.instrument.sglang_module import load_transport_module
+from pptrace.activation.sglang_module import load_transport_module
 
 mod = load_transport_module(allow_bare=True)
 out_dir = sys.argv[1]

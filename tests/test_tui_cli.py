@@ -11,7 +11,8 @@ import pytest
 from helpers_analyze import write_otlp_lines
 from helpers_tui import pipeline
 
-from pptrace.cli import main as cli, view as cli_view
+from pptrace.cli import main as cli
+from pptrace.cli import view as cli_view
 
 
 def write(directory: Path, microbatches: int) -> None:

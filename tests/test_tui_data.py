@@ -8,17 +8,17 @@ from dataclasses import replace
 
 import pytest
 from helpers_tui import T0, attach, pipeline, scenario, tensor
-
-from pptrace.model.errors import ConfigError
-from pptrace.model.findings import FindingKind
-from pptrace.model.trace import ProcessTrace, Trace
-from pptrace.analyze.pairing import pair
-from pptrace.model.records import Direction
 from pptrace_tui.compare import PairView
 from pptrace_tui.export import ExportDoc, render
 from pptrace_tui.filters import FilterSpec, parse_ints
 from pptrace_tui.index import Cell, TraceIndex
 from pptrace_tui.literal import clean, literal
+
+from pptrace.analyze.pairing import pair
+from pptrace.model.errors import ConfigError
+from pptrace.model.findings import FindingKind
+from pptrace.model.records import Direction
+from pptrace.model.trace import ProcessTrace, Trace
 
 
 def cells(index: TraceIndex, label: str) -> str:

@@ -4,7 +4,6 @@ engine error or a finding message are never interpreted."""
 from __future__ import annotations
 
 from helpers_tui import screen_text, sync, viewer, wait_main
-
 from pptrace_tui.widgets.findings_panel import FindingsPanel
 
 EVIL_NAME = "[bold red]pwned[/] [link=https://evil.example]x[/link]"

@@ -6,8 +6,6 @@ import json
 from pathlib import Path
 
 from helpers_tui import notes, pipeline, scenario, screen_text, sync, viewer, wait_main
-
-from pptrace.model.findings import FindingKind
 from pptrace_tui.app import PptraceViewer
 from pptrace_tui.screens.filter import FilterScreen
 from pptrace_tui.screens.help import HelpScreen
@@ -15,6 +13,8 @@ from pptrace_tui.screens.main import SPEEDS, MainScreen
 from pptrace_tui.widgets.findings_panel import FindingsPanel
 from pptrace_tui.widgets.grid import GridView
 from pptrace_tui.widgets.pair_detail import PairDetail
+
+from pptrace.model.findings import FindingKind
 
 SIZE = (140, 40)
 

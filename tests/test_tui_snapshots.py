@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 from helpers_tui import viewer, wait_main
-
 from pptrace_tui.widgets.grid import GridView
 
 SIZE = (140, 36)

@@ -60,7 +60,7 @@ def terminal(tmp_path: Path) -> Iterator[Terminal]:
         write_otlp_lines(str(tmp_path / f"rank{proc.rank.rank}.otlp.jsonl"), proc.events)
     term = Terminal(f"pptrace-test-{os.getpid()}")
     # COLUMNS/LINES from the test runner would override the terminal's real size.
-    command = f"env -u COLUMNS -u LINES {sys.executable} -m pptrace.cli.main view {tmp_path}; sleep 30"
+    command = f"env -u COLUMNS -u LINES {sys.executable} -m pptrace view {tmp_path}; sleep 30"
     # Started outside the source tree, as a user would: the installed package, its entry points.
     term.tmux("new-session", "-d", "-s", "view", "-x", "140", "-y", "40", "-c", str(tmp_path),
               command)

@@ -22,13 +22,14 @@ from textual.worker import Worker, WorkerState
 
 from pptrace.model.findings import Finding
 from pptrace.model.trace import Trace
-from pptrace_tui.bindings_catalog import Entry, catalog
-from pptrace_tui.index import TraceIndex
-from pptrace_tui.screens.help import HelpScreen
-from pptrace_tui.screens.loading import LoadingScreen
-from pptrace_tui.screens.main import MainScreen
-from pptrace_tui.widgets.findings_panel import FindingsPanel
-from pptrace_tui.widgets.grid import GridView
+
+from .bindings_catalog import Entry, catalog
+from .index import TraceIndex
+from .screens.help import HelpScreen
+from .screens.loading import LoadingScreen
+from .screens.main import MainScreen
+from .widgets.findings_panel import FindingsPanel
+from .widgets.grid import GridView
 
 __all__ = ["Loaded", "Loader", "PptraceViewer", "THEMES"]
 

@@ -13,9 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pptrace.model.findings import Finding
-from pptrace.model.trace import EventId
 from pptrace.model.records import Direction, Event, TensorMeta
-from pptrace_tui.index import TraceIndex
+from pptrace.model.trace import EventId
+
+from .index import TraceIndex
 
 __all__ = ["FIELDS", "PairView", "TensorLine"]
 

@@ -13,11 +13,12 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from pptrace.model.findings import Finding
-from pptrace.model.trace import EventId
 from pptrace.model.records import Event, TensorMeta
+from pptrace.model.trace import EventId
 from pptrace.report.text import event_ref_json, finding_json
-from pptrace_tui.compare import FIELDS, PairView, field_text
-from pptrace_tui.literal import clean
+
+from .compare import FIELDS, PairView, field_text
+from .literal import clean
 
 __all__ = ["ExportDoc", "Format", "render"]
 

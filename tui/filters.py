@@ -15,7 +15,8 @@ from functools import cached_property
 from pptrace.model.errors import ConfigError
 from pptrace.model.findings import FindingKind, Severity
 from pptrace.model.records import Event
-from pptrace_tui.index import Cell, Row, TraceIndex
+
+from .index import Cell, Row, TraceIndex
 
 __all__ = ["FilterSpec", "parse_ints"]
 

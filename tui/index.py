@@ -23,9 +23,10 @@ from itertools import accumulate, chain, compress, count
 from operator import attrgetter, ne
 
 from pptrace.model.findings import Finding, FindingKind, Severity
-from pptrace.model.trace import EventId, Trace
 from pptrace.model.records import Direction, Event, RankInfo, TensorMeta
-from pptrace_tui.pairing import pair_runs
+from pptrace.model.trace import EventId, Trace
+
+from .pairing import pair_runs
 
 __all__ = ["Cell", "Row", "TraceIndex", "ENGINE_ERROR_KINDS", "ABSENCE_KINDS"]
 

@@ -6,7 +6,7 @@ point ``textual``), so that pptrace finds the viewer without importing ``tui`` i
 
 from __future__ import annotations
 
-from pptrace_tui.app import Loader, PptraceViewer
+from .app import Loader, PptraceViewer
 
 __all__ = ["open_viewer"]
 

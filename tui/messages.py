@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from textual.message import Message
 
-from pptrace_tui.filters import FilterSpec
+from .filters import FilterSpec
 
 __all__ = ["CellSelected", "FilterChanged", "FindingChosen", "SearchSubmitted"]
 

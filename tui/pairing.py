@@ -15,10 +15,10 @@ from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from pptrace.model.findings import Finding
-from pptrace.model.trace import Trace
 from pptrace.analyze.pairing import pair
+from pptrace.model.findings import Finding
 from pptrace.model.records import Direction, Event
+from pptrace.model.trace import Trace
 
 __all__ = ["Run", "pair_runs", "receives", "sends"]
 

@@ -31,6 +31,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pptrace.analyze.pairing import Alignment, align
 from pptrace.analyze.rules import (
     ENGINE_KEYS,
     classify_error,
@@ -45,9 +46,8 @@ from pptrace.analyze.rules import (
 )
 from pptrace.analyze.scan import scan
 from pptrace.model.findings import Finding, FindingKind, Severity
-from pptrace.model.trace import EventId, ProcessTrace, Trace
-from pptrace.analyze.pairing import Alignment, align
 from pptrace.model.records import Direction, Event, RankInfo, TensorMeta
+from pptrace.model.trace import EventId, ProcessTrace, Trace
 
 __all__ = ["ENGINE_KEYS", "analyze", "classify_error"]
 

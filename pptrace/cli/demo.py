@@ -172,7 +172,7 @@ def _summary(result: RunResult, out: IO[str]) -> bool:
     if transports:
         out.write(f"transport: {', '.join(sorted(transports))}\n")
     out.write(f"traces: {opts.out_dir}  ({result.elapsed:.1f}s)\n")
-    return result.ok and mismatched == 0 and len(result.reports) == opts.ranks
+    return bool(result.ok) and mismatched == 0 and len(result.reports) == opts.ranks
 
 
 def _analyze_and_report(out_dir: str, view: bool = False) -> int | None:
@@ -180,8 +180,8 @@ def _analyze_and_report(out_dir: str, view: bool = False) -> int | None:
     return the analysis exit status (None when analysis is unavailable)."""
     try:
         from pptrace.analyze.analyzer import analyze
-        from pptrace.model.findings import Severity
         from pptrace.load.loader import load_paths
+        from pptrace.model.findings import Severity
         from pptrace.report.text import exit_status, render_text
     except ImportError as exc:
         print(f"pptrace demo: analysis not available ({exc}); traces kept in {out_dir}",

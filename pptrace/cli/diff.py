@@ -11,8 +11,8 @@ import sys
 from typing import Any
 
 from pptrace.analyze.analyzer import analyze
-from pptrace.report.diff import JSON_SCHEMA, diff, profile, render_text, to_json
 from pptrace.load.loader import load_paths
+from pptrace.report.diff import JSON_SCHEMA, diff, profile, render_text, to_json
 
 __all__ = ["add_parser", "run"]
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pptrace.model.errors import TraceInputError
 from pptrace.load.jaeger_fetch import add_jaeger_arguments, jaeger_paths
 from pptrace.load.loader import load_paths
-from pptrace.model.trace import Trace
+from pptrace.model.errors import TraceInputError
 from pptrace.model.progress import TerminalProgress
+from pptrace.model.trace import Trace
 
 __all__ = ["add_input_arguments", "input_paths", "load_from_args"]
 

@@ -1,4 +1,4 @@
-"""``pptrace native build|status``: the optional native metadata reader (see ``pptrace.record.native``).
+"""``pptrace native build|status``: the optional native metadata reader (``pptrace.record.native``).
 
 Exit status: 0 built / in use; 1 (status) not in use here; 2 the build failed or no compiler.
 """

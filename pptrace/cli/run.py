@@ -54,7 +54,8 @@ _OPTION_ENV = (
 
 def bootstrap_dir() -> str:
     """The folder holding pptrace's ``sitecustomize.py``."""
-    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "instrument", "_bootstrap")
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return os.path.join(package, "activation", "_bootstrap")
 
 
 def _epilog() -> str:
@@ -145,8 +146,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if not command:
         raise ConfigError("pptrace run: no command given (put it after '--')")
-    from pptrace.instrument.patch import module_status
-    from pptrace.instrument.sglang_module import MODULE
+    from pptrace.activation.patch import module_status
+    from pptrace.activation.sglang_module import MODULE
 
     if module_status(MODULE) is not None:  # said once here, not in every process of the tree
         print(f"pptrace: {MODULE} is not installed for {sys.executable}; "

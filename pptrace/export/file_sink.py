@@ -32,7 +32,6 @@ from typing import Any
 from opentelemetry.sdk.resources import Resource
 
 from pptrace.export import otlp_json
-
 from pptrace.model import schema
 from pptrace.model.records import Event, RecorderStats
 from pptrace.record.recorder import RawEvents

@@ -31,7 +31,6 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.trace import Status, StatusCode
 
 from pptrace.export import otlp_json
-
 from pptrace.model import schema
 from pptrace.model.config import Config
 from pptrace.model.records import Event, RankInfo, RecorderStats

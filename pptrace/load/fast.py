@@ -21,9 +21,9 @@ import json
 import re
 from typing import Any
 
+from pptrace.load.otlp import BadShape, for_each_otlp_span, otlp_span, resource_service
 from pptrace.model import schema
 from pptrace.model.errors import SchemaVersionError
-from pptrace.load.otlp import BadShape, for_each_otlp_span, otlp_span, resource_service
 from pptrace.model.records import Event
 
 __all__ = ["FastLines"]

@@ -36,16 +36,15 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from pptrace.load import worker as load_worker
-
-from pptrace.model import schema
-from pptrace.model.errors import SchemaVersionError, TraceInputError, inert
 from pptrace.load.fast import FastLines
 from pptrace.load.jaeger import for_each_jaeger_span
 from pptrace.load.otlp import BadShape, for_each_otlp_span
 from pptrace.load.stream import stream_document
-from pptrace.model.trace import ForeignSpan, InputProblem, ProcessTrace, Trace
+from pptrace.model import schema
+from pptrace.model.errors import SchemaVersionError, TraceInputError, inert
 from pptrace.model.progress import Progress
 from pptrace.model.records import Direction, Event, RankInfo, RecorderStats, TensorMeta
+from pptrace.model.trace import ForeignSpan, InputProblem, ProcessTrace, Trace
 
 __all__ = ["TRACE_SUFFIXES", "expand_paths", "load_paths"]
 

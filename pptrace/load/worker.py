@@ -1,10 +1,10 @@
 """A second loader process: it reads some of the files while this process reads the others.
 
 Reading pptrace's own files is pure CPython work (cutting numbers out of about 3 KB of OTLP/JSON
-per event), so one process reads about 100k events a second on this kind of machine. With two
-cores and several files, ``pptrace.load.loader`` starts one worker (``python -m pptrace.load.worker``)
-for the later files and reads the earlier ones itself. The worker does not build events: each
-event whose span shape it has seen before (``load_fast``) becomes a row of five integers
+per event), so one process reads about 100k events a second on this kind of machine. With two cores
+and several files, ``pptrace.load.loader`` starts one worker (``python -m pptrace.load.worker``)
+for the later files and reads the earlier ones itself. The worker does not build events: each event
+whose span shape it has seen before (``load_fast``) becomes a row of five integers
 ``(shape, seq, start, mono, duration)``, sent as raw int64s; every
 shape and every other event travel as compact JSON (each shared part once, in a table), and
 everything else the worker found (stats, foreign spans, problems, per-file errors) as plain
@@ -32,8 +32,8 @@ from typing import IO, Any
 
 from pptrace.model import schema
 from pptrace.model.errors import SchemaVersionError, TraceInputError
-from pptrace.model.trace import ForeignSpan, InputProblem
 from pptrace.model.records import Direction, Event, RankInfo, TensorMeta
+from pptrace.model.trace import ForeignSpan, InputProblem
 
 __all__ = ["Worker", "main", "split_files"]
 

@@ -1,7 +1,8 @@
 """Typed, frozen records: what pptrace knows about one tensor, one rank and one transport call.
 
 Everything after the hot path speaks these records: the span encoder turns an ``Event`` into
-span attributes and back (``pptrace.model.schema``), the loader returns them, the analyzer reads them.
+span attributes and back (``pptrace.model.schema``), the loader returns them, the analyzer reads
+them.
 This module imports neither torch nor OpenTelemetry, so loading traces never pays for either.
 
     >>> meta = TensorMeta(name="scores", key=PREFIX + "scores", shape=(8, 5), dtype="float32",

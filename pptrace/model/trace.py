@@ -1,6 +1,7 @@
 """The loaded-trace model: per-process ordered events, recorder stats, and what was set aside.
 
-The loader (``pptrace.load.loader``) returns a ``Trace``; the analyzer, the reports and the viewer read it.
+The loader (``pptrace.load.loader``) returns a ``Trace``; the analyzer, the reports and the viewer
+read it.
 No torch, no OpenTelemetry, no I/O here.
 
     trace = load_paths(["pptrace-traces/"])

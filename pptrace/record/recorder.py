@@ -40,8 +40,8 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol, overload
 
 from pptrace.model.config import Config
-from pptrace.record.ranks import discover_rank
 from pptrace.model.records import PREFIX, Direction, Event, RankInfo, RecorderStats, TensorMeta
+from pptrace.record.ranks import discover_rank
 
 __all__ = ["RawEvents", "Recorder", "Sink", "WarnOnce"]
 

@@ -13,10 +13,11 @@ comprehension frame, plain tensors' metadata kept flat in one list (see ``record
 ``deque.append`` (C) into the recorder's buffer, the stream cap checked inline. What is left is
 mostly the reads themselves: ``benchmarks/bench_hotpath.py`` times them alone ("reads only").
 
-Where ``pptrace native build`` has built the native reader (``pptrace.record.native``), the functions
-returned are its C wrapper instead: it records the common case itself (the same raw tuple, the
-tensors' metadata packed in one call) and hands every other call to the Python wrapper below,
-before the engine's function runs, and the engine's exceptions to the same ``failed`` recorders.
+Where ``pptrace native build`` has built the native reader (``pptrace.record.native``), the
+functions returned are its C wrapper instead: it records the common case itself (the same raw
+tuple, the tensors' metadata packed in one call) and hands every other call to the Python wrapper
+below, before the engine's function runs, and the engine's exceptions to the same ``failed``
+recorders.
 
 Dict snapshots go through ``dict``'s own methods so that a dict subclass sees no extra calls. A
 container that is not a dict is never read (any call into it could have effects the engine would
@@ -34,8 +35,8 @@ from typing import Any, TypeVar
 
 import torch
 
-from pptrace.record import native
 from pptrace.model.records import PREFIX, Direction
+from pptrace.record import native
 from pptrace.record.recorder import Recorder, _qualname
 
 __all__ = ["is_wrapped", "unwrap", "wrap_attach", "wrap_extract", "wrap_transport"]

@@ -19,8 +19,8 @@ from typing import Any
 from pptrace.analyze.analyzer import classify_error
 from pptrace.model.errors import inert
 from pptrace.model.findings import Finding
-from pptrace.model.trace import Trace
 from pptrace.model.records import Direction, Event
+from pptrace.model.trace import Trace
 
 __all__ = ["DiffRow", "RunProfile", "diff", "profile", "render_text", "to_json"]
 

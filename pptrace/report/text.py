@@ -18,8 +18,8 @@ from typing import Any
 
 from pptrace.model.errors import inert
 from pptrace.model.findings import Finding, FindingKind, Severity
-from pptrace.model.trace import EventId, Trace
 from pptrace.model.records import Direction
+from pptrace.model.trace import EventId, Trace
 
 __all__ = [
     "JSON_SCHEMA",

@@ -19,8 +19,8 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 from helpers_analyze import golden_run  # noqa: E402
 
-from pptrace.model.config import Config  # noqa: E402
 from pptrace.export.spans import build_provider  # noqa: E402
+from pptrace.model.config import Config  # noqa: E402
 
 
 def main() -> None:

@@ -12,8 +12,9 @@ from textual.widgets import Button, Footer, Input, Label, SelectionList, Switch
 
 from pptrace.model.errors import ConfigError
 from pptrace.model.findings import FindingKind
-from pptrace_tui.filters import FilterSpec
-from pptrace_tui.index import TraceIndex
+
+from ..filters import FilterSpec
+from ..index import TraceIndex
 
 __all__ = ["FilterScreen"]
 

@@ -11,8 +11,8 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Static
 
-from pptrace_tui.bindings_catalog import Entry
-from pptrace_tui.widgets.status import legend_text
+from ..bindings_catalog import Entry
+from ..widgets.status import legend_text
 
 __all__ = ["HelpScreen", "help_table"]
 

@@ -18,20 +18,20 @@ from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Footer, Header, Input
 
-from pptrace_tui.compare import PairView
-from pptrace_tui.export import ExportDoc, render
-from pptrace_tui.filters import FilterSpec
-from pptrace_tui.index import TraceIndex
-from pptrace_tui.literal import literal
-from pptrace_tui.messages import CellSelected, FilterChanged, FindingChosen
-from pptrace_tui.screens.filter import FilterScreen
-from pptrace_tui.widgets.findings_panel import FindingsPanel
-from pptrace_tui.widgets.grid import GridView
-from pptrace_tui.widgets.pair_detail import PairDetail
-from pptrace_tui.widgets.status import Legend, ReplayBar
+from ..compare import PairView
+from ..export import ExportDoc, render
+from ..filters import FilterSpec
+from ..index import TraceIndex
+from ..literal import literal
+from ..messages import CellSelected, FilterChanged, FindingChosen
+from ..screens.filter import FilterScreen
+from ..widgets.findings_panel import FindingsPanel
+from ..widgets.grid import GridView
+from ..widgets.pair_detail import PairDetail
+from ..widgets.status import Legend, ReplayBar
 
 if TYPE_CHECKING:
-    from pptrace_tui.app import PptraceViewer
+    from ..app import PptraceViewer
 
 __all__ = ["MainScreen", "SPEEDS"]
 

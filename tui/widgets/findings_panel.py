@@ -13,10 +13,11 @@ from textual.binding import Binding
 from textual.widgets import Tree
 
 from pptrace.model.findings import FindingKind, Severity
-from pptrace_tui.filters import FilterSpec
-from pptrace_tui.index import TraceIndex
-from pptrace_tui.literal import literal
-from pptrace_tui.messages import FindingChosen
+
+from ..filters import FilterSpec
+from ..index import TraceIndex
+from ..literal import literal
+from ..messages import FindingChosen
 
 __all__ = ["FindingsPanel"]
 

@@ -15,9 +15,9 @@ from textual.geometry import Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from pptrace_tui.filters import FilterSpec
-from pptrace_tui.index import Cell, TraceIndex
-from pptrace_tui.messages import CellSelected
+from ..filters import FilterSpec
+from ..index import Cell, TraceIndex
+from ..messages import CellSelected
 
 __all__ = ["GLYPHS", "GridView"]
 

@@ -17,8 +17,9 @@ from textual.widgets import Static
 
 from pptrace.model.findings import Severity
 from pptrace.model.records import Event
-from pptrace_tui.compare import FIELDS, PairView, field_text
-from pptrace_tui.literal import literal
+
+from ..compare import FIELDS, PairView, field_text
+from ..literal import literal
 
 __all__ = ["PairDetail", "render_pair"]
 

@@ -6,10 +6,11 @@ from rich.text import Text
 from textual.widgets import Static
 
 from pptrace.model.records import Event
-from pptrace_tui.index import Cell
-from pptrace_tui.literal import literal
-from pptrace_tui.widgets.grid import DIVERGENCE_GLYPH, GLYPHS
-from pptrace_tui.widgets.pair_detail import clock
+
+from ..index import Cell
+from ..literal import literal
+from ..widgets.grid import DIVERGENCE_GLYPH, GLYPHS
+from ..widgets.pair_detail import clock
 
 __all__ = ["Legend", "ReplayBar"]
 

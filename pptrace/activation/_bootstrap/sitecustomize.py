@@ -1,10 +1,10 @@
 """pptrace's ``sitecustomize``: activate pptrace in this Python process before any user code.
 
 ``pptrace run`` puts this folder first on ``PYTHONPATH``, so every Python process of the command's
-tree (``spawn`` children included, which inherit the environment) runs this file at start-up.
-It first runs the ``sitecustomize`` that would otherwise have run (the environment's own). Then,
-when ``PPTRACE_ENABLED`` says so, it waits for SGLang's transport module with a one-name import
-hook and activates pptrace (``pptrace.instrument.startup.activate_from_env``) the moment that module has
+tree (``spawn`` children included, which inherit the environment) runs this file at start-up. It
+first runs the ``sitecustomize`` that would otherwise have run (the environment's own). Then, when
+``PPTRACE_ENABLED`` says so, it waits for SGLang's transport module with a one-name import hook and
+activates pptrace (``pptrace.activation.startup.activate_from_env``) the moment that module has
 loaded, before anything can import from it. A process that never loads it imports nothing of
 pptrace. Nothing here may stop the process.
 """
@@ -16,7 +16,7 @@ import os
 import sys
 from typing import Any
 
-# pptrace.instrument.sglang_module.MODULE, repeated so that waiting for it imports nothing.
+# pptrace.activation.sglang_module.MODULE, repeated so that waiting for it imports nothing.
 _MODULE = "sglang.srt.sampling.sampling_observer_pp"
 
 
@@ -38,7 +38,7 @@ def _chain() -> None:
 
 def _activate() -> None:
     try:
-        from pptrace.instrument.startup import activate_from_env
+        from pptrace.activation.startup import activate_from_env
     except Exception as exc:
         print(f"pptrace: cannot import pptrace in {sys.executable}: {exc}", file=sys.stderr)
         return

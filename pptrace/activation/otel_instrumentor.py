@@ -5,7 +5,7 @@ Registered under the ``opentelemetry_instrumentor`` entry point (``pptrace``). U
 and pptrace's spans go through the tracer provider OpenTelemetry configured (or the one passed
 as ``tracer_provider``), beside pptrace's own trace files.
 
-    from pptrace.instrument.otel_instrumentor import PptraceInstrumentor
+    from pptrace.activation.otel_instrumentor import PptraceInstrumentor
     PptraceInstrumentor().instrument(tracer_provider=provider)
     ...
     PptraceInstrumentor().uninstrument()
@@ -21,8 +21,8 @@ from opentelemetry.instrumentation.instrumentor import (  # type: ignore[attr-de
     BaseInstrumentor,
 )
 
+from pptrace.activation.startup import activate, uninstrument
 from pptrace.model.config import Config
-from pptrace.instrument.startup import activate, uninstrument
 
 __all__ = ["PptraceInstrumentor"]
 

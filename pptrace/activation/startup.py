@@ -29,11 +29,11 @@ from dataclasses import dataclass, field, replace
 from types import FrameType
 from typing import Any
 
+from pptrace.activation.patch import EnginePatch
+from pptrace.activation.sglang_module import MODULE
 from pptrace.model.config import Config
-from pptrace.instrument.patch import EnginePatch
 from pptrace.model.records import RankInfo, RecorderStats
 from pptrace.record.recorder import Recorder, Sink
-from pptrace.instrument.sglang_module import MODULE
 
 __all__ = ["activate", "activate_from_env", "active_recorder", "instrument", "uninstrument"]
 
@@ -353,8 +353,8 @@ def _otlp_provider(config: Config, rank: RankInfo, state: _Active) -> Any:
     """pptrace's own provider with the fail-open OTLP processor (kept, to bound its exit)."""
     from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 
-    from pptrace.export.spans import rank_resource
     from pptrace.export.otlp import otlp_processor
+    from pptrace.export.spans import rank_resource
 
     provider = TracerProvider(
         resource=rank_resource(rank, config.run_id),

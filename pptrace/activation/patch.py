@@ -28,7 +28,7 @@ import types
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from pptrace.instrument.sglang_module import ATTACH, EXTRACT, MODULE
+from pptrace.activation.sglang_module import ATTACH, EXTRACT, MODULE
 
 __all__ = ["EnginePatch", "Site", "WrapperFactory", "module_status"]
 
