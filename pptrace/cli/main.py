@@ -3,20 +3,30 @@
 Each subcommand module defines ``add_parser(subparsers) -> argparse.ArgumentParser`` and sets
 ``func`` (taking the parsed namespace, returning the exit status) with ``set_defaults``.
 Errors that pptrace expects (bad input, bad config) print one line and exit 2; no traceback.
+A closed output pipe (``pptrace analyze ... | head``) ends the command quietly.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
 
 from pptrace.model.errors import PptraceError
 
 __all__ = ["main"]
 
 COMMANDS = ("demo", "analyze", "diff", "view", "run", "native")
+
+
+def _version() -> str:
+    try:
+        return version("pptrace")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         epilog="Run 'pptrace COMMAND --help' for a command's options.",
     )
+    parser.add_argument("--version", action="version", version=f"pptrace {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(f"pptrace.cli.{name}").add_parser(sub)
@@ -44,13 +55,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(args.func(args) or 0)
+        status = int(args.func(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, inside the handler below
+        return status
     except PptraceError as exc:
         print(f"pptrace: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("pptrace: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        _quiet_stdout()
+        return 141  # what a shell reports for a command ended by SIGPIPE (128 + 13)
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's exit flush cannot raise again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
 
 
 if __name__ == "__main__":
