@@ -69,6 +69,9 @@ class PipelineOptions:
     async_depth: int = 1  # microbatch slots = pp + async_depth
     comm_timeout: float = 20.0  # gloo timeout: the longest a rank waits for a silent peer
     fingerprint: bool = True  # let pptrace hash auxiliary tensors (finds changed bytes)
+    # PPTRACE_* / OTEL_* variables each rank sets before its recorder starts (export, endpoint,
+    # service...): passed explicitly, since a fork server started earlier has an older environment.
+    env: tuple[tuple[str, str], ...] = ()
     trace: bool = True  # False: the engine's bare functions, no pptrace at all
     transport: str = "auto"  # "auto" (SGLang's module if loadable), "sglang" or "pptrace"
     store_path: str = ""  # the FileStore used for rendezvous (set by the launcher)
@@ -129,6 +132,7 @@ class RankReport:
     dropped: int = 0
     trace_file: str = ""
     transport: str = ""  # the module whose attach/extract ran (SGLang's or pptrace's)
+    attached: int = 0  # last stage: outputs attached (then sent, or skipped by the schedule)
     matched: int = 0  # stage 0: outputs identical to what the last stage computed
     mismatched: int = 0
     skipped: int = 0  # stage 0: outputs whose send the last stage skipped

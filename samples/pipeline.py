@@ -119,7 +119,7 @@ class Stage:
         self.previous: dict[str, Any] | None = None  # last stage: the dict it sent last
         self.engine_error: BaseException | None = None
         self.steps = 0
-        self.matched = self.mismatched = self.skipped = 0
+        self.attached = self.matched = self.mismatched = self.skipped = 0
         self.first_mismatch: str | None = None
         self.notes: list[str] = []
         # Every token id sampled (last stage) or received (stage 0), in order: tracing on and
@@ -244,6 +244,7 @@ class Stage:
         # A plain list travels whole inside the metadata, as the engine's logprob lists do.
         tensors["extend_logprob_start_len_per_req"] = [0] * len(ids)
         self._engine(self.attach, tensors, self.plan.output_for(k, out, ids))
+        self.attached += 1
         self.previous = tensors
         self.plan.after_attach(k, tensors, out)
         self._comm(self.link.send_tensor_dict, self.plan.to_send(k, tensors), self.next_rank)
@@ -271,8 +272,11 @@ def run_rank(opts: PipelineOptions, rank: int, progress: Progress) -> RankReport
     """Run one rank to its end (success or failure) and report; never raises."""
     torch.set_num_threads(1)
     info = _rank_info(opts, rank)
-    cfg = Config(trace_dir=opts.out_dir, run_id=opts.run_id, fingerprint=opts.fingerprint,
-                 flush_interval=0.5, enabled=opts.trace)
+    os.environ.update(dict(opts.env))
+    # The same PPTRACE_* / OTEL_* variables as an engine under pptrace run (export, mode...);
+    # what the demo's own options decide wins.
+    cfg = Config.from_env(trace_dir=opts.out_dir, run_id=opts.run_id,
+                          fingerprint=opts.fingerprint, flush_interval=0.5, enabled=opts.trace)
     recorder = Recorder(cfg, sink_factory=lambda r: build_provider(cfg, r),
                         rank_provider=lambda: (info, True))
     mod = transport_module(opts.transport)
@@ -315,6 +319,7 @@ def run_rank(opts: PipelineOptions, rank: int, progress: Progress) -> RankReport
         error=error, steps=stage.steps if stage else 0, recorded=stats.recorded,
         exported=stats.exported, dropped=stats.dropped,
         trace_file=os.path.join(opts.out_dir, trace_file_name(info)), transport=mod.__name__,
+        attached=stage.attached if stage else 0,
         matched=stage.matched if stage else 0, mismatched=stage.mismatched if stage else 0,
         skipped=stage.skipped if stage else 0,
         first_mismatch=stage.first_mismatch if stage else None,

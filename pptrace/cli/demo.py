@@ -16,8 +16,10 @@ import datetime
 import os
 import sys
 import time
+from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 
+from pptrace.cli.tracing import add_export_arguments, export_env
 from pptrace.model.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -36,6 +38,10 @@ examples:
   pptrace demo --fault duplicate --ranks 2  # the engine raises on the last stage
   pptrace demo --fault tp-disagree          # silent in the engine: 2 stages x 2 TP ranks
   pptrace demo --tp 2 --steps 64 --out traces/tp2
+  pptrace demo --endpoint http://localhost:4318   # files, and spans to Jaeger over OTLP
+
+The ranks honour the same PPTRACE_* and OTEL_* variables as 'pptrace run' (see its --help),
+except PPTRACE_DIR (the demo writes to --out).
 """
 
 
@@ -77,6 +83,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                              "stdout are a terminal)")
     parser.add_argument("--timeout", type=float, default=180.0, metavar="S",
                         help="stop every rank after this many seconds (default 180)")
+    add_export_arguments(parser, fingerprint=False)
     parser.set_defaults(func=run)
     return parser
 
@@ -137,6 +144,39 @@ class _ProgressLine:
             self.stream.flush()
 
 
+def _count(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
+@dataclass(frozen=True, slots=True)
+class Stage0Check:
+    """What stage 0 made of the outputs the last stage attached (summed over TP ranks)."""
+
+    attached: int  # on the last stage
+    matched: int  # arrived identical to what the last stage computed
+    mismatched: int  # arrived, but differed
+    skipped: int  # the last stage skipped the send (a skip marker arrived instead)
+
+    @property
+    def unchecked(self) -> int:
+        """Attached but never checked on stage 0 (it stopped first, or the output was lost)."""
+        return max(0, self.attached - self.matched - self.mismatched - self.skipped)
+
+    @property
+    def complete(self) -> bool:
+        """Every attached output reached stage 0 intact."""
+        return self.matched == self.attached
+
+    def sentence(self) -> str:
+        """One line; every count counts what its words name."""
+        parts = [f"{self.matched} arrived identical to what the last stage computed",
+                 f"{self.mismatched} differed", f"{self.skipped} never sent (skipped)"]
+        if self.unchecked:
+            parts.append(f"{self.unchecked} never checked on stage 0")
+        return (f"{_count(self.attached, 'output', 'outputs')} attached on the last stage: "
+                + ", ".join(parts))
+
+
 def _summary(result: RunResult, out: IO[str]) -> bool:
     """Print the per-rank table and stage 0's check; True when the run was healthy."""
     from pptrace_samples.options import EXIT_PEER_LOST
@@ -160,11 +200,12 @@ def _summary(result: RunResult, out: IO[str]) -> bool:
         for note in rep.notes:
             out.write(f"rank {rank}: {note}\n")
     stage0 = [rep for rep in result.reports.values() if rep.pp_rank == 0]
-    matched = sum(r.matched for r in stage0)
-    mismatched = sum(r.mismatched for r in stage0)
-    skipped = sum(r.skipped for r in stage0)
-    out.write(f"stage 0 check: {matched} outputs arrived identical to what the last stage "
-              f"computed, {mismatched} differed, {skipped} were never sent\n")
+    last = [rep for rep in result.reports.values() if rep.pp_rank == opts.pp - 1]
+    check = Stage0Check(attached=sum(r.attached for r in last),
+                        matched=sum(r.matched for r in stage0),
+                        mismatched=sum(r.mismatched for r in stage0),
+                        skipped=sum(r.skipped for r in stage0))
+    out.write(f"stage 0 check: {check.sentence()}\n")
     for rep in stage0:
         if rep.first_mismatch:
             out.write(f"  rank {rep.rank}: first difference at {rep.first_mismatch}\n")
@@ -172,7 +213,7 @@ def _summary(result: RunResult, out: IO[str]) -> bool:
     if transports:
         out.write(f"transport: {', '.join(sorted(transports))}\n")
     out.write(f"traces: {opts.out_dir}  ({result.elapsed:.1f}s)\n")
-    return bool(result.ok) and mismatched == 0 and len(result.reports) == opts.ranks
+    return bool(result.ok) and check.complete and len(result.reports) == opts.ranks
 
 
 def _analyze_and_report(out_dir: str, view: bool = False) -> int | None:
@@ -202,6 +243,33 @@ def _interactive() -> bool:
     return sys.stdin.isatty() and sys.stdout.isatty()
 
 
+def _viewer_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("textual") is not None
+
+
+def why_no_viewer(args: argparse.Namespace, interactive: bool, installed: bool) -> str | None:
+    """Why the viewer stays closed after the run (None when it opens)."""
+    if args.no_analyze:
+        return "--no-analyze"
+    if args.no_view:
+        return "--no-view"
+    if not interactive:
+        return "stdin or stdout is not a terminal"
+    if not installed:
+        return "the viewer is not installed: pip install 'pptrace[view]'"
+    return None
+
+
+def next_steps(out_dir: str, analyzed: bool, no_viewer: str | None) -> list[str]:
+    """The closing lines: the commands this run did not run, and why the viewer did not open."""
+    lines = [] if analyzed else [f"next: pptrace analyze {out_dir}"]
+    if no_viewer is not None:
+        lines.append(f"next: pptrace view {out_dir}   (the viewer did not open: {no_viewer})")
+    return lines
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the demo; return the exit status."""
     if args.list_faults:
@@ -212,9 +280,14 @@ def run(args: argparse.Namespace) -> int:
 
     out_dir = args.out or default_out_dir()
     _check_out_dir(out_dir)
+    # Each rank sees what the options say, as an engine's ranks under 'pptrace run' would
+    # (export, endpoint, protocol, service name), on top of the variables it inherits.
+    env = export_env(args, os.environ)
+    tracing_env = tuple(sorted((k, v) for k, v in env.items()
+                               if k.startswith(("PPTRACE_", "OTEL_"))))
     opts = PipelineOptions(
         ranks=args.ranks, tp=args.tp, steps=args.steps, fault=args.fault, out_dir=out_dir,
-        seed=args.seed, fingerprint=not args.no_fingerprint,
+        seed=args.seed, fingerprint=not args.no_fingerprint, env=tracing_env,
     ).resolved()
     print(f"pptrace demo: {opts.ranks} ranks = {opts.pp} PP stages x {opts.tp} TP, "
           f"{opts.steps} decode steps over {opts.slots} microbatch slots, "
@@ -224,16 +297,31 @@ def run(args: argparse.Namespace) -> int:
 
         fault = FAULTS[opts.fault]
         print(f"  {fault.what} ({fault.where}); the engine: {fault.engine}")
-    print(f"traces: {out_dir}", flush=True)
+    print(f"traces: {out_dir}{_exporters_line(env)}", flush=True)
     progress = _ProgressLine(sys.stderr, opts.steps)
     result = run_pipeline(opts, on_progress=progress, timeout=args.timeout)
     progress.close({r: (rep.steps if (rep := result.reports.get(r)) else 0)
                     for r in range(opts.ranks)})
     healthy = _summary(result, sys.stdout)
     status = 0 if healthy else 1
+    no_viewer = why_no_viewer(args, _interactive(), _viewer_installed())
     if not args.no_analyze:
-        analysis = _analyze_and_report(out_dir, view=not args.no_view and _interactive())
+        analysis = _analyze_and_report(out_dir, view=no_viewer is None)
         if analysis:
             status = 1
-    print(f"\nnext: pptrace analyze {out_dir}")
+    print()
+    for line in next_steps(out_dir, not args.no_analyze, no_viewer):
+        print(line)
     return status
+
+
+def _exporters_line(env: dict[str, str]) -> str:
+    """Where the spans go besides the files, when OTLP export is on."""
+    from pptrace.model.config import Config
+
+    if "otlp" not in Config.from_env(env).exporters:
+        return ""
+    endpoint = (env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+                or env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or "the default OTLP endpoint")
+    service = env.get("OTEL_SERVICE_NAME") or "pptrace"
+    return f"  (and OTLP to {endpoint}, service {service})"

@@ -17,7 +17,8 @@ import sys
 import uuid
 from collections.abc import Mapping, Sequence
 
-from pptrace.model.config import ENV_DOC, Config
+from pptrace.cli.tracing import add_export_arguments, export_env
+from pptrace.model.config import ENV_DOC
 from pptrace.model.errors import ConfigError
 
 __all__ = ["OTEL_DOC", "add_parser", "bootstrap_dir", "build_env", "main", "run"]
@@ -33,12 +34,13 @@ OTEL_DOC: dict[str, str] = {
     "OTEL_EXPORTER_OTLP_TIMEOUT": "seconds per export request (default: min(1, exit timeout))",
     "OTEL_SERVICE_NAME": "service name of pptrace's spans (default pptrace)",
     "OTEL_RESOURCE_ATTRIBUTES": "extra resource attributes, key=value,...",
+    "OTEL_TRACES_EXPORTER": "without PPTRACE_EXPORT: otlp adds OTLP export to the trace files "
+    "(none: files only; other exporter names are for other tools and ignored)",
     "OTEL_SDK_DISABLED": "true: OpenTelemetry is off, and so is pptrace (said once)",
 }
 
-# option -> variable it sets
+# option -> variable it sets (the export options' are in pptrace.cli.tracing)
 _OPTION_ENV = (
-    ("export", "PPTRACE_EXPORT"),
     ("dir", "PPTRACE_DIR"),
     ("mode", "PPTRACE_MODE"),
     ("flight_size", "PPTRACE_FLIGHT_SIZE"),
@@ -46,9 +48,6 @@ _OPTION_ENV = (
     ("run_id", "PPTRACE_RUN_ID"),
     ("pp_size", "PPTRACE_PP_SIZE"),
     ("tp_size", "PPTRACE_TP_SIZE"),
-    ("protocol", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"),
-    ("endpoint", "OTEL_EXPORTER_OTLP_ENDPOINT"),
-    ("service_name", "OTEL_SERVICE_NAME"),
 )
 
 
@@ -89,7 +88,6 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         epilog=_epilog(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--export", metavar="SINKS", help="comma list of file, otlp, none")
     p.add_argument("--dir", metavar="DIR", help="directory for per-rank trace files")
     p.add_argument("--mode", choices=("stream", "flight"), help="stream every event, or keep "
                    "a flight-recorder ring dumped on error, SIGUSR1 and exit")
@@ -100,9 +98,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--pp-size", type=int, metavar="N", help="pipeline-parallel size, when the "
                    "engine does not expose it (pp rank = rank // tp size)")
     p.add_argument("--tp-size", type=int, metavar="N", help="tensor-parallel size, likewise")
-    p.add_argument("--protocol", choices=("grpc", "http/protobuf"), help="OTLP protocol")
-    p.add_argument("--endpoint", metavar="URL", help="OTLP collector (e.g. http://localhost:4318)")
-    p.add_argument("--service-name", metavar="NAME", help="service name in Jaeger")
+    add_export_arguments(p)
     p.add_argument("--print-env", action="store_true",
                    help="print the variables as shell 'export' lines instead of running")
     p.add_argument("command", nargs=argparse.REMAINDER, help="the command to run, after '--'")
@@ -118,14 +114,8 @@ def build_env(args: argparse.Namespace, environ: Mapping[str, str]) -> dict[str,
         value = getattr(args, option, None)
         if value is not None:
             env[var] = str(value)
-    if (args.endpoint or args.protocol) and args.export is None and "PPTRACE_EXPORT" not in env:
-        env["PPTRACE_EXPORT"] = "file,otlp"  # asking for a collector means sending to it
     env.setdefault("PPTRACE_RUN_ID", uuid.uuid4().hex[:16])
-    Config.from_env(env)  # refuse bad values here, once, rather than in every rank
-    for var in ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"):
-        value = env.get(var, "").strip().lower()
-        if value and value not in ("grpc", "http/protobuf"):
-            raise ConfigError(f"{var}={env[var]!r}: pptrace exports grpc or http/protobuf")
+    env = export_env(args, env)
     paths = [bootstrap_dir()] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep)
                                  if p and p != bootstrap_dir()]
     env["PYTHONPATH"] = os.pathsep.join(paths)

@@ -79,6 +79,19 @@ def _opt_int(env: Mapping[str, str], name: str) -> int | None:
     return int(_number(env, name, 0, integer=True))
 
 
+def _exporters(env: Mapping[str, str]) -> tuple[str, ...]:
+    """``PPTRACE_EXPORT`` when set; else files, plus OTLP when ``OTEL_TRACES_EXPORTER`` names it.
+
+    ``OTEL_TRACES_EXPORTER`` is OpenTelemetry's standard switch; names other than ``otlp`` and
+    ``none`` (``console``, ``zipkin``...) are for other tools in the process and change nothing.
+    """
+    raw = env.get("PPTRACE_EXPORT")
+    if raw is not None:
+        return tuple(p.strip() for p in raw.split(",") if p.strip())
+    otel = {p.strip().lower() for p in env.get("OTEL_TRACES_EXPORTER", "").split(",")}
+    return ("file", "otlp") if "otlp" in otel else ("file",)
+
+
 @dataclass(frozen=True)
 class Config:
     """Everything the recorder and its sinks need to know."""
@@ -111,9 +124,7 @@ class Config:
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> Config:
         """Build a config from ``PPTRACE_*`` variables (``os.environ`` by default)."""
         env = os.environ if env is None else env
-        exporters = tuple(
-            p.strip() for p in env.get("PPTRACE_EXPORT", "file").split(",") if p.strip()
-        )
+        exporters = _exporters(env)
         ranks = {
             key: value
             for key, var in (

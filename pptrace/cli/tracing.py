@@ -1,0 +1,66 @@
+"""The tracing options that ``pptrace run`` and ``pptrace demo`` share, and the variables they set.
+
+Both commands take the same ``--export``, ``--endpoint``, ``--protocol``, ``--service-name`` and
+``--fingerprint`` options and honour the same ``PPTRACE_*`` and ``OTEL_*`` variables, so that what
+works for the demo works for an engine (and "run the demo, open Jaeger" is one command).
+
+    add_export_arguments(parser)
+    env = export_env(args, os.environ)       # os.environ plus what the options say
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+
+from pptrace.model.config import Config
+from pptrace.model.errors import ConfigError
+
+__all__ = ["EXPORT_OPTION_ENV", "add_export_arguments", "export_env"]
+
+#: option -> the variable it sets
+EXPORT_OPTION_ENV = (
+    ("export", "PPTRACE_EXPORT"),
+    ("protocol", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"),
+    ("endpoint", "OTEL_EXPORTER_OTLP_ENDPOINT"),
+    ("service_name", "OTEL_SERVICE_NAME"),
+)
+
+
+def add_export_arguments(parser: argparse.ArgumentParser, *, fingerprint: bool = True) -> None:
+    """Add the options that say where spans go (and, optionally, ``--fingerprint``)."""
+    g = parser.add_argument_group("where spans go (the same as for pptrace run)")
+    g.add_argument("--export", metavar="SINKS",
+                   help="comma list of file, otlp, none (default: PPTRACE_EXPORT, else file; "
+                        "--endpoint or --protocol alone means file,otlp)")
+    g.add_argument("--endpoint", metavar="URL",
+                   help="OTLP collector, e.g. http://localhost:4318 (http/protobuf) or "
+                        "http://localhost:4317 (grpc)")
+    g.add_argument("--protocol", choices=("grpc", "http/protobuf"),
+                   help="OTLP protocol (default: OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf)")
+    g.add_argument("--service-name", metavar="NAME",
+                   help="service name the spans carry, as Jaeger lists it (default pptrace)")
+    if fingerprint:
+        g.add_argument("--fingerprint", action="store_true", default=None,
+                       help="hash each auxiliary tensor's bytes, so that bytes changed on the way "
+                            "are found (reads tensor memory: costs time on the engine's path)")
+
+
+def export_env(args: argparse.Namespace, environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` plus the variables the options set; refuses bad values with ``ConfigError``."""
+    env = dict(environ)
+    for option, var in EXPORT_OPTION_ENV:
+        value = getattr(args, option, None)
+        if value is not None:
+            env[var] = str(value)
+    if getattr(args, "fingerprint", None):
+        env["PPTRACE_FINGERPRINT"] = "1"
+    asks_collector = getattr(args, "endpoint", None) or getattr(args, "protocol", None)
+    if asks_collector and getattr(args, "export", None) is None and "PPTRACE_EXPORT" not in env:
+        env["PPTRACE_EXPORT"] = "file,otlp"  # asking for a collector means sending to it
+    Config.from_env(env)  # refuse bad values here, once, rather than in every rank
+    for var in ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"):
+        value = env.get(var, "").strip().lower()
+        if value and value not in ("grpc", "http/protobuf"):
+            raise ConfigError(f"{var}={env[var]!r}: pptrace exports grpc or http/protobuf")
+    return env
