@@ -35,7 +35,7 @@ def _screen_text(app: Any) -> str:
     return "\n".join(strip.text for strip in strips)
 
 
-async def _drive(trace: Any, findings: Any) -> str:
+async def _drive(trace: Any, findings: Any, seen_index: list[Any] | None = None) -> str:
     from pptrace_tui.app import PptraceViewer
     from pptrace_tui.screens.main import MainScreen
 
@@ -47,6 +47,8 @@ async def _drive(trace: Any, findings: Any) -> str:
                 break
             await pilot.pause(0.02)
         assert isinstance(app.screen, MainScreen), app.screen
+        if seen_index is not None:
+            seen_index.append(app.screen.index)
         await pilot.pause()
         seen.append(_screen_text(app))
         for key in KEYS:
@@ -96,4 +98,14 @@ def test_viewer_on_a_corrupt_sequence_number(tmp_path: Path, seq: int) -> None:
         Event(Direction.ATTACH, 0, last, 50, 50, 1, tensors=t),
         Event(Direction.ATTACH, 1, last, 250, 250, 1, tensors=t)])
     trace = load_paths([str(tmp_path)])
-    asyncio.run(_drive(trace, analyze(trace)))
+    indexes: list[Any] = []
+    text = asyncio.run(_drive(trace, analyze(trace), indexes))
+    # The corrupt event gets no cell (one per number below it would exhaust memory); the other
+    # events keep theirs, and the screen says that one event was not drawn.
+    (index,) = indexes
+    extract_row = next(r for r in index.rows if r.direction is Direction.EXTRACT)
+    assert [ev.seq for ev in extract_row.events if ev is not None] == [0]
+    assert sum(extract_row.counts.values()) == 1
+    assert index.unplaced == 1
+    assert "1 event with an impossible sequence number not drawn" in text
+    assert "pp0 tp0 extract" in text and "pp1 tp0 attach" in text

@@ -25,6 +25,7 @@ from pptrace.model.trace import Trace
 
 from .bindings_catalog import Entry, catalog
 from .index import TraceIndex
+from .messages import ExportWritten
 from .screens.help import HelpScreen
 from .screens.loading import LoadingScreen
 from .screens.main import MainScreen
@@ -99,7 +100,7 @@ class PptraceViewer(App[None]):
             return
         if event.state is WorkerState.SUCCESS and isinstance(worker.result, TraceIndex):
             self.index = worker.result
-            self.switch_screen(MainScreen(self.index))
+            self.switch_screen(MainScreen(self.index, export_dir=self.export_dir))
             if self.follow:
                 self.set_interval(self.follow_interval, self._poll)
         elif event.state is WorkerState.ERROR:
@@ -142,6 +143,10 @@ class PptraceViewer(App[None]):
             if isinstance(screen, MainScreen):
                 return screen
         return None
+
+    def on_export_written(self, message: ExportWritten) -> None:
+        """Remember the last export (the screen says where in a notification)."""
+        self.last_export = message.path
 
     # --- help, palette, theme ------------------------------------------------------------
     def binding_entries(self) -> list[Entry]:

@@ -175,6 +175,9 @@ class TraceIndex:
         self.rows: list[Row] = []
         self.row_of: dict[tuple[int, Direction], int] = {}
         self.width = 0
+        #: events whose sequence number is impossible (negative, or far past the row's others):
+        #: they get no cell, and the screen says how many.
+        self.unplaced = 0
         #: (row, col) of each finding's first event, or None when it names no event.
         self.finding_cells: list[tuple[int, int] | None] = []
         #: finding indices per cell, for cells some finding names.
@@ -260,7 +263,9 @@ class TraceIndex:
                 if size > limit or any(ev.seq < 0 for ev in events):
                     # A corrupt or hostile seq (negative, or far beyond the others) gets no
                     # slot: one slot for every number below it would exhaust memory.
-                    events = [ev for ev in events if 0 <= ev.seq < limit]
+                    kept = [ev for ev in events if 0 <= ev.seq < limit]
+                    self.unplaced += len(events) - len(kept)
+                    events = kept
                     size = max((ev.seq for ev in events), default=-1) + 1
                 slots = [None] * size
                 for ev in events:

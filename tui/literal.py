@@ -14,7 +14,7 @@ import re
 from rich.style import Style
 from rich.text import Text
 
-__all__ = ["clean", "literal"]
+__all__ = ["clean", "counted", "literal"]
 
 # C0, DEL and C1 control characters: a terminal would act on them.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -28,3 +28,8 @@ def clean(text: str) -> str:
 def literal(text: object, style: str | Style = "") -> Text:
     """Return ``text`` as a Rich ``Text`` shown exactly as typed (control characters escaped)."""
     return Text(clean(str(text)), style=style, end="")
+
+
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """``1 finding``, ``0 findings``, ``2,000 findings``: a count that reads right for any n."""
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"

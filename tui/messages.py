@@ -6,12 +6,13 @@ Widgets never reach into each other; they post one of these and the screen react
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from textual.message import Message
 
 from .filters import FilterSpec
 
-__all__ = ["CellSelected", "FilterChanged", "FindingChosen", "SearchSubmitted"]
+__all__ = ["CellSelected", "ExportWritten", "FilterChanged", "FindingChosen"]
 
 
 @dataclass
@@ -37,7 +38,7 @@ class FilterChanged(Message):
 
 
 @dataclass
-class SearchSubmitted(Message):
-    """The user pressed enter in the search box."""
+class ExportWritten(Message):
+    """The main screen wrote an export file (the app remembers the last one)."""
 
-    text: str
+    path: Path

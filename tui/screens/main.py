@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from textual import on
 from textual.app import ComposeResult
@@ -22,16 +22,13 @@ from ..compare import PairView
 from ..export import ExportDoc, render
 from ..filters import FilterSpec
 from ..index import TraceIndex
-from ..literal import literal
-from ..messages import CellSelected, FilterChanged, FindingChosen
+from ..literal import counted, literal
+from ..messages import CellSelected, ExportWritten, FilterChanged, FindingChosen
 from ..screens.filter import FilterScreen
 from ..widgets.findings_panel import FindingsPanel
 from ..widgets.grid import GridView
 from ..widgets.pair_detail import PairDetail
 from ..widgets.status import Legend, ReplayBar
-
-if TYPE_CHECKING:
-    from ..app import PptraceViewer
 
 __all__ = ["MainScreen", "SPEEDS"]
 
@@ -65,9 +62,10 @@ class MainScreen(Screen[None]):
         Binding("m", "export('markdown')", "Export Markdown", group=_EXPORT),
     ]
 
-    def __init__(self, index: TraceIndex) -> None:
+    def __init__(self, index: TraceIndex, *, export_dir: Path) -> None:
         super().__init__()
         self.index = index
+        self.export_dir = export_dir
         self.spec = FilterSpec()
         self.playing = False
         self.speed_level = 2
@@ -75,11 +73,6 @@ class MainScreen(Screen[None]):
         self._timer: Timer | None = None
         #: perf_counter() when the screen was first drawn (the benchmark reads it).
         self.painted_at: float | None = None
-
-    @property
-    def viewer(self) -> PptraceViewer:
-        """The app, typed."""
-        return self.app  # type: ignore[return-value]
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -152,8 +145,14 @@ class MainScreen(Screen[None]):
     def _update_subtitle(self) -> None:
         index = self.index
         bad = sum(r.problems for r in index.rows)
-        self.sub_title = (f"{index.trace.event_count:,} events · {len(index.rows)} rows · "
-                          f"{len(index.findings):,} findings · {bad:,} cells in trouble")
+        sub = " · ".join([counted(index.trace.event_count, "event"),
+                          counted(len(index.rows), "row"),
+                          counted(len(index.findings), "finding"),
+                          counted(bad, "cell") + " in trouble"])
+        if index.unplaced:
+            sub += (f" · {counted(index.unplaced, 'event')} with an impossible sequence number "
+                    "not drawn")
+        self.sub_title = sub
 
     def replace_index(self, index: TraceIndex) -> None:
         """Show a fresh index (``--follow``), keeping the cursor and the filter."""
@@ -223,10 +222,10 @@ class MainScreen(Screen[None]):
         if text != self.spec.text:
             self.apply_filter(self.spec.with_text(text))
         if text:
-            self.action_step(1, match_only=True)
+            self.action_step(1)
 
     # --- replay --------------------------------------------------------------------------
-    def action_step(self, delta: int, match_only: bool = True) -> bool:
+    def action_step(self, delta: int) -> bool:
         """Move to the next (previous) event in recorded time order that the filter shows."""
         index = self.index
         timeline = index.timeline()
@@ -238,7 +237,7 @@ class MainScreen(Screen[None]):
         if pos < 0:
             pos = -1 if delta > 0 else len(timeline)
         spec = self.spec
-        check = match_only and spec.active
+        check = spec.active
         visible = set(self.grid.visible_rows)
         pos += delta
         while 0 <= pos < len(timeline):
@@ -334,7 +333,7 @@ class MainScreen(Screen[None]):
         """Write the visible findings and the shown pair to a file; say where."""
         suffix = "json" if fmt == "json" else "md"
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        directory = self.viewer.export_dir
+        directory = self.export_dir
         path = directory / f"pptrace-view-{stamp}.{suffix}"
         n = 1
         while path.exists():
@@ -345,5 +344,5 @@ class MainScreen(Screen[None]):
         except OSError as exc:
             self.notify(f"export failed: {exc}", severity="error", markup=False)
             return
-        self.viewer.last_export = path
+        self.post_message(ExportWritten(path))
         self.notify(f"exported to {path}", title="Export", markup=False)
