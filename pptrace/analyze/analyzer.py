@@ -32,15 +32,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from pptrace.analyze.pairing import Alignment, align
+from pptrace.analyze.payload import same
 from pptrace.analyze.rules import (
     ENGINE_KEYS,
     classify_error,
     compare_specs,
     describe_diff,
-    payload_item,
     rank_id,
     stage_of,
     tensor_names,
+    tp_key,
     tp_of,
     who,
 )
@@ -419,7 +420,7 @@ class _Analysis:
         payloads are one object, so ``is`` compares them."""
         got = self._payloads.get(id(tensors))
         if got is None:
-            value = tuple(payload_item(t) for t in tensors)
+            value = tuple(tp_key(t) for t in tensors)
             got = self._payloads[id(tensors)] = self._shared_payloads.setdefault(value, value)
         return got
 
@@ -443,6 +444,8 @@ class _Analysis:
                     if not ref_by_seq:
                         ref_by_seq = {e.seq: e for e in self.attaches[ref.index]}
                     base = ref_by_seq[ev.seq]
+                    if not self.tp_confirmed(base, ev):
+                        continue
                     self.add(K.TP_DISAGREE,
                              f"{who(ref.rank)} (tp {tp_of(ref.rank)}) attached "
                              f"{describe_diff(base.tensors, ev.tensors)}; {who(p.rank)} "
@@ -469,6 +472,11 @@ class _Analysis:
             if mine is not None and mine is not (known(id(ev.tensors)) or payload(ev.tensors)):
                 out.append(ev)
         return out
+
+    def tp_confirmed(self, base: Event, ev: Event) -> bool:
+        """Two TP ranks' attaches whose keys differ differ by ``payload.same`` too (a content
+        fingerprint against none agrees)."""
+        return not same(base.tensors, ev.tensors)
 
     def microbatch(self, ref: _Ref) -> int | None:
         """The seq of the attach an extract paired with (None for any other event)."""

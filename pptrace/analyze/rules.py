@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
+from pptrace.analyze.payload import Field, compare
 from pptrace.model import errors
 from pptrace.model.findings import FindingKind, Severity
 from pptrace.model.records import PREFIX, Direction, Event, RankInfo, TensorMeta
@@ -26,11 +27,10 @@ __all__ = [
     "compare_specs",
     "describe_diff",
     "hygiene_specs",
-    "payload",
-    "payload_item",
     "rank_id",
     "stage_of",
     "tensor_names",
+    "tp_key",
     "tp_of",
     "who",
 ]
@@ -201,15 +201,20 @@ def hygiene_specs(ev: Event, pp_rank: int | None) -> tuple[Spec, ...]:
 def compare_specs(
     ls: str, rs: str, a: Event, e: Event
 ) -> tuple[tuple[FindingKind, str, str], ...]:
-    """What differs between an attach and the extract it paired with (pure)."""
-    out: list[tuple[FindingKind, str, str]] = []
+    """What differs between an attach and the extract it paired with (pure), as findings.
+
+    ``pptrace.analyze.payload.compare`` decides what differs; this names it. A byte count or a
+    content fingerprint that differs along with the shape or dtype is not reported again.
+    """
     if a.tensors == e.tensors:
         return ()
-    a_by = {t.name: t for t in a.tensors}
-    e_by = {t.name: t for t in e.tensors}
+    verdict = compare(a.tensors, e.tensors)
+    out: list[tuple[FindingKind, str, str]] = []
     foreign = {k[len(PREFIX):] for k in a.keys_before if k.startswith(PREFIX)}
-    missing = [t for t in a.tensors if t.name not in e_by]
-    extra = [t for t in e.tensors if t.name not in a_by and t.name not in foreign]
+    missing = verdict.missing
+    # A name popped from a key written under the prefix before attach is a namespace finding
+    # of the attach (``hygiene_specs``), not a difference of the pair.
+    extra = [t for t in verdict.extra if t.name not in foreign]
     if extra and not missing:
         # Everything attached arrived, plus prefixed keys no attach wrote: someone stored
         # a non-auxiliary value under the prefix and stage 0 popped it as auxiliary output.
@@ -225,56 +230,59 @@ def compare_specs(
         out.append((K.NAMES_DIFFER,
                     f"{ls} attached {tensor_names(a.tensors)}; {rs} extracted "
                     f"{tensor_names(e.tensors)} ({'; '.join(parts)})", ""))
-    a_order = [t.name for t in a.tensors if t.name in e_by]
-    e_order = [t.name for t in e.tensors if t.name in a_by]
-    if a_order != e_order:
+    if verdict.order_differs:
         out.append((K.ORDER_DIFFERS,
-                    f"{ls} attached in order {', '.join(a_order)}; {rs} extracted in order "
-                    f"{', '.join(e_order)}", ""))
-    for name in a_order:
-        x, y = a_by[name], e_by[name]
-        if x == y:
+                    f"{ls} attached in order {', '.join(verdict.left_order)}; {rs} extracted "
+                    f"in order {', '.join(verdict.right_order)}", ""))
+    for line in verdict.differing:
+        x, y, d = line.left, line.right, line.differs
+        if x is None or y is None:
             continue
+        name = line.name
         side = f"{ls} attached `{_esc(name)}` {{}}; {rs} extracted {{}}"  # name is a template
-        if x.shape != y.shape:
+        if Field.SHAPE in d:
             out.append((K.SHAPE_MISMATCH, side.format(x.describe(), y.describe()), name))
-        if x.dtype != y.dtype:
+        if Field.DTYPE in d:
             out.append((K.DTYPE_MISMATCH, side.format(x.describe(), y.describe()), name))
-        if x.shape == y.shape and x.dtype == y.dtype and x.nbytes != y.nbytes:
+        layout = Field.SHAPE in d or Field.DTYPE in d
+        if Field.BYTES in d and not layout:
             out.append((K.BYTES_MISMATCH,
                         side.format(f"{x.describe()} ({x.nbytes} bytes)", f"{y.nbytes} bytes"),
                         name))
-        if x.device_type != y.device_type:
+        if Field.DEVICE in d:
             out.append((K.DEVICE_TYPE_MISMATCH,
                         side.format(f"on {x.device}", f"on {y.device}"), name))
-        if (x.fingerprint is not None and y.fingerprint is not None
-                and x.fingerprint != y.fingerprint and x.shape == y.shape
-                and x.dtype == y.dtype):
+        if Field.FINGERPRINT in d and not layout:
             out.append((K.CONTENT_MISMATCH,
-                        side.format(f"with content {x.fingerprint[:12]}",
-                                    f"content {y.fingerprint[:12]}"), name))
+                        side.format(f"with content {_short(x.fingerprint)}",
+                                    f"content {_short(y.fingerprint)}"), name))
     return tuple(out)
 
 
-def payload(ev: Event) -> tuple[tuple[str, tuple[int, ...], str, int, str | None], ...]:
-    return tuple((t.name, t.shape, t.dtype, t.nbytes, t.fingerprint) for t in ev.tensors)
+def _short(fingerprint: str | None) -> str:
+    return (fingerprint or "")[:12]
+
+
+def tp_key(t: TensorMeta) -> tuple[str, tuple[int, ...], str, bool, int, str, str | None]:
+    """What TP ranks' attaches must agree on per tensor (the device index differs by design);
+    equal keys mean ``payload.same``, and unequal keys are confirmed by it."""
+    return (t.name, t.shape, t.dtype, t.is_tensor, t.nbytes, t.device_type, t.fingerprint)
 
 
 def describe_diff(mine: Sequence[TensorMeta], theirs: Sequence[TensorMeta]) -> str:
     """``mine``, naming only what differs from ``theirs`` (all of it when the names differ)."""
-    other = {t.name: t for t in theirs}
-    if [t.name for t in mine] != [t.name for t in theirs]:
-        shown = list(mine)
+    verdict = compare(mine, theirs)
+    if verdict.missing or verdict.extra or verdict.order_differs:
+        shown = [(t, False) for t in mine]
     else:
-        shown = [t for t in mine if payload_item(t) != payload_item(other[t.name])]
+        shown = [(line.left, Field.DEVICE in line.differs) for line in verdict.differing
+                 if line.left is not None]
     parts = []
-    for t in shown:
+    for t, device in shown:
         text = f"`{t.name}` {t.describe()}"
+        if device:
+            text += f" on {t.device}"
         if t.fingerprint:
-            text += f" content {t.fingerprint[:12]}"
+            text += f" content {_short(t.fingerprint)}"
         parts.append(text)
     return ", ".join(parts) if parts else "nothing"
-
-
-def payload_item(t: TensorMeta) -> tuple[str, tuple[int, ...], str, int, str | None]:
-    return (t.name, t.shape, t.dtype, t.nbytes, t.fingerprint)

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import Any
 
 from pptrace.model.trace import EventId
 
-__all__ = ["Finding", "FindingKind", "Severity"]
+__all__ = ["Category", "Finding", "FindingKind", "Severity"]
 
 
 class Severity(enum.IntEnum):
@@ -28,97 +29,100 @@ class Severity(enum.IntEnum):
         return cls[text.strip().upper()]
 
 
+class Category(enum.Enum):
+    """What a finding is about; the analyzer, the reports and the viewer read it from the kind."""
+
+    ENGINE_ERROR = "engine error"  # the engine raised, with its own message
+    ABSENCE = "absence"  # an event that should exist is missing (a recording gap can explain it)
+    PAYLOAD = "payload"  # what one end carried differs from what the other end carried
+    NAMESPACE = "namespace"  # keys and names of the PP dict collide or leak
+    RECORDER_LOSS = "recorder loss"  # pptrace itself lost events: other findings are less sure
+
+
+E, A, P, N, R = (Category.ENGINE_ERROR, Category.ABSENCE, Category.PAYLOAD, Category.NAMESPACE,
+                 Category.RECORDER_LOSS)
+_ERR, _WARN = Severity.ERROR, Severity.WARNING
+
+
 class FindingKind(str, enum.Enum):
-    """Every kind of finding, with the severity it carries by default."""
+    """Every kind of finding: its value, category, default severity and one-line meaning."""
+
+    category: Category
+    default_severity: Severity
+    description: str  # one line saying what this kind of finding means
+
+    def __new__(cls, value: str, *meta: Any) -> FindingKind:
+        # ``*meta`` rather than named parameters: ``FindingKind("tp-disagree")`` looks a member
+        # up by its value, and type checkers read this signature for that call too.
+        member = str.__new__(cls, value)
+        member._value_ = value
+        member.category, member.default_severity, member.description = meta
+        return member
 
     # The engine raised (the message is the engine's own).
-    ATTACH_NOT_PP = "attach-not-pp"  # attach got an output without to_pp_tensors
-    ATTACH_EMPTY = "attach-empty"  # to_pp_tensors returned an empty mapping
-    ATTACH_BAD_NAME = "attach-bad-name"  # an auxiliary name that is not a non-empty str
-    ATTACH_NOT_TENSOR = "attach-not-tensor"  # an auxiliary value that is not a tensor
-    ATTACH_DUPLICATE = "attach-duplicate"  # the prefixed key was already in the dict
-    EXTRACT_NO_OBSERVER = "extract-no-observer"  # stage 0 got aux output but has no observer
-    EXTRACT_NOT_PP = "extract-not-pp"  # stage 0's observer lacks from_pp_tensors
-    EXTRACT_NOT_TENSOR = "extract-not-tensor"  # a prefixed value on stage 0 is not a tensor
-    EXTRACT_NOT_RECONSTRUCTED = "extract-not-reconstructed"  # from_pp_tensors returned None
-    CALL_RAISED = "call-raised"  # attach/extract raised something other than the engine's errors
-    # Pairing across ranks.
-    ORPHAN_ATTACH = "orphan-attach"  # an attach on the last stage with no extract on stage 0
-    UNMATCHED_EXTRACT = "unmatched-extract"  # an extract on stage 0 with no attach to pair with
-    NAMES_DIFFER = "names-differ"  # the two ends carry different name sets
-    ORDER_DIFFERS = "order-differs"  # same names, different order
-    SHAPE_MISMATCH = "shape-mismatch"  # a name's shape differs between the ends
-    DTYPE_MISMATCH = "dtype-mismatch"  # a name's dtype differs between the ends
-    BYTES_MISMATCH = "bytes-mismatch"  # a name's byte count differs between the ends
-    DEVICE_TYPE_MISMATCH = "device-type-mismatch"  # a name's device type differs (cpu vs cuda)
-    CONTENT_MISMATCH = "content-mismatch"  # fingerprints differ: the payload changed in transit
-    TP_DISAGREE = "tp-disagree"  # the last stage's TP ranks attached different payloads
+    ATTACH_NOT_PP = ("attach-not-pp", E, _ERR,
+                     "attach got an output without to_pp_tensors (engine error)")
+    ATTACH_EMPTY = ("attach-empty", E, _ERR,
+                    "to_pp_tensors returned an empty mapping (engine error)")
+    ATTACH_BAD_NAME = ("attach-bad-name", E, _ERR,
+                       "an auxiliary name is not a non-empty str (engine error)")
+    ATTACH_NOT_TENSOR = ("attach-not-tensor", E, _ERR,
+                         "an auxiliary value is not a tensor (engine error)")
+    ATTACH_DUPLICATE = ("attach-duplicate", E, _ERR,
+                        "the prefixed key was already in the dict (engine error)")
+    EXTRACT_NO_OBSERVER = ("extract-no-observer", E, _ERR,
+                           "stage 0 got auxiliary output but has no observer (engine error)")
+    EXTRACT_NOT_PP = ("extract-not-pp", E, _ERR,
+                      "stage 0's observer lacks from_pp_tensors (engine error)")
+    EXTRACT_NOT_TENSOR = ("extract-not-tensor", E, _ERR,
+                          "a prefixed value on stage 0 is not a tensor (engine error)")
+    EXTRACT_NOT_RECONSTRUCTED = ("extract-not-reconstructed", E, _ERR,
+                                 "from_pp_tensors returned None (engine error)")
+    CALL_RAISED = ("call-raised", E, _ERR,
+                   "attach or extract raised something other than the engine's errors")
+    # Something that should be there is not.
+    ORPHAN_ATTACH = ("orphan-attach", A, _WARN,
+                     "an attach on the last stage with no extract on stage 0")
+    UNMATCHED_EXTRACT = ("unmatched-extract", A, _ERR,
+                         "an extract on stage 0 with no attach to pair with")
+    NO_PP_OBSERVER = ("no-pp-observer", A, _ERR,
+                      "stage 0 has no PP-capable observer while the last stage attaches")
+    MISSING_RANK = ("missing-rank", A, _WARN,
+                    "one end of a channel left no trace: its calls cannot be paired")
+    # What one end carried against the other (``pptrace.analyze.payload`` compares).
+    NAMES_DIFFER = ("names-differ", P, _ERR, "the two ends carry different auxiliary names")
+    ORDER_DIFFERS = ("order-differs", P, _WARN,
+                     "same names at both ends, in a different order")
+    SHAPE_MISMATCH = ("shape-mismatch", P, _ERR,
+                      "a name's shape differs between attach and extract")
+    DTYPE_MISMATCH = ("dtype-mismatch", P, _ERR,
+                      "a name's dtype differs between attach and extract")
+    BYTES_MISMATCH = ("bytes-mismatch", P, _ERR,
+                      "a name's byte count differs (same shape and dtype)")
+    DEVICE_TYPE_MISMATCH = ("device-type-mismatch", P, _ERR,
+                            "a name's device type differs (cpu vs cuda)")
+    CONTENT_MISMATCH = ("content-mismatch", P, _ERR,
+                        "fingerprints differ: the payload changed in transit")
+    TP_DISAGREE = ("tp-disagree", P, _ERR,
+                   "the last stage's TP ranks attached different payloads")
     # Namespace hygiene.
-    PREFIXED_FOREIGN_KEY = "prefixed-foreign-key"  # a non-auxiliary key begins with the prefix
-    RESERVED_NAME = "reserved-name"  # an auxiliary name equals a reserved or engine key
-    EMPTY_NAME = "empty-name"  # an auxiliary name is empty
-    NAME_HAS_PREFIX = "name-has-prefix"  # an auxiliary name itself begins with the prefix
-    LEFTOVER_KEYS = "leftover-keys"  # prefixed keys remained after a successful extract
-    EXTRACT_OFF_STAGE0 = "extract-off-stage0"  # a stage other than 0 extracted aux output
-    NO_PP_OBSERVER = "no-pp-observer"  # stage 0 has no PP-capable observer while attaches happen
-    MISSING_RANK = "missing-rank"  # one end of a channel has no trace at all: nothing to pair
-    # Confidence.
-    EVENTS_DROPPED = "events-dropped"  # the recorder dropped events: absence findings may be wrong
-
-    @property
-    def default_severity(self) -> Severity:
-        """The severity a finding of this kind carries."""
-        if self in _WARNINGS:
-            return Severity.WARNING
-        if self in _INFOS:
-            return Severity.INFO
-        return Severity.ERROR
-
-    @property
-    def description(self) -> str:
-        """One line saying what this kind of finding means."""
-        return _DESCRIPTIONS[self]
+    PREFIXED_FOREIGN_KEY = ("prefixed-foreign-key", N, _ERR,
+                            "a non-auxiliary key begins with (or looks like) the prefix")
+    RESERVED_NAME = ("reserved-name", N, _ERR,
+                     "an auxiliary name equals a reserved or engine key")
+    EMPTY_NAME = ("empty-name", N, _ERR, "an auxiliary name is empty")
+    NAME_HAS_PREFIX = ("name-has-prefix", N, _WARN,
+                       "an auxiliary name itself begins with the prefix")
+    LEFTOVER_KEYS = ("leftover-keys", N, _ERR,
+                     "prefixed keys remained after a successful extract")
+    EXTRACT_OFF_STAGE0 = ("extract-off-stage0", N, _ERR,
+                          "a stage other than 0 extracted auxiliary output")
+    # Confidence in the rest.
+    EVENTS_DROPPED = ("events-dropped", R, _WARN,
+                      "the recorder lost events: findings about absences are less sure")
 
 
-_WARNINGS = frozenset({FindingKind.ORDER_DIFFERS, FindingKind.ORPHAN_ATTACH,
-                       FindingKind.EVENTS_DROPPED, FindingKind.NAME_HAS_PREFIX,
-                       FindingKind.MISSING_RANK})
-_INFOS: frozenset[FindingKind] = frozenset()
-
-_DESCRIPTIONS: dict[FindingKind, str] = {
-    FindingKind.ATTACH_NOT_PP: "attach got an output without to_pp_tensors (engine error)",
-    FindingKind.ATTACH_EMPTY: "to_pp_tensors returned an empty mapping (engine error)",
-    FindingKind.ATTACH_BAD_NAME: "an auxiliary name is not a non-empty str (engine error)",
-    FindingKind.ATTACH_NOT_TENSOR: "an auxiliary value is not a tensor (engine error)",
-    FindingKind.ATTACH_DUPLICATE: "the prefixed key was already in the dict (engine error)",
-    FindingKind.EXTRACT_NO_OBSERVER: "stage 0 got auxiliary output but has no observer "
-    "(engine error)",
-    FindingKind.EXTRACT_NOT_PP: "stage 0's observer lacks from_pp_tensors (engine error)",
-    FindingKind.EXTRACT_NOT_TENSOR: "a prefixed value on stage 0 is not a tensor (engine error)",
-    FindingKind.EXTRACT_NOT_RECONSTRUCTED: "from_pp_tensors returned None (engine error)",
-    FindingKind.CALL_RAISED: "attach or extract raised something other than the engine's errors",
-    FindingKind.ORPHAN_ATTACH: "an attach on the last stage with no extract on stage 0",
-    FindingKind.UNMATCHED_EXTRACT: "an extract on stage 0 with no attach to pair with",
-    FindingKind.NAMES_DIFFER: "the two ends carry different auxiliary names",
-    FindingKind.ORDER_DIFFERS: "same names at both ends, in a different order",
-    FindingKind.SHAPE_MISMATCH: "a name's shape differs between attach and extract",
-    FindingKind.DTYPE_MISMATCH: "a name's dtype differs between attach and extract",
-    FindingKind.BYTES_MISMATCH: "a name's byte count differs (same shape and dtype)",
-    FindingKind.DEVICE_TYPE_MISMATCH: "a name's device type differs (cpu vs cuda)",
-    FindingKind.CONTENT_MISMATCH: "fingerprints differ: the payload changed in transit",
-    FindingKind.TP_DISAGREE: "the last stage's TP ranks attached different payloads",
-    FindingKind.PREFIXED_FOREIGN_KEY: "a non-auxiliary key begins with (or looks like) the "
-    "prefix",
-    FindingKind.RESERVED_NAME: "an auxiliary name equals a reserved or engine key",
-    FindingKind.EMPTY_NAME: "an auxiliary name is empty",
-    FindingKind.NAME_HAS_PREFIX: "an auxiliary name itself begins with the prefix",
-    FindingKind.LEFTOVER_KEYS: "prefixed keys remained after a successful extract",
-    FindingKind.EXTRACT_OFF_STAGE0: "a stage other than 0 extracted auxiliary output",
-    FindingKind.NO_PP_OBSERVER: "stage 0 has no PP-capable observer while the last stage "
-    "attaches",
-    FindingKind.MISSING_RANK: "one end of a channel left no trace: its calls cannot be paired",
-    FindingKind.EVENTS_DROPPED: "the recorder lost events: findings about absences are less sure",
-}
+del E, A, P, N, R
 
 
 @dataclass(frozen=True, slots=True)
