@@ -10,9 +10,14 @@ The hierarchy::
 Engine errors are never pptrace errors: the instrumented transport re-raises the engine's own
 ``RuntimeError`` object unchanged. The messages below are the engine's interface (users grep logs
 for them); they are tested for string equality against SGLang's real module.
+
+Trace text quoted in a message goes through ``pptrace.model.text.inert`` (the one escaper;
+``inert`` is re-exported here for the readers that quote input problems).
 """
 
 from __future__ import annotations
+
+from pptrace.model.text import inert
 
 __all__ = [
     "ATTACH_BAD_NAME",
@@ -47,19 +52,6 @@ EXTRACT_NOT_RECONSTRUCTED = "sampling observer did not reconstruct its PP output
 
 class PptraceError(Exception):
     """Base of every error pptrace raises to a user."""
-
-
-# Trace content quoted in a message must neither act on a terminal (ESC, BEL, CR, C1 CSI, a bidi
-# override) nor break the one-line promise (a newline, a Unicode line separator): such
-# characters are shown as escapes.
-_INERT = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
-_INERT.update({c: f"\\u{c:04x}" for c in (0x2028, 0x2029, *range(0x202A, 0x202F),
-                                          *range(0x2066, 0x206A))})
-
-
-def inert(text: str) -> str:
-    """``text`` with control, line-separator and bidi characters shown as escapes."""
-    return text.translate(_INERT)
 
 
 class TraceInputError(PptraceError):

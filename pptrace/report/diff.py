@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pptrace.analyze.analyzer import classify_error
-from pptrace.model.errors import inert
+from pptrace.model.text import inert
 from pptrace.model.findings import Finding
 from pptrace.model.records import Direction, Event
 from pptrace.model.trace import Trace
