@@ -20,7 +20,7 @@ from pptrace.model import errors
 from pptrace.model.errors import TraceInputError
 from pptrace.model.findings import Severity
 from pptrace.model.text import MESSAGE_LIMIT, clip, inert, plural
-from pptrace.report.text import render_text, to_json
+from pptrace.report.text import render_text
 
 RAW = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 HOSTILE = ["rtl\u202eexe.txt", "ltr\u202dx", "iso\u2066y\u2069", "esc\x1b[31m", "c1\x9b31m",

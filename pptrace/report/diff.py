@@ -17,9 +17,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pptrace.analyze.analyzer import classify_error
-from pptrace.model.text import inert
 from pptrace.model.findings import Finding
 from pptrace.model.records import Direction, Event
+from pptrace.model.text import inert
 from pptrace.model.trace import Trace
 
 __all__ = ["DiffRow", "RunProfile", "diff", "profile", "render_text", "to_json"]

@@ -16,9 +16,9 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from pptrace.model.text import inert
 from pptrace.model.findings import Finding, FindingKind, Severity
 from pptrace.model.records import Direction
+from pptrace.model.text import inert
 from pptrace.model.trace import EventId, Trace
 
 __all__ = [
