@@ -28,6 +28,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import grimp
 import pytest
 
 import pptrace
@@ -123,89 +124,228 @@ def test_a_wrong_import_breaks_its_rule_by_name(tmp_path: Path, path: str, line:
     assert f"{rule}\n" in output  # the broken contract's own section names it
 
 
-# --- 3. fresh-interpreter probes (being rewritten) ---
+# --- 2. no import cycles ----------------------------------------------------------------------
 
-HEAVY = ("torch", "opentelemetry.sdk")
-UI_AND_NETWORK = ("textual", "grpc", "opentelemetry.exporter.otlp.proto.grpc",
-                  "opentelemetry.exporter.otlp.proto.http")
-
-# Imports each module in turn and reports which forbidden packages each one brought in.
-PROBE = """
-import importlib, json, sys
-forbidden = json.loads(sys.argv[1])
-found = {}
-for name in json.loads(sys.argv[2]):
-    importlib.import_module(name)
-    found[name] = sorted(f for f in forbidden
-                         if any(m == f or m.startswith(f + ".") for m in sys.modules))
-print(json.dumps(found))
-"""
+def import_graph(*packages: str) -> grimp.ImportGraph:
+    """Every import between the packages' modules (lazy and ``TYPE_CHECKING`` ones included)."""
+    return grimp.build_graph(*packages, cache_dir=None)
 
 
-def imported_in_fresh_interpreter(
-    modules: list[str], forbidden: tuple[str, ...]
-) -> dict[str, list[str]]:
-    """For each module (imported in order), the forbidden packages loaded by then."""
-    proc = subprocess.run(
-        [sys.executable, "-c", PROBE, json.dumps(forbidden), json.dumps(modules)],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    found: dict[str, list[str]] = json.loads(proc.stdout.strip().splitlines()[-1])
+def import_cycles(graph: grimp.ImportGraph) -> list[str]:
+    """One cycle per group of modules that import each other, as ``a (l.3) -> b (l.9) -> a``."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    groups: list[list[str]] = []
+
+    def visit(module: str) -> None:  # Tarjan's strongly connected components
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for imported in sorted(graph.find_modules_directly_imported_by(module)):
+            if imported not in index:
+                visit(imported)
+                low[module] = min(low[module], low[imported])
+            elif imported in stack:
+                low[module] = min(low[module], index[imported])
+        if low[module] == index[module]:
+            group: list[str] = []
+            while not group or group[-1] != module:
+                group.append(stack.pop())
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for module in sorted(graph.modules):
+        if module not in index:
+            visit(module)
+    return sorted(_one_cycle(graph, group) for group in groups)
+
+
+def _one_cycle(graph: grimp.ImportGraph, group: list[str]) -> str:
+    """The shortest way from the group's first module back to itself, with line numbers."""
+    start, members = group[0], set(group)
+    came_from: dict[str, str] = {}
+    frontier = [start]
+    while start not in came_from:
+        following = []
+        for module in frontier:
+            for imported in sorted(graph.find_modules_directly_imported_by(module) & members):
+                if imported not in came_from:
+                    came_from[imported] = module
+                    following.append(imported)
+        frontier = following
+    path = [start]
+    while len(path) == 1 or path[-1] != start:
+        path.append(came_from[path[-1]])
+    path.reverse()
+    steps = []
+    for importer, imported in zip(path, path[1:], strict=False):
+        lines = sorted(d["line_number"] for d in graph.get_import_details(
+            importer=importer, imported=imported))
+        steps.append(f"{importer} (l.{','.join(map(str, lines))})")
+    return " -> ".join([*steps, start])
+
+
+def test_no_import_cycles() -> None:
+    cycles = import_cycles(import_graph(*PACKAGES))
+    assert cycles == [], "import cycles:\n" + "\n".join(cycles)
+
+
+def test_the_cycle_check_lists_a_cycle_by_module_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The check above is not vacuous: a ring of three modules is found, named, in order."""
+    package = tmp_path / "ringpkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("", "utf-8")
+    (package / "a.py").write_text("from ringpkg import b\n", "utf-8")
+    (package / "b.py").write_text("import os\n\ndef f():\n    from ringpkg import c\n", "utf-8")
+    (package / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                  "    import ringpkg.a\n", "utf-8")
+    (package / "d.py").write_text("import ringpkg.a\n", "utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert import_cycles(import_graph("ringpkg")) == [
+        "ringpkg.a (l.1) -> ringpkg.b (l.4) -> ringpkg.c (l.3) -> ringpkg.a"]
+
+
+# --- 3. what each module loads at import time, in a fresh interpreter ------------------------
+
+def modules_in(*folders: str) -> list[str]:
+    """Every module under the given folders of ``pptrace`` (``"model"``: ``pptrace/model``)."""
+    found: list[str] = []
+    for folder in folders:
+        sources = sorted((PACKAGES["pptrace"] / folder).rglob("*.py"))
+        # A folder the rules name must exist: a rename must fail here, never pass as a skip.
+        assert sources, f"pptrace/{folder} has no modules: the layout changed, update the rules"
+        found += [".".join(("pptrace", *path.relative_to(PACKAGES["pptrace"]).with_suffix("")
+                                       .parts)).removesuffix(".__init__") for path in sources]
     return found
 
 
-def require(name: str) -> None:
-    if importlib.util.find_spec(name) is None:
-        pytest.skip(f"{name} does not exist yet (being built in parallel)")
+# Imports one module and prints every module that importing it loaded.
+PROBE = """
+import importlib, json, sys
+before = set(sys.modules)
+importlib.import_module(sys.argv[1])
+print(json.dumps(sorted(set(sys.modules) - before)))
+"""
 
 
-READERS = ["pptrace.model.records", "pptrace.model.schema", "pptrace.model.trace",
-           "pptrace.model.findings", "pptrace.model.errors", "pptrace.load.loader",
-           "pptrace.load.otlp", "pptrace.load.jaeger", "pptrace.analyze.analyzer",
-           "pptrace.analyze.pairing", "pptrace.report.text", "pptrace.report.diff",
-           "pptrace.load.jaeger_fetch", "pptrace.cli.main", "pptrace.cli.analyze",
-           "pptrace.cli.diff"]
+def loaded_by(module: str) -> list[str]:
+    """Every module that importing ``module`` loads, in a fresh interpreter."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PPTRACE_", "OTEL_"))}
+    proc = subprocess.run([sys.executable, "-c", PROBE, module], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, f"importing {module} failed:\n{proc.stderr[-2000:]}"
+    loaded: list[str] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return loaded
+
+
+def forbidden_in(loaded: list[str], forbidden: tuple[str, ...]) -> list[str]:
+    """The forbidden packages among the loaded modules."""
+    return sorted(f for f in forbidden if any(m == f or m.startswith(f + ".") for m in loaded))
+
+
+READ_SIDE = ("pptrace.load", "pptrace.analyze", "pptrace.report", "pptrace.cli")
+VIEWER_AND_NETWORK = ("pptrace_tui", "textual", "rich", "grpc", "requests", "urllib3",
+                      "opentelemetry.exporter.otlp.proto.grpc",
+                      "opentelemetry.exporter.otlp.proto.http")
+TORCH_AND_OTEL = ("torch", "opentelemetry")
+
+MODEL = modules_in("model")
+RECORDING = modules_in("record", "export", "activation")
+READING = modules_in("load", "analyze", "report")
+# The commands that only read traces (the viewer itself is checked below).
+READING_COMMANDS = ["pptrace.cli.main", "pptrace.cli.inputs", "pptrace.cli.analyze",
+                    "pptrace.cli.diff", "pptrace.cli.view"]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("module", READERS,
-                         ids=[f"{m} never imports torch or the OpenTelemetry SDK" for m in READERS])
-def test_reading_traces_never_imports_torch_or_the_otel_sdk(module: str) -> None:
-    require(module)
-    found = imported_in_fresh_interpreter([module], HEAVY)
-    assert found[module] == [], f"importing {module} loads {found[module]}"
+@pytest.mark.parametrize("module", MODEL,
+                         ids=[f"{m} loads the standard library only" for m in MODEL])
+def test_a_model_module_loads_the_standard_library_only(module: str) -> None:
+    loaded = loaded_by(module)
+    foreign = sorted({m.split(".")[0] for m in loaded} - set(sys.stdlib_module_names)
+                     - {"pptrace"})
+    others = sorted(m for m in loaded if m.startswith("pptrace.")
+                    and not m.startswith("pptrace.model"))
+    assert (foreign, others) == ([], []), f"importing {module} loads {foreign + others}"
 
 
-def tui_modules() -> list[str]:
-    package = ROOT / "tui"
+@pytest.mark.slow
+@pytest.mark.parametrize("module", MODEL + RECORDING, ids=[
+    f"{m} loads no viewer, no read side, no network exporter" for m in MODEL + RECORDING])
+def test_the_recording_path_loads_no_viewer_no_read_side_and_no_network_exporter(
+    module: str,
+) -> None:
+    loaded = loaded_by(module)
+    found = forbidden_in(loaded, READ_SIDE + VIEWER_AND_NETWORK)
+    if module.startswith("pptrace.export"):
+        found += forbidden_in(loaded, ("torch",))  # export's rule: never torch
+    assert found == [], f"importing {module} loads {found}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("module", MODEL + READING + READING_COMMANDS, ids=[
+    f"{m} loads no torch and no OpenTelemetry" for m in MODEL + READING + READING_COMMANDS])
+def test_reading_traces_loads_no_torch_and_no_opentelemetry(module: str) -> None:
+    if importlib.util.find_spec(module) is None:  # a named command that was renamed
+        pytest.fail(f"{module} does not exist: update READING_COMMANDS")
+    found = forbidden_in(loaded_by(module), TORCH_AND_OTEL)
+    assert found == [], f"importing {module} loads {found}"
+
+
+def viewer_modules() -> list[str]:
     return sorted(
-        ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
-        for path in package.rglob("*.py")
-    )
+        ".".join(("pptrace_tui", *path.relative_to(PACKAGES["pptrace_tui"]).with_suffix("")
+                  .parts)).removesuffix(".__init__")
+        for path in PACKAGES["pptrace_tui"].rglob("*.py"))
+
+
+# Imports the modules in turn, then prints the forbidden packages loaded by then.
+PROBE_ALL = """
+import importlib, json, sys
+forbidden = json.loads(sys.argv[1])
+for name in json.loads(sys.argv[2]):
+    importlib.import_module(name)
+print(json.dumps(sorted(f for f in forbidden
+                        if any(m == f or m.startswith(f + ".") for m in sys.modules))))
+"""
 
 
 @pytest.mark.slow
-def test_the_tui_never_imports_torch_or_the_otel_sdk() -> None:
-    require("tui")
-    modules = tui_modules()
-    found = imported_in_fresh_interpreter(modules, HEAVY)
-    offenders = {m: f for m, f in found.items() if f}
-    # Report the first module that brought each package in, not everything imported after it.
-    assert offenders == {}, f"first offender: {next(iter(offenders.items()))}"
+def test_the_viewer_loads_no_torch_and_no_opentelemetry() -> None:
+    modules = viewer_modules()
+    assert len(modules) > 10, modules
+    proc = subprocess.run([sys.executable, "-c", PROBE_ALL, json.dumps(TORCH_AND_OTEL),
+                           json.dumps(modules)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == []
 
 
 @pytest.mark.slow
 def test_import_pptrace_alone_imports_no_torch() -> None:
-    assert imported_in_fresh_interpreter(["pptrace"], HEAVY)["pptrace"] == []
+    assert forbidden_in(loaded_by("pptrace"), TORCH_AND_OTEL) == []
 
 
 @pytest.mark.slow
-def test_the_recording_path_imports_no_textual_and_no_network_exporter() -> None:
-    modules = ["pptrace.record.wrapper", "pptrace.record.recorder", "pptrace.export.spans"]
-    found = imported_in_fresh_interpreter(modules, UI_AND_NETWORK)
-    assert found == {m: [] for m in modules}
+def test_the_probe_sees_what_a_module_imports() -> None:
+    """The fresh-interpreter probe is not vacuous: it reports a package a module pulls in."""
+    assert forbidden_in(loaded_by("email.message"), ("email", "torch")) == ["email"]
 
+
+def test_every_folder_has_its_rule_and_every_module_is_probed() -> None:
+    """The lists above are read from the folders; a new folder must be given a rule here."""
+    folders = sorted(p.name for p in PACKAGES["pptrace"].iterdir() if (p / "__init__.py").exists())
+    assert folders == ["activation", "analyze", "cli", "export", "load", "model", "record",
+                       "report"], "a folder was added or renamed: give it its rules"
+    assert "pptrace.record" in RECORDING and "pptrace.record.wrapper" in RECORDING
+    assert "pptrace.activation._bootstrap.sitecustomize" in RECORDING
+    assert "pptrace.load.loader" in READING and "pptrace.model.records" in MODEL
+    in_folders = [p.relative_to(PACKAGES["pptrace"]).parts for p in
+                  PACKAGES["pptrace"].rglob("*.py")]
+    assert len(MODEL + RECORDING + READING) == len(
+        [parts for parts in in_folders if len(parts) > 1 and parts[0] != "cli"])
 
 
 # --- 4. what the folders import, read from the source ----------------------------------------
@@ -213,7 +353,7 @@ def test_the_recording_path_imports_no_textual_and_no_network_exporter() -> None
 def tui_imports_in(path: Path, root: Path = ROOT) -> list[str]:
     """Every way a source file could import the viewer: import statements and literal names
     passed to ``importlib.import_module`` or ``__import__``."""
-    found = []
+    found: list[str] = []
     for node in ast.walk(ast.parse(path.read_text("utf-8"), str(path))):
         names: list[str] = []
         if isinstance(node, ast.Import):
@@ -225,7 +365,7 @@ def tui_imports_in(path: Path, root: Path = ROOT) -> list[str]:
             callee = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
             if callee in ("import_module", "__import__") and isinstance(node.args[0].value, str):
                 names = [node.args[0].value]
-        found += [f"{path.relative_to(root)}:{node.lineno}: {n}" for n in names
+        found += [f"{path.relative_to(root)}:{getattr(node, 'lineno', 0)}: {n}" for n in names
                   if n.split(".")[0] in ("tui", "pptrace_tui")]
     return found
 
@@ -244,6 +384,52 @@ def test_the_viewer_rule_detects_an_import(tmp_path: Path) -> None:
                       "importlib.import_module('pptrace_tui.widgets')\nimport tuition\n", "utf-8")
     assert tui_imports_in(sample, tmp_path) == [
         "sample.py:1: pptrace_tui.app", "sample.py:2: tui", "sample.py:4: pptrace_tui.widgets"]
+
+
+NETWORK_EXPORTERS = ("grpc", "opentelemetry.exporter.otlp.proto.grpc",
+                     "opentelemetry.exporter.otlp.proto.http")
+
+
+def network_imports_in(path: Path, root: Path = ROOT) -> list[str]:
+    """Each import of a network exporter in a source file, and whether a function makes it."""
+    found: list[str] = []
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        where = "in a function" if in_function else "at import"
+        found.extend(f"{path.relative_to(root)}:{getattr(node, 'lineno', 0)}: {n} ({where})"
+                     for n in names if any(n == e or n.startswith(e + ".")
+                                           for e in NETWORK_EXPORTERS))
+        inner = in_function or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                                 ast.Lambda))
+        for child in ast.iter_child_nodes(node):
+            visit(child, inner)
+
+    visit(ast.parse(path.read_text("utf-8"), str(path)), False)
+    return found
+
+
+def test_only_export_otlp_imports_the_network_exporters_and_only_when_called() -> None:
+    """An engine that records to a file never pays for gRPC or HTTP: the exporters are imported
+    inside functions of ``pptrace.export.otlp``, when OTLP export is configured."""
+    hits = [hit for path in sorted(PACKAGES["pptrace"].rglob("*.py"))
+            for hit in network_imports_in(path)]
+    assert hits, "pptrace.export.otlp no longer imports a network exporter: update this rule"
+    assert [h for h in hits if not (h.startswith("pptrace/export/otlp.py:")
+                                    and h.endswith("(in a function)"))] == []
+
+
+def test_the_network_rule_tells_a_lazy_import_from_an_eager_one(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text("import grpc\n\ndef f():\n    from opentelemetry.exporter.otlp.proto.http"
+                      ".trace_exporter import X\nimport grpcio_tools\n", "utf-8")
+    assert network_imports_in(sample, tmp_path) == [
+        "sample.py:1: grpc (at import)",
+        "sample.py:4: opentelemetry.exporter.otlp.proto.http.trace_exporter (in a function)"]
 
 
 def test_public_names_are_sorted() -> None:
