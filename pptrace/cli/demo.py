@@ -33,12 +33,12 @@ exit status: 0 healthy run (every rank exited 0, every output arrived intact, no
 2 bad arguments.
 
 examples:
-  pptrace demo                              # 4 ranks, 32 decode steps, no fault
-  pptrace demo --list-faults                # what can be injected, and what the engine does
-  pptrace demo --fault duplicate --ranks 2  # the engine raises on the last stage
-  pptrace demo --fault tp-disagree          # silent in the engine: 2 stages x 2 TP ranks
+  pptrace demo                              # 4 ranks, 32 steps, no fault
+  pptrace demo --list-faults                # what can go wrong
+  pptrace demo --fault duplicate --ranks 2  # the engine raises: last stage
+  pptrace demo --fault tp-disagree          # silent: 2 stages x 2 TP ranks
   pptrace demo --tp 2 --steps 64 --out traces/tp2
-  pptrace demo --endpoint http://localhost:4318   # files, and spans to Jaeger over OTLP
+  pptrace demo --endpoint http://localhost:4318   # files + spans to Jaeger
 
 The ranks honour the same PPTRACE_* and OTEL_* variables as 'pptrace run' (see its --help),
 except PPTRACE_DIR (the demo writes to --out).

@@ -15,6 +15,7 @@ import sys
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 
+from pptrace.cli.help import HelpFormatter
 from pptrace.model.errors import PptraceError
 
 __all__ = ["main"]
@@ -39,11 +40,13 @@ def build_parser() -> argparse.ArgumentParser:
             "protocol mismatches and key collisions across ranks."
         ),
         epilog="Run 'pptrace COMMAND --help' for a command's options.",
+        formatter_class=HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"pptrace {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
-        importlib.import_module(f"pptrace.cli.{name}").add_parser(sub)
+        command = importlib.import_module(f"pptrace.cli.{name}").add_parser(sub)
+        command.formatter_class = HelpFormatter  # one help layout for every command
     return parser
 
 

@@ -31,7 +31,7 @@ status says why). PPTRACE_NATIVE=0 keeps the Python reads even when it is built.
 
 examples:
   pptrace native build && pptrace native status
-  PPTRACE_NATIVE_DIR=/shared/pptrace pptrace native build   # one build for a shared venv
+  PPTRACE_NATIVE_DIR=/shared/pptrace pptrace native build   # for a shared venv
 """
 
 
