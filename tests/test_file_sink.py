@@ -1,26 +1,110 @@
-"""FileSink writes, from events, exactly what the SDK span path writes (ids apart)."""
+"""FileSink, the one trace-file encoder, writes the official OTLP/JSON encoding, byte for byte.
+
+The oracle (``tests/otlp_oracle.py``): the same events as SDK spans (``SpanSink`` on a
+``TracerProvider``), encoded by the SDK's own ``encode_spans`` from the official protobuf
+definitions and rendered by ``google.protobuf.json_format``. Every line FileSink writes is
+compared with the oracle's line for the same spans, field by field and then byte for byte, the
+random ids apart (the oracle's are rewritten from base64 to hex; both are checked for form).
+Both of FileSink's paths are held to it: events given as ``Event`` records, and the recorder's
+raw tuples through per-shape templates.
+"""
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
+import torch
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+import pptrace.record.engine as engine
 from pptrace.export.file_sink import SPANS_PER_LINE, FileSink
-from pptrace.export.spans import (
-    OtlpJsonFileExporter,
-    SpanSink,
-    _BatchToExporter,
-    _version,
-    rank_resource,
-)
+from pptrace.export.spans import SpanSink, build_provider, rank_resource, scope_version
+from pptrace.load.loader import load_paths
+from pptrace.model.config import Config
 from pptrace.model.records import PREFIX, Direction, Event, RankInfo, RecorderStats, TensorMeta
+from pptrace.record.recorder import RawEvents, Recorder
+from pptrace.record.wrapper import wrap_transport
+from tests.helpers_recorder import Composite, Observer, Output, drive, recorder, wrapped
+from tests.otlp_oracle import official_line, without_ids
 
 RANK = RankInfo(rank=3, world_size=4, pp_rank=3, pp_size=4, tp_rank=0, tp_size=1, host="h",
                 pid=42)
+#: The span limits of pptrace's own provider (``build_provider``), which the oracle's SDK spans
+#: must meet too: nothing of an event is cut.
+LIMITS = SpanLimits(max_span_attributes=256, max_attribute_length=None)
+
+
+class Oracle:
+    """A sink writing each chunk with FileSink (from raws and from records) and, as SDK spans,
+    to memory, remembering how many spans each call made (FileSink's lines follow calls)."""
+
+    def __init__(self, tmp: Path, resource: Resource) -> None:
+        self.raw_path, self.records_path = tmp / "raw.jsonl", tmp / "records.jsonl"
+        self.raw = FileSink(str(self.raw_path), resource, scope_version())
+        self.records = FileSink(str(self.records_path), resource, scope_version())
+        self.memory = InMemorySpanExporter()
+        self.provider = TracerProvider(resource=resource, span_limits=LIMITS)
+        self.provider.add_span_processor(SimpleSpanProcessor(self.memory))
+        self.sdk = SpanSink(self.provider)
+        self.calls: list[int] = []
+
+    def _count(self, call: Any) -> None:
+        before = len(self.memory.get_finished_spans())
+        call()
+        self.calls.append(len(self.memory.get_finished_spans()) - before)
+
+    def export(self, events: Sequence[Event]) -> None:
+        if isinstance(events, RawEvents):
+            self.raw.export(events)
+        records = list(events)
+        if not isinstance(events, RawEvents):
+            self.raw.export(records)
+        self.records.export(records)
+        self._count(lambda: self.sdk.export(records))
+
+    def export_stats(self, stats: RecorderStats) -> None:
+        self.raw.export_stats(stats)
+        self.records.export_stats(stats)
+        self._count(lambda: self.sdk.export_stats(stats))
+
+    def shutdown(self, timeout: float) -> None:
+        self.raw.shutdown(timeout)
+        self.records.shutdown(timeout)
+        self.sdk.shutdown(timeout)
+
+    def expected(self) -> list[str]:
+        """The oracle's lines: each call's spans, cut every SPANS_PER_LINE as FileSink cuts."""
+        spans = list(self.memory.get_finished_spans())
+        lines, at = [], 0
+        for n in self.calls:
+            for start in range(0, n, SPANS_PER_LINE):
+                lines.append(official_line(spans[at + start:at + min(n, start + SPANS_PER_LINE)]))
+            at += n
+        return lines
+
+    def check(self) -> list[str]:
+        """Both files against the oracle; return the oracle's lines."""
+        expected = self.expected()
+        for path in (self.raw_path, self.records_path):
+            assert_same_lines(path.read_text("ascii").splitlines(), expected)
+        return expected
+
+
+def assert_same_lines(written: list[str], expected: list[str]) -> None:
+    assert len(written) == len(expected)
+    for got, want in zip(written, expected, strict=True):
+        assert re.fullmatch(r'.*"traceId":"[0-9a-f]{32}","spanId":"[0-9a-f]{16}".*', got)
+        # Field by field first (a readable difference), then the very bytes.
+        assert json.loads(without_ids(got)) == json.loads(without_ids(want))
+        assert without_ids(got) == without_ids(want)
 
 
 def _events() -> list[Event]:
@@ -38,115 +122,75 @@ def _events() -> list[Event]:
                    duration_ns=50, subject_type="NoneType", tensors=tensors[:1],
                    error_type="RuntimeError",
                    error_message="received auxiliary PP output without a sampling observer",
-                   keys_before=("a\x1b[31m", PREFIX + "a"), keys_after=("a\x1b[31m",))
+                   keys_before=("a\x1b[31m", PREFIX + "a\u202e\u2028ü\"q\""),
+                   keys_after=("a\x1b[31m",))
     empty_message = Event(direction=Direction.ATTACH, seq=1, rank=RANK, start_ns=3_000,
                           mono_ns=11, duration_ns=1, error_type="KeyError", error_message="")
     return [ok, failed, empty_message] * 3
 
 
-def _without_ids(path: Path) -> list[object]:
-    lines = [json.loads(line) for line in path.read_text().splitlines()]
-    spans = []
-    for doc in lines:
-        for rs in doc["resourceSpans"]:
-            for ss in rs["scopeSpans"]:
-                for span in ss["spans"]:
-                    assert len(span.pop("traceId")) == 32 and len(span.pop("spanId")) == 16
-                    spans.append((rs["resource"], ss["scope"], span))
-    return spans
+def test_records_encode_as_the_official_encoder_does(tmp_path: Path) -> None:
+    """Success, engine error, empty error message, escapes, fingerprints, extra tags, stats."""
+    oracle = Oracle(tmp_path, rank_resource(RANK, "r"))
+    oracle.export(_events())
+    oracle.export_stats(RecorderStats(rank=RANK, time_ns=9_000, recorded=9, exported=9,
+                                      run_id="r"))
+    oracle.shutdown(1.0)
+    assert len(oracle.check()) == 2 and oracle.calls == [9, 1]
 
 
-def test_file_sink_writes_what_the_sdk_path_writes(tmp_path: Path) -> None:
-    resource = rank_resource(RANK, "r")
-    stats = RecorderStats(rank=RANK, time_ns=9_000, recorded=9, exported=9, run_id="r")
-
-    sdk_path = tmp_path / "sdk.jsonl"
-    provider = TracerProvider(resource=resource, span_limits=SpanLimits(
-        max_span_attributes=256, max_attribute_length=None))
-    direct = _BatchToExporter(OtlpJsonFileExporter(str(sdk_path)))
-    provider.add_span_processor(direct)
-    sdk = SpanSink(provider, [direct])
-    sdk.export(_events())
-    sdk.export_stats(stats)
-    sdk.shutdown(1.0)
-
-    file_path = tmp_path / "file.jsonl"
-    sink = FileSink(str(file_path), resource, _version())
-    sink.export(_events())
-    sink.export_stats(stats)
-    sink.shutdown(1.0)
-
-    expected, written = _without_ids(sdk_path), _without_ids(file_path)
-    assert len(written) == 10
-    assert written == expected
+def test_a_resource_with_a_schema_url_and_any_attribute_kind(tmp_path: Path) -> None:
+    resource = Resource({"service.name": "x", "f": 0.25, "neg": -7, "on": True,
+                         "u": "ü\u2028\"q\"", "list": ("a", "b")}, schema_url="https://schema/1")
+    oracle = Oracle(tmp_path, resource)
+    oracle.export(_events()[:2])
+    oracle.shutdown(1.0)
+    (line,) = oracle.check()
+    assert '"schemaUrl":"https://schema/1"' in line and '"doubleValue":0.25' in line
 
 
-def test_file_sink_splits_long_batches_into_lines(tmp_path: Path) -> None:
-    path = tmp_path / "t.jsonl"
-    sink = FileSink(str(path), rank_resource(RANK))
-    events = _events()[:1] * (SPANS_PER_LINE + 3)
-    sink.export(events)
-    sink.shutdown(1.0)
-    lines = path.read_text().splitlines()
-    assert len(lines) == 2
-    assert len(_without_ids(path)) == SPANS_PER_LINE + 3
+def test_long_batches_split_into_lines_as_the_oracle_is_cut(tmp_path: Path) -> None:
+    oracle = Oracle(tmp_path, rank_resource(RANK))
+    oracle.export(_events()[:1] * (SPANS_PER_LINE + 3))
+    oracle.shutdown(1.0)
+    lines = oracle.check()
+    assert len(lines) == 2 and lines[1].count('"spanId"') == 3
 
 
-def test_file_sink_from_raw_tuples_writes_what_the_sdk_path_writes(tmp_path: Path) -> None:
-    """The template path (raws through per-shape templates) against the SDK, end to end."""
-    from helpers_recorder import Composite, Output, drive, recorder, wrapped
-
-    from pptrace.model.config import Config
-
-    resource = rank_resource(RANK, "r")
-    sdk_path, file_path = tmp_path / "sdk.jsonl", tmp_path / "file.jsonl"
-    provider = TracerProvider(resource=resource, span_limits=SpanLimits(
-        max_span_attributes=256, max_attribute_length=None))
-    direct = _BatchToExporter(OtlpJsonFileExporter(str(sdk_path)))
-    provider.add_span_processor(direct)
-    sdk = SpanSink(provider, [direct])
-    files = FileSink(str(file_path), resource, _version())
-
-    class Both:
-        def export(self, events: Sequence[Event]) -> None:
-            files.export(events)
-            sdk.export(list(events))
-
-        def export_stats(self, stats: RecorderStats) -> None:
-            files.export_stats(stats)
-            sdk.export_stats(stats)
-
-        def shutdown(self, timeout: float) -> None:
-            files.shutdown(timeout)
-            sdk.shutdown(timeout)
-
-    rec = recorder(Config(run_id="r"), Both())
+def test_real_calls_through_the_recorder_encode_as_the_official_encoder_does(
+    tmp_path: Path,
+) -> None:
+    """The wrapper's own records (raw tuples, templates at each shape's second sighting) for
+    successes, every kind of engine error, non-tensor values, empty dicts and 0-d tensors."""
+    oracle = Oracle(tmp_path, rank_resource(RANK, "r"))
+    rec = recorder(Config(run_id="r"), oracle)
     attach, extract = wrapped(rec)
     drive(attach, extract, pairs=5, n=3)
     for _ in range(3):
-        with pytest.raises(RuntimeError):
-            attach({"next_token_ids": [1]}, Composite())
-    attach({}, Output(1))
+        tensors: dict[str, Any] = {"next_token_ids": torch.zeros(2), "lens": [1, 2]}
+        out = Output(3)
+        out.named["scalar"] = torch.tensor(1.5, dtype=torch.float64)
+        attach(tensors, out)
+        extract(tensors, Observer())
+        for call, args in ((attach, ({"next_token_ids": [1]}, Composite())),
+                           (attach, ({}, Output(0))),
+                           (extract, ({PREFIX + "x": [1]}, Observer())),
+                           (extract, ({PREFIX + "x": torch.ones(1)}, None))):
+            with pytest.raises(RuntimeError):
+                call(*args)
+        attach({}, None)
+        extract({}, None)
     rec.shutdown(timeout=5.0)
-    assert files.templates_built == 3
-    written = _without_ids(file_path)
-    assert len(written) == 14 + 1 and written == _without_ids(sdk_path)
+    assert (rec.dropped, rec.internal_errors) == (0, 0)
+    lines = oracle.check()
+    assert sum(line.count('"spanId"') for line in lines) == 10 + 3 * 8 + 1
+    assert oracle.raw.templates_built >= 8
 
 
 def test_a_str_subclass_key_costs_nothing(tmp_path: Path) -> None:
     # Any str is a legal dict key to the engine, a str subclass too; the file sink's encoder
     # takes exact types only, so the converter hands it plain characters. Before, such a key
     # made the sink refuse the whole chunk (every event in it counted as dropped).
-    import torch
-    from helpers_recorder import RANK, Observer
-
-    import pptrace.record.engine as engine
-    from pptrace.export.spans import build_provider
-    from pptrace.load.loader import load_paths
-    from pptrace.model.config import Config
-    from pptrace.record.recorder import Recorder
-    from pptrace.record.wrapper import wrap_transport
-
     class Key(str):
         def startswith(self, *args: object) -> bool:
             return str.startswith(self, *args)  # type: ignore[arg-type]
@@ -166,3 +210,15 @@ def test_a_str_subclass_key_costs_nothing(tmp_path: Path) -> None:
     (proc,) = load_paths([str(tmp_path)]).processes
     assert [(e.keys_before, e.names) for e in proc.events] == [
         (("engine.key", PREFIX + "a"), ("a",))] * 3
+
+
+@pytest.mark.parametrize("value", [2**63, float("nan"), b"bytes"])
+def test_a_value_without_an_otlp_form_is_refused_with_a_clear_error(
+    tmp_path: Path, value: object
+) -> None:
+    with pytest.raises(ValueError, match=r"attribute .* (int64|not finite|no OTLP form)"):
+        FileSink(str(tmp_path / "t.jsonl"), Resource({"bad": value}))  # type: ignore[dict-item]
+    sink = FileSink(str(tmp_path / "t.jsonl"), rank_resource(RANK))
+    with pytest.raises(ValueError, match="int64"):
+        sink.export([_events()[0]._replace(thread_id=2**64 - 1)])
+    assert not (tmp_path / "t.jsonl").exists()  # nothing half written

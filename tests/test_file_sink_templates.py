@@ -4,7 +4,7 @@ Every test records real calls through the wrapper into a recorder whose sink han
 two FileSinks: one given the recorder's ``RawEvents`` (per-shape templates), one given the same
 events as a plain list of ``Event`` records (``schema.event_to_attributes`` per event). Their
 files must be equal apart from the random ids, span for span, in order; ``test_file_sink.py``
-proves the record path equals the SDK's.
+holds both paths to the official protobuf encoding.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from pptrace.cli.main import main
-from pptrace.export.spans import SpanSink, encode_json_line, rank_resource
+from pptrace.export.spans import SpanSink, rank_resource
 from pptrace.load.jaeger_fetch import (
     JaegerQuery,
     add_jaeger_arguments,
@@ -30,6 +30,7 @@ from pptrace.model.errors import ConfigError, TraceInputError
 from pptrace.model.records import PREFIX, Direction, Event, RankInfo, TensorMeta
 from tests.fake_jaeger import fake_jaeger
 from tests.helpers_analyze import jaeger_tag
+from tests.otlp_oracle import official_line
 
 NOW = time.time_ns()
 T = TensorMeta(name="scores", key=PREFIX + "scores", shape=(2, 3), dtype="float32", device="cpu",
@@ -62,7 +63,7 @@ def _spans() -> list[ReadableSpan]:
 
 def _v3_body(spans: list[ReadableSpan]) -> bytes:
     # What Jaeger's API v3 answers: OTLP JSON under "result" (one chunk per trace here).
-    return b"\n".join(b'{"result":' + encode_json_line([s]).encode() + b"}" for s in spans)
+    return b"\n".join(b'{"result":' + official_line([s]).encode() + b"}" for s in spans)
 
 
 def _legacy_body(spans: list[ReadableSpan]) -> bytes:

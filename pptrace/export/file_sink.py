@@ -1,9 +1,12 @@
-"""The default sink: events straight to OTLP/JSON trace lines, without building SDK span objects.
+"""The one trace-file encoder: events straight to OTLP/JSON lines, without SDK span objects.
 
-Creating an SDK span costs about as much as everything else on the recorder thread together, and
-a file needs none of what the SDK adds (sampling, processors, limits). ``FileSink`` writes what
-``SpanSink`` + ``OtlpJsonFileExporter`` would write for the same events, line for line apart from
-the random ids (``tests/test_file_sink.py`` proves it).
+Trace files are written here and nowhere else. Creating an SDK span costs about as much as
+everything else on the recorder thread together, and a file needs none of what the SDK adds
+(sampling, processors, limits), so ``FileSink`` writes the OTLP/JSON text itself: lowerCamelCase
+names, hex ids, 64-bit integers as strings, enums by name, default values left out, compact
+separators, ASCII escapes. Its lines are what the official encoding (``opentelemetry-proto``
+through ``google.protobuf.json_format``) gives for the same events as SDK spans, ids aside:
+``tests/test_file_sink.py`` compares them byte for byte.
 
 Step after step the engine makes the same calls: same tensors, keys, thread, result. Given the
 recorder's raw tuples (``RawEvents``), the sink encodes one span of each such shape the ordinary
@@ -21,17 +24,18 @@ whether it has ``to_pp_tensors``) is read when they are made, as each flush's re
 
 from __future__ import annotations
 
+import math
 import operator
 import random
 import re
 from collections.abc import Callable, Mapping, Sequence
 from itertools import chain
-from json.encoder import encode_basestring_ascii as _esc  # as otlp_json and json.dumps
+from json.encoder import encode_basestring_ascii as _esc  # what json.dumps uses (ensure_ascii)
 from typing import Any
 
 from opentelemetry.sdk.resources import Resource
 
-from pptrace.export import otlp_json
+from pptrace.export.trace_file import TraceFile
 from pptrace.model import schema
 from pptrace.model.records import Event, RecorderStats
 from pptrace.record.recorder import RawEvents
@@ -46,7 +50,52 @@ _CACHE_LIMIT = 50_000
 #: Shapes remembered (a template is a few kB); past it the sink starts again with none.
 _TEMPLATE_LIMIT = 1024
 
-_VALUES = otlp_json._VALUES
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _int(value: int) -> str:
+    if not _INT64_MIN <= value <= _INT64_MAX:
+        raise ValueError(f"integer attribute {value} does not fit OTLP's int64")
+    return f'{{"intValue":"{value}"}}'
+
+
+def _float(value: float) -> str:
+    if not math.isfinite(value):
+        raise ValueError(f"float attribute {value} is not finite")
+    return f'{{"doubleValue":{value!r}}}'
+
+
+def _array(value: Sequence[Any]) -> str:
+    if not value:
+        return '{"arrayValue":{}}'
+    return '{"arrayValue":{"values":[' + ",".join([_value(v, _SCALARS) for v in value]) + "]}}"
+
+
+# One lookup per value instead of a chain of type tests; exact types only (a subclass of str or
+# int never reaches here: the schema and the converter hand plain values).
+_SCALARS: dict[type, Callable[[Any], str]] = {
+    str: lambda v: '{"stringValue":' + _esc(v) + "}",
+    bool: lambda v: '{"boolValue":true}' if v else '{"boolValue":false}',
+    int: _int,
+    float: _float,
+}
+_VALUES: dict[type, Callable[[Any], str]] = {**_SCALARS, tuple: _array, list: _array}
+
+
+def _value(value: Any, encoders: Mapping[type, Callable[[Any], str]] = _VALUES) -> str:
+    """One attribute value as an OTLP/JSON ``AnyValue``."""
+    encode = encoders.get(type(value))
+    if encode is None:
+        raise ValueError(f"attribute value of type {type(value).__name__} has no OTLP form here")
+    return encode(value)
+
+
+def _attributes(attrs: Mapping[str, Any]) -> str:
+    """``"attributes":[...]`` with a leading comma, or "" when there are none."""
+    if not attrs:
+        return ""
+    return ',"attributes":[' + ",".join(
+        ['{"key":' + _esc(k) + ',"value":' + _value(v) + "}" for k, v in attrs.items()]) + "]"
 
 #: A template: ``render(out, *values)`` extends the list ``out`` with the span's text, in pieces
 #: (joined once per line), from the values that vary: trace id and span id in hex, start, end,
@@ -101,11 +150,9 @@ class FileSink:
     """Write events and recorder stats to one trace file as OTLP/JSON lines."""
 
     def __init__(self, path: str, resource: Resource, scope_version: str = "0") -> None:
-        from pptrace.export.spans import OtlpJsonFileExporter
-
         self.path = path
-        self._out = OtlpJsonFileExporter(path)
-        res = otlp_json._attributes(resource.attributes).lstrip(",")
+        self._out = TraceFile(path)
+        res = _attributes(resource.attributes).lstrip(",")
         scope = '{"name":"pptrace","version":' + _esc(scope_version) + "}"
         head = '{"resourceSpans":[{"resource":{' + res + '},"scopeSpans":[{"scope":' + scope
         if resource.schema_url:
@@ -134,12 +181,11 @@ class FileSink:
                 if text is None:
                     if len(cache) > _CACHE_LIMIT:
                         cache.clear()
-                    text = cache[ck] = '{"key":' + _esc(key) + ',"value":' + _VALUES[list](
+                    text = cache[ck] = '{"key":' + _esc(key) + ',"value":' + _array(
                         value) + "}"
                 parts.append(text)
             else:
-                parts.append('{"key":' + _esc(key) + ',"value":' + _VALUES[type(value)](value)
-                             + "}")
+                parts.append('{"key":' + _esc(key) + ',"value":' + _value(value) + "}")
         return ',"attributes":[' + ",".join(parts) + "]"
 
     def _span(self, name: str, start: int, end: int, attrs: Mapping[str, Any],
@@ -267,4 +313,4 @@ class FileSink:
 
     def shutdown(self, timeout: float) -> None:
         """Close the file."""
-        self._out.shutdown()
+        self._out.close()
