@@ -143,8 +143,9 @@ def test_fast_path_gives_exactly_what_the_ordinary_path_gives(
     from helpers_analyze import Run, meta
 
     from pptrace.export.spans import build_provider
+    from pptrace.load.builder import TraceBuilder
     from pptrace.load.fast import FastLines
-    from pptrace.load.loader import _Builder, _read_file
+    from pptrace.load.files import read_files
     from pptrace.model.config import Config
 
     run = Run(pp_size=2)
@@ -156,9 +157,9 @@ def test_fast_path_gives_exactly_what_the_ordinary_path_gives(
         for i in range(0, len(proc.events), 16):  # several spans a line, as a flush writes
             sink.export(list(proc.events[i : i + 16]))
         sink.shutdown(1.0)
-    builder = _Builder()
-    for path in sorted(tmp_path.iterdir()):
-        _read_file(str(path), builder, lambda n: None)
+    builder = TraceBuilder()
+    files = sorted(str(path) for path in tmp_path.iterdir())
+    assert read_files(files, {f: 0 for f in files}, builder, None) == []
     assert builder.fast.hits > 100 and builder.fast.misses < 20
     fast = load_paths([str(tmp_path)])
     monkeypatch.setattr(FastLines, "line", lambda self, text: False)
@@ -175,7 +176,7 @@ def test_documents_stream_in_any_key_order_and_big_lines_stream_too(
     path = tmp_path / "late-resource.json"
     path.write_text(json.dumps(doc, indent=1))
     assert _events(load_paths([str(path)])) == EXPECTED
-    import pptrace.load.loader as load_module
+    import pptrace.load.files as load_module
 
     monkeypatch.setattr(load_module, "_BIG_LINE", 100)  # every line counts as huge
     path = tmp_path / "one-line.json"

@@ -242,8 +242,9 @@ def test_older_layouts_and_other_formats_in_the_workers_share(
     assert parallel == serial
     assert parallel.event_count > 100
     # The older layout still goes through the fast path's template cache.
-    from pptrace.load.loader import _Builder, read_files
+    from pptrace.load.builder import TraceBuilder
+    from pptrace.load.files import read_files
 
-    builder = _Builder()
+    builder = TraceBuilder()
     read_files([str(files[-1])], {str(files[-1]): 0}, builder, None)
     assert builder.fast.hits > 20 and builder.fast.misses < 10 and not builder.fast.own

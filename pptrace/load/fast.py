@@ -19,14 +19,44 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
-from pptrace.load.otlp import BadShape, for_each_otlp_span, otlp_span, resource_service
+from pptrace.load.layout import (
+    DROPPED_BEFORE,
+    DURATION_NS,
+    MONO_NS,
+    SEQ,
+    START_NS,
+    THREAD_ID,
+    with_numbers,
+)
+from pptrace.load.otlp import (
+    BadShape,
+    SpanSink,
+    attributes,
+    for_each_otlp_span,
+    otlp_span,
+    resource_service,
+    to_int,
+)
 from pptrace.model import schema
 from pptrace.model.errors import SchemaVersionError
 from pptrace.model.records import Event
 
-__all__ = ["FastLines"]
+__all__ = ["EventSink", "FastLines"]
+
+
+class EventSink(SpanSink, Protocol):
+    """What the fast path hands its events to (``pptrace.load.builder.TraceBuilder``)."""
+
+    def add_events(self, events: Sequence[Event]) -> None: ...
+
+    def add_event(self, ev: Event) -> None: ...
+
+    def problem(self, message: str, line: int | None = None) -> None: ...
+
+    def decode_event(self, attrs: Mapping[str, Any], start_ns: int, end_ns: int) -> Event: ...
 
 _SPANS = b'"spans":['
 _SPLIT = b',{"traceId":"'
@@ -120,13 +150,13 @@ _OWN = re.compile(
 _NOT_IN_REST = (b'"traceId"', b'"spanId"', b'"name"', b'"kind"', b'"startTimeUnixNano"',
                 b'"endTimeUnixNano"', b'"attributes"') + tuple(
     ('"' + k + '"').encode() for k in (schema.SEQ, schema.MONO_NS, schema.DURATION_NS))
-_new_event = tuple.__new__
 
 _START_END = b'"startTimeUnixNano":"'
 _END_AFTER = b'","endTimeUnixNano":"'
 _SEQ_AT = _attr(schema.SEQ)
 _MONO_AT = _attr(schema.MONO_NS)
 _DUR_AFTER = b'"}},' + _attr(schema.DURATION_NS)
+_new_event = tuple.__new__
 
 
 def _cut_usual(chunk: bytes) -> tuple[bytes, list[bytes | None]] | None:
@@ -183,7 +213,7 @@ def _int(v: bytes | None) -> int:
 class FastLines:
     """One loader run's template cache; ``line`` reads a line or says it cannot."""
 
-    def __init__(self, builder: Any) -> None:
+    def __init__(self, builder: EventSink) -> None:
         self.builder = builder
         # key -> (template event, has duration attribute), or None: not cacheable.
         self.templates: dict[bytes, tuple[Event, bool] | None] = {}
@@ -257,7 +287,6 @@ class FastLines:
         others: list[Any] = []
         own, shapes, rows = self.own, self.shapes, self.rows
         match = _OWN.match
-        new = _new_event
         for chunk in chunks:
             m = match(chunk)
             if m is None:
@@ -274,8 +303,7 @@ class FastLines:
                 continue
             _, begin, seq, mono, dur = m.groups()
             if rows is None:
-                events.append(new(Event, (
-                    t[0], int(seq), t[2], int(begin), int(mono), int(dur), *t[6:])))
+                events.append(with_numbers(t, int(seq), int(begin), int(mono), int(dur)))
             else:
                 rows.append((i, int(seq), int(begin), int(mono), int(dur)))
         self.hits += len(chunks) - len(others)
@@ -310,8 +338,6 @@ class FastLines:
         if span.get("name") not in (schema.SPAN_ATTACH, schema.SPAN_EXTRACT):
             return None
         try:
-            from pptrace.load.otlp import attributes, to_int
-
             attrs = attributes(span.get("attributes", []))
             begin = to_int(span.get("startTimeUnixNano", 0), "start")
             end = to_int(span.get("endTimeUnixNano", begin), "end")
@@ -344,11 +370,18 @@ class FastLines:
             duration = int(dur_s)  # type: ignore[arg-type]
         else:
             duration = max(0, int(end_s) - begin) if end_s else 0
-        return _new_event(Event, (
-            t[0], int(seq_s), t[2], begin,  # type: ignore[arg-type]
-            int(mono_s) if mono_s else t.mono_ns, duration,
-            int(thread_s) if thread_s else t.thread_id, *t[7:17],
-            int(dropped_s) if dropped_s else t.dropped_before, t[18], t[19]))
+        values: list[Any] = list(t)
+        values[SEQ] = int(seq_s)  # type: ignore[arg-type]
+        values[START_NS] = begin
+        values[DURATION_NS] = duration
+        if mono_s:
+            values[MONO_NS] = int(mono_s)
+        if thread_s:
+            values[THREAD_ID] = int(thread_s)
+        if dropped_s:
+            values[DROPPED_BEFORE] = int(dropped_s)
+        event: Event = _new_event(Event, values)
+        return event
 
     @staticmethod
     def _parse(chunk: bytes) -> dict[str, Any]:

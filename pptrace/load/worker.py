@@ -4,7 +4,7 @@ Reading pptrace's own files is pure CPython work (cutting numbers out of about 3
 per event), so one process reads about 100k events a second on this kind of machine. With two cores
 and several files, ``pptrace.load.loader`` starts one worker (``python -m pptrace.load.worker``)
 for the later files and reads the earlier ones itself. The worker does not build events: each event
-whose span shape it has seen before (``load_fast``) becomes a row of five integers
+whose span shape it has seen before (``pptrace.load.fast``) becomes a row of five integers
 ``(shape, seq, start, mono, duration)``, sent as raw int64s; every
 shape and every other event travel as compact JSON (each shared part once, in a table), and
 everything else the worker found (stats, foreign spans, problems, per-file errors) as plain
@@ -26,16 +26,19 @@ import subprocess
 import sys
 from array import array
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from itertools import chain
 from typing import IO, Any
 
+from pptrace.load.builder import TraceBuilder
+from pptrace.load.files import error_detail, read_files
+from pptrace.load.layout import with_numbers
 from pptrace.model import schema
 from pptrace.model.errors import SchemaVersionError, TraceInputError
 from pptrace.model.records import Direction, Event, RankInfo, TensorMeta
 from pptrace.model.trace import ForeignSpan, InputProblem
 
-__all__ = ["Worker", "main", "split_files"]
+__all__ = ["FIELD_TABLES", "MIN_PARALLEL_BYTES", "Worker", "main", "split_files", "take"]
 
 _HEADER = struct.Struct("<cQ")
 _ROW = 5  # shape, seq, start, mono, duration
@@ -81,6 +84,44 @@ def _frame(out: IO[bytes], kind: bytes, data: bytes) -> None:
     out.flush()
 
 
+# How each of ``Event``'s fields travels, by name: "plain" as itself, "strings"/"tuples" as an
+# index into a shared table, "ranks"/"tensors" likewise, "direction" as its value. A field added
+# to ``Event`` without an entry here stops this module at import (and its test names it).
+FIELD_TABLES: dict[str, str] = {
+    "direction": "direction", "seq": "plain", "rank": "ranks", "start_ns": "plain",
+    "mono_ns": "plain", "duration_ns": "plain", "thread_id": "plain", "thread_name": "strings",
+    "subject_type": "strings", "subject_pp_capable": "plain", "tensors": "tensors",
+    "keys_before": "tuples", "keys_after": "tuples", "returned_none": "plain",
+    "error_type": "plain", "error_message": "plain", "inserted_before_error": "tuples",
+    "dropped_before": "plain", "run_id": "strings", "extra": "tuples",
+}
+if set(FIELD_TABLES) != set(Event._fields):
+    raise ImportError(
+        "pptrace.load.worker: Event's fields and FIELD_TABLES differ: "
+        f"{sorted(set(FIELD_TABLES) ^ set(Event._fields))}")
+_PLAN = tuple(FIELD_TABLES[name] for name in Event._fields)
+
+
+def _rank_json(rank: RankInfo) -> list[Any]:
+    return list(asdict(rank).values())
+
+
+def _tensors_json(tensors: tuple[TensorMeta, ...]) -> list[list[Any]]:
+    return [list(asdict(m).values()) for m in tensors]
+
+
+def _tuple_json(items: tuple[Any, ...]) -> list[Any]:
+    return [list(x) if isinstance(x, tuple) else x for x in items]
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+_AS_JSON: dict[str, Callable[[Any], Any]] = {
+    "ranks": _rank_json, "tensors": _tensors_json, "tuples": _tuple_json, "strings": _same}
+
+
 class _Packer:
     """Events as compact JSON: each shared part (rank, tensors, tuples of keys, strings) once,
     in a table, and each event as a list of numbers and table indices. Decoding one costs the
@@ -91,66 +132,76 @@ class _Packer:
                                              "strings": []}
         self._index: dict[tuple[str, Any], int] = {}
 
-    def _put(self, table: str, obj: Any, as_json: Callable[[Any], Any]) -> int:
+    def _put(self, table: str, obj: Any) -> int:
         key = (table, obj)
         i = self._index.get(key)
         if i is None:
             rows = self.tables[table]
             i = self._index[key] = len(rows)
-            rows.append(as_json(obj))
+            rows.append(_AS_JSON[table](obj))
         return i
 
     def event(self, ev: Event) -> list[Any]:
-        put, s, t = self._put, self.string, self.tuple
-        return [
-            ev.direction.value, ev.seq, put("ranks", ev.rank, lambda r: list(asdict(r).values())),
-            ev.start_ns, ev.mono_ns, ev.duration_ns, ev.thread_id, s(ev.thread_name),
-            s(ev.subject_type), ev.subject_pp_capable,
-            put("tensors", ev.tensors, lambda ts: [list(asdict(m).values()) for m in ts]),
-            t(ev.keys_before), t(ev.keys_after), ev.returned_none, ev.error_type,
-            ev.error_message, t(ev.inserted_before_error), ev.dropped_before, s(ev.run_id),
-            t(ev.extra),
-        ]
-
-    def tuple(self, items: tuple[Any, ...]) -> int:
-        return self._put("tuples", items,
-                         lambda t: [list(x) if isinstance(x, tuple) else x for x in t])
-
-    def string(self, text: str) -> int:
-        return self._put("strings", text, lambda t: t)
+        """One event as a list, field by field in ``Event``'s order."""
+        out: list[Any] = []
+        values: tuple[Any, ...] = ev
+        for kind, value in zip(_PLAN, values, strict=True):
+            if kind == "plain":
+                out.append(value)
+            elif kind == "direction":
+                out.append(value.value)
+            else:
+                out.append(self._put(kind, value))
+        return out
 
 
 class _Unpacker:
     """The receiving side of ``_Packer``; shared parts go through the builder's interning."""
 
-    def __init__(self, builder: Any, tables: dict[str, list[Any]]) -> None:
-        self.ranks = [builder._rank(RankInfo(*r)) for r in tables["ranks"]]
-        self.tensors = [
-            builder._tensors(tuple(TensorMeta(m[0], m[1], tuple(m[2]), *m[3:]) for m in ts))
-            for ts in tables["tensors"]
-        ]
-        self.tuples = [builder._t(tuple(tuple(x) if isinstance(x, list) else x for x in t))
-                       for t in tables["tuples"]]
-        self.strings = [builder._s(t) for t in tables["strings"]]
+    def __init__(self, builder: TraceBuilder, tables: dict[str, list[Any]]) -> None:
+        self.tables: dict[str, list[Any]] = {
+            "ranks": [builder.intern_rank(RankInfo(*r)) for r in tables["ranks"]],
+            "tensors": [builder.intern_tensors(tuple(map(_meta, ts))) for ts in tables["tensors"]],
+            "tuples": [
+                builder.intern_tuple(tuple(tuple(x) if isinstance(x, list) else x for x in t))
+                for t in tables["tuples"]
+            ],
+            "strings": [builder.intern_str(t) for t in tables["strings"]],
+        }
 
-    def event(self, e: list[Any]) -> Event:
-        t, s = self.tuples, self.strings
-        (d, seq, rank, start, mono, dur, tid, tname, subject, pp, tensors, before, after,
-         none, etype, emsg, inserted, dropped, run_id, extra) = e
-        return _new_event(Event, (
-            _DIRECTIONS[d], seq, self.ranks[rank], start, mono, dur, tid, s[tname], s[subject],
-            pp, self.tensors[tensors], t[before], t[after], none, etype, emsg, t[inserted],
-            dropped, s[run_id], t[extra]))
+    def event(self, packed: list[Any]) -> Event:
+        """The event a ``_Packer.event`` list stands for (ValueError when it is malformed)."""
+        values: list[Any] = []
+        tables = self.tables
+        for kind, value in zip(_PLAN, packed, strict=True):
+            if kind == "plain":
+                values.append(value)
+            elif kind == "direction":
+                values.append(_DIRECTIONS[value])
+            else:
+                values.append(tables[kind][value])
+        event: Event = _new_event(Event, values)
+        return event
 
 
 _DIRECTIONS = {d.value: d for d in Direction}
+_META_FIELDS = tuple(f.name for f in fields(TensorMeta))
 
 
-def _encode(builder: Any, errors: Sequence[TraceInputError],
+def _meta(values: list[Any]) -> TensorMeta:
+    """A ``TensorMeta`` from its fields' values in order (as ``asdict`` gave them)."""
+    if len(values) != len(_META_FIELDS):
+        raise ValueError("a tensor's fields do not match TensorMeta's")
+    named = dict(zip(_META_FIELDS, values, strict=True))
+    named["shape"] = tuple(named["shape"])
+    return TensorMeta(**named)
+
+
+def _encode(builder: TraceBuilder, errors: Sequence[TraceInputError],
             fatal: SchemaVersionError | None) -> tuple[bytes, bytes]:
     """(the result as JSON, the rows as int64s) for what ``builder`` read."""
     fast = builder.fast
-    rows: list[tuple[int, ...]] = fast.rows
+    rows = fast.rows or []
     try:
         packed = array("q", chain.from_iterable(rows))
     except OverflowError:  # a number beyond int64 (up to 20 digits pass the cut): send it whole
@@ -160,8 +211,8 @@ def _encode(builder: Any, errors: Sequence[TraceInputError],
                 packed.extend(array("q", row))  # the whole row or none of it
             except OverflowError:
                 t = fast.shapes[row[0]]
-                ev = t._replace(seq=row[1], start_ns=row[2], mono_ns=row[3], duration_ns=row[4])
-                builder.events.setdefault((ev.rank.host, ev.rank.pid), []).append(ev)
+                if t is not None:  # (always: a row is only taken for a cached shape)
+                    builder.add_process_events([with_numbers(t, *row[1:])])
     pack = _Packer()
     result = {
         "module": _MODULE,
@@ -180,18 +231,14 @@ def _encode(builder: Any, errors: Sequence[TraceInputError],
 
 
 def _error_json(exc: TraceInputError) -> list[Any]:
-    from pptrace.load.loader import _bare
-
-    return [_bare(exc), exc.path, exc.line]
+    return [error_detail(exc), exc.path, exc.line]
 
 
 def main() -> int:
     """Read the files named on stdin (JSON) and write frames to stdout."""
-    from pptrace.load.loader import _Builder, read_files
-
     out = sys.stdout.buffer
     files = json.loads(sys.stdin.buffer.read())
-    builder = _Builder()
+    builder = TraceBuilder()
     builder.fast.rows = []
     sizes = {f: os.path.getsize(f) if os.path.isfile(f) else 0 for f in files}
     fatal: SchemaVersionError | None = None
@@ -313,7 +360,7 @@ class Worker:
             self.proc.stdout.close()
 
 
-def take(builder: Any, result: dict[str, Any], rows: bytes
+def take(builder: TraceBuilder, result: dict[str, Any], rows: bytes
          ) -> tuple[list[TraceInputError], SchemaVersionError | None]:
     """Add a worker's result to ``builder``; return its per-file errors and fatal error.
 
@@ -325,13 +372,12 @@ def take(builder: Any, result: dict[str, Any], rows: bytes
     events = [unpack.event(s) for s in result["events"]]
     packed = array("q")
     packed.frombytes(rows)
-    new = _new_event
     it = iter(packed)
     for i, seq, begin, mono, dur in zip(it, it, it, it, it, strict=True):
         t = shapes[i]
         if t is None:
             raise ValueError("a row names a shape that was not cached")
-        events.append(new(Event, (t[0], seq, t[2], begin, mono, dur, *t[6:])))
+        events.append(with_numbers(t, seq, begin, mono, dur))
     stats = [schema.attributes_to_stats(attrs) for attrs in result["stats"]]
     ranks = [((host, pid), RankInfo(**fields)) for host, pid, fields in result["ranks"]]
     sources = [((host, pid), list(map(str, found))) for host, pid, found in result["sources"]]
@@ -347,8 +393,7 @@ def take(builder: Any, result: dict[str, Any], rows: bytes
     for key, rank in ranks:
         builder.merge_rank(key, rank)
     for key, found in sources:
-        have = builder.proc_sources.setdefault(key, [])
-        have.extend(s for s in found if s not in have)
+        builder.merge_sources(key, found)
     builder.foreign.extend(foreign)
     builder.problems.extend(problems)
     return errors, fatal_error

@@ -1,0 +1,281 @@
+"""Reading trace files into a ``TraceBuilder``: which files a path names, and each file's format.
+
+A path is a file, a directory (its ``*.json``, ``*.jsonl`` and ``*.ndjson`` files) or a glob. A
+file holds JSON lines (pptrace's own files, the Collector's file exporter, Jaeger v3 API stream
+chunks) or one JSON document (OTLP ``TracesData``, a Jaeger v3 API response, Jaeger's JSON).
+JSON lines stream one line at a time, pptrace's own through the fast path
+(``pptrace.load.fast``); a single document, and a line over 16 MB, is walked span by span
+(``pptrace.load.stream``).
+
+    files = expand_paths(["pptrace-traces/"])
+    errors = read_files(files, sizes, builder, progress)   # the files that had to be skipped
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+from collections.abc import Callable, Iterable, Sequence
+from typing import IO, Any
+
+from pptrace.load.builder import TraceBuilder
+from pptrace.load.jaeger import for_each_jaeger_span
+from pptrace.load.otlp import BadShape, for_each_otlp_span
+from pptrace.load.stream import stream_document
+from pptrace.model.errors import SchemaVersionError, TraceInputError
+from pptrace.model.progress import Progress
+
+__all__ = ["TRACE_SUFFIXES", "error_detail", "expand_paths", "read_files"]
+
+TRACE_SUFFIXES = (".json", ".jsonl", ".ndjson")
+_LINE_SUFFIXES = (".jsonl", ".ndjson")
+_PROGRESS_STEP = 1 << 20
+_BIG_LINE = 16 << 20  # characters: above this a line is walked span by span
+
+
+def expand_paths(paths: Iterable[str]) -> list[str]:
+    """Resolve files, directories and globs into a sorted, de-duplicated list of files."""
+    out: list[str] = []
+    seen: set[str] = set()
+
+    def add(path: str) -> None:
+        real = os.path.realpath(path)
+        if real not in seen:
+            seen.add(real)
+            out.append(path)
+
+    for raw in paths:
+        path = os.path.expanduser(raw)
+        if os.path.isdir(path):
+            found = sorted(
+                os.path.join(path, name)
+                for name in os.listdir(path)
+                if name.endswith(TRACE_SUFFIXES) and os.path.isfile(os.path.join(path, name))
+            )
+            if not found:
+                raise TraceInputError(
+                    f"no trace files ({', '.join('*' + s for s in TRACE_SUFFIXES)}) in directory",
+                    path=raw,
+                )
+            for f in found:
+                add(f)
+        elif os.path.exists(path):
+            add(path)
+        elif glob.has_magic(path):
+            matches = sorted(p for p in glob.glob(path) if os.path.isfile(p))
+            if not matches:
+                raise TraceInputError("no file matches this pattern", path=raw)
+            for f in matches:
+                add(f)
+        else:
+            raise TraceInputError("no such file or directory", path=raw)
+    return out
+
+
+def _dispatch(doc: Any, builder: TraceBuilder) -> None:
+    """Route one parsed JSON document to the reader for its format."""
+    if isinstance(doc, list):
+        for item in doc:
+            _dispatch(item, builder)
+        return
+    if not isinstance(doc, dict):
+        raise BadShape(f"expected a JSON object, found {type(doc).__name__}")
+    if "resourceSpans" in doc or "resource_spans" in doc:
+        for_each_otlp_span(doc, builder)
+    elif "result" in doc:
+        result = doc["result"]
+        if not isinstance(result, dict):
+            raise BadShape(f"'result' should be an object, found {type(result).__name__}")
+        for_each_otlp_span(result, builder)
+    elif "data" in doc:
+        for_each_jaeger_span(doc, builder)
+    elif "error" in doc:
+        raise BadShape(f"the document is an error response: {str(doc['error'])[:120]}")
+    elif not doc:
+        return  # "{}": an empty export
+    else:
+        keys = ", ".join(sorted(map(str, doc))[:5])
+        raise BadShape(
+            "not a trace: expected 'resourceSpans' (OTLP), 'result' (Jaeger v3 API) or "
+            f"'data' (Jaeger JSON), found keys {keys}"
+        )
+
+
+def _not_text(chunk: bytes) -> tuple[int, str] | None:
+    """(1-based line, what) of the first sign that ``chunk`` is not JSON text, else None."""
+    nul = chunk.find(b"\0")
+    if nul >= 0:
+        return chunk.count(b"\n", 0, nul) + 1, "binary data, not a JSON trace"
+    try:
+        chunk.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if exc.start < len(chunk) - 4:  # not just a character cut by the chunk's end
+            line = chunk.count(b"\n", 0, exc.start) + 1
+            return line, "not UTF-8 text: this is not a JSON trace"
+    return None
+
+
+def _read_lines(path: str, f: IO[bytes], builder: TraceBuilder, tick: Callable[[int], None],
+                first_can_switch: bool) -> bool:
+    """Read JSON lines; return False when the first line shows it is one multi-line document."""
+    fast = builder.fast
+    lineno = 0
+    for raw in f:
+        lineno += 1
+        tick(len(raw))
+        builder.line = lineno
+        if b"\0" in raw:
+            raise TraceInputError("binary data, not a JSON trace", path=path, line=lineno)
+        if fast.line(raw):  # before strip(): a line of pptrace's is megabytes, copied for nothing
+            first_can_switch = False
+            builder.accepted += 1
+            continue
+        text = raw.strip()
+        if not text:
+            continue
+        try:
+            line = text.decode("utf-8")
+        except UnicodeDecodeError:
+            raise TraceInputError(
+                "not UTF-8 text: this is not a JSON trace", path=path, line=lineno
+            ) from None
+        try:
+            if len(line) > _BIG_LINE and line[:1] == "{":
+                # One huge document on one line: walk it span by span, not as one tree.
+                before = builder.file_problems
+                stream_document(line, builder)
+                first_can_switch = False
+                if builder.file_problems == before:
+                    builder.accepted += 1
+                continue
+            doc = json.loads(line)
+        except BadShape as exc:
+            builder.problem(f"{exc}; line skipped")
+            continue
+        except RecursionError:
+            if first_can_switch:
+                return False
+            builder.problem("JSON nested too deeply; line skipped")
+            continue
+        except ValueError as exc:
+            if first_can_switch:
+                return False
+            if not raw.endswith(b"\n"):
+                builder.problem("truncated last line skipped (the writer stopped mid-line?)")
+            else:
+                msg = getattr(exc, "msg", str(exc))
+                builder.problem(f"line is not JSON ({msg}); skipped")
+            continue
+        first_can_switch = False
+        try:
+            before = builder.file_problems
+            _dispatch(doc, builder)
+            if builder.file_problems == before:
+                builder.accepted += 1
+        except (BadShape, RecursionError) as exc:  # Python >= 3.12 parses deeper than it recurses
+            builder.problem(f"{exc}; line skipped")
+    return True
+
+
+def _read_document(path: str, builder: TraceBuilder, tick: Callable[[int], None]) -> None:
+    """Read one JSON document span by span (``pptrace.load.stream``), in about twice its size."""
+    with open(path, "rb") as f:
+        data = f.read()
+    tick(len(data))
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise TraceInputError("not UTF-8 text: this is not a JSON trace", path=path) from None
+    del data
+    builder.line = None
+    try:
+        if not stream_document(text, builder):
+            _dispatch(json.loads(text), builder)
+    except json.JSONDecodeError as exc:
+        if not builder.accepted:
+            raise TraceInputError(
+                f"not valid JSON: {exc.msg} (column {exc.colno})", path=path, line=exc.lineno
+            ) from None
+        # A document cut short (its writer stopped): keep the spans before the damage.
+        builder.problem(f"not valid JSON from here on ({exc.msg}); the spans before it were read",
+                        line=exc.lineno)
+        return
+    except RecursionError:
+        raise TraceInputError("not a trace: JSON nested too deeply", path=path) from None
+    except BadShape as exc:
+        raise TraceInputError(str(exc), path=path) from None
+    builder.accepted += 1
+
+
+def _read_file(path: str, builder: TraceBuilder, tick: Callable[[int], None]) -> None:
+    builder.start_file(path)
+    try:
+        with open(path, "rb") as f:
+            head = f.read(1 << 16)
+            if not head.strip():
+                raise TraceInputError("empty file: no trace data", path=path, line=1)
+            bad = _not_text(head)
+            if bad is not None:
+                raise TraceInputError(bad[1], path=path, line=bad[0])
+            f.seek(0)
+            as_lines = path.endswith(_LINE_SUFFIXES)
+            done = _read_lines(path, f, builder, tick, first_can_switch=not as_lines)
+        if not done:
+            _read_document(path, builder, tick)
+    except OSError as exc:
+        raise TraceInputError(f"cannot read: {exc.strerror or exc}", path=path) from None
+    builder.end_file()
+    if builder.file_problems and not builder.accepted:
+        first = next(p for p in builder.problems if p.source == path)
+        raise TraceInputError(first.message, path=path, line=first.line)
+
+
+class _Ticker:
+    """Counts bytes read in one file and reports progress every megabyte."""
+
+    def __init__(self, progress: Progress | None, base: int, total: int, path: str) -> None:
+        self.progress, self.base, self.total, self.path = progress, base, total, path
+        self.pending = self.reported = 0
+
+    def __call__(self, n: int) -> None:
+        self.pending += n
+        if self.progress is not None and self.pending - self.reported >= _PROGRESS_STEP:
+            self.reported = self.pending
+            self.progress(min(self.total, self.base + self.pending), self.total, self.path)
+
+
+def read_files(files: Sequence[str], sizes: dict[str, int], builder: TraceBuilder,
+               progress: Progress | None, base: int = 0) -> list[TraceInputError]:
+    """Read files in order into ``builder``; return the errors of files that were skipped.
+
+    A ``SchemaVersionError`` (a span this pptrace cannot read) is raised at once.
+    """
+    total = base + sum(sizes[f] for f in files)
+    done = base
+    errors: list[TraceInputError] = []
+    for path in files:
+        tick = _Ticker(progress, done, total, path)
+        kept_problems = len(builder.problems)
+        try:
+            _read_file(path, builder, tick)
+        except SchemaVersionError:
+            raise
+        except TraceInputError as exc:
+            # Roll back this file's problems: the whole file becomes one problem (or the error).
+            del builder.problems[kept_problems:]
+            errors.append(exc)
+        done += sizes[path]
+        if progress is not None:
+            progress(done, total, path)
+    return errors
+
+
+def error_detail(exc: TraceInputError) -> str:
+    """The error's message without its ``path:line:`` prefix."""
+    text = str(exc)
+    if exc.path is not None:
+        prefix = f"{exc.path}:{exc.line}: " if exc.line is not None else f"{exc.path}: "
+        if text.startswith(prefix):
+            return text[len(prefix) :]
+    return text
