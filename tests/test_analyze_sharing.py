@@ -4,24 +4,25 @@ The loader shares one tensors tuple (and one keys tuple) between equal events, a
 leans on that: a pair whose ends are one tuple is not compared, a shape is judged once. The
 factory builds a fresh tuple per event, so analysing its trace as built and with every equal
 tuple shared (as the loader does) runs the two paths on one run: the findings must be equal.
-``align`` must say what ``pair`` says, and ``scan`` what each per-process check says alone.
+``align`` must pair shared tuples as it pairs equal ones, and ``scan`` say what each
+per-process check says alone.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from helpers_analyze import Run, meta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pptrace.analyze.analyzer import analyze
-from pptrace.analyze.pairing import align, pair
+from pptrace.analyze.pairing import align
 from pptrace.analyze.rules import hygiene_specs
 from pptrace.analyze.scan import scan
 from pptrace.model import errors
 from pptrace.model.records import PREFIX, Direction, Event, TensorMeta
 from pptrace.model.trace import ProcessTrace, Trace
+from tests.helpers_analyze import Run, meta
 
 OPS = ("ok", "ok", "ok", "orphan", "lost", "extra", "dtype", "rename", "order", "content", "none",
        "tp-differs", "raises", "foreign-key", "leftover")
@@ -110,16 +111,19 @@ def _channel(trace: Trace, tp: int = 0) -> tuple[list[Event], list[Event]]:
 
 
 @settings(max_examples=80, deadline=None, database=None)
-@given(runs, st.booleans())
-def test_align_is_pair_in_runs(spec: tuple[int, int, list[Any]], share: bool) -> None:
+@given(runs)
+def test_align_pairs_shared_and_unshared_tuples_alike(spec: tuple[int, int, list[Any]]) -> None:
+    # The walk's fast path (one tuple at both ends) must pair as its slow path (equal tuples).
     trace = _build(*spec)
-    attaches, extracts = _channel(_shared(trace) if share else trace)
-    found, expected = align(attaches, extracts), pair(attaches, extracts)
-    assert tuple(found.pairs()) == expected.pairs
-    assert (found.orphans, found.unmatched) == (expected.orphans, expected.unmatched)
-    assert list(found.unshared) == [
-        (i, j) for i, j in expected.pairs if attaches[i].tensors is not extracts[j].tensors]
-    assert all(n > 0 for _, _, n in found.runs)
+    plain_a, plain_e = _channel(trace)
+    shared_a, shared_e = _channel(_shared(trace))
+    plain, shared = align(plain_a, plain_e), align(shared_a, shared_e)
+    assert list(shared.pairs()) == list(plain.pairs())
+    assert (shared.orphans, shared.unmatched) == (plain.orphans, plain.unmatched)
+    for found, attaches, extracts in ((plain, plain_a, plain_e), (shared, shared_a, shared_e)):
+        assert list(found.unshared) == [(i, j) for i, j in found.pairs()
+                                        if attaches[i].tensors is not extracts[j].tensors]
+        assert all(n > 0 for _, _, n in found.runs)
 
 
 def test_a_healthy_shared_channel_is_one_run_with_nothing_to_compare() -> None:

@@ -5,17 +5,18 @@ One row per finding kind and per collision type, plus clean runs that must give 
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
-from helpers_analyze import Run, meta
 
 from pptrace.analyze.analyzer import analyze
 from pptrace.model import errors
 from pptrace.model.findings import FindingKind, Severity
 from pptrace.model.records import PREFIX
 from pptrace.model.trace import Trace
+from tests.helpers_analyze import Run, meta
 
 K = FindingKind
 RT = "RuntimeError"
@@ -285,12 +286,12 @@ ROWS: list[tuple[str, Callable[[Run], None] | Callable[[], Run], list[FindingKin
 
 
 def _build(builder: Callable[..., object]) -> Run:
-    try:
-        result = builder()  # a row that makes its own Run (other layout)
-    except TypeError:
+    # A row either fills the default Run it is given or makes its own (another layout).
+    if inspect.signature(builder).parameters:
         run = Run()
         builder(run)
         return run
+    result = builder()
     assert isinstance(result, Run)
     return result
 
@@ -373,7 +374,7 @@ def test_sequence_gaps_count_as_losses() -> None:
 
 def test_unknown_layout_pairs_by_role() -> None:
     # Ranks that could not learn their PP layout: the roles come from what they did.
-    from helpers_analyze import with_rank
+    from tests.helpers_analyze import with_rank
 
     run = Run()
     pair_of([meta("s")], [meta("s", dtype="float16")])(run)

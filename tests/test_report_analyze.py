@@ -6,11 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers_analyze import Run, meta, write_run
 
 from pptrace.cli.main import main
 from pptrace.model.findings import FindingKind, Severity
 from pptrace.report.text import JSON_SCHEMA
+from tests.helpers_analyze import Run, meta, write_run
 
 GOLDEN = Path(__file__).parent / "data" / "golden-pp2"
 SHARED = Path(__file__).parent / "data" / "third_party"  # copies of shared/data
@@ -64,6 +64,7 @@ def test_json_schema(capsys: pytest.CaptureFixture[str]) -> None:
         "cascade": 1,
         "events": [{"process": 1, "direction": "attach", "seq": 4},
                    {"process": 0, "direction": "extract", "seq": 4}],
+        "cause": None,
     }
     assert orphan["kind"] == "orphan-attach" and orphan["microbatch"] == 2
     assert doc["problems"] == []
@@ -83,7 +84,7 @@ def test_text_report_leads_with_the_first_divergence(capsys: pytest.CaptureFixtu
                           "extract (1 finding, 2 occurrences)")
     warnings_at = out.index("WARNING orphan-attach:")
     assert errors_at < warnings_at
-    assert lines[-1] == "FAIL: 1 findings at or above error."
+    assert lines[-1] == "FAIL: 1 finding at or above error."
 
 
 @pytest.mark.parametrize(

@@ -28,7 +28,7 @@ Equal but unshared tuples take the slower path to the same findings.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pptrace.analyze.pairing import Alignment, align
@@ -46,82 +46,14 @@ from pptrace.analyze.rules import (
     who,
 )
 from pptrace.analyze.scan import scan
-from pptrace.model.findings import Finding, FindingKind, Severity
+from pptrace.analyze.summary import Counted, Raw, Ref, summarise
+from pptrace.model.findings import Category, Finding, FindingKind, Severity
 from pptrace.model.records import Direction, Event, RankInfo, TensorMeta
-from pptrace.model.trace import EventId, ProcessTrace, Trace
+from pptrace.model.trace import ProcessTrace, Trace
 
 __all__ = ["ENGINE_KEYS", "analyze", "classify_error"]
 
 K = FindingKind
-_ABSENCE = frozenset({K.ORPHAN_ATTACH, K.UNMATCHED_EXTRACT, K.MISSING_RANK, K.NO_PP_OBSERVER})
-
-# --- raw findings and the cascade ------------------------------------------------------------
-
-
-# An EventId's fields: a trace with a fault on every event gives a raw finding per event, and
-# only the findings kept (the first of each group) need real EventIds.
-_Ref = tuple[int, Direction, int]
-
-
-@dataclass(frozen=True, slots=True)
-class _Raw:
-    kind: FindingKind
-    message: str
-    ranks: tuple[int, ...]
-    microbatch: int | None
-    time_ns: int | None
-    events: tuple[_Ref, ...]
-    channel: str
-    subject: str = ""  # what separates findings of one kind on one channel (e.g. the name)
-    severity: Severity | None = None
-
-
-# A raw finding, how many identical ones on the following pairs it stands for, the last of
-# those pairs' microbatch, and its own microbatch (learnt from the pairing when it had none).
-_Counted = tuple[_Raw, int, "int | None", "int | None"]
-
-
-def _summarise(raws: Sequence[_Counted], lowered: dict[str, str]) -> list[Finding]:
-    """Keep the first finding per (kind, channel, subject); count the rest as its cascade."""
-    ordered = sorted(raws, key=lambda r: (r[0].time_ns or 0, r[3] or 0))
-    groups: dict[tuple[FindingKind, str, str], list[_Counted]] = {}
-    for counted in ordered:
-        raw = counted[0]
-        groups.setdefault((raw.kind, raw.channel, raw.subject), []).append(counted)
-    out: list[Finding] = []
-    for (kind, channel, _), items in groups.items():
-        first, _, _, first_mb = items[0]
-        cascade = sum(1 + repeats for _, repeats, _, _ in items) - 1
-        severity = first.severity or kind.default_severity
-        message = first.message
-        if kind in _ABSENCE and channel in lowered:
-            severity = Severity(max(Severity.INFO, severity - 10))
-            message += f" ({lowered[channel]}: this may be a recording gap)"
-        if cascade:
-            _, repeats, last_mb, mb = items[-1]
-            if repeats:
-                mb = last_mb
-            until = f" through microbatch {mb}" if mb is not None else ""
-            message += f" (and {cascade} more like this{until})"
-        out.append(
-            Finding(
-                kind=kind,
-                severity=severity,
-                message=message,
-                ranks=first.ranks,
-                microbatch=first_mb,
-                time_ns=first.time_ns,
-                events=tuple(EventId(*ref) for ref in first.events),
-                channel=channel,
-                cascade=cascade,
-            )
-        )
-    # At the same moment a cause goes before its effects (TP ranks disagreeing before the
-    # content stage 0 re-assembled from them).
-    out.sort(key=lambda f: (f.time_ns or 0, f.kind is not K.TP_DISAGREE, -f.severity,
-                            f.kind.value, f.channel))
-    return out
-
 
 # --- the analysis ----------------------------------------------------------------------------
 
@@ -135,7 +67,7 @@ class _Proc:
     def rank(self) -> RankInfo:
         return self.trace.rank
 
-    def eid(self, ev: Event) -> _Ref:
+    def eid(self, ev: Event) -> Ref:
         return (self.index, ev.direction, ev.seq)
 
 
@@ -143,7 +75,7 @@ class _Analysis:
     def __init__(self, trace: Trace) -> None:
         self.trace = trace
         self.procs = [_Proc(i, p) for i, p in enumerate(trace.processes)]
-        self.raws: list[_Raw] = []
+        self.raws: list[Raw] = []
         self.lost: dict[int, str] = {}  # process index -> "rank 2 lost 5 events"
         self.lowered: dict[str, str] = {}  # channel -> why its absence findings are less sure
         self._payloads: dict[int, tuple[Any, ...]] = {}  # id(tensors): events keep them alive
@@ -157,6 +89,8 @@ class _Analysis:
         # need it, so the table is built on the first question, per receiving process).
         self.paired: list[tuple[int, list[Event], list[Event], Alignment]] = []
         self._microbatch_of: dict[int, dict[int, int]] = {}  # process -> extract seq -> attach
+        # (process, attach seq) -> the raw tp-disagree finding about that attach
+        self.tp_causes: dict[tuple[int, int], int] = {}
         self.scans = [scan(p.trace.events, p.rank.pp_rank) for p in self.procs]
         self.attaches = {p.index: self.scans[p.index].attaches for p in self.procs}
         self.extracts = {p.index: self.scans[p.index].extracts for p in self.procs}
@@ -171,9 +105,9 @@ class _Analysis:
 
     def add(self, kind: FindingKind, message: str, *, ranks: Iterable[int] = (),
             microbatch: int | None = None, time_ns: int | None = None,
-            events: Iterable[_Ref] = (), channel: str = "", subject: str = "",
+            events: Iterable[Ref] = (), channel: str = "", subject: str = "",
             severity: Severity | None = None) -> int:
-        self.raws.append(_Raw(kind, message, tuple(ranks), microbatch, time_ns,
+        self.raws.append(Raw(kind, message, tuple(ranks), microbatch, time_ns,
                               tuple(events), channel, subject, severity))
         return len(self.raws) - 1
 
@@ -446,7 +380,7 @@ class _Analysis:
                     base = ref_by_seq[ev.seq]
                     if not self.tp_confirmed(base, ev):
                         continue
-                    self.add(K.TP_DISAGREE,
+                    index = self.add(K.TP_DISAGREE,
                              f"{who(ref.rank)} (tp {tp_of(ref.rank)}) attached "
                              f"{describe_diff(base.tensors, ev.tensors)}; {who(p.rank)} "
                              f"(tp {tp_of(p.rank)}) attached "
@@ -455,6 +389,8 @@ class _Analysis:
                              time_ns=min(base.start_ns, ev.start_ns),
                              events=[ref.eid(base), p.eid(ev)],
                              channel=f"{stage_of(p.rank)}/tp{tp_of(ref.rank)}~tp{tp_of(p.rank)}")
+                    self.tp_causes.setdefault((ref.index, base.seq), index)
+                    self.tp_causes.setdefault((p.index, ev.seq), index)
 
     def payloads_by_seq(self, attaches: Sequence[Event]) -> dict[int, tuple[Any, ...]]:
         """Each attach's payload by its seq (the last attach of a repeated seq wins)."""
@@ -478,7 +414,20 @@ class _Analysis:
         fingerprint against none agrees)."""
         return not same(base.tensors, ev.tensors)
 
-    def microbatch(self, ref: _Ref) -> int | None:
+    def link_tp_causes(self) -> None:
+        """A pair difference on an attach whose TP ranks disagreed follows from it: stage 0
+        re-assembled slices of both ranks' payloads."""
+        causes = self.tp_causes
+        for index, raw in enumerate(self.raws):
+            if (raw.kind.category is not Category.PAYLOAD or raw.kind is K.TP_DISAGREE
+                    or not raw.events):
+                continue
+            process, direction, seq = raw.events[0]
+            cause = causes.get((process, seq)) if direction is Direction.ATTACH else None
+            if cause is not None:
+                self.raws[index] = replace(raw, cause=cause)
+
+    def microbatch(self, ref: Ref) -> int | None:
         """The seq of the attach an extract paired with (None for any other event)."""
         process, direction, seq = ref
         if direction is not Direction.EXTRACT:
@@ -500,14 +449,16 @@ class _Analysis:
             self.hygiene(p)
         self.channels()
         self.tensor_parallel()
-        raws: list[_Counted] = []
+        if self.tp_causes:
+            self.link_tp_causes()
+        raws: list[Counted] = []
         for index, r in enumerate(self.raws):
             mb = r.microbatch
             if mb is None and r.events:
                 mb = self.microbatch(r.events[0])
             repeats, last_mb = self.repeats.get(index, (0, None))
             raws.append((r, repeats, last_mb, mb))
-        return _summarise(raws, self.lowered)
+        return summarise(raws, self.lowered)
 
 
 def _run_id(proc: ProcessTrace) -> str:

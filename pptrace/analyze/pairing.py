@@ -3,15 +3,16 @@
 The last stage's sends are first-in first-out, so the n-th payload-carrying attach on the last
 stage (TP rank j) normally pairs with the n-th payload-carrying extract on stage 0 (TP rank j).
 Gaps break that: an attach whose send was skipped by configuration, events the recorder lost, a
-crash between attach and send. ``pair`` walks both sequences and, where the signatures (names,
+crash between attach and send. ``align`` walks both sequences and, where the signatures (names,
 shapes, dtypes) disagree, looks a few steps ahead for the alignment under which most of what
 follows agrees, so that one gap yields one orphan instead of a cascade of false mismatches.
 
-    pairs, orphans, unmatched = pair(attaches, extracts)
+    found = align(attaches, extracts)
+    found.pairs(), found.orphans, found.unmatched
 
-``align`` gives the same outcome compactly, for the analyzer: the pairs as diagonal runs (a
-healthy channel is one run, however long), and apart the pairs whose two ends do not share one
-tensors tuple (the only ones whose contents need comparing).
+The pairs come as diagonal runs (a healthy channel is one run, however long), and apart the
+pairs whose two ends do not share one tensors tuple (the only ones whose contents need
+comparing).
 
 Pure: no I/O.
 """
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 
 from pptrace.model.records import Event, TensorMeta
 
-__all__ = ["Alignment", "Pairing", "align", "pair", "signature"]
+__all__ = ["Alignment", "align"]
 
 #: How many attaches or extracts a re-alignment may skip at once.
 MAX_SKIP = 4
@@ -31,11 +32,6 @@ MAX_SKIP = 4
 WINDOW = 8
 
 Signature = tuple[tuple[str, tuple[int, ...], str], ...]
-
-
-def signature(ev: Event) -> Signature:
-    """What must agree between the two ends: names, shapes and dtypes, in order."""
-    return _signature(ev.tensors)
 
 
 def _signature(tensors: tuple[TensorMeta, ...]) -> Signature:
@@ -61,22 +57,13 @@ class _Signatures:
 
 
 @dataclass(frozen=True, slots=True)
-class Pairing:
-    """The outcome of pairing one channel."""
-
-    pairs: tuple[tuple[int, int], ...]  # (attach index, extract index)
-    orphans: tuple[int, ...]  # attach indexes with no extract
-    unmatched: tuple[int, ...]  # extract indexes with no attach
-
-
-@dataclass(frozen=True, slots=True)
 class Alignment:
-    """The outcome of pairing one channel, compactly (see ``Pairing``)."""
+    """The outcome of pairing one channel: its pairs as runs, and the calls left unpaired."""
 
     runs: tuple[tuple[int, int, int], ...]  # (attach index, extract index, length), in order
     unshared: tuple[tuple[int, int], ...]  # pairs whose ends are not one tensors tuple, in order
-    orphans: tuple[int, ...]
-    unmatched: tuple[int, ...]
+    orphans: tuple[int, ...]  # attach indexes with no extract
+    unmatched: tuple[int, ...]  # extract indexes with no attach
 
     def pairs(self) -> Iterator[tuple[int, int]]:
         """Every (attach index, extract index) pair, in order."""
@@ -138,14 +125,8 @@ class _Walk:
         return 2 * (skipped + bad) + off
 
 
-def pair(attaches: Sequence[Event], extracts: Sequence[Event]) -> Pairing:
-    """Pair payload-carrying attaches with extracts, both in call order."""
-    found = align(attaches, extracts)
-    return Pairing(tuple(found.pairs()), found.orphans, found.unmatched)
-
-
 def align(attaches: Sequence[Event], extracts: Sequence[Event]) -> Alignment:
-    """``pair``, with the pairs as diagonal runs and the unshared pairs apart."""
+    """Pair payload-carrying attaches with extracts, both in call order."""
     runs: list[tuple[int, int, int]] = []
     unshared: list[tuple[int, int]] = []
     orphans: list[int] = []

@@ -138,3 +138,4 @@ class Finding:
     events: tuple[EventId, ...] = ()  # the events involved, attach side first
     channel: str = ""  # "pp0<-pp3/tp0": the attach->extract channel it belongs to
     cascade: int = 0  # later findings on the same channel summarised into this one
+    cause: Finding | None = None  # the finding this one follows from (listed just before it)

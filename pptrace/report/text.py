@@ -16,10 +16,11 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from pptrace.model.findings import Finding, FindingKind, Severity
+from pptrace.model.findings import Finding, Severity
 from pptrace.model.records import Direction
-from pptrace.model.text import inert
+from pptrace.model.text import clip, inert, plural
 from pptrace.model.trace import EventId, Trace
+from pptrace.report.groups import consequences, first_divergence, kind_groups, occurrences
 
 __all__ = [
     "JSON_SCHEMA",
@@ -48,12 +49,6 @@ def _time(ns: int | None) -> str:
     return t.strftime("%H:%M:%S.%f")[:-3]
 
 
-def _plural(n: int, word: str) -> str:
-    if n == 1:
-        return f"{n} {word}"
-    return f"{n} {word}es" if word.endswith("s") else f"{n} {word}s"
-
-
 def _summary_line(trace: Trace) -> str:
     attaches = extracts = 0
     for proc in trace.processes:
@@ -63,24 +58,48 @@ def _summary_line(trace: Trace) -> str:
             else:
                 extracts += 1
     parts = [
-        _plural(len(trace.processes), "process"),
-        f"{trace.event_count} pptrace events ({attaches} attach, {extracts} extract)",
+        plural(len(trace.processes), "process"),
+        f"{plural(trace.event_count, 'pptrace event')} ({attaches} attach, {extracts} extract)",
     ]
     if trace.foreign:
-        parts.append(f"{_plural(len(trace.foreign), 'span')} from other tools set aside")
+        parts.append(f"{plural(len(trace.foreign), 'span')} from other tools set aside")
     if trace.problems:
-        parts.append(f"{_plural(len(trace.problems), 'input problem')}")
+        parts.append(plural(len(trace.problems), "input problem"))
     return ", ".join(parts)
 
 
-def _finding_line(f: Finding) -> str:
+def _finding_line(f: Finding, indent: str = "  ", head: str = "") -> str:
     where = []
     if f.microbatch is not None:
         where.append(f"mb {f.microbatch}")
     if f.channel:
         where.append(f.channel)
     where.append(_time(f.time_ns))
-    return f"  [{', '.join(where)}] {f.message}"
+    # One finding prints at most MESSAGE_LIMIT characters of its message, saying what it cut.
+    return f"{indent}{head}[{', '.join(where)}] {clip(f.message)}"
+
+
+def _group_lines(findings: Sequence[Finding]) -> list[str]:
+    lines: list[str] = []
+    effects = consequences(findings)
+    for group in kind_groups(findings):
+        kind = group.kind
+        lines += ["", f"{group.severity.name} {kind.value}: {kind.description} "
+                  f"({plural(len(group.findings), 'finding')}, "
+                  f"{plural(group.occurrences, 'occurrence')})"]
+        for i in group.findings[:_SHOWN_PER_KIND]:
+            lines.append(_finding_line(findings[i]))
+            followers = effects.get(i, ())
+            for j in followers[:_SHOWN_PER_KIND]:
+                f = findings[j]
+                lines.append(_finding_line(f, "    ", f"then {f.kind.value} "))
+            if len(followers) > _SHOWN_PER_KIND:
+                lines.append(f"    ... {len(followers) - _SHOWN_PER_KIND} more that follow "
+                             "from it (see --format json)")
+        if len(group.findings) > _SHOWN_PER_KIND:
+            lines.append(f"  ... {len(group.findings) - _SHOWN_PER_KIND} more "
+                         "(see --format json)")
+    return lines
 
 
 def render_text(trace: Trace, findings: Sequence[Finding], fail_on: Severity) -> str:
@@ -89,40 +108,30 @@ def render_text(trace: Trace, findings: Sequence[Finding], fail_on: Severity) ->
     if trace.event_count == 0:
         lines.append("No pptrace events in this input: nothing to check (was pptrace active?).")
     counts = Counter(f.severity for f in findings)
-    if not findings:
+    first = first_divergence(findings)
+    if first is None:
         lines.append("No findings: every attach and extract agrees across ranks.")
     else:
-        total = sum(1 + f.cascade for f in findings)
+        total = sum(occurrences(f) for f in findings)
         by_sev = ", ".join(
-            _plural(counts[s], s.name.lower()) for s in sorted(counts, reverse=True)
+            plural(counts[s], s.name.lower()) for s in sorted(counts, reverse=True)
         )
-        lines.append(f"{_plural(len(findings), 'finding')} ({by_sev}; {total} occurrences).")
-        first = next((f for f in findings if f.severity is Severity.ERROR), findings[0])
-        lines += ["", f"First divergence ({first.severity.name.lower()}, {first.kind.value}):",
-                  _finding_line(first)]
-        groups: dict[FindingKind, list[Finding]] = {}
-        for f in findings:
-            groups.setdefault(f.kind, []).append(f)
-        order = sorted(groups, key=lambda k: (-max(f.severity for f in groups[k]),
-                                              min(f.time_ns or 0 for f in groups[k])))
-        for kind in order:
-            items = groups[kind]
-            sev = max(f.severity for f in items).name.lower()
-            n = sum(1 + f.cascade for f in items)
-            lines += ["", f"{sev.upper()} {kind.value}: {kind.description} "
-                      f"({_plural(len(items), 'finding')}, {_plural(n, 'occurrence')})"]
-            lines += [_finding_line(f) for f in items[:_SHOWN_PER_KIND]]
-            if len(items) > _SHOWN_PER_KIND:
-                lines.append(f"  ... {len(items) - _SHOWN_PER_KIND} more (see --format json)")
+        lines.append(f"{plural(len(findings), 'finding')} ({by_sev}; "
+                     f"{plural(total, 'occurrence')}).")
+        f = findings[first]
+        lines += ["", f"First divergence ({f.severity.name.lower()}, {f.kind.value}):",
+                  _finding_line(f)]
+        lines += _group_lines(findings)
     if trace.problems:
         lines += ["", f"Input problems (skipped and counted): {len(trace.problems)}"]
-        lines += [f"  {p}" for p in trace.problems[:_SHOWN_PER_KIND]]
+        lines += [f"  {clip(str(p))}" for p in trace.problems[:_SHOWN_PER_KIND]]
         if len(trace.problems) > _SHOWN_PER_KIND:
             lines.append(f"  ... {len(trace.problems) - _SHOWN_PER_KIND} more")
     failing = exit_status(findings, fail_on)
     verdict = "FAIL" if failing else "OK"
-    lines += ["", f"{verdict}: {sum(counts[s] for s in counts if s >= fail_on)} findings at or "
-              f"above {fail_on.name.lower()}."]
+    at_or_above = sum(counts[s] for s in counts if s >= fail_on)
+    lines += ["", f"{verdict}: {plural(at_or_above, 'finding')} at or above "
+              f"{fail_on.name.lower()}."]
     # Names and messages come from trace files: a control character or a bidi override is shown
     # as an escape, so that it cannot act on the user's terminal.
     return "\n".join(map(inert, lines)) + "\n"
@@ -133,8 +142,9 @@ def event_ref_json(ref: EventId) -> dict[str, Any]:
     return {"process": ref.process, "direction": ref.direction.value, "seq": ref.seq}
 
 
-def finding_json(f: Finding) -> dict[str, Any]:
-    """One finding as the JSON report writes it (the viewer's export uses the same shape)."""
+def finding_json(f: Finding, cause: int | None = None) -> dict[str, Any]:
+    """One finding as the JSON report writes it (the viewer's export uses the same shape);
+    ``cause``: the index of ``f.cause`` in the report's findings."""
     return {
         "kind": f.kind.value,
         "severity": f.severity.name.lower(),
@@ -145,7 +155,14 @@ def finding_json(f: Finding) -> dict[str, Any]:
         "channel": f.channel,
         "cascade": f.cascade,
         "events": [event_ref_json(e) for e in f.events],
+        "cause": cause,
     }
+
+
+def _findings_json(findings: Sequence[Finding]) -> list[dict[str, Any]]:
+    position = {id(f): i for i, f in enumerate(findings)}
+    return [finding_json(f, position.get(id(f.cause)) if f.cause is not None else None)
+            for f in findings]
 
 
 def _process_json(index: int, trace: Trace) -> dict[str, Any]:
@@ -188,7 +205,7 @@ def to_json(trace: Trace, findings: Sequence[Finding], fail_on: Severity) -> dic
         },
         "sources": list(trace.sources),
         "processes": [_process_json(i, trace) for i in range(len(trace.processes))],
-        "findings": [finding_json(f) for f in findings],
+        "findings": _findings_json(findings),
         "problems": [
             {"source": p.source, "line": p.line, "message": p.message} for p in trace.problems
         ],
