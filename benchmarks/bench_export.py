@@ -37,7 +37,7 @@ from typing import Any
 import torch
 
 from pptrace.activation.sglang_module import load_transport_module
-from pptrace.export.spans import build_provider
+from pptrace.export.sinks import build_sink
 from pptrace.model.config import Config
 from pptrace.model.records import RankInfo
 from pptrace.record.recorder import Recorder, _Converter
@@ -92,7 +92,7 @@ def file_row(tmp: str, events: int) -> dict[str, float]:
     per-shape templates), and the record path it replaces (raw -> Event, then FileSink from
     Event records) on the same raws."""
     config = Config(trace_dir=tmp, flush_interval=3600)
-    rec = recorder(config, lambda rank: build_provider(config, rank))
+    rec = recorder(config, lambda rank: build_sink(config, rank))
     fill(rec, events)
     raws = list(rec._buf)
     clock = time.thread_time
@@ -100,7 +100,7 @@ def file_row(tmp: str, events: int) -> dict[str, float]:
     convert = _Converter(rec, RANK)  # one per flush, as Recorder.flush uses it
     converted = [convert(r) for r in raws]
     t1 = clock()
-    sink = build_provider(Config(trace_dir=tmp + "/records", flush_interval=3600), RANK)
+    sink = build_sink(Config(trace_dir=tmp + "/records", flush_interval=3600), RANK)
     t2 = clock()
     for start in range(0, len(converted), 512):
         sink.export(converted[start:start + 512])  # a plain list: the record path
@@ -139,7 +139,7 @@ def otlp_row(protocol: str, events: int) -> dict[str, float] | None:
         os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = rx.endpoint
         os.environ["OTEL_EXPORTER_OTLP_PROTOCOL"] = rx.env_protocol
         config = Config(exporters=("otlp",), flush_interval=3600, exit_timeout=30.0)
-        rec: Recorder = recorder(config, lambda rank: build_provider(
+        rec: Recorder = recorder(config, lambda rank: build_sink(
             config, rank, on_drop=rec.exporter_dropped))
         fill(rec, events)
         start = time.perf_counter()
@@ -177,7 +177,7 @@ def sustained_row(tmp: str, rate: int, seconds: float, raw: bool) -> dict[str, f
     not run that fast on this machine; otherwise it calls the wrapped attach+extract.
     """
     config = Config(trace_dir=tmp)
-    rec = recorder(config, lambda rank: build_provider(config, rank)).start()
+    rec = recorder(config, lambda rank: build_sink(config, rank)).start()
     attach, extract = transport(rec)
     out, obs, ids = Output(4), Observer(), torch.zeros(8, dtype=torch.long)
     if raw:

@@ -49,7 +49,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 from pptrace.activation.sglang_module import load_transport_module
-from pptrace.export.spans import build_provider
+from pptrace.export.sinks import build_sink
 from pptrace.model.config import Config
 from pptrace.record import native
 from pptrace.record.recorder import Recorder
@@ -177,7 +177,7 @@ def run(n: int, repeats: int, calls: int, tmp: str) -> None:
 
     def recorder(**kw: Any) -> Recorder:
         cfg = Config(trace_dir=f"{tmp}/n{n}", run_id="bench", **kw)
-        return Recorder(cfg, sink_factory=lambda rank: build_provider(cfg, rank)).start()
+        return Recorder(cfg, sink_factory=lambda rank: build_sink(cfg, rank)).start()
 
     off = Recorder(Config(enabled=False))
     stream = recorder()

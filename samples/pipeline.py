@@ -36,7 +36,8 @@ import torch
 import torch.distributed as dist
 
 from pptrace.activation.sglang_module import load_transport_module
-from pptrace.export.spans import build_provider, trace_file_name
+from pptrace.export.sinks import build_sink
+from pptrace.export.trace_file import trace_file_name
 from pptrace.model.config import Config
 from pptrace.model.records import PREFIX, RankInfo
 from pptrace.record.recorder import Recorder
@@ -277,7 +278,7 @@ def run_rank(opts: PipelineOptions, rank: int, progress: Progress) -> RankReport
     # what the demo's own options decide wins.
     cfg = Config.from_env(trace_dir=opts.out_dir, run_id=opts.run_id,
                           fingerprint=opts.fingerprint, flush_interval=0.5, enabled=opts.trace)
-    recorder = Recorder(cfg, sink_factory=lambda r: build_provider(cfg, r),
+    recorder = Recorder(cfg, sink_factory=lambda r: build_sink(cfg, r),
                         rank_provider=lambda: (info, True))
     mod = transport_module(opts.transport)
     attach = mod.add_auxiliary_output_to_pp_tensors

@@ -130,9 +130,9 @@ def make_recorder(config: Config, sink: Any = None,
 
 def file_sink_factory(config: Config) -> Callable[[RankInfo], Any]:
     """The real file sink (OTLP JSON lines through the SDK), as the recorder builds it."""
-    from pptrace.export.spans import build_provider
+    from pptrace.export.sinks import build_sink
 
-    return lambda rank: build_provider(config, rank)
+    return lambda rank: build_sink(config, rank)
 
 
 # --- scenarios: one call of attach or extract, built fresh each time ----------------------------
@@ -302,10 +302,10 @@ def recording_child(trace_dir: str, interval: float, how: str) -> None:
         extract = mod.pop_auxiliary_output_from_pp_tensors
         assert is_wrapped(attach) and is_wrapped(extract)
     else:
-        from pptrace.export.spans import build_provider
+        from pptrace.export.sinks import build_sink
         from pptrace.record.wrapper import wrap_transport
 
-        rec = Recorder(config, sink_factory=lambda rank: build_provider(config, rank),
+        rec = Recorder(config, sink_factory=lambda rank: build_sink(config, rank),
                        rank_provider=lambda: (RANK, True)).start()
         attach, extract = wrap_transport(mod.add_auxiliary_output_to_pp_tensors,
                                          mod.pop_auxiliary_output_from_pp_tensors, rec)
@@ -422,14 +422,14 @@ EVIL = ["\x1b[31mred\x1b[0m", "[bold magenta]markup[/bold magenta]", "bell\x07\x
 def write_hostile_traces(directory: Any) -> None:
     """Two ranks whose tensor names carry escape sequences and markup; the extract side sees
     other shapes and another order, so the report quotes every name."""
-    from pptrace.export.spans import build_provider
+    from pptrace.export.sinks import build_sink
     from pptrace.record.wrapper import wrap_transport
 
     mod = transport()
 
     def recorder(rank: RankInfo) -> Recorder:
         cfg = Config(trace_dir=str(directory), flush_interval=60)
-        return Recorder(cfg, sink_factory=lambda r: build_provider(cfg, r),
+        return Recorder(cfg, sink_factory=lambda r: build_sink(cfg, r),
                         rank_provider=lambda: (rank, True))
 
     last = recorder(RankInfo(rank=1, world_size=2, pp_rank=1, pp_size=2, tp_rank=0, tp_size=1,

@@ -1,6 +1,6 @@
 """The default sink's files are plain OTLP/JSON: any protobuf JSON reader gets every span back.
 
-A trace is written the way a rank writes it (a ``Recorder`` whose sink is ``build_provider``'s file
+A trace is written the way a rank writes it (a ``Recorder`` whose sink is ``build_sink``'s file
 exporter), then each line is read with nothing but ``google.protobuf.json_format.Parse`` into the
 official ``TracesData`` message, and every span, attribute and resource field is compared with the
 events the recorder produced.
@@ -21,7 +21,8 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status, TracesData
 
 import pptrace.record.engine as engine
-from pptrace.export.spans import build_provider, trace_file_name
+from pptrace.export.sinks import build_sink
+from pptrace.export.trace_file import trace_file_name
 from pptrace.model import schema
 from pptrace.model.config import Config
 from pptrace.model.records import PREFIX
@@ -71,7 +72,7 @@ def write_trace(trace_dir: Path) -> tuple[TeeSink, Config]:
     sinks: list[TeeSink] = []
 
     def factory(rank: Any) -> TeeSink:
-        sinks.append(TeeSink(build_provider(config, rank)))
+        sinks.append(TeeSink(build_sink(config, rank)))
         return sinks[-1]
 
     rec = Recorder(config, sink_factory=factory, rank_provider=lambda: (RANK, True))

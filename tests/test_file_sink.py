@@ -1,6 +1,6 @@
 """FileSink, the one trace-file encoder, writes the official OTLP/JSON encoding, byte for byte.
 
-The oracle (``tests/otlp_oracle.py``): the same events as SDK spans (``SpanSink`` on a
+The oracle (``tests/otlp_oracle.py``): the same events as SDK spans (``SdkSpanSink`` on a
 ``TracerProvider``), encoded by the SDK's own ``encode_spans`` from the official protobuf
 definitions and rendered by ``google.protobuf.json_format``. Every line FileSink writes is
 compared with the oracle's line for the same spans, field by field and then byte for byte, the
@@ -20,13 +20,14 @@ from typing import Any
 import pytest
 import torch
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import SpanLimits, TracerProvider
+from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import pptrace.record.engine as engine
 from pptrace.export.file_sink import SPANS_PER_LINE, FileSink
-from pptrace.export.spans import SpanSink, build_provider, rank_resource, scope_version
+from pptrace.export.sinks import build_sink
+from pptrace.export.spans import SPAN_LIMITS, SdkSpanSink, process_resource, scope_version
 from pptrace.load.loader import load_paths
 from pptrace.model.config import Config
 from pptrace.model.records import PREFIX, Direction, Event, RankInfo, RecorderStats, TensorMeta
@@ -37,9 +38,6 @@ from tests.otlp_oracle import official_line, without_ids
 
 RANK = RankInfo(rank=3, world_size=4, pp_rank=3, pp_size=4, tp_rank=0, tp_size=1, host="h",
                 pid=42)
-#: The span limits of pptrace's own provider (``build_provider``), which the oracle's SDK spans
-#: must meet too: nothing of an event is cut.
-LIMITS = SpanLimits(max_span_attributes=256, max_attribute_length=None)
 
 
 class Oracle:
@@ -51,9 +49,9 @@ class Oracle:
         self.raw = FileSink(str(self.raw_path), resource, scope_version())
         self.records = FileSink(str(self.records_path), resource, scope_version())
         self.memory = InMemorySpanExporter()
-        self.provider = TracerProvider(resource=resource, span_limits=LIMITS)
+        self.provider = TracerProvider(resource=resource, span_limits=SPAN_LIMITS)  # pptrace's own
         self.provider.add_span_processor(SimpleSpanProcessor(self.memory))
-        self.sdk = SpanSink(self.provider)
+        self.sdk = SdkSpanSink(self.provider)
         self.calls: list[int] = []
 
     def _count(self, call: Any) -> None:
@@ -131,7 +129,7 @@ def _events() -> list[Event]:
 
 def test_records_encode_as_the_official_encoder_does(tmp_path: Path) -> None:
     """Success, engine error, empty error message, escapes, fingerprints, extra tags, stats."""
-    oracle = Oracle(tmp_path, rank_resource(RANK, "r"))
+    oracle = Oracle(tmp_path, process_resource(RANK, "r"))
     oracle.export(_events())
     oracle.export_stats(RecorderStats(rank=RANK, time_ns=9_000, recorded=9, exported=9,
                                       run_id="r"))
@@ -150,7 +148,7 @@ def test_a_resource_with_a_schema_url_and_any_attribute_kind(tmp_path: Path) -> 
 
 
 def test_long_batches_split_into_lines_as_the_oracle_is_cut(tmp_path: Path) -> None:
-    oracle = Oracle(tmp_path, rank_resource(RANK))
+    oracle = Oracle(tmp_path, process_resource(RANK))
     oracle.export(_events()[:1] * (SPANS_PER_LINE + 3))
     oracle.shutdown(1.0)
     lines = oracle.check()
@@ -162,7 +160,7 @@ def test_real_calls_through_the_recorder_encode_as_the_official_encoder_does(
 ) -> None:
     """The wrapper's own records (raw tuples, templates at each shape's second sighting) for
     successes, every kind of engine error, non-tensor values, empty dicts and 0-d tensors."""
-    oracle = Oracle(tmp_path, rank_resource(RANK, "r"))
+    oracle = Oracle(tmp_path, process_resource(RANK, "r"))
     rec = recorder(Config(run_id="r"), oracle)
     attach, extract = wrapped(rec)
     drive(attach, extract, pairs=5, n=3)
@@ -199,7 +197,7 @@ def test_a_str_subclass_key_costs_nothing(tmp_path: Path) -> None:
             raise AssertionError("the recorder called the key's own __str__")
 
     cfg = Config(trace_dir=str(tmp_path), run_id="r", flush_interval=3600, native=False)
-    rec = Recorder(cfg, sink_factory=lambda rank: build_provider(cfg, rank),
+    rec = Recorder(cfg, sink_factory=lambda rank: build_sink(cfg, rank),
                    rank_provider=lambda: (RANK, True))
     _, extract = wrap_transport(engine.add_auxiliary_output_to_pp_tensors,
                                 engine.pop_auxiliary_output_from_pp_tensors, rec)
@@ -218,7 +216,7 @@ def test_a_value_without_an_otlp_form_is_refused_with_a_clear_error(
 ) -> None:
     with pytest.raises(ValueError, match=r"attribute .* (int64|not finite|no OTLP form)"):
         FileSink(str(tmp_path / "t.jsonl"), Resource({"bad": value}))  # type: ignore[dict-item]
-    sink = FileSink(str(tmp_path / "t.jsonl"), rank_resource(RANK))
+    sink = FileSink(str(tmp_path / "t.jsonl"), process_resource(RANK))
     with pytest.raises(ValueError, match="int64"):
         sink.export([_events()[0]._replace(thread_id=2**64 - 1)])
     assert not (tmp_path / "t.jsonl").exists()  # nothing half written

@@ -29,7 +29,8 @@ from helpers_recorder import (
 )
 
 from pptrace.export.file_sink import FileSink
-from pptrace.export.spans import _Tee, rank_resource
+from pptrace.export.sinks import FanOut
+from pptrace.export.spans import process_resource
 from pptrace.model import schema
 from pptrace.model.config import Config
 from pptrace.model.records import PREFIX, Direction, Event, RankInfo, RecorderStats
@@ -40,7 +41,7 @@ class BothPaths:
     """A sink writing each chunk twice: from the raw tuples and from the records."""
 
     def __init__(self, tmp: Path) -> None:
-        resource = rank_resource(RANK, "run")
+        resource = process_resource(RANK, "run")
         self.raw = FileSink(str(tmp / "raw.jsonl"), resource, "1")
         self.records = FileSink(str(tmp / "records.jsonl"), resource, "1")
         self.chunks = 0
@@ -265,8 +266,8 @@ def test_raw_events_convert_once_for_every_reader(tmp_path: Path) -> None:
     """A tee of FileSink and a record sink: the file takes templates, the other gets records,
     and a raw that fails conversion is counted once."""
     memory = MemorySink()
-    files = FileSink(str(tmp_path / "t.jsonl"), rank_resource(RANK, "run"))
-    rec = recorder(Config(), _Tee([files, memory]))
+    files = FileSink(str(tmp_path / "t.jsonl"), process_resource(RANK, "run"))
+    rec = recorder(Config(), FanOut([files, memory]))
     attach, extract = wrapped(rec)
     drive(attach, extract, pairs=5)
     rec.append(("not", "a", "raw"))

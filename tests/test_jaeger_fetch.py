@@ -18,7 +18,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from pptrace.cli.main import main
-from pptrace.export.spans import SpanSink, rank_resource
+from pptrace.export.spans import SdkSpanSink, process_resource
 from pptrace.load.jaeger_fetch import (
     JaegerQuery,
     add_jaeger_arguments,
@@ -54,9 +54,9 @@ def _spans() -> list[ReadableSpan]:
     spans: list[ReadableSpan] = []
     for info, event in _events():
         memory = InMemorySpanExporter()
-        provider = TracerProvider(resource=rank_resource(info, "j1"))
+        provider = TracerProvider(resource=process_resource(info, "j1"))
         provider.add_span_processor(SimpleSpanProcessor(memory))
-        SpanSink(provider).export([event])
+        SdkSpanSink(provider).export([event])
         spans += memory.get_finished_spans()
     return spans
 

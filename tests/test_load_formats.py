@@ -142,7 +142,7 @@ def test_fast_path_gives_exactly_what_the_ordinary_path_gives(
     # Many spans of few shapes, written by pptrace's real exporter: most hit the template cache.
     from helpers_analyze import Run, meta
 
-    from pptrace.export.spans import build_provider
+    from pptrace.export.sinks import build_sink
     from pptrace.load.builder import TraceBuilder
     from pptrace.load.fast import FastLines
     from pptrace.load.files import read_files
@@ -153,7 +153,7 @@ def test_fast_path_gives_exactly_what_the_ordinary_path_gives(
         run.step([meta("scores", (k % 3 + 1, 5)), meta("ids", (k % 3 + 1,), "int64")])
     run.attach([meta("scores", (2, 5))], error=("RuntimeError", "boom"))
     for proc in run.trace().processes:
-        sink = build_provider(Config(trace_dir=str(tmp_path)), proc.rank)
+        sink = build_sink(Config(trace_dir=str(tmp_path)), proc.rank)
         for i in range(0, len(proc.events), 16):  # several spans a line, as a flush writes
             sink.export(list(proc.events[i : i + 16]))
         sink.shutdown(1.0)

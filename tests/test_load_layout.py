@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from pptrace.export.spans import build_provider
+from pptrace.export.sinks import build_sink
 from pptrace.load import layout
 from pptrace.load import worker as load_worker
 from pptrace.load.fast import FastLines
@@ -75,7 +75,7 @@ def test_a_full_event_survives_every_loader_path(
         rank = RankInfo(rank=r, world_size=2, pp_rank=r, pp_size=2, tp_rank=0, tp_size=1,
                         host="h", pid=10 + r)
         events = [full_event(seq, rank, error=seq % 5 == 4) for seq in range(30)]
-        sink = build_provider(Config(trace_dir=str(tmp_path)), rank)
+        sink = build_sink(Config(trace_dir=str(tmp_path)), rank)
         for i in range(0, len(events), 8):
             sink.export(events[i : i + 8])
         sink.shutdown(1.0)

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from helpers_analyze import Run, meta
 
-from pptrace.export.spans import build_provider
+from pptrace.export.sinks import build_sink
 from pptrace.load import worker as load_worker
 from pptrace.load.loader import load_paths
 from pptrace.model.config import Config
@@ -35,7 +35,7 @@ def _write_run(directory: Path, steps: int = 40, pp: int = 2, tp: int = 2) -> No
         run.step([meta("scores", (k % 3 + 1, 5)), meta("ids", (k % 3 + 1,), "int64")])
     run.attach([meta("scores", (2, 5))], error=("RuntimeError", "boom"))
     for proc in run.trace().processes:
-        sink = build_provider(Config(trace_dir=str(directory)), proc.rank)
+        sink = build_sink(Config(trace_dir=str(directory)), proc.rank)
         for i in range(0, len(proc.events), 16):
             sink.export(list(proc.events[i : i + 16]))
         sink.export_stats(RecorderStats(rank=proc.rank, time_ns=1, recorded=len(proc.events),

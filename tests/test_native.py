@@ -286,12 +286,12 @@ def test_the_buffer_holds_packed_metadata_when_the_reader_is_used(use: Any) -> N
 
 def test_file_lines_are_the_same_with_and_without_the_reader(
         use: Any, tmp_path: Path) -> None:
-    from pptrace.export.spans import build_provider
+    from pptrace.export.sinks import build_sink
 
     def spans(reader_on: bool) -> list[dict[str, Any]]:
         folder = tmp_path / f"native{int(reader_on)}"
         cfg = Config(trace_dir=str(folder), run_id="r", flush_interval=3600, native=reader_on)
-        rec = Recorder(cfg, sink_factory=lambda rank: build_provider(cfg, rank),
+        rec = Recorder(cfg, sink_factory=lambda rank: build_sink(cfg, rank),
                        rank_provider=lambda: (RANK, True))
         attach, extract = wrapped(rec)
         for _ in range(3):  # the second sighting of a shape makes a template: cover both

@@ -22,7 +22,8 @@ from helpers_recorder import (
     wrapped,
 )
 
-from pptrace.export.spans import build_provider, trace_file_name
+from pptrace.export.sinks import build_sink
+from pptrace.export.trace_file import trace_file_name
 from pptrace.model import errors, schema
 from pptrace.model.config import Config
 from pptrace.model.records import Direction
@@ -103,7 +104,7 @@ def test_request_dump_is_served_by_the_background_thread() -> None:
 def test_dump_file_has_the_overwritten_count(tmp_path: Path) -> None:
     config = Config(trace_dir=str(tmp_path), mode="flight", flight_size=5)
     rec = recorder(config, None)
-    rec._sink_factory = lambda rank: build_provider(config, rank)
+    rec._sink_factory = lambda rank: build_sink(config, rank)
     attach, extract = wrapped(rec)
     drive(attach, extract, pairs=6)
     rec.shutdown(timeout=10.0)

@@ -10,7 +10,8 @@ from typing import Any
 import torch
 from helpers_recorder import RANK, MemorySink, Observer, Output, drive, recorder, wrapped
 
-from pptrace.export.spans import build_provider, trace_file_name
+from pptrace.export.sinks import build_sink
+from pptrace.export.trace_file import trace_file_name
 from pptrace.model import schema
 from pptrace.model.config import Config
 from pptrace.model.records import Direction
@@ -124,7 +125,7 @@ def _attr(span: dict[str, Any], key: str) -> Any:
 def test_trace_file_carries_the_drop_count_in_stats_spans_and_events(tmp_path: Path) -> None:
     config = Config(trace_dir=str(tmp_path), buffer_size=4)
     rec = recorder(config, None)
-    rec._sink_factory = lambda rank: build_provider(config, rank)
+    rec._sink_factory = lambda rank: build_sink(config, rank)
     attach, extract = wrapped(rec)
     drive(attach, extract, pairs=3)  # 6 events, 4 kept
     rec.flush()

@@ -40,7 +40,7 @@ from helpers_reliability import (
     transport,
 )
 
-from pptrace.export.spans import trace_file_name
+from pptrace.export.trace_file import trace_file_name
 from pptrace.model.config import Config
 from pptrace.record.recorder import Recorder
 from pptrace.record.wrapper import wrap_transport
@@ -302,7 +302,7 @@ def _collector(kind: str) -> Iterator[str]:
 def test_otlp_collector_down_or_silent(kind: str, protocol: str, caplog: pytest.LogCaptureFixture,
                                        monkeypatch: pytest.MonkeyPatch) -> None:
     caplog.set_level(logging.WARNING, logger="pptrace")
-    from pptrace.export.spans import build_provider
+    from pptrace.export.sinks import build_sink
 
     with _collector(kind) as endpoint:
         for var in ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
@@ -317,7 +317,7 @@ def test_otlp_collector_down_or_silent(kind: str, protocol: str, caplog: pytest.
 
         def factory(rank: Any) -> Any:
             assert rec is not None
-            return build_provider(config, rank, on_drop=rec.exporter_dropped)
+            return build_sink(config, rank, on_drop=rec.exporter_dropped)
 
         rec = make_recorder(config, sink_factory=factory).start()
         _drive(rec)

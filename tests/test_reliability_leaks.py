@@ -28,7 +28,7 @@ from helpers_reliability import (
     write_hostile_traces,
 )
 
-from pptrace.export.spans import trace_file_name
+from pptrace.export.trace_file import trace_file_name
 from pptrace.model.config import Config
 from pptrace.model.records import PREFIX, RankInfo, TensorMeta
 from pptrace.record.recorder import Recorder

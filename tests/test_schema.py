@@ -236,9 +236,9 @@ def test_readme_documents_every_stats_attribute_with_its_type() -> None:
 def test_readme_documents_the_span_names_and_resource() -> None:
     tables = documented_tables()
     assert set(tables["Spans"]) == schema.SPAN_NAMES
-    from pptrace.export.spans import rank_resource
+    from pptrace.export.spans import process_resource
 
-    resource = dict(rank_resource(FULL_RANK, "r").attributes)
+    resource = dict(process_resource(FULL_RANK, "r").attributes)
     ours = {k: type_name(resource[k]) for k in tables["Resource attributes (one set per process)"]}
     assert ours == tables["Resource attributes (one set per process)"]
     sdk_defaults = {k for k in resource if k.startswith("telemetry.sdk.")} | {

@@ -2,9 +2,9 @@
 of a multi-tensor call, status and exception event on failure, and the way back from span
 attributes to the very ``Event`` the recorder produced.
 
-Each test drives pptrace's wrapped reference transport with a live ``Recorder`` whose sink is a
-``SpanSink`` on a ``TracerProvider`` built here (never a global one), exporting to OpenTelemetry's
-own ``InMemorySpanExporter``.
+Each test drives pptrace's wrapped reference transport with a live ``Recorder`` whose sink is an
+``SdkSpanSink`` on a ``TracerProvider`` built here (never a global one), exporting to
+OpenTelemetry's own ``InMemorySpanExporter``.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 import pptrace.record.engine as engine
-from pptrace.export.spans import SpanSink
+from pptrace.export.spans import SdkSpanSink
 from pptrace.model import errors, schema
 from pptrace.model.config import Config
 from pptrace.model.records import PREFIX, Direction
@@ -71,7 +71,7 @@ def traced() -> Iterator[Traced]:
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    sink = TeeSink(SpanSink(provider))
+    sink = TeeSink(SdkSpanSink(provider))
     rec = _make_recorder(sink, Config(exporters=("none",), run_id=RUN_ID))
     attach, extract = wrap_transport(engine.add_auxiliary_output_to_pp_tensors,
                                      engine.pop_auxiliary_output_from_pp_tensors, rec)
@@ -324,7 +324,7 @@ def fingerprinted(config: Config) -> Traced:
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    sink = TeeSink(SpanSink(provider))
+    sink = TeeSink(SdkSpanSink(provider))
     rec = _make_recorder(sink, config)
     attach, extract = wrap_transport(engine.add_auxiliary_output_to_pp_tensors,
                                      engine.pop_auxiliary_output_from_pp_tensors, rec)

@@ -13,7 +13,7 @@ start its recorder thread and register its exit
 flush (atexit, SIGTERM when the handler is the default, chained otherwise) and, in flight mode,
 a SIGUSR1 dump. A process that records nothing writes nothing. Spans go through the engine's own
 SDK tracer provider when it configured one and OTLP export is asked for; otherwise through
-pptrace's provider (``pptrace.export.spans.build_provider``).
+pptrace's provider (``pptrace.export.spans.pptrace_provider``).
 """
 
 from __future__ import annotations
@@ -199,7 +199,7 @@ def _prepare() -> None:
     """Off the engine's path: import the SDK now rather than in the exit flush."""
     try:
         with _importing:
-            import pptrace.export.spans  # noqa: F401  (the OTel SDK: a second or so, better now)
+            import pptrace.export.sinks  # noqa: F401  (the OTel SDK: a second or so, better now)
     except Exception:  # the flush will meet the same error and report it
         pass
 
@@ -325,12 +325,13 @@ def _engine_provider() -> Any:
 
 
 def _make_sink(state: _Active) -> Sink:
-    from pptrace.export.spans import SpanSink, build_provider
+    from pptrace.export.sinks import build_sink
+    from pptrace.export.spans import SdkSpanSink
 
     config = state.config
     rank = state.recorder.rank()
     exporters = set(config.exporters)
-    files = build_provider(replace(config, exporters=("file",)), rank) if (
+    files = build_sink(replace(config, exporters=("file",)), rank) if (
         "file" in exporters) else None
     otlp: Sink | None = None
     processor = None
@@ -345,21 +346,16 @@ def _make_sink(state: _Active) -> Sink:
             # Exit handlers run last-registered first: flush before the engine's provider's own
             # atexit shutdown (registered when it was built, after pptrace's first one).
             atexit.register(_finish_active)
-        otlp = SpanSink(provider, owns_provider=processor is not None)
+        otlp = SdkSpanSink(provider, owns_provider=processor is not None)
     return _Sinks(files, otlp, state.recorder.stats, processor)
 
 
 def _otlp_provider(config: Config, rank: RankInfo, state: _Active) -> Any:
     """pptrace's own provider with the fail-open OTLP processor (kept, to bound its exit)."""
-    from opentelemetry.sdk.trace import SpanLimits, TracerProvider
-
     from pptrace.export.otlp import otlp_processor
-    from pptrace.export.spans import rank_resource
+    from pptrace.export.spans import pptrace_provider, process_resource
 
-    provider = TracerProvider(
-        resource=rank_resource(rank, config.run_id),
-        span_limits=SpanLimits(max_span_attributes=256, max_attribute_length=None),
-    )
+    provider = pptrace_provider(process_resource(rank, config.run_id))
     processor = state.processor or otlp_processor(config, on_drop=state.on_drop)
     provider.add_span_processor(processor)
     return provider, processor

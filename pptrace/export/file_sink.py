@@ -18,7 +18,7 @@ it renders that event exactly as the ordinary encoding does; anything else goes 
 Templates last while the rank and run id do; what they hold of the subject's type (its name,
 whether it has ``to_pp_tensors``) is read when they are made, as each flush's records read it.
 
-    sink = FileSink(path, rank_resource(rank, run_id))
+    sink = FileSink(path, process_resource(rank, run_id))
     sink.export(events)      # one or more lines, flushed
 """
 

@@ -205,7 +205,7 @@ class FailOpenProcessor(SpanProcessor):
 
 
 def otlp_processor(config: Config, on_drop: DropCallback | None = None) -> FailOpenProcessor:
-    """The fail-open OTLP processor ``build_provider`` adds when ``otlp`` is exported."""
+    """The fail-open OTLP processor ``build_sink`` and activation add when ``otlp`` is exported."""
     # The exit budget is shared with the file flush: keep a small margin for it.
     budget = max(0.1, config.exit_timeout - 0.25)
     return FailOpenProcessor(make_exporter(config), exit_timeout=budget, on_drop=on_drop)

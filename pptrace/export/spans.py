@@ -1,21 +1,21 @@
 """Events as real OpenTelemetry SDK spans, for OTLP export and for an engine's own provider.
 
-- ``SpanSink`` builds one SDK span per event through any ``TracerProvider`` (pptrace's own, or
-  the engine's when it already configured one), with the event's original timestamps; the
-  provider's processors (pptrace's fail-open OTLP processor, or the engine's) take them on.
-- ``rank_resource`` is the OpenTelemetry resource that names this process (service, host, pid,
-  run id, ranks); the trace file carries the same resource.
-- ``build_provider`` assembles the sink a config names: the trace file (``FileSink``, which
-  encodes events itself and builds no SDK span) and/or OTLP through pptrace's own provider.
+- ``SdkSpanSink`` is a recorder sink that builds one SDK span per event through any
+  ``TracerProvider`` (pptrace's own, or the engine's when it configured one), with the event's
+  original timestamps; the provider's processors (pptrace's fail-open OTLP processor, or the
+  engine's) take them on. Trace files never go this way: ``FileSink`` encodes them itself.
+- ``process_resource`` is the OpenTelemetry resource that names this process (service, host,
+  pid, run id, ranks); trace files and OTLP carry the same one.
+- ``pptrace_provider`` is pptrace's own tracer provider for a process, when the engine has none.
 
-    sink = build_provider(config, rank)
+    sink = SdkSpanSink(pptrace_provider(process_resource(rank, run_id)), owns_provider=True)
     sink.export(events)
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from opentelemetry import trace as trace_api
@@ -23,15 +23,17 @@ from opentelemetry.sdk.resources import OTELResourceDetector, Resource
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.trace import Status, StatusCode
 
-from pptrace.export.file_sink import FileSink
-from pptrace.export.trace_file import trace_file_name
 from pptrace.model import schema
-from pptrace.model.config import Config
 from pptrace.model.records import Event, RankInfo, RecorderStats
 
-__all__ = ["SpanSink", "build_provider", "rank_resource", "scope_version", "trace_file_name"]
+__all__ = [
+    "SCOPE", "SPAN_LIMITS", "SdkSpanSink", "pptrace_provider", "process_resource", "scope_version",
+]
 
+#: The instrumentation scope of every pptrace span.
 SCOPE = "pptrace"
+#: Nothing of an event is cut: its attributes number about 30, and a tensor name has no limit.
+SPAN_LIMITS = SpanLimits(max_span_attributes=256, max_attribute_length=None)
 
 
 def scope_version() -> str:
@@ -44,8 +46,9 @@ def scope_version() -> str:
         return "0"
 
 
-def rank_resource(rank: RankInfo, run_id: str = "") -> Resource:
-    """Resource attributes identifying this process (merged with OTEL_RESOURCE_ATTRIBUTES)."""
+def process_resource(rank: RankInfo, run_id: str = "") -> Resource:
+    """The resource naming this process: service, host, pid, run id and its ranks (merged with
+    ``OTEL_RESOURCE_ATTRIBUTES``)."""
     attrs: dict[str, Any] = {
         "service.name": os.environ.get("OTEL_SERVICE_NAME") or "pptrace",
         "host.name": rank.host,
@@ -62,7 +65,12 @@ def rank_resource(rank: RankInfo, run_id: str = "") -> Resource:
     return OTELResourceDetector().detect().merge(Resource(attrs))
 
 
-class SpanSink:
+def pptrace_provider(resource: Resource) -> TracerProvider:
+    """A tracer provider of pptrace's own (never set globally), with no processor yet."""
+    return TracerProvider(resource=resource, span_limits=SPAN_LIMITS)
+
+
+class SdkSpanSink:
     """A recorder sink that turns events into SDK spans through a tracer provider."""
 
     def __init__(self, provider: trace_api.TracerProvider, owns_provider: bool = False) -> None:
@@ -103,55 +111,3 @@ class SpanSink:
             flush = getattr(self.provider, "force_flush", None)
             if flush is not None:
                 flush(int(timeout * 1000))
-
-
-class _Tee:
-    """Hand every batch to each sink; one failing does not stop the others (raised after)."""
-
-    def __init__(self, sinks: Sequence[Any]) -> None:
-        self.sinks = list(sinks)
-
-    def _each(self, method: str, *args: Any) -> None:
-        errors = []
-        for sink in self.sinks:
-            try:
-                getattr(sink, method)(*args)
-            except Exception as exc:
-                errors.append(exc)
-        if errors:
-            raise errors[0]
-
-    def export(self, events: Sequence[Event]) -> None:
-        self._each("export", events)
-
-    def export_stats(self, stats: RecorderStats) -> None:
-        self._each("export_stats", stats)
-
-    def shutdown(self, timeout: float) -> None:
-        self._each("shutdown", timeout)
-
-
-def build_provider(
-    config: Config, rank: RankInfo, on_drop: Callable[[int, str], None] | None = None
-) -> Any:
-    """Build pptrace's own sink for the exporters a config names (a recorder ``Sink``).
-
-    Files are written by ``FileSink`` straight from events; OTLP goes through real SDK spans on
-    pptrace's own provider. ``on_drop(events, cause)`` hears of spans the OTLP exporter lost.
-    """
-    resource = rank_resource(rank, config.run_id)
-    sinks: list[Any] = []
-    if "file" in config.exporters:
-        path = os.path.join(config.trace_dir, trace_file_name(rank))
-        sinks.append(FileSink(path, resource, scope_version()))
-    if "otlp" in config.exporters or not sinks:
-        provider = TracerProvider(
-            resource=resource,
-            span_limits=SpanLimits(max_span_attributes=256, max_attribute_length=None),
-        )
-        if "otlp" in config.exporters:
-            from pptrace.export.otlp import otlp_processor
-
-            provider.add_span_processor(otlp_processor(config, on_drop=on_drop))
-        sinks.append(SpanSink(provider, owns_provider=True))
-    return sinks[0] if len(sinks) == 1 else _Tee(sinks)

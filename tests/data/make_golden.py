@@ -19,7 +19,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 from helpers_analyze import golden_run  # noqa: E402
 
-from pptrace.export.spans import build_provider  # noqa: E402
+from pptrace.export.sinks import build_sink  # noqa: E402
 from pptrace.model.config import Config  # noqa: E402
 
 
@@ -28,7 +28,7 @@ def main() -> None:
     shutil.rmtree(out, ignore_errors=True)
     trace = golden_run().trace()
     for proc in trace.processes:
-        sink = build_provider(Config(trace_dir=out, run_id="golden"), proc.rank)
+        sink = build_sink(Config(trace_dir=out, run_id="golden"), proc.rank)
         sink.export(list(proc.events))
         assert proc.stats is not None
         sink.export_stats(proc.stats)

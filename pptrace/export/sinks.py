@@ -1,0 +1,73 @@
+"""The sink a config asks for: the trace file, OTLP through pptrace's own provider, or both.
+
+``build_sink(config, rank)`` returns a recorder ``Sink``: a ``FileSink`` for ``file`` (events
+encoded straight to the trace file, no SDK span built), an ``SdkSpanSink`` on pptrace's own
+provider with the fail-open OTLP processor for ``otlp``, and a ``FanOut`` of the two when both
+are named. (Activation builds its sinks itself, to use the engine's provider when it has one.)
+
+    sink = build_sink(config, rank, on_drop=recorder.exporter_dropped)
+    sink.export(events)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from pptrace.export.file_sink import FileSink
+from pptrace.export.spans import SdkSpanSink, pptrace_provider, process_resource, scope_version
+from pptrace.export.trace_file import trace_file_name
+from pptrace.model.config import Config
+from pptrace.model.records import Event, RankInfo, RecorderStats
+
+__all__ = ["FanOut", "build_sink"]
+
+
+class FanOut:
+    """Hand every batch to each sink; one failing does not stop the others (raised after)."""
+
+    def __init__(self, sinks: Sequence[Any]) -> None:
+        self.sinks = list(sinks)
+
+    def _each(self, method: str, *args: Any) -> None:
+        errors = []
+        for sink in self.sinks:
+            try:
+                getattr(sink, method)(*args)
+            except Exception as exc:
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+    def export(self, events: Sequence[Event]) -> None:
+        self._each("export", events)
+
+    def export_stats(self, stats: RecorderStats) -> None:
+        self._each("export_stats", stats)
+
+    def shutdown(self, timeout: float) -> None:
+        self._each("shutdown", timeout)
+
+
+def build_sink(
+    config: Config, rank: RankInfo, on_drop: Callable[[int, str], None] | None = None
+) -> Any:
+    """The recorder sink for the exporters ``config`` names.
+
+    ``on_drop(events, cause)`` hears of spans the OTLP exporter lost. With neither ``file`` nor
+    ``otlp`` named, spans are built on pptrace's provider and go nowhere.
+    """
+    resource = process_resource(rank, config.run_id)
+    sinks: list[Any] = []
+    if "file" in config.exporters:
+        path = os.path.join(config.trace_dir, trace_file_name(rank))
+        sinks.append(FileSink(path, resource, scope_version()))
+    if "otlp" in config.exporters or not sinks:
+        provider = pptrace_provider(resource)
+        if "otlp" in config.exporters:
+            from pptrace.export.otlp import otlp_processor
+
+            provider.add_span_processor(otlp_processor(config, on_drop=on_drop))
+        sinks.append(SdkSpanSink(provider, owns_provider=True))
+    return sinks[0] if len(sinks) == 1 else FanOut(sinks)
