@@ -369,7 +369,7 @@ def test_sequence_gaps_count_as_losses() -> None:
     run.extract(A)
     (f,) = analyze(run.trace())
     assert f.kind is K.EVENTS_DROPPED
-    assert "8 sequence numbers missing" in f.message
+    assert "8 missing sequence numbers" in f.message
 
 
 def test_unknown_layout_pairs_by_role() -> None:

@@ -12,7 +12,6 @@ import re
 from pathlib import Path
 
 import pytest
-from helpers_analyze import Run, meta, write_run
 
 from pptrace.analyze.analyzer import analyze
 from pptrace.cli.main import main
@@ -21,6 +20,7 @@ from pptrace.model.errors import TraceInputError
 from pptrace.model.findings import Severity
 from pptrace.model.text import MESSAGE_LIMIT, clip, inert, plural
 from pptrace.report.text import render_text
+from tests.helpers_analyze import Run, meta, write_run
 
 RAW = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 HOSTILE = ["rtl\u202eexe.txt", "ltr\u202dx", "iso\u2066y\u2069", "esc\x1b[31m", "c1\x9b31m",
@@ -98,3 +98,85 @@ def test_clip_says_what_it_cut() -> None:
     assert len(text) <= MESSAGE_LIMIT + 40
     assert text.endswith("more characters cut)")
     assert f"({10_000 - (MESSAGE_LIMIT - 40):,} more characters cut)" in text
+
+
+# --- counts that count what their sentence names ------------------------------------------------
+
+
+def test_a_reserved_name_is_counted_once_per_attach_on_its_own_channel() -> None:
+    run = Run(pp_size=2, tp_size=2)
+    for _ in range(5):
+        run.step([meta("next_token_ids", (8,), "int64")])
+    findings = analyze(run.trace())
+    assert sorted((f.kind.value, f.channel, f.cascade) for f in findings) == [
+        ("reserved-name", "pp1/tp0", 4), ("reserved-name", "pp1/tp1", 4)]
+    for f in findings:
+        assert f.message.startswith(f"rank {f.ranks[0]} attached auxiliary name")
+        assert "(and 4 more like this through microbatch 4)" in f.message
+
+
+def test_an_extract_side_name_problem_without_its_attach_still_counts() -> None:
+    run = Run()
+    run.step([meta("s")])
+    run.attach([meta("s")])
+    run.extract([meta("s"), meta("", key="__sampling_observer_output__.")])
+    kinds = sorted(f.kind.value for f in analyze(run.trace()))
+    assert kinds == ["empty-name", "prefixed-foreign-key"]
+
+
+def test_engine_error_says_one_key_in_the_singular() -> None:
+    run = Run()
+    run.step([meta("s")])
+    run.attach([meta("s")], error=("RuntimeError", errors.ATTACH_BAD_NAME),
+               inserted=("__sampling_observer_output__.s",))
+    (f,) = analyze(run.trace())
+    assert f.message.endswith("; it left 1 prefixed key in the dict")
+
+
+def test_a_loss_without_a_counter_names_what_is_missing() -> None:
+    run = Run()
+    for _ in range(3):
+        run.step([meta("s")])
+    run.set_stats(0, recorded=4, exported=3)
+    (f,) = analyze(run.trace())
+    assert f.message.startswith("rank 0 lost 1 event (1 recorded but not in the trace):")
+
+
+def test_text_report_reads_right_for_one() -> None:
+    run = Run()
+    run.step([meta("s")])
+    run.attach([meta("s")])
+    run.extract([meta("s", dtype="float16")])
+    trace = run.trace()
+    text = render_text(trace, analyze(trace), Severity.ERROR)
+    assert "1 finding (1 error; 1 occurrence)." in text
+    assert "(1 finding, 1 occurrence)" in text
+    assert text.rstrip().endswith("FAIL: 1 finding at or above error.")
+    empty = render_text(run.trace(), [], Severity.ERROR)
+    assert empty.rstrip().endswith("OK: 0 findings at or above error.")
+
+
+# --- oversized input gives bounded output, saying what was cut ----------------------------------
+
+
+def test_a_span_with_100k_tensors_gives_a_short_report() -> None:
+    run = Run()
+    run.step([meta("s")])
+    wide = [meta(f"t{i}", (2,)) for i in range(100_000)]
+    run.attach(wide)  # never extracted: an orphan naming its tensors
+    trace = run.trace()
+    text = render_text(trace, analyze(trace), Severity.ERROR)
+    assert len(text) < 20_000
+    assert "and 99990 more" in text
+
+
+def test_a_huge_error_message_is_cut_and_says_so() -> None:
+    run = Run()
+    run.step([meta("s")])
+    run.attach([meta("s")], error=("RuntimeError", "x" * 10_000_000))
+    trace = run.trace()
+    findings = analyze(trace)
+    assert all(len(f.message) < 3 * MESSAGE_LIMIT for f in findings)
+    text = render_text(trace, findings, Severity.ERROR)
+    assert len(text) < 20_000
+    assert "more characters cut)" in text

@@ -49,11 +49,14 @@ from pptrace.analyze.scan import scan
 from pptrace.analyze.summary import Counted, Raw, Ref, summarise
 from pptrace.model.findings import Category, Finding, FindingKind, Severity
 from pptrace.model.records import Direction, Event, RankInfo, TensorMeta
+from pptrace.model.text import clip, plural
 from pptrace.model.trace import ProcessTrace, Trace
 
 __all__ = ["ENGINE_KEYS", "analyze", "classify_error"]
 
 K = FindingKind
+#: The most characters of a type name a message quotes (an error message: ``MESSAGE_LIMIT``).
+_NAME_LIMIT = 200
 
 # --- the analysis ----------------------------------------------------------------------------
 
@@ -87,8 +90,13 @@ class _Analysis:
         self.repeats: dict[int, list[Any]] = {}  # raw index -> [repeats, last microbatch]
         # Each channel's pairs, to learn the microbatch of an extract's finding (only findings
         # need it, so the table is built on the first question, per receiving process).
-        self.paired: list[tuple[int, list[Event], list[Event], Alignment]] = []
-        self._microbatch_of: dict[int, dict[int, int]] = {}  # process -> extract seq -> attach
+        self.paired: list[tuple[int, int, list[Event], list[Event], Alignment]] = []
+        # receiving process -> extract seq -> (sending process, attach seq)
+        self._attach_of: dict[int, dict[int, tuple[int, int]]] = {}
+        # Namespace findings: (process, attach seq, kind, subject) of the attach side, and the
+        # raw findings of the extract side (which may repeat them)
+        self.attach_hygiene: set[tuple[int, int, FindingKind, str]] = set()
+        self.extract_hygiene: list[int] = []
         # (process, attach seq) -> the raw tp-disagree finding about that attach
         self.tp_causes: dict[tuple[int, int], int] = {}
         self.scans = [scan(p.trace.events, p.rank.pp_rank) for p in self.procs]
@@ -153,15 +161,17 @@ class _Analysis:
         if overwritten:
             parts.append(f"{overwritten} overwritten in flight mode")
         if missing_seq:
-            parts.append(f"{missing_seq} sequence numbers missing")
+            parts.append(plural(missing_seq, "sequence number", "missing"))
+        if unexported > max(dropped + overwritten, missing_seq):
+            parts.append(f"{unexported} recorded but not in the trace")
         if internal:
-            parts.append(f"{internal} internal recorder errors")
+            parts.append(plural(internal, "internal recorder error"))
         detail = ", ".join(parts)
-        self.lost[p.index] = f"{label} lost {lost} events"
+        self.lost[p.index] = f"{label} lost {plural(lost, 'event')}"
         self.add(
             K.EVENTS_DROPPED,
-            f"{label} lost {lost} events ({detail}): findings about missing events on its "
-            "channels are less certain",
+            f"{label} lost {plural(lost, 'event')} ({detail}): findings about missing events on "
+            "its channels are less certain",
             ranks=[rank_id(p.rank)],
             time_ns=events[0].start_ns if events else (stats.time_ns if stats else None),
             channel=self.proc_channel(p),
@@ -179,13 +189,15 @@ class _Analysis:
             subject = ev.subject_type or "?"
             left = ""
             if ev.inserted_before_error:
-                left = f"; it left {len(ev.inserted_before_error)} prefixed keys in the dict"
+                left = (f"; it left {plural(len(ev.inserted_before_error), 'key', 'prefixed')}"
+                        " in the dict")
             found = f"; prefixed values found: {tensor_names(ev.tensors)}" if (
                 ev.direction is Direction.EXTRACT and ev.tensors) else ""
             self.add(
                 kind,
                 f"{who(p.rank)} ({stage_of(p.rank)}, tp {tp_of(p.rank)}) {verb} #{ev.seq} raised "
-                f"{ev.error_type}: {ev.error_message} ({role} type {subject}){found}{left}",
+                f"{clip(ev.error_type or '', _NAME_LIMIT)}: {clip(ev.error_message or '')} "
+                f"({role} type {clip(subject, _NAME_LIMIT)}){found}{left}",
                 ranks=[rank_id(p.rank)],
                 microbatch=ev.seq if ev.direction is Direction.ATTACH else None,
                 time_ns=ev.start_ns,
@@ -197,14 +209,29 @@ class _Analysis:
     def hygiene(self, p: _Proc) -> None:
         label = who(p.rank)
         channel = self.proc_channel(p)
+        seen, echoes = self.attach_hygiene, self.extract_hygiene
         for ev, specs in self.scans[p.index].flagged:  # the scan ran the checks, once per shape
-            for kind, template, subject, severity, on_channel in specs:
-                self.add(kind, template.format(label=label, seq=ev.seq),
-                         ranks=[rank_id(p.rank)],
-                         microbatch=ev.seq if ev.direction is Direction.ATTACH else None,
-                         time_ns=ev.start_ns, events=[p.eid(ev)],
-                         channel=channel if on_channel else "", subject=subject,
-                         severity=severity)
+            attach = ev.direction is Direction.ATTACH
+            for kind, template, subject, severity in specs:
+                index = self.add(kind, template.format(label=label, seq=ev.seq),
+                                 ranks=[rank_id(p.rank)], microbatch=ev.seq if attach else None,
+                                 time_ns=ev.start_ns, events=[p.eid(ev)], channel=channel,
+                                 subject=subject, severity=severity)
+                if attach:
+                    seen.add((p.index, ev.seq, kind, subject))
+                else:
+                    echoes.append(index)
+
+    def drop_echoes(self) -> set[int]:
+        """The extract-side namespace findings that repeat what the paired attach already
+        gave (a reserved name travels to stage 0: one problem, counted once, at the attach)."""
+        seen, out = self.attach_hygiene, set()
+        for index in self.extract_hygiene:
+            raw = self.raws[index]
+            attach = self.paired_attach(raw.events[0])
+            if attach is not None and (*attach, raw.kind, raw.subject) in seen:
+                out.add(index)
+        return out
 
     # --- across ranks -----------------------------------------------------------------------
 
@@ -237,10 +264,10 @@ class _Analysis:
             self.lowered[name] = "; ".join(lost)
         if s is None or r is None:
             n = len(self.attaches[present.index] if s else self.extracts[present.index])
-            what = "attaches" if s else "extracts"
+            what = plural(n, "attach") if s else plural(n, "extract")
             missing = "stage 0" if s else "the last stage"
             self.add(K.MISSING_RANK,
-                     f"no trace from {missing} (tp {tp}): {n} {what} on {who(present.rank)} "
+                     f"no trace from {missing} (tp {tp}): {what} on {who(present.rank)} "
                      "cannot be paired (was that rank traced?)",
                      ranks=[rank_id(present.rank)], channel=name,
                      time_ns=present.trace.events[0].start_ns if present.trace.events else None)
@@ -250,7 +277,7 @@ class _Analysis:
         self.observer(s, r, name)
         attaches, extracts = self.attaches[s.index], self.extracts[r.index]
         result = align(attaches, extracts)
-        self.paired.append((r.index, attaches, extracts, result))
+        self.paired.append((s.index, r.index, attaches, extracts, result))
         self.compare(s, r, attaches, extracts, result.unshared, name)
         for ia in result.orphans:
             a = attaches[ia]
@@ -283,7 +310,7 @@ class _Analysis:
             f"observer {e.subject_type} without from_pp_tensors")
         self.add(K.NO_PP_OBSERVER,
                  f"{who(s.rank)} attaches auxiliary output but {who(r.rank)} (stage 0) has "
-                 f"{what} ({len(bad)} extract calls)",
+                 f"{what} ({plural(len(bad), 'extract call')})",
                  ranks=[rank_id(s.rank), rank_id(r.rank)], time_ns=e.start_ns,
                  events=[r.eid(e)], channel=name)
 
@@ -427,19 +454,24 @@ class _Analysis:
             if cause is not None:
                 self.raws[index] = replace(raw, cause=cause)
 
-    def microbatch(self, ref: Ref) -> int | None:
-        """The seq of the attach an extract paired with (None for any other event)."""
+    def paired_attach(self, ref: Ref) -> tuple[int, int] | None:
+        """(process, seq) of the attach an extract paired with (None for any other event)."""
         process, direction, seq = ref
         if direction is not Direction.EXTRACT:
             return None
-        table = self._microbatch_of.get(process)
+        table = self._attach_of.get(process)
         if table is None:
-            table = self._microbatch_of[process] = {}
-            for index, attaches, extracts, result in self.paired:
+            table = self._attach_of[process] = {}
+            for sender, index, attaches, extracts, result in self.paired:
                 if index == process:
                     for ia, ie in result.pairs():
-                        table[extracts[ie].seq] = attaches[ia].seq
+                        table[extracts[ie].seq] = (sender, attaches[ia].seq)
         return table.get(seq)
+
+    def microbatch(self, ref: Ref) -> int | None:
+        """The seq of the attach an extract paired with (None for any other event)."""
+        attach = self.paired_attach(ref)
+        return attach[1] if attach is not None else None
 
     def run(self) -> list[Finding]:
         for p in self.procs:
@@ -451,8 +483,11 @@ class _Analysis:
         self.tensor_parallel()
         if self.tp_causes:
             self.link_tp_causes()
+        echoes = self.drop_echoes() if self.extract_hygiene else set()
         raws: list[Counted] = []
         for index, r in enumerate(self.raws):
+            if index in echoes:
+                continue
             mb = r.microbatch
             if mb is None and r.events:
                 mb = self.microbatch(r.events[0])

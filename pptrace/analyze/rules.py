@@ -12,12 +12,13 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 from pptrace.analyze.payload import Field, compare
 from pptrace.model import errors
 from pptrace.model.findings import FindingKind, Severity
 from pptrace.model.records import PREFIX, Direction, Event, RankInfo, TensorMeta
+from pptrace.model.text import clip
 
 __all__ = [
     "ENGINE_KEYS",
@@ -27,6 +28,7 @@ __all__ = [
     "compare_specs",
     "describe_diff",
     "hygiene_specs",
+    "listed",
     "rank_id",
     "stage_of",
     "tensor_names",
@@ -132,9 +134,23 @@ def rank_id(rank: RankInfo) -> int:
     return rank.rank if rank.rank is not None else rank.pid
 
 
-def tensor_names(tensors: Iterable[TensorMeta]) -> str:
-    items = [f"`{t.name}`" for t in tensors]
-    return ", ".join(items) if items else "nothing"
+#: The most names a message lists (a span may carry a million tensors), and the most
+#: characters of one name it quotes.
+NAMES_SHOWN = 10
+NAME_LIMIT = 200
+
+
+def listed(items: Sequence[str], quote: str = "`") -> str:
+    """The first ``NAMES_SHOWN`` items, quoted and comma-separated, then how many more."""
+    shown = [f"{quote}{clip(item, NAME_LIMIT)}{quote}" for item in items[:NAMES_SHOWN]]
+    if len(items) > NAMES_SHOWN:
+        shown.append(f"and {len(items) - NAMES_SHOWN} more")
+    return ", ".join(shown)
+
+
+def tensor_names(tensors: Sequence[TensorMeta]) -> str:
+    """```a`, `b`` (the first ``NAMES_SHOWN``, then how many more), or ``nothing``."""
+    return listed([t.name for t in tensors]) or "nothing"
 
 
 def stage_of(rank: RankInfo) -> str:
@@ -145,8 +161,8 @@ def tp_of(rank: RankInfo) -> int:
     return rank.tp_rank if rank.tp_rank is not None else 0
 
 
-# kind, message template ({label}, {seq}), subject, severity override, on the process channel
-Spec = tuple[FindingKind, str, str, "Severity | None", bool]
+# kind, message template ({label}, {seq}), subject, severity override
+Spec = tuple[FindingKind, str, str, "Severity | None"]
 
 
 def _esc(text: str) -> str:
@@ -162,13 +178,13 @@ def hygiene_specs(ev: Event, pp_rank: int | None) -> tuple[Spec, ...]:
         name, key = _esc(t.name), _esc(t.key)
         if t.name == "":
             out.append((K.EMPTY_NAME, f"{{label}} {verb} an auxiliary tensor with an empty name "
-                        f"(key `{key}`)", "", None, False))
+                        f"(key `{key}`)", "", None))
         elif t.name in engine_keys:
             out.append((K.RESERVED_NAME, f"{{label}} {verb} auxiliary name `{name}`, which is "
-                        "also an engine key of the PP output dict", t.name, None, False))
+                        "also an engine key of the PP output dict", t.name, None))
         elif t.name.startswith(PREFIX) or t.name.startswith(NEAR_PREFIX):
             out.append((K.NAME_HAS_PREFIX, f"{{label}} {verb} auxiliary name `{name}`, which "
-                        f"itself carries the prefix (key `{key}`)", t.name, None, False))
+                        f"itself carries the prefix (key `{key}`)", t.name, None))
     if ev.direction is Direction.ATTACH:
         duplicate = not ev.ok and classify_error(ev) is K.ATTACH_DUPLICATE
         keys = () if duplicate else ev.keys_before
@@ -179,22 +195,20 @@ def hygiene_specs(ev: Event, pp_rank: int | None) -> tuple[Spec, ...]:
     for k in keys:
         if k.startswith(PREFIX) and ev.direction is Direction.ATTACH:
             out.append((K.PREFIXED_FOREIGN_KEY, f"{{label}}: key `{_esc(k)}` was {where}: stage "
-                        f"0 will pop it as auxiliary output `{_esc(k[len(PREFIX):])}`", k, None,
-                        False))
+                        f"0 will pop it as auxiliary output `{_esc(k[len(PREFIX):])}`", k, None))
         elif k.startswith(NEAR_PREFIX) and not k.startswith(PREFIX):
             out.append((K.PREFIXED_FOREIGN_KEY, f"{{label}}: key `{_esc(k)}` {where} starts like "
                         f"the auxiliary prefix `{PREFIX}` without being auxiliary output", k,
-                        Severity.WARNING, False))
+                        Severity.WARNING))
     if ev.direction is Direction.EXTRACT and ev.ok and ev.tensors:
         left = [k for k in ev.keys_after if k.startswith(PREFIX)]
         if left:
             out.append((K.LEFTOVER_KEYS, "{label} extract #{seq} succeeded but left prefixed keys "
-                        + _esc(", ".join(f"`{k}`" for k in left)) + " in the dict", "", None,
-                        True))
+                        + _esc(listed(left)) + " in the dict", "", None))
     if ev.direction is Direction.EXTRACT and ev.tensors and pp_rank is not None and pp_rank != 0:
         out.append((K.EXTRACT_OFF_STAGE0, f"{{label}} (pp {pp_rank}) extracted auxiliary output "
                     f"{_esc(tensor_names(ev.tensors))}: only stage 0 should (was it forwarded past "
-                    "stage 0?)", "", None, True))
+                    "stage 0?)", "", None))
     return tuple(out)
 
 
@@ -232,8 +246,8 @@ def compare_specs(
                     f"{tensor_names(e.tensors)} ({'; '.join(parts)})", ""))
     if verdict.order_differs:
         out.append((K.ORDER_DIFFERS,
-                    f"{ls} attached in order {', '.join(verdict.left_order)}; {rs} extracted "
-                    f"in order {', '.join(verdict.right_order)}", ""))
+                    f"{ls} attached in order {listed(verdict.left_order, '')}; {rs} extracted "
+                    f"in order {listed(verdict.right_order, '')}", ""))
     for line in verdict.differing:
         x, y, d = line.left, line.right, line.differs
         if x is None or y is None:
@@ -278,11 +292,13 @@ def describe_diff(mine: Sequence[TensorMeta], theirs: Sequence[TensorMeta]) -> s
         shown = [(line.left, Field.DEVICE in line.differs) for line in verdict.differing
                  if line.left is not None]
     parts = []
-    for t, device in shown:
-        text = f"`{t.name}` {t.describe()}"
+    for t, device in shown[:NAMES_SHOWN]:
+        text = f"`{clip(t.name, NAME_LIMIT)}` {t.describe()}"
         if device:
             text += f" on {t.device}"
         if t.fingerprint:
             text += f" content {_short(t.fingerprint)}"
         parts.append(text)
+    if len(shown) > NAMES_SHOWN:
+        parts.append(f"and {len(shown) - NAMES_SHOWN} more")
     return ", ".join(parts) if parts else "nothing"
