@@ -19,7 +19,7 @@ from typing import Any
 from pptrace.analyze.analyzer import classify_error
 from pptrace.model.findings import Finding
 from pptrace.model.records import Direction, Event
-from pptrace.model.text import inert
+from pptrace.model.text import inert, plural
 from pptrace.model.trace import Trace
 
 __all__ = ["DiffRow", "RunProfile", "diff", "profile", "render_text", "to_json"]
@@ -180,7 +180,7 @@ def render_text(rows: Sequence[DiffRow], label_a: str, label_b: str) -> str:
         mark = "  << changed" if r.changed else ""
         lines.append(f"  {r.subject:<{width}}{r.a:<{col}}{r.b}{mark}")
     changed = sum(r.changed for r in rows)
-    lines += ["", f"{changed} difference{'s' if changed != 1 else ''}."]
+    lines += ["", f"{plural(changed, 'difference')}."]
     return "\n".join(lines) + "\n"
 
 
