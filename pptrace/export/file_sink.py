@@ -38,7 +38,7 @@ from opentelemetry.sdk.resources import Resource
 from pptrace.export.trace_file import TraceFile
 from pptrace.model import schema
 from pptrace.model.records import Event, RecorderStats
-from pptrace.record.recorder import RawEvents
+from pptrace.record.convert import RawEvents
 
 __all__ = ["FileSink"]
 

@@ -143,15 +143,26 @@ class Event(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class RecorderStats:
-    """A process's recorder counters, written as a stats span at each flush and at exit."""
+    """A process's recorder counters, written as a stats span at each flush and at exit.
+
+    ``recorded = exported + dropped + overwritten`` once ``final``. ``dropped`` is what no sink
+    received (so a trace file lacks it too); ``sink_dropped`` is what one sink lost after taking
+    the events (the OTLP exporter's failed batches), which the other sinks still have.
+    """
 
     rank: RankInfo
     time_ns: int
     recorded: int = 0  # events taken on the hot path
-    exported: int = 0  # events handed to the exporters
-    dropped: int = 0  # events lost (buffer full, exporter failure), counted
+    exported: int = 0  # events handed to the sinks
+    dropped: int = 0  # events no sink received (buffer full, export call failed, exit), counted
     overwritten: int = 0  # flight mode: events the ring overwrote before a dump
     internal_errors: int = 0  # failures inside pptrace, contained
     export_errors: int = 0  # exporter calls that failed
     mode: str = "stream"
     run_id: str = ""
+    final: bool = False  # the recorder's last word: written by its shutdown, counts complete
+    sink_dropped: tuple[tuple[str, int], ...] = ()  # (sink name, events it lost), sorted
+
+    def sink_lost(self, sink: str) -> int:
+        """Events the sink named ``sink`` lost after taking them (0 when none)."""
+        return dict(self.sink_dropped).get(sink, 0)

@@ -80,15 +80,24 @@ ERROR_MESSAGE = "pptrace.error.message"  # str, exact str(exception)
 INSERTED_BEFORE_ERROR = "pptrace.error.inserted_keys"  # str[]
 DROPPED_BEFORE = "pptrace.dropped_before"  # int
 EXTRA_PREFIX = "pptrace.extra."  # free-form tags: pptrace.extra.<name> = str
-# Stats span only.
-S_RECORDED = "pptrace.stats.recorded"
-S_EXPORTED = "pptrace.stats.exported"
+# Stats span only. Once ``S_FINAL``: recorded = exported + dropped + overwritten.
+S_RECORDED = "pptrace.stats.recorded"  # int, events taken on the hot path
+S_EXPORTED = "pptrace.stats.exported"  # int, events handed to the sinks
+#: int, events no sink received (buffer full, a failed export call, exit): the trace file lacks
+#: them too, so only these (and ``S_OVERWRITTEN``) may weaken conclusions drawn from the file.
 S_DROPPED = "pptrace.stats.dropped"
-S_OVERWRITTEN = "pptrace.stats.overwritten"
-S_INTERNAL = "pptrace.stats.internal_errors"
-S_EXPORT_ERRORS = "pptrace.stats.export_errors"
-S_MODE = "pptrace.stats.mode"
-S_TIME_NS = "pptrace.stats.time_ns"
+S_OVERWRITTEN = "pptrace.stats.overwritten"  # int, flight mode: overwritten by the ring
+S_INTERNAL = "pptrace.stats.internal_errors"  # int
+S_EXPORT_ERRORS = "pptrace.stats.export_errors"  # int, failed exporter calls, any sink
+S_MODE = "pptrace.stats.mode"  # "stream" | "flight"
+S_TIME_NS = "pptrace.stats.time_ns"  # int
+#: bool, true on the stats spans the recorder wrote once its counts were final (by its shutdown):
+#: a process whose trace has none did not finish its exit flush (killed, or out of time).
+S_FINAL = "pptrace.stats.final"
+#: int, ``S_SINK_DROPPED.format(name)``: events the sink ``name`` (``otlp``) lost after taking
+#: them. The other sinks (the trace file) still have them: never read as the file's own losses.
+S_SINK_DROPPED = "pptrace.stats.sink.{}.dropped"
+_SINK_HEAD, _SINK_TAIL = S_SINK_DROPPED.split("{}")
 
 
 def span_name(direction: Direction) -> str:
@@ -325,8 +334,11 @@ def stats_to_attributes(stats: RecorderStats) -> dict[str, AttributeValue]:
             S_INTERNAL: stats.internal_errors,
             S_EXPORT_ERRORS: stats.export_errors,
             S_MODE: stats.mode,
+            S_FINAL: stats.final,
         }
     )
+    for sink, dropped in stats.sink_dropped:
+        out[S_SINK_DROPPED.format(sink)] = dropped
     return out
 
 
@@ -345,4 +357,9 @@ def attributes_to_stats(attrs: Mapping[str, Any], where: str = "") -> RecorderSt
         export_errors=r.integer(S_EXPORT_ERRORS, 0),
         mode=r.string(S_MODE, "stream"),
         run_id=r.string(RUN_ID, ""),
+        final=r.boolean(S_FINAL, False),
+        sink_dropped=tuple(sorted(
+            (key[len(_SINK_HEAD):-len(_SINK_TAIL)], r.integer(key)) for key in attrs
+            if isinstance(key, str) and key.startswith(_SINK_HEAD) and key.endswith(_SINK_TAIL)
+            and len(key) > len(_SINK_HEAD) + len(_SINK_TAIL))),
     )

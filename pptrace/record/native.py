@@ -11,8 +11,10 @@ object, which the recorder thread decodes.
 It is never built on the engine's path: ``build()`` (``pptrace native build``) compiles it
 against the installed torch into a cache directory named by everything the binary depends on
 (source, torch build, Python, platform). ``reader()`` only loads a library built for exactly this
-process, and only after it has read a set of probe tensors exactly as the Python reads do; any
-failure leaves the wrappers on their Python reads, which record the same events.
+process, and only after it has read a set of probe tensors exactly as the Python reads do and
+named its raw record's fields as ``pptrace.model.raw.RAW_FIELDS`` does (so a field added on one
+side only is refused, loudly in ``tests/test_native.py``); any failure leaves the wrappers on
+their Python reads, which record the same events.
 ``PPTRACE_NATIVE=0`` (``Config.native``) keeps the wrappers on the Python reads.
 """
 
@@ -36,6 +38,7 @@ from typing import Any
 import torch
 
 from pptrace.model.errors import PptraceError
+from pptrace.model.raw import RAW_FIELDS
 
 __all__ = ["Status", "build", "decode", "library_path", "reader", "status"]
 
@@ -173,7 +176,11 @@ def _probes() -> list[torch.Tensor]:
 
 
 def _self_test(module: ModuleType) -> str:
-    """'' when the library reads the probes exactly as Python does, else what differed."""
+    """'' when the library builds raws of Python's layout and reads the probes exactly as Python
+    does, else what differed."""
+    fields = getattr(module, "RAW_FIELDS", None)
+    if fields != RAW_FIELDS:
+        return f"the library's raw layout {fields!r} is not pptrace.model.raw's {RAW_FIELDS!r}"
     probes = _probes()
     d: dict[Any, Any] = {"next_token_ids": probes[0]}
     d.update((f"p{i}", t) for i, t in enumerate(probes))

@@ -1,4 +1,5 @@
-// pptrace's optional native metadata reader (see pptrace/native.py, which builds and loads it).
+// pptrace's optional native metadata reader (see pptrace/record/native.py, which builds and
+// loads it).
 //
 // Reads what an event needs from each plain tensor of a dict (shape, dtype, device, contiguity)
 // in one call, into one bytes object of int64s, instead of four Python attribute reads per
@@ -191,16 +192,82 @@ PyObject* device(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Hot: the wrappers' common case as one C callable (see pptrace/wrapper.py, which makes it).
+// Hot: the wrappers' common case as one C callable (see pptrace/record/wrapper.py, which makes
+// it).
 //
 // A call with two positional arguments, an exact dict and the recorder enabled is recorded
 // here: keys before, clocks, the engine's function, keys after, the packed tensors, and one raw
 // tuple appended to the recorder's buffer (the very tuple the Python wrapper appends: see
-// pptrace/recorder.py's Raw). Every other call goes to ``slow``, the Python wrapper itself,
-// before the engine's function runs. An exception from the engine's function goes to
-// ``on_error`` (Python), then is re-raised: the very same object. ``on_items`` (Python) reads
-// an attach's values the reader leaves to Python. A failure in recording after the engine's
-// function returned goes to ``rec.internal_error`` and never reaches the caller.
+// pptrace/model/raw.py). Every other call goes to ``slow``, the Python wrapper itself, before
+// the engine's function runs; once the recorder is disabled (after its shutdown) every call goes
+// straight to ``fn``. An exception from the engine's function goes to ``on_error`` (Python), then
+// is re-raised: the very same object. ``on_items`` (Python) reads an attach's values the reader
+// leaves to Python. A failure in recording after the engine's function returned goes to
+// ``internal_error`` and never reaches the caller.
+//
+// The recorder's members are reached without names of their own here: the three attributes read
+// on each call are named by ``reads`` (pptrace.record.recorder.HOT_READS), its methods come as
+// bound methods.
+
+// The raw record's fields, by position: pptrace/model/raw.py's RAW_FIELDS (the module exports
+// the names at these positions as RAW_FIELDS, and pptrace.record.native refuses a library whose
+// layout differs from Python's).
+enum RawField : Py_ssize_t {
+  kDirection,
+  kSeq,
+  kWallNs,
+  kMonoNs,
+  kDurationNs,
+  kThread,
+  kSubject,
+  kKeysBefore,
+  kKeysAfter,
+  kItems,
+  kReturnedNone,
+  kError,
+  kDropped,
+  kFingerprints,
+  kRawLen
+};
+
+struct FieldName {
+  RawField field;
+  const char* name;
+};
+
+constexpr FieldName kRawFields[] = {
+    {kDirection, "direction"},     {kSeq, "seq"},
+    {kWallNs, "wall_ns"},          {kMonoNs, "mono_ns"},
+    {kDurationNs, "duration_ns"},  {kThread, "thread"},
+    {kSubject, "subject"},         {kKeysBefore, "keys_before"},
+    {kKeysAfter, "keys_after"},    {kItems, "items"},
+    {kReturnedNone, "returned_none"}, {kError, "error"},
+    {kDropped, "dropped"},         {kFingerprints, "fingerprints"},
+};
+static_assert(sizeof(kRawFields) / sizeof(kRawFields[0]) == kRawLen,
+              "every raw field has a name");
+
+struct FieldValue {
+  RawField field;
+  PyObject* value;
+};
+
+// RAW_FIELDS: the names at their positions (a new reference, or nullptr).
+PyObject* raw_fields() {
+  PyObject* out = PyTuple_New(kRawLen);
+  if (out == nullptr) return nullptr;
+  for (const FieldName& f : kRawFields) {
+    PyObject* name = PyUnicode_FromString(f.name);
+    if (name == nullptr || PyTuple_GET_ITEM(out, f.field) != nullptr) {
+      Py_XDECREF(name);
+      Py_DECREF(out);
+      if (!PyErr_Occurred()) PyErr_SetString(PyExc_SystemError, "a raw field named twice");
+      return nullptr;
+    }
+    PyTuple_SET_ITEM(out, f.field, name);
+  }
+  return out;
+}
 
 struct Hot {
   PyObject_HEAD
@@ -217,17 +284,17 @@ struct Hot {
   PyObject* on_error;
   PyObject* on_items;
   PyObject* thread;  // () -> the calling threading.Thread
+  PyObject* enabled;  // the names of rec's attributes: is it recording,
+  PyObject* rank_pending;  // is its rank still to be learned,
+  PyObject* dropped;  // events dropped so far (a str each)
+  PyObject* drop_new;  // rec's bound methods
+  PyObject* internal_error;
+  PyObject* learn_rank;
   Py_ssize_t cap;
   int ring;
 };
 
-PyObject* s_enabled = nullptr;
-PyObject* s_rank_pending = nullptr;
-PyObject* s_dropped = nullptr;
-PyObject* s_drop_new = nullptr;
-PyObject* s_internal_error = nullptr;
 PyObject* s_record_where = nullptr;
-PyObject* s_learn_rank = nullptr;
 PyObject* s_thread_key = nullptr;
 
 int64_t now_ns(clockid_t clock) {
@@ -273,8 +340,8 @@ void internal_error(Hot* self) {
   PyErr_Fetch(&type, &value, &tb);
   PyErr_NormalizeException(&type, &value, &tb);
   if (value != nullptr) {
-    PyObject* r = PyObject_CallMethodObjArgs(self->rec, s_internal_error, s_record_where, value,
-                                             nullptr);
+    PyObject* r = PyObject_CallFunctionObjArgs(self->internal_error, s_record_where, value,
+                                               nullptr);
     if (r == nullptr) PyErr_Clear();
     Py_XDECREF(r);
   }
@@ -312,7 +379,7 @@ PyObject* hot_call(PyObject* obj, PyObject* const* args, size_t nargsf, PyObject
   if (nargs != 2 || kwnames != nullptr || !PyDict_CheckExact(args[0])) {
     return call_slow(self, args, nargsf, kwnames);
   }
-  const int enabled = flag(self->rec, s_enabled);
+  const int enabled = flag(self->rec, self->enabled);
   if (enabled == 0) return PyObject_Vectorcall(self->fn, args, nargsf, kwnames);
   if (enabled < 0) return call_slow(self, args, nargsf, kwnames);
   PyObject* tensors = args[0];
@@ -382,7 +449,7 @@ PyObject* hot_call(PyObject* obj, PyObject* const* args, size_t nargsf, PyObject
       if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "sequence ended");
       break;
     }
-    dropped = PyObject_GetAttr(self->rec, s_dropped);
+    dropped = PyObject_GetAttr(self->rec, self->dropped);
     if (dropped == nullptr) break;
     PyObject* current = calling_thread(self);
     PyObject* ints[4] = {PyLong_FromLongLong(wall), PyLong_FromLongLong(t0),
@@ -391,37 +458,46 @@ PyObject* hot_call(PyObject* obj, PyObject* const* args, size_t nargsf, PyObject
       for (PyObject* i : ints) Py_XDECREF(i);
       break;
     }
-    raw = PyTuple_New(14);
+    raw = PyTuple_New(kRawLen);
     if (raw == nullptr) {
       for (PyObject* i : ints) Py_DECREF(i);
       break;
     }
-    // The same fields, in the same order, as the Python wrapper's raw (see recorder.Raw).
-    PyObject* borrowed[14] = {
-        self->direction, seq, nullptr, nullptr, nullptr, nullptr,
-        reinterpret_cast<PyObject*>(Py_TYPE(subject)), before, after, items,
-        result == Py_None ? Py_True : Py_False, Py_None, dropped, Py_None};
-    for (int i = 0; i < 14; i++) {
-      PyObject* f = borrowed[i];
-      if (i >= 2 && i <= 5) {
-        f = ints[i - 2];  // new references (three ints, the Thread): they move into the tuple
-      } else {
-        Py_INCREF(f);
-      }
-      PyTuple_SET_ITEM(raw, i, f);
+    // The same fields as the Python wrapper's raw, each at its named position.
+    // New references (three ints, the Thread) move into the tuple; the rest are borrowed.
+    PyTuple_SET_ITEM(raw, kWallNs, ints[0]);
+    PyTuple_SET_ITEM(raw, kMonoNs, ints[1]);
+    PyTuple_SET_ITEM(raw, kDurationNs, ints[2]);
+    PyTuple_SET_ITEM(raw, kThread, ints[3]);
+    const FieldValue borrowed[] = {
+        {kDirection, self->direction},
+        {kSeq, seq},
+        {kSubject, reinterpret_cast<PyObject*>(Py_TYPE(subject))},
+        {kKeysBefore, before},
+        {kKeysAfter, after},
+        {kItems, items},
+        {kReturnedNone, result == Py_None ? Py_True : Py_False},
+        {kError, Py_None},
+        {kDropped, dropped},
+        {kFingerprints, Py_None}};
+    static_assert(sizeof(borrowed) / sizeof(borrowed[0]) + 4 == kRawLen,
+                  "the hot wrapper sets every raw field");
+    for (const FieldValue& f : borrowed) {
+      Py_INCREF(f.value);
+      PyTuple_SET_ITEM(raw, f.field, f.value);
     }
     if (self->ring || PyObject_Size(self->buf) < self->cap) {
       PyObject* r = PyObject_CallOneArg(self->append, raw);
       if (r == nullptr) break;
       Py_DECREF(r);
     } else {
-      PyObject* r = PyObject_CallMethodNoArgs(self->rec, s_drop_new);
+      PyObject* r = PyObject_CallNoArgs(self->drop_new);
       if (r == nullptr) break;
       Py_DECREF(r);
     }
-    const int pending = flag(self->rec, s_rank_pending);  // the first calls only
+    const int pending = flag(self->rec, self->rank_pending);  // the first calls only
     if (pending != 0) {
-      PyObject* r = PyObject_CallMethodNoArgs(self->rec, s_learn_rank);
+      PyObject* r = PyObject_CallNoArgs(self->learn_rank);
       if (r == nullptr) break;
       Py_DECREF(r);
     }
@@ -454,6 +530,12 @@ int hot_traverse(PyObject* obj, visitproc visit, void* arg) {
   Py_VISIT(self->on_error);
   Py_VISIT(self->on_items);
   Py_VISIT(self->thread);
+  Py_VISIT(self->enabled);
+  Py_VISIT(self->rank_pending);
+  Py_VISIT(self->dropped);
+  Py_VISIT(self->drop_new);
+  Py_VISIT(self->internal_error);
+  Py_VISIT(self->learn_rank);
   return 0;
 }
 
@@ -471,6 +553,12 @@ int hot_clear(PyObject* obj) {
   Py_CLEAR(self->on_error);
   Py_CLEAR(self->on_items);
   Py_CLEAR(self->thread);
+  Py_CLEAR(self->enabled);
+  Py_CLEAR(self->rank_pending);
+  Py_CLEAR(self->dropped);
+  Py_CLEAR(self->drop_new);
+  Py_CLEAR(self->internal_error);
+  Py_CLEAR(self->learn_rank);
   return 0;
 }
 
@@ -495,14 +583,28 @@ PyGetSetDef hot_getset[] = {
 
 PyTypeObject HotType = {PyVarObject_HEAD_INIT(nullptr, 0)};
 
-// hot(fn, slow, rec, direction, seq, buf, append, cap, ring, prefix, on_error, on_items, thread)
-PyObject* make_hot(PyObject*, PyObject* args) {
+// hot(*, fn, slow, rec, reads, direction, seq, buf, append, cap, ring, prefix, on_error,
+//     on_items, thread, drop_new, internal_error, learn_rank): keyword arguments only.
+PyObject* make_hot(PyObject*, PyObject* args, PyObject* kwargs) {
+  static const char* names[] = {"fn",       "slow",     "rec",      "reads",          "direction",
+                                "seq",      "buf",      "append",   "cap",            "ring",
+                                "prefix",   "on_error", "on_items", "thread",         "drop_new",
+                                "internal_error", "learn_rank", nullptr};
   PyObject *fn, *slow, *rec, *direction, *seq, *buf, *append, *prefix, *on_error, *on_items,
-      *thread;
+      *thread, *drop_new, *internal_error, *learn_rank;
+  PyObject *enabled, *rank_pending, *dropped;
   Py_ssize_t cap;
   int ring;
-  if (!PyArg_ParseTuple(args, "OOOOOOOnpOOOO", &fn, &slow, &rec, &direction, &seq, &buf,
-                        &append, &cap, &ring, &prefix, &on_error, &on_items, &thread)) {
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OOO(UUU)OOOOnpOOOOOOO",
+                                   const_cast<char**>(names), &fn, &slow, &rec, &enabled,
+                                   &rank_pending, &dropped, &direction, &seq, &buf, &append, &cap,
+                                   &ring, &prefix, &on_error, &on_items, &thread, &drop_new,
+                                   &internal_error, &learn_rank)) {
+    return nullptr;
+  }
+  if (PyTuple_GET_SIZE(args) != 0 || kwargs == nullptr ||
+      PyDict_GET_SIZE(kwargs) != static_cast<Py_ssize_t>(sizeof(names) / sizeof(*names) - 1)) {
+    PyErr_SetString(PyExc_TypeError, "hot() takes every argument, by keyword");
     return nullptr;
   }
   if (prefix != Py_None && !PyUnicode_CheckExact(prefix)) {
@@ -513,8 +615,9 @@ PyObject* make_hot(PyObject*, PyObject* args) {
   if (self == nullptr) return nullptr;
   self->vectorcall = hot_call;
   self->dict = PyDict_New();
-  PyObject* objs[] = {fn,     slow,     rec,      direction, seq,  buf,
-                      append, prefix,   on_error, on_items,  thread};
+  PyObject* objs[] = {fn,     slow,     rec,      direction, seq,          buf,
+                      append, prefix,   on_error, on_items,  thread,       enabled,
+                      rank_pending, dropped, drop_new, internal_error, learn_rank};
   for (PyObject* o : objs) Py_INCREF(o);
   self->fn = fn;
   self->slow = slow;
@@ -527,6 +630,12 @@ PyObject* make_hot(PyObject*, PyObject* args) {
   self->on_error = on_error;
   self->on_items = on_items;
   self->thread = thread;
+  self->enabled = enabled;
+  self->rank_pending = rank_pending;
+  self->dropped = dropped;
+  self->drop_new = drop_new;
+  self->internal_error = internal_error;
+  self->learn_rank = learn_rank;
   self->cap = cap;
   self->ring = ring;
   PyObject_GC_Track(reinterpret_cast<PyObject*>(self));
@@ -538,9 +647,10 @@ PyObject* make_hot(PyObject*, PyObject* args) {
 }
 
 PyMethodDef methods[] = {
-    {"hot", make_hot, METH_VARARGS,
-     "hot(fn, slow, rec, direction, seq, buf, append, cap, ring, prefix, on_error, on_items, "
-     "thread)"},
+    {"hot", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(make_hot)),
+     METH_VARARGS | METH_KEYWORDS,
+     "hot(*, fn, slow, rec, reads, direction, seq, buf, append, cap, ring, prefix, on_error, "
+     "on_items, thread, drop_new, internal_error, learn_rank)"},
     {"inserted", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(inserted)),
      METH_FASTCALL, "inserted(d, start) -> packed metadata of d's values from start on, or None"},
     {"prefixed", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(prefixed)),
@@ -570,17 +680,18 @@ PyMODINIT_FUNC PyInit_pptrace_meta(void) {
   HotType.tp_descr_get = hot_get;
   HotType.tp_getset = hot_getset;
   if (PyType_Ready(&HotType) < 0) return nullptr;
-  s_enabled = PyUnicode_InternFromString("enabled");
-  s_rank_pending = PyUnicode_InternFromString("rank_pending");
-  s_dropped = PyUnicode_InternFromString("dropped");
-  s_drop_new = PyUnicode_InternFromString("drop_new");
-  s_internal_error = PyUnicode_InternFromString("internal_error");
   s_record_where = PyUnicode_InternFromString("native record");
-  s_learn_rank = PyUnicode_InternFromString("learn_rank");
   s_thread_key = PyUnicode_InternFromString("pptrace.calling_thread");
-  if (!s_enabled || !s_rank_pending || !s_dropped || !s_drop_new || !s_internal_error ||
-      !s_record_where || !s_learn_rank || !s_thread_key) {
+  if (!s_record_where || !s_thread_key) {
     return nullptr;
   }
-  return PyModule_Create(&module);
+  PyObject* m = PyModule_Create(&module);
+  if (m == nullptr) return nullptr;
+  PyObject* fields = raw_fields();
+  if (fields == nullptr || PyModule_AddObject(m, "RAW_FIELDS", fields) < 0) {
+    Py_XDECREF(fields);
+    Py_DECREF(m);
+    return nullptr;
+  }
+  return m;
 }

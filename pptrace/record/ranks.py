@@ -10,7 +10,7 @@ ranks missing after that are derived from the global rank and the sizes, in SGLa
 from __future__ import annotations
 
 import os
-import socket
+import platform
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -98,7 +98,7 @@ def discover_rank(
         pp_size=fields.get("pp_size"),
         tp_rank=fields.get("tp_rank"),
         tp_size=fields.get("tp_size"),
-        host=socket.gethostname(),
+        host=platform.node(),  # gethostname, without importing the network (socket)
         pid=os.getpid(),
     )
     return info, bool(from_torch)

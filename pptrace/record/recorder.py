@@ -1,8 +1,8 @@
 """The per-process recorder: a hot-path buffer of raw tuples and a background flush into sinks.
 
-The engine's thread only appends a tuple (metadata already read); everything expensive (strings,
-``Event`` records, spans, encoding, I/O) happens on the ``pptrace-recorder`` thread with the
-original timestamps. Two modes:
+The engine's thread only appends a tuple (metadata already read; layout in ``pptrace.model.raw``);
+everything expensive (strings, ``Event`` records, spans, encoding, I/O) happens on the
+``pptrace-recorder`` thread with the original timestamps (``pptrace.record.convert``). Two modes:
 
 - ``stream`` (default): every event is handed to the sinks within ``flush_interval``; when the
   buffer is full new events are dropped and counted, never silently.
@@ -16,16 +16,27 @@ check the length before appending; beyond it new events are dropped and counted)
 engine's thread only appends (``deque.append``, in C); the recorder thread trims the ring back to
 ``flight_size`` every ``_TICK``, so that freeing old events costs the engine nothing. Should that
 thread fall behind, the deque's own ``maxlen`` (``flight_size + max(flight_size, _SLACK)``) evicts
-the oldest event on append, as a plain ring would; sequence numbers count those too.
+the oldest event on append, as a plain ring would; sequence numbers count those too
+(``pptrace.record.ring``).
 
 Every event ends up exported, dropped or overwritten, and the counts travel in the trace: a stats
-span at each flush that changed them, and ``dropped_before`` on each event. Shutdown writes what
-it can within its timeout and counts the rest as dropped.
+span at each flush that changed them, and ``dropped_before`` on each event. ``dropped`` counts
+what no sink received; what a sink lost after it took the events (the OTLP exporter's failed
+batches) is counted per sink (``exporter_dropped``), so that a trace file never claims losses
+it does not have. ``shutdown`` is final: recording stops first (the wrappers become plain
+pass-throughs), the buffer is written within the exit timeout, whatever could not be written
+(or was still inside a call) is counted as dropped, and the last stats span says ``final``.
+
+The wrappers' contract (``pptrace.record.wrapper`` and the native reader's C wrapper read these,
+and nothing private): ``enabled``, ``flight``, ``fingerprint``, ``config``, ``prefix``, ``seq``,
+``buffer``, ``capacity``, ``append``, ``dropped``, ``rank_pending``; ``add``, ``drop_new``,
+``internal_error``, ``learn_rank``, ``request_dump``. ``HOT_READS`` names the attributes the C
+wrapper reads on each call.
 
     rec = Recorder(Config(), sink_factory=lambda rank: my_sink)
     rec.start()
     attach, extract = wrap_transport(engine_attach, engine_extract, rec)
-    rec.shutdown()            # flush within the exit timeout
+    rec.shutdown()            # flush within the exit timeout; final
 """
 
 from __future__ import annotations
@@ -36,16 +47,24 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Protocol, overload
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 from pptrace.model.config import Config
-from pptrace.model.records import PREFIX, Direction, Event, RankInfo, RecorderStats, TensorMeta
+from pptrace.model.raw import Raw
+from pptrace.model.records import PREFIX, Direction, Event, RankInfo, RecorderStats
+from pptrace.record.convert import Converter, RawEvents
 from pptrace.record.ranks import discover_rank
+from pptrace.record.ring import RingCount
 
-__all__ = ["RawEvents", "Recorder", "Sink", "WarnOnce"]
+__all__ = ["HOT_READS", "Recorder", "Sink", "WarnOnce"]
 
 log = logging.getLogger("pptrace")
+
+#: The recorder attributes the native reader's C wrapper reads on each call, by these names, in
+#: this order: (is it recording, is the rank still to be learned, events dropped so far). Passed
+#: to the C side when a wrapper is made, so that the names live here only.
+HOT_READS = ("enabled", "rank_pending", "dropped")
 
 
 class Sink(Protocol):
@@ -75,69 +94,6 @@ class WarnOnce:
                         cause, detail)
 
 
-# A raw record, built on the hot path. Field order:
-# 0 direction, 1 seq, 2 wall_ns, 3 mono_ns, 4 duration_ns, 5 the calling threading.Thread
-# (an int ident is accepted too), 6 subject type,
-# 7 keys before, 8 keys after, 9 items ((key, meta), ...), 10 returned None,
-# 11 (error type, message) or None, 12 dropped so far, 13 fingerprints or None
-# In the buffer, items may also be a flat list (key, shape, dtype, device, contiguous, key, ...):
-# the wrappers' form for plain tensors, read as it is by _Converter (_expand makes the pairs);
-# or bytes, packed by pptrace.record.native's reader, without keys: an attach's are the keys after
-# those before, an extract's the prefixed keys before (_expand decodes them).
-Raw = tuple[Any, ...]
-
-
-def _qualname(tp: type) -> str:
-    module = getattr(tp, "__module__", "")
-    name = getattr(tp, "__qualname__", getattr(tp, "__name__", repr(tp)))
-    return name if module in ("builtins", "", None) else f"{module}.{name}"
-
-
-def _key(k: object) -> str:
-    """A key as a plain str: a str subclass's characters (none of its methods run), else repr."""
-    if type(k) is str:
-        return k
-    if isinstance(k, str):
-        return str.__getitem__(k, slice(None))  # an exact str copy
-    return repr(k)
-
-
-def _dtype(dtype: Any) -> str:
-    text = str(dtype)
-    return text[6:] if text.startswith("torch.") else text
-
-
-_ITEMSIZE: dict[Any, int] = {}
-
-
-def _itemsize(dtype: Any) -> int:
-    size = _ITEMSIZE.get(dtype)
-    if size is None:
-        size = _ITEMSIZE[dtype] = int(getattr(dtype, "itemsize", 0))
-    return size
-
-
-def _tensor_meta(key: object, meta: Any, prefix: str, fingerprint: str | None) -> TensorMeta:
-    k = _key(key)
-    name = k[len(prefix):] if isinstance(key, str) and k.startswith(prefix) else k
-    if isinstance(meta, type):
-        return TensorMeta(name=name, key=k, dtype=_qualname(meta), is_tensor=False)
-    shape, dtype, device, contiguous = meta
-    numel = 1
-    for d in shape:
-        numel *= d
-    return TensorMeta(
-        name=name,
-        key=k,
-        shape=tuple(shape),
-        dtype=_dtype(dtype),
-        device=str(device),
-        nbytes=numel * _itemsize(dtype),
-        contiguous=contiguous,
-        fingerprint=fingerprint,
-    )
-
-
 class Recorder:
     """One process's event buffer, counters and background flush thread."""
 
@@ -153,9 +109,13 @@ class Recorder:
         rank_provider: Callable[[], tuple[RankInfo, bool]] | None = None,
     ) -> None:
         self.config = config or Config()
+        #: False once ``shutdown`` began (or when the config disables pptrace): the wrappers
+        #: then only call the engine's function.
         self.enabled = self.config.enabled
         self.flight = self.config.mode == "flight"
         self.fingerprint = self.config.fingerprint
+        #: The engine's reserved key prefix the converter strips from tensor names.
+        self.prefix = PREFIX
         self._sink_factory = sink_factory
         self._sink: Sink | None = None
         self._rank_provider = rank_provider or (
@@ -175,24 +135,30 @@ class Recorder:
         self.internal_errors = 0
         self.export_errors = 0
         self.exported = 0
-        self.overwritten = 0
-        # Flight mode: per direction, the highest sequence number taken out of the ring (trimmed
-        # or drained) and how many were; the gap between them is what the deque's maxlen evicted
-        # (see _count_overwritten). The trimmed ones are counted as they go.
-        self._high = {Direction.ATTACH: -1, Direction.EXTRACT: -1}
-        self._taken = {Direction.ATTACH: 0, Direction.EXTRACT: 0}
-        self._trimmed = 0
-        self._last_stats: tuple[int, ...] | None = None
+        self._ring = RingCount()
+        #: Events each sink lost after taking them (by sink name, e.g. "otlp").
+        self.sink_dropped: dict[str, int] = {}
+        self._last_stats: tuple[object, ...] | None = None
         self.warn = WarnOnce()
         self._wake = threading.Event()
         self._dump_requested = False
         self._stop = False
         self._abandoned = False  # the exit flush gave up: late exports no longer count
+        self._final: int | None = None  # events recorded when the counts became final
         self._thread: threading.Thread | None = None
         self._flush_lock = threading.Lock()
-        self._prefix = PREFIX
 
-    # --- hot path ----------------------------------------------------------------------------
+    # --- the wrappers' contract --------------------------------------------------------------
+
+    @property
+    def buffer(self) -> collections.deque[Raw]:
+        """The buffer the wrappers append raw records to (flight mode: the ring)."""
+        return self._buf
+
+    @property
+    def capacity(self) -> int:
+        """Stream mode: how many events may wait in ``buffer`` before new ones are dropped."""
+        return self._cap
 
     def add(self, raw: Raw) -> None:
         """Buffer one raw record; in stream mode, drop and count it when the buffer is full."""
@@ -225,22 +191,53 @@ class Recorder:
         """Write the buffer (the flight ring) out now, on this thread; return events exported."""
         return self.flush()
 
-    def exporter_dropped(self, events: int, cause: str) -> None:
-        """Count events an asynchronous exporter lost after ``export`` returned (any thread)."""
+    def exporter_dropped(self, events: int, cause: str, sink: str = "otlp") -> None:
+        """Count events a sink's asynchronous exporter lost after ``export`` returned (any
+        thread): that sink's loss only, never the other sinks' (``sink_dropped``)."""
         with self._lock:
-            self.dropped += events
+            self.sink_dropped[sink] = self.sink_dropped.get(sink, 0) + events
             self.export_errors += 1
         self.warn(f"exporter dropped spans ({cause})", f"{events} events lost")
+
+    # --- conversion helpers (the converter's ``Source``) ---------------------------------------
+
+    @staticmethod
+    def decode_packed(packed: bytes) -> list[tuple[Any, ...]]:
+        """The native reader's packed metadata as ``[(shape, dtype, device, contiguous), ...]``."""
+        from pptrace.record.native import decode
+
+        return decode(packed)
+
+    @staticmethod
+    def resolve_fingerprint(pending: Any) -> str | None:
+        """A pending content fingerprint's text."""
+        from pptrace.record.fingerprint import resolve
+
+        return resolve(pending)
 
     # --- counters ----------------------------------------------------------------------------
 
     @property
     def recorded(self) -> int:
-        """Events taken on the hot path so far."""
+        """Events taken on the hot path so far (once final: those the final counts cover)."""
+        if self._final is not None:
+            return self._final
         return sum(_peek(c) for c in self.seq.values())
+
+    @property
+    def overwritten(self) -> int:
+        """Flight mode: events the ring overwrote."""
+        return self._ring.overwritten
+
+    @property
+    def buffered(self) -> int:
+        """Events waiting in the buffer now."""
+        return len(self._buf)
 
     def stats(self) -> RecorderStats:
         """Current counters."""
+        with self._lock:
+            sinks = tuple(sorted(self.sink_dropped.items()))
         return RecorderStats(
             rank=self.rank(),
             time_ns=time.time_ns(),
@@ -252,6 +249,8 @@ class Recorder:
             export_errors=self.export_errors,
             mode=self.config.mode,
             run_id=self.config.run_id,
+            final=self._final is not None,
+            sink_dropped=sinks,
         )
 
     def rank(self) -> RankInfo:
@@ -287,8 +286,8 @@ class Recorder:
     # --- background --------------------------------------------------------------------------
 
     def start(self) -> Recorder:
-        """Start the background flush thread (idempotent)."""
-        if self._thread is None or not self._thread.is_alive():
+        """Start the background flush thread (idempotent; never after ``shutdown``)."""
+        if self._final is None and (self._thread is None or not self._thread.is_alive()):
             self._stop = False
             self._thread = threading.Thread(
                 target=self._run, name="pptrace-recorder", daemon=True
@@ -333,7 +332,7 @@ class Recorder:
             return
         with self._flush_lock:
             old = self._take_excess()
-            self._count_overwritten(old)
+            self._ring.taken(old, trimmed=True)
         del old  # freed here, off the engine's thread
 
     def _take_excess(self) -> list[Raw]:
@@ -344,76 +343,97 @@ class Recorder:
                 old.append(buf.popleft())
         except IndexError:  # emptied meanwhile by a flush on another thread
             pass
-        self._trimmed += len(old)
         return old
 
-    def _count_overwritten(self, raws: Sequence[Raw]) -> None:
-        """Flight mode: what the ring lost is what was trimmed, plus the sequence numbers below
-        the highest taken out that never arrived (evicted by the deque's maxlen; each
-        direction's numbers are gap-free from 0)."""
-        high, taken = self._high, self._taken
-        for raw in raws:
-            direction, seq = raw[0], raw[1]
-            if direction in taken:  # a malformed record is counted by the conversion
-                taken[direction] += 1
-                if seq > high[direction]:
-                    high[direction] = seq
-        self.overwritten = self._trimmed + sum(high[d] + 1 - taken[d] for d in high)
-
-    def flush(self, deadline: float | None = None) -> int:
+    def flush(self, deadline: float | None = None, final: bool = False) -> int:
         """Convert and export everything buffered now; return the number of events exported.
 
         Events go to the sink in chunks of ``_CHUNK``; past ``deadline`` (a ``time.monotonic``
-        value) the rest are counted as dropped instead of exported.
+        value) the rest are counted as dropped instead of exported. A flush without a deadline
+        in stream mode gives way to ``shutdown`` between chunks (the rest goes back to the
+        buffer, for the exit flush). ``final``: then count what is still outstanding as
+        dropped and write the final stats span; every later flush writes nothing.
         """
         with self._flush_lock:
+            if self._final is not None:  # late appends were counted by the final flush
+                self._buf.clear()
+                return 0
             if self.flight:  # the ring holds the last flight_size events, whatever the thread did
-                self._count_overwritten(self._take_excess())
+                self._ring.taken(self._take_excess(), trimmed=True)
             raws = self._drain()
             if self.flight:
-                self._count_overwritten(raws)
-            if not raws and self._last_stats == self._stats_key():
+                self._ring.taken(raws)
+            if not raws and not final and self._last_stats == self._stats_key():
                 return 0
             rank = self.rank()
             sink = self._get_sink(rank)
             if sink is None:
                 with self._lock:
                     self.dropped += len(raws)
+                if final:
+                    self._finalize()
                 return 0
-            exported = 0
-            convert = _Converter(self, rank)
-            starts = list(range(0, len(raws), _CHUNK))
-            if self.flight and deadline is not None:
-                # A flight dump against the clock writes the newest events first: they are the
-                # ones next to whatever went wrong (readers order events by their own clocks).
-                starts.reverse()
-            for i, start in enumerate(starts):
-                chunk = raws[start:start + _CHUNK]
-                if deadline is not None and time.monotonic() > deadline:
-                    left = sum(len(raws[s:s + _CHUNK]) for s in starts[i:])
-                    with self._lock:
-                        self.dropped += left
-                    self._warn_timeout(left)
-                    break
-                # Converted as the sink reads them; a raw that fails conversion is counted then,
-                # by _conversion_failed, and every other raw of the chunk counts as exported.
-                events = RawEvents(chunk, convert, self._conversion_failed)
-                try:
-                    sink.export(events)
-                except BaseException as exc:  # even a BaseException: count what was lost
-                    with self._lock:
-                        self.export_errors += 1
-                        self.dropped += len(chunk) - events.failed
-                    self.warn(f"export failed ({type(exc).__name__})", str(exc))
-                    continue
-                done = len(chunk) - events.failed
-                with self._lock:
-                    if self._abandoned:  # exit already counted these as lost
-                        continue
-                    self.exported += done
-                exported += done
+            exported = self._export(sink, rank, raws, deadline)
+            if final:
+                self._finalize()
             self._export_stats(sink)
             return exported
+
+    def _export(self, sink: Sink, rank: RankInfo, raws: list[Raw],
+                deadline: float | None) -> int:
+        exported = 0
+        convert = Converter(self, rank)
+        starts = list(range(0, len(raws), _CHUNK))
+        if self.flight and deadline is not None:
+            # A flight dump against the clock writes the newest events first: they are the
+            # ones next to whatever went wrong (readers order events by their own clocks).
+            starts.reverse()
+        yields = not self.flight and deadline is None
+        for i, start in enumerate(starts):
+            if yields and self._stop and i:
+                # shutdown is waiting for the lock: the rest is the exit flush's, in order.
+                self._buf.extendleft(reversed(raws[start:]))
+                break
+            chunk = raws[start:start + _CHUNK]
+            if deadline is not None and time.monotonic() > deadline:
+                left = sum(len(raws[s:s + _CHUNK]) for s in starts[i:])
+                with self._lock:
+                    self.dropped += left
+                self._warn_timeout(left)
+                break
+            # Converted as the sink reads them; a raw that fails conversion is counted then,
+            # by _conversion_failed, and every other raw of the chunk counts as exported.
+            events = RawEvents(chunk, convert, self._conversion_failed)
+            try:
+                sink.export(events)
+            except BaseException as exc:  # even a BaseException: count what was lost
+                with self._lock:
+                    self.export_errors += 1
+                    self.dropped += len(chunk) - events.failed
+                self.warn(f"export failed ({type(exc).__name__})", str(exc))
+                continue
+            done = len(chunk) - events.failed
+            with self._lock:
+                if self._abandoned:  # exit already counted these as lost
+                    continue
+                self.exported += done
+            exported += done
+        return exported
+
+    def _finalize(self) -> None:
+        """Make the counts final: what was recorded and neither exported, dropped nor
+        overwritten (still inside a call, or appended after the drain) is dropped."""
+        with self._lock:
+            if self._final is not None:
+                return
+            recorded = sum(_peek(c) for c in self.seq.values())
+            lost = recorded - self.exported - self.dropped - self.overwritten
+            if lost > 0:
+                self.dropped += lost
+            self._final = recorded
+        if lost > 0:
+            self.warn("events in flight at exit",
+                      f"{lost} events recorded after the last drain counted as dropped")
 
     def _export_stats(self, sink: Sink) -> None:
         key = self._stats_key()
@@ -431,9 +451,10 @@ class Recorder:
         self.warn("exit flush timed out",
                   f"ran out of time; {lost} unflushed events counted as dropped")
 
-    def _stats_key(self) -> tuple[int, ...]:
+    def _stats_key(self) -> tuple[object, ...]:
         return (self.recorded, self.exported, self.dropped, self.overwritten,
-                self.internal_errors, self.export_errors)
+                self.internal_errors, self.export_errors, self._final is not None,
+                tuple(self.sink_dropped.items()))
 
     def _get_sink(self, rank: RankInfo) -> Sink | None:
         if self._sink is None and self._sink_factory is not None:
@@ -445,23 +466,26 @@ class Recorder:
         return self._sink
 
     def shutdown(self, timeout: float | None = None) -> None:
-        """Flush everything (flight mode: dump the ring) and stop, within ``timeout`` seconds.
+        """Stop recording, flush everything (flight mode: dump the ring) and stop, within
+        ``timeout`` seconds; the counts are final after it.
 
         Whatever cannot be written in time is counted as dropped (and, when the sink still
         answers, the final stats span says so); a sink that hangs cannot hold exit.
         """
         timeout = self.config.exit_timeout if timeout is None else timeout
+        self.enabled = False  # from now on the wrappers only call the engine's function
         self._stop = True
         self._wake.set()
         deadline = time.monotonic() + timeout
-        if self._thread is not None:
-            self._thread.join(max(0.0, deadline - time.monotonic()))
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(max(0.0, deadline - time.monotonic()))
         done = threading.Event()
 
         def final() -> None:
             try:
                 # Keep a slice of the time for the stats span and the sink's own shutdown.
-                self.flush(deadline=deadline - 0.2 * timeout)
+                self.flush(deadline=deadline - 0.2 * timeout, final=True)
                 if self._sink is not None:
                     self._sink.shutdown(max(0.1, deadline - time.monotonic()))
             except BaseException as exc:  # a sink's BaseException must not escape a thread
@@ -474,225 +498,19 @@ class Recorder:
         if not done.wait(max(0.0, deadline - time.monotonic())):
             with self._lock:
                 self._abandoned = True
-                lost = max(0, self.recorded - self.exported - self.dropped - self.overwritten)
+                recorded = self.recorded
+                lost = max(0, recorded - self.exported - self.dropped - self.overwritten)
                 self.dropped += lost
+                if self._final is None:  # the file has no final stats span: the counts are
+                    self._final = recorded
             self._warn_timeout(lost)
-
-    # --- conversion (background) -------------------------------------------------------------
-
-    def to_event(self, raw: Raw, rank: RankInfo) -> Event:
-        """Turn a raw hot-path tuple into an ``Event``."""
-        return _Converter(self, rank)(raw)
+        else:
+            self._sink = self._sink_factory = None  # hold nothing once closed
 
     def _conversion_failed(self, exc: BaseException) -> None:
         self.internal_error("event conversion", exc)
         with self._lock:
             self.dropped += 1
-
-
-#: What ``_Converter.shape`` finds in a raw: (key, seq, start_ns, mono_ns, duration_ns,
-#: dropped_before).
-Shape = tuple[tuple[Any, ...], int, int, int, int, int]
-_ATTACH, _EXTRACT = Direction.ATTACH, Direction.EXTRACT
-
-
-class _Converter:
-    """Raw tuples to ``Event`` records for one flush, caching per-type and per-thread strings."""
-
-    def __init__(self, rec: Recorder, rank: RankInfo) -> None:
-        self.rank = rank
-        self.run_id = rec.config.run_id
-        self.prefix = rec._prefix
-        #: What events get from the converter rather than from their raw: with ``shape``'s key,
-        #: all an event is made of (the thread's name is in the key).
-        self.context = (rank, self.run_id, self.prefix)
-        self.threads = {t.ident: t.name for t in threading.enumerate()}
-        self.subjects: dict[tuple[Direction, type], tuple[str, bool | None]] = {}
-        # Step after step the same names, shapes and dtypes come back: one frozen TensorMeta
-        # serves them all (str keys only, so that no user object's __eq__ runs here).
-        self.metas: dict[tuple[str, Any], TensorMeta] = {}
-
-    def tensor(self, key: object, meta: Any) -> TensorMeta:
-        if type(key) is not str:
-            return _tensor_meta(key, meta, self.prefix, None)
-        found = self.metas.get((key, meta))
-        if found is None:
-            found = self.metas[(key, meta)] = _tensor_meta(key, meta, self.prefix, None)
-        return found
-
-    def subject(self, direction: Direction, tp: type) -> tuple[str, bool | None]:
-        found = self.subjects.get((direction, tp))
-        if found is None:
-            if tp is type(None):
-                capable = None
-            elif direction is Direction.ATTACH:
-                capable = getattr(tp, "to_pp_tensors", None) is not None  # None blocks it
-            else:
-                capable = getattr(tp, "from_pp_tensors", None) is not None
-            found = self.subjects[(direction, tp)] = (_qualname(tp), capable)
-        return found
-
-    def shape(self, raw: Raw) -> Shape | None:
-        """Split a raw tuple into its shape and what varies from one call to the next.
-
-        Returns ``(key, seq, start_ns, mono_ns, duration_ns, dropped_before)``. ``key`` holds,
-        as hashable values, everything else ``__call__`` builds the event from (direction,
-        thread id and name, subject type, keys before and after, items, returned-None, error);
-        the rest is ``context``. None when the raw must be converted on its own: fingerprints
-        (they differ per call), a key that is not a ``str`` (comparing it would run the user's
-        ``__eq__``), a number that is not a plain int in [0, 2**62), anything malformed.
-        """
-        try:
-            (direction, seq, wall_ns, mono_ns, duration_ns, thread, subject, before, after,
-             items, returned_none, error, dropped, fingerprints) = raw
-            if fingerprints or type(returned_none) is not bool:
-                return None
-            if direction is _ATTACH:
-                attach = True
-            elif direction is _EXTRACT:
-                attach = False
-            else:
-                return None
-            if not (type(seq) is type(wall_ns) is type(mono_ns) is type(duration_ns)
-                    is type(dropped) is int):
-                return None
-            # Each within [0, 2**62): any negative one sets the high bits, and the end time
-            # (wall_ns + duration_ns) stays within int64.
-            if (seq | wall_ns | mono_ns | duration_ns | dropped) >> 62:
-                return None
-            if type(thread) is int:
-                ident, name = thread, self.threads.get(thread, "")
-            else:
-                ident, name = thread.ident or 0, thread.name
-                if type(ident) is not int or type(name) is not str:
-                    return None
-            for k in before:
-                if type(k) is not str:
-                    return None
-            for k in after:
-                if type(k) is not str:
-                    return None
-            if type(items) is bytes:  # packed by the native reader: the bytes say it all
-                pass
-            elif type(items) is list:  # the wrappers' flat form: keys every fifth item
-                for k in items[::5]:
-                    if type(k) is not str:
-                        return None
-                items = tuple(items)
-            else:
-                for k, _ in items:
-                    if type(k) is not str:
-                        return None
-            if error is not None and not (type(error) is tuple and len(error) == 2 and
-                                          type(error[0]) is str and type(error[1]) is str):
-                return None
-        except Exception:  # a malformed raw: __call__ says what is wrong with it
-            return None
-        key = (attach, ident, name, subject, before, after, items, returned_none, error)
-        return key, seq, wall_ns, mono_ns, duration_ns, dropped
-
-    def __call__(self, raw: Raw) -> Event:
-        (direction, seq, wall_ns, mono_ns, duration_ns, thread, subject, before, after, items,
-         returned_none, error, dropped, fingerprints) = _expand(raw, self.prefix)
-        # The Thread object keeps its name after the thread ends (its ident may be reused).
-        if isinstance(thread, int):
-            ident, name = thread, self.threads.get(thread, "")
-        else:
-            ident, name = thread.ident or 0, thread.name
-        prefix = self.prefix
-        fps: Sequence[Any] = fingerprints or ()
-        if fps:
-            tensors = tuple(_tensor_meta(key, meta, prefix, _resolve_fp(fps[i]))
-                            for i, (key, meta) in enumerate(items))
-        else:
-            tensors = tuple(self.tensor(key, meta) for key, meta in items)
-        subject_type, capable = self.subject(direction, subject)
-        inserted: tuple[str, ...] = ()
-        if error is not None and direction is Direction.ATTACH:
-            inserted = tuple(t.key for t in tensors)
-        return Event(
-            direction=direction,
-            seq=seq,
-            rank=self.rank,
-            start_ns=wall_ns,
-            mono_ns=mono_ns,
-            duration_ns=duration_ns,
-            thread_id=ident,
-            thread_name=name,
-            subject_type=subject_type,
-            subject_pp_capable=capable,
-            tensors=tensors,
-            keys_before=tuple(map(_key, before)),
-            keys_after=tuple(map(_key, after)),
-            returned_none=returned_none,
-            error_type=error[0] if error else None,
-            error_message=error[1] if error else None,
-            inserted_before_error=inserted,
-            dropped_before=dropped,
-            run_id=self.run_id,
-        )
-
-
-class RawEvents(Sequence[Event]):
-    """One chunk of a flush: its raw tuples, and their ``Event`` records made on first use.
-
-    A sink that needs records reads it as a sequence (each raw is converted once, however
-    many sinks read it). A sink that encodes raw tuples itself (``FileSink``) reads ``raws``
-    with ``convert.shape`` and asks ``event(i)`` only for what it cannot encode directly. A raw
-    that fails conversion is reported to ``on_failure``, counted in ``failed`` and left out.
-
-        events = RawEvents(raws, converter, on_failure)
-        sink.export(events)
-        exported = len(raws) - events.failed
-    """
-
-    def __init__(self, raws: Sequence[Raw], convert: _Converter,
-                 on_failure: Callable[[BaseException], None]) -> None:
-        self.raws = raws
-        self.convert = convert
-        self.failed = 0
-        self._on_failure = on_failure
-        self._memo: dict[int, Event | None] = {}
-        self._events: list[Event] | None = None
-
-    def event(self, i: int) -> Event | None:
-        """The record of ``raws[i]``, or None when it cannot be converted (counted once)."""
-        memo = self._memo
-        if i in memo:
-            return memo[i]
-        try:
-            event: Event | None = self.convert(self.raws[i])
-        except Exception as exc:
-            event = None
-            self.failed += 1
-            self._on_failure(exc)
-        memo[i] = event
-        return event
-
-    def _all(self) -> list[Event]:
-        if self._events is None:
-            found = (self.event(i) for i in range(len(self.raws)))
-            self._events = [e for e in found if e is not None]
-        return self._events
-
-    def __bool__(self) -> bool:
-        # Without converting anything: a raw that later fails conversion leaves fewer events.
-        return bool(self.raws)
-
-    def __len__(self) -> int:
-        return len(self._all())
-
-    @overload
-    def __getitem__(self, index: int) -> Event: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> list[Event]: ...
-
-    def __getitem__(self, index: int | slice) -> Event | list[Event]:
-        return self._all()[index]
-
-    def __iter__(self) -> Iterator[Event]:
-        return iter(self._all())
 
 
 #: How often the background thread looks at the dump flag (seconds).
@@ -704,43 +522,7 @@ _CHUNK = 512
 _SLACK = 8192
 
 
-def _expand(raw: Raw, prefix: str = PREFIX) -> Raw:
-    """A raw record with flat or packed items (the wrappers' forms) in the general form."""
-    if type(raw) is not tuple or len(raw) != 14:
-        return raw  # a malformed one goes through as is: its conversion counts it
-    if type(raw[9]) is bytes:
-        return raw[:9] + (_unpack(raw, prefix),) + raw[10:]
-    if type(raw[9]) is not list:
-        return raw
-    flat = iter(raw[9])
-    # zip takes the key from ``flat``, then the four metadata fields (all in C); one shared
-    # iterator, so never strict (the list holds whole groups of five by construction).
-    items = tuple(zip(flat, zip(flat, flat, flat, flat, strict=False), strict=False))
-    return raw[:9] + (items,) + raw[10:]
-
-
-def _unpack(raw: Raw, prefix: str) -> tuple[tuple[Any, Any], ...]:
-    """((key, meta), ...) of a raw whose items the native reader packed (see ``Raw``)."""
-    from pptrace.record.native import decode
-
-    direction, before, after = raw[0], raw[7], raw[8]
-    if direction is Direction.ATTACH:
-        keys = after[len(before):]
-    else:  # the reader's test: a str key (or a str subclass's) that starts with the prefix
-        keys = tuple(k for k in before if issubclass(type(k), str) and str.startswith(k, prefix))
-    metas = decode(raw[9])
-    if len(metas) != len(keys):
-        raise ValueError(f"{len(metas)} packed tensors for {len(keys)} keys")
-    return tuple(zip(keys, metas, strict=True))
-
-
 def _peek(counter: itertools.count[int]) -> int:
     """The next value an itertools.count would give, without taking it."""
     text = repr(counter)  # "count(17)"
     return int(text[6:-1])
-
-
-def _resolve_fp(pending: Any) -> str | None:
-    from pptrace.record.fingerprint import resolve
-
-    return resolve(pending)

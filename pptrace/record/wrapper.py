@@ -9,9 +9,16 @@ contiguity: no device sync, no tensor values) and append one tuple to the record
 inside recording is counted by the recorder and never reaches the engine.
 
 The success paths are written for the engine's thread: no Python call per tensor, no
-comprehension frame, plain tensors' metadata kept flat in one list (see ``recorder.Raw``), and
-``deque.append`` (C) into the recorder's buffer, the stream cap checked inline. What is left is
-mostly the reads themselves: ``benchmarks/bench_hotpath.py`` times them alone ("reads only").
+comprehension frame, plain tensors' metadata kept flat in one list (see ``pptrace.model.raw``),
+and ``deque.append`` (C) into the recorder's buffer, the stream cap checked inline. What is left
+is mostly the reads themselves: ``benchmarks/bench_hotpath.py`` times them alone ("reads only").
+Those paths build the raw tuple as a literal, in ``pptrace.model.raw``'s field order (a call per
+event would cost the engine); the cold paths build it by name (``raw.make``), and
+``tests/test_recorder_layout.py`` reads every path's raws back by name.
+
+After the recorder's ``shutdown`` (what ``uninstrument()`` calls) ``rec.enabled`` is False and
+a wrapper only calls the engine's function: code that still holds it (a class attribute, a
+``functools.partial``) records nothing and keeps nothing.
 
 Where ``pptrace native build`` has built the native reader (``pptrace.record.native``), the
 functions returned are its C wrapper instead: it records the common case itself (the same raw
@@ -35,9 +42,11 @@ from typing import Any, TypeVar
 
 import torch
 
+from pptrace.model import raw as R
 from pptrace.model.records import PREFIX, Direction
 from pptrace.record import native
-from pptrace.record.recorder import Recorder, _qualname
+from pptrace.record.convert import qualname
+from pptrace.record.recorder import HOT_READS, Recorder
 
 __all__ = ["is_wrapped", "unwrap", "wrap_attach", "wrap_extract", "wrap_transport"]
 
@@ -83,8 +92,11 @@ def _hot(rec: Recorder, reader: Any, fn: Any, slow: Any, direction: Direction,
     if reader is None or rec.fingerprint:
         return slow
     try:
-        hot = reader.hot(fn, slow, rec, direction, seq, rec._buf, rec.append, rec._cap,
-                         rec.flight, prefix, on_error, on_items, _current_thread)
+        hot = reader.hot(fn=fn, slow=slow, rec=rec, reads=HOT_READS, direction=direction,
+                         seq=seq, buf=rec.buffer, append=rec.append, cap=rec.capacity,
+                         ring=rec.flight, prefix=prefix, on_error=on_error, on_items=on_items,
+                         thread=_current_thread, drop_new=rec.drop_new,
+                         internal_error=rec.internal_error, learn_rank=rec.learn_rank)
         functools.update_wrapper(hot, fn)
         setattr(hot, WRAPPED_ATTR, fn)
         # Pickled by name, as a function is: it works where the module's name is bound to it.
@@ -99,7 +111,7 @@ def _hot(rec: Recorder, reader: Any, fn: Any, slow: Any, direction: Direction,
 
 def _inserted_items(tensors: dict[Any, Any], start: int) -> Any:
     """An attach's inserted items read in Python: plain tensors flat in one list (the recorder
-    thread makes the pairs: see ``recorder.Raw``), anything else in the general form."""
+    thread makes the pairs: see ``pptrace.model.raw``), anything else in the general form."""
     items: list[Any] = []
     for k, v in _islice(_dict_items(tensors), start, None):
         if type(v) is not _Tensor:
@@ -160,7 +172,7 @@ def wrap_attach(fn: F, recorder: Recorder) -> F:
     fn = unwrap(fn)  # never double-wrap
     rec = recorder
     seq = rec.seq[Direction.ATTACH]
-    buf, cap, ring = rec._buf, rec._cap, rec.flight
+    buf, cap, ring = rec.buffer, rec.capacity, rec.flight
     append = rec.append  # deque.append: the cap is checked here, inline
     time_ns, mono_ns = time.time_ns, time.monotonic_ns
     attach = Direction.ATTACH
@@ -201,6 +213,9 @@ def wrap_attach(fn: F, recorder: Recorder) -> F:
                 thread = _here.thread
             except AttributeError:
                 thread = _thread()
+            # pptrace.model.raw's fields, in order: direction, seq, wall_ns, mono_ns,
+            # duration_ns, thread, subject, keys_before, keys_after, items, returned_none,
+            # error, dropped, fingerprints.
             raw = (attach, next(seq), wall, t0, dur, thread, type(output), before, after, items,
                    result is None, None, rec.dropped, fps)
             if ring or len(buf) < cap:  # the flight ring's maxlen bounds it instead
@@ -221,8 +236,11 @@ def wrap_attach(fn: F, recorder: Recorder) -> F:
             new = after[len(before):]
             values = [_dict_get(tensors, k) for k in new]
             items = tuple((k, _meta(v)) for k, v in zip(new, values, strict=True))
-            rec.add((attach, next(seq), wall, t0, dur, _thread(), type(output), before,
-                     after, items, True, (_qualname(type(exc)), str(exc)), rec.dropped, None))
+            rec.add(R.make(direction=attach, seq=next(seq), wall_ns=wall, mono_ns=t0,
+                           duration_ns=dur, thread=_thread(), subject=type(output),
+                           keys_before=before, keys_after=after, items=items,
+                           returned_none=True, error=(qualname(type(exc)), str(exc)),
+                           dropped=rec.dropped, fingerprints=None))
             if rec.flight:
                 rec.request_dump()
         except Exception as inner:
@@ -238,12 +256,12 @@ def wrap_extract(fn: F, recorder: Recorder, prefix: str = PREFIX) -> F:
     fn = unwrap(fn)
     rec = recorder
     seq = rec.seq[Direction.EXTRACT]
-    buf, cap, ring = rec._buf, rec._cap, rec.flight
+    buf, cap, ring = rec.buffer, rec.capacity, rec.flight
     append = rec.append  # deque.append: the cap is checked here, inline
     time_ns, mono_ns = time.time_ns, time.monotonic_ns
     extract = Direction.EXTRACT
     # The recorder thread finds the packed tensors' keys with its own prefix: only that one here.
-    reader = _native_reader(rec) if prefix == rec._prefix else None
+    reader = _native_reader(rec) if prefix == rec.prefix else None
     prefixed = reader.prefixed if reader is not None else None
 
     @functools.wraps(fn)
@@ -288,6 +306,7 @@ def wrap_extract(fn: F, recorder: Recorder, prefix: str = PREFIX) -> F:
                 thread = _here.thread
             except AttributeError:
                 thread = _thread()
+            # pptrace.model.raw's fields, in order (as in attach).
             raw = (extract, next(seq), wall, t0, dur, thread, type(observer), before, after,
                    items, result is None, None, rec.dropped, fps)
             if ring or len(buf) < cap:  # the flight ring's maxlen bounds it instead
@@ -304,9 +323,11 @@ def wrap_extract(fn: F, recorder: Recorder, prefix: str = PREFIX) -> F:
                dur: int, items: Any, exc: BaseException, fps: Any = None) -> None:
         """Record an extract the engine's function raised in (then the caller re-raises)."""
         try:
-            rec.add((extract, next(seq), wall, t0, dur, _thread(), type(observer), before,
-                     _keys(tensors), items, True, (_qualname(type(exc)), str(exc)),
-                     rec.dropped, fps))
+            rec.add(R.make(direction=extract, seq=next(seq), wall_ns=wall, mono_ns=t0,
+                           duration_ns=dur, thread=_thread(), subject=type(observer),
+                           keys_before=before, keys_after=_keys(tensors), items=items,
+                           returned_none=True, error=(qualname(type(exc)), str(exc)),
+                           dropped=rec.dropped, fingerprints=fps))
             if rec.flight:
                 rec.request_dump()
         except Exception as inner:
