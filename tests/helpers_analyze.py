@@ -64,6 +64,7 @@ class Run:
         self.seqs: dict[tuple[int, int, Direction], int] = {}
         self.stats: dict[tuple[int, int], RecorderStats] = {}
         self.absent: set[tuple[int, int]] = set()  # (pp, tp) that left no trace at all
+        self.unfinished: set[tuple[int, int]] = set()  # (pp, tp) that wrote no stats span
 
     def rank(self, pp: int, tp: int = 0) -> RankInfo:
         r = pp * self.tp_size + tp
@@ -153,12 +154,19 @@ class Run:
         for tp in range(self.tp_size) if tps is None else tps:
             self.extract(tensors, tp=tp)
 
-    def set_stats(self, pp: int, tp: int = 0, **counts: int) -> None:
+    def set_stats(self, pp: int, tp: int = 0, *, final: bool = True,
+                  sink_dropped: tuple[tuple[str, int], ...] = (), **counts: int) -> None:
+        """The process's last stats span (its final one unless ``final=False``)."""
         self.stats[(pp, tp)] = RecorderStats(rank=self.rank(pp, tp), time_ns=self._tick(),
-                                             run_id=self.run_id, **counts)
+                                             run_id=self.run_id, final=final,
+                                             sink_dropped=sink_dropped, **counts)
 
     def trace(self, *, all_ranks: bool = True) -> Trace:
-        """The trace, with an (empty) process for every rank when ``all_ranks``."""
+        """The trace, with an (empty) process for every rank when ``all_ranks``.
+
+        A process without ``set_stats`` gets the final stats of a clean exit (everything it
+        recorded exported), unless it is in ``unfinished`` (then it has no stats at all).
+        """
         keys = set(self.events) | set(self.stats)
         if all_ranks:
             keys |= {(pp, tp) for pp in range(self.pp_size) for tp in range(self.tp_size)}
@@ -167,8 +175,11 @@ class Run:
         for pp, tp in sorted(keys, key=lambda k: k[0] * self.tp_size + k[1]):
             evs = sorted(self.events.get((pp, tp), []),
                          key=lambda e: (e.mono_ns, e.direction.value, e.seq))
-            procs.append(ProcessTrace(rank=self.rank(pp, tp), events=tuple(evs),
-                                      stats=self.stats.get((pp, tp))))
+            stats = self.stats.get((pp, tp))
+            if stats is None and (pp, tp) not in self.unfinished:
+                stats = RecorderStats(rank=self.rank(pp, tp), time_ns=BASE_NS, recorded=len(evs),
+                                      exported=len(evs), run_id=self.run_id, final=True)
+            procs.append(ProcessTrace(rank=self.rank(pp, tp), events=tuple(evs), stats=stats))
         return Trace(processes=tuple(procs))
 
     def all_events(self) -> list[Event]:

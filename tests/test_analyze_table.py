@@ -227,6 +227,16 @@ def dropped(run: Run) -> None:
     run.set_stats(0, dropped=4, recorded=10)
 
 
+def not_final(run: Run) -> None:
+    healthy(run, 3)
+    run.set_stats(1, recorded=3, exported=3, final=False)  # killed after a periodic flush
+
+
+def no_stats(run: Run) -> None:
+    healthy(run, 3)
+    run.unfinished.add((0, 0))  # killed before it wrote any stats span
+
+
 ROWS: list[tuple[str, Callable[[Run], None] | Callable[[], Run], list[FindingKind]]] = [
     ("clean pp2", clean_pp2, []),
     ("clean pp4 tp2", clean_pp4_tp2, []),
@@ -282,6 +292,8 @@ ROWS: list[tuple[str, Callable[[Run], None] | Callable[[], Run], list[FindingKin
     ("no pp observer", no_pp_observer, [K.NO_PP_OBSERVER, K.ORPHAN_ATTACH]),
     ("missing rank", missing_stage0, [K.MISSING_RANK]),
     ("events dropped", dropped, [K.EVENTS_DROPPED]),
+    ("stats not final", not_final, [K.STATS_NOT_FINAL]),
+    ("no stats at all", no_stats, [K.STATS_NOT_FINAL]),
 ]
 
 
@@ -413,3 +425,28 @@ def test_flight_mode_rings_that_cover_different_windows() -> None:
     kinds = sorted((f.kind.value, f.severity.name) for f in findings)
     assert kinds == [("events-dropped", "WARNING"), ("events-dropped", "WARNING"),
                      ("orphan-attach", "INFO"), ("unmatched-extract", "WARNING")]
+
+
+def test_unfinished_stats_lower_absence_findings_and_say_why() -> None:
+    run = Run()
+    orphan(run)
+    run.unfinished.add((0, 0))
+    kinds = {f.kind: f for f in analyze(run.trace())}
+    assert set(kinds) == {K.ORPHAN_ATTACH, K.STATS_NOT_FINAL}
+    assert kinds[K.STATS_NOT_FINAL].message.startswith(
+        "rank 0 wrote no stats at all (killed, or out of time at exit)")
+    assert kinds[K.ORPHAN_ATTACH].severity is Severity.INFO
+    assert "rank 0 wrote no stats at all: this may be a recording gap" in (
+        kinds[K.ORPHAN_ATTACH].message)
+
+
+def test_another_sinks_losses_do_not_weaken_this_traces_findings() -> None:
+    # The OTLP exporter lost 500 events; the trace file has every one: an unmatched extract
+    # in the file stays an error (a down collector must not hide it from CI).
+    run = Run()
+    unmatched(run)
+    n = len(run.events[(1, 0)])
+    run.set_stats(1, recorded=n, exported=n, sink_dropped=(("otlp", 500),))
+    (f,) = analyze(run.trace())
+    assert f.kind is K.UNMATCHED_EXTRACT
+    assert f.severity is Severity.ERROR

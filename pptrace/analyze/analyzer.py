@@ -151,10 +151,12 @@ class _Analysis:
             overwritten = stats.overwritten
             internal = stats.internal_errors
             unexported = max(0, stats.recorded - len(events))
+        label = who(p.rank)
+        if events and (stats is None or not stats.final):
+            self.unfinished(p, "no stats at all" if stats is None else "no final stats")
         lost = max(missing_seq, dropped + overwritten, unexported)
         if lost == 0 and internal == 0:
             return
-        label = who(p.rank)
         parts = []
         if dropped:
             parts.append(f"{dropped} dropped")
@@ -166,8 +168,12 @@ class _Analysis:
             parts.append(f"{unexported} recorded but not in the trace")
         if internal:
             parts.append(plural(internal, "internal recorder error"))
+        # Another sink's losses (the OTLP exporter's failed batches) are not this trace's: they
+        # are named, and weaken nothing unless this trace lacks the events too.
+        for sink, n in stats.sink_dropped if stats is not None else ():
+            parts.append(f"the {clip(sink, _NAME_LIMIT)} sink lost {n} of its own")
         detail = ", ".join(parts)
-        self.lost[p.index] = f"{label} lost {plural(lost, 'event')}"
+        self.note_loss(p, f"{label} lost {plural(lost, 'event')}")
         self.add(
             K.EVENTS_DROPPED,
             f"{label} lost {plural(lost, 'event')} ({detail}): findings about missing events on "
@@ -176,6 +182,22 @@ class _Analysis:
             time_ns=events[0].start_ns if events else (stats.time_ns if stats else None),
             channel=self.proc_channel(p),
         )
+
+    def note_loss(self, p: _Proc, why: str) -> None:
+        """Remember why absence findings on ``p``'s channels are less sure."""
+        known = self.lost.get(p.index)
+        self.lost[p.index] = f"{known}; {why}" if known else why
+
+    def unfinished(self, p: _Proc, what: str) -> None:
+        label = who(p.rank)
+        events = p.trace.events
+        self.note_loss(p, f"{label} wrote {what}")
+        self.add(K.STATS_NOT_FINAL,
+                 f"{label} wrote {what} (killed, or out of time at exit): what it recorded "
+                 "after its last flush is neither in the trace nor counted, so findings about "
+                 "missing events on its channels are less certain",
+                 ranks=[rank_id(p.rank)], time_ns=events[-1].start_ns,
+                 events=[p.eid(events[-1])], channel=self.proc_channel(p))
 
     def proc_channel(self, p: _Proc) -> str:
         r = p.rank

@@ -120,6 +120,8 @@ class FindingKind(str, enum.Enum):
     # Confidence in the rest.
     EVENTS_DROPPED = ("events-dropped", R, _WARN,
                       "the recorder lost events: findings about absences are less sure")
+    STATS_NOT_FINAL = ("stats-not-final", R, _WARN,
+                       "a process wrote no final stats: its last events may be missing, uncounted")
 
 
 del E, A, P, N, R
