@@ -278,10 +278,6 @@ class Output:
         return self._make()
 
 
-class NotPP:
-    """An output without ``to_pp_tensors`` (or an observer without ``from_pp_tensors``)."""
-
-
 class BlockedOutput:
     """``to_pp_tensors = None`` blocks the protocol (typing's documented opt-out)."""
 

@@ -21,6 +21,7 @@ from pptrace.model.config import Config
 from pptrace.model.records import Direction, Event, RankInfo, RecorderStats
 from pptrace.record.recorder import Recorder
 from pptrace.record.wrapper import wrap_transport
+from tests.doubles import Observer, Output
 
 RANK = RankInfo(rank=0, world_size=1, pp_rank=0, pp_size=1, tp_rank=0, tp_size=1,
                 host="testhost", pid=os.getpid())
@@ -59,25 +60,8 @@ class MemorySink:
             return [e.seq for e in self.events if e.direction is direction]
 
 
-class Output:
-    """A PP-capable auxiliary output with ``n`` tensors."""
-
-    def __init__(self, n: int = 2) -> None:
-        self.named = {f"t{i}": torch.full((2, 3), float(i)) for i in range(n)}
-
-    def to_pp_tensors(self) -> dict[str, torch.Tensor]:
-        return self.named
-
-
 class Composite:
     """Two outputs merged into one that cannot travel (no ``to_pp_tensors``)."""
-
-
-class Observer:
-    """A PP-capable observer handing back what it received."""
-
-    def from_pp_tensors(self, tensors: Any) -> Any:
-        return dict(tensors)
 
 
 def recorder(config: Config, sink: Any) -> Recorder:

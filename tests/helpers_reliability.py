@@ -23,6 +23,7 @@ from pptrace.model import errors, schema
 from pptrace.model.config import Config
 from pptrace.model.records import PREFIX, Direction, Event, RankInfo, RecorderStats, TensorMeta
 from pptrace.record.recorder import Recorder
+from tests.doubles import NotPP, Observer, Output, RaisingObserver
 
 RANK = RankInfo(rank=0, world_size=1, pp_rank=0, pp_size=1, tp_rank=0, tp_size=1,
                 host="testhost", pid=os.getpid())
@@ -37,45 +38,6 @@ def transport() -> types.ModuleType:
     if mod is None:
         import pptrace.record.engine as mod
     return mod
-
-
-# --- user objects ------------------------------------------------------------------------------
-
-
-class Output:
-    """A PP-capable auxiliary output with a fixed tensor mapping."""
-
-    def __init__(self, named: dict[Any, Any]) -> None:
-        self.named = named
-
-    def to_pp_tensors(self) -> dict[Any, Any]:
-        return self.named
-
-
-class NotPP:
-    """An auxiliary output without ``to_pp_tensors`` (or observer without ``from_pp_tensors``)."""
-
-
-class Observer:
-    """A PP-capable observer returning a fixed object (or None)."""
-
-    def __init__(self, result: Any) -> None:
-        self.result = result
-        self.received: list[dict[str, Any]] = []
-
-    def from_pp_tensors(self, tensors: Any) -> Any:
-        self.received.append(dict(tensors))
-        return self.result
-
-
-class RaisingObserver:
-    """An observer whose ``from_pp_tensors`` raises its own error."""
-
-    def __init__(self, exc: BaseException) -> None:
-        self.exc = exc
-
-    def from_pp_tensors(self, tensors: Any) -> Any:
-        raise self.exc
 
 
 # --- sinks ------------------------------------------------------------------------------------

@@ -15,11 +15,11 @@ import sys
 import types
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from pptrace.activation.sglang_module import ATTACH, EXTRACT, MODULE, load_transport_module
+from tests.doubles import Output
 
 REPO = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
@@ -62,27 +62,6 @@ def write_consumer(tmp_path: Path, name: str) -> types.ModuleType:
         sys.path.insert(0, str(tmp_path))
     sys.modules.pop(name, None)
     return importlib.import_module(name)
-
-
-class Output:
-    """An auxiliary output that flattens to fixed tensors."""
-
-    def __init__(self, named: Mapping[str, Any]) -> None:
-        self.named = dict(named)
-
-    def to_pp_tensors(self) -> Mapping[str, Any]:
-        return self.named
-
-
-class Observer:
-    """A sampling observer that rebuilds an output from whatever it receives."""
-
-    def from_pp_tensors(self, tensors: Mapping[str, Any]) -> Any:
-        return Output(tensors)
-
-
-class NoPP:
-    """Neither an auxiliary output nor an observer the transport accepts."""
 
 
 def sample_output() -> Output:

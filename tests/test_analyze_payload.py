@@ -9,7 +9,6 @@ from __future__ import annotations
 import random
 
 import pytest
-from helpers_analyze import Run, meta
 
 from pptrace.analyze.analyzer import analyze
 from pptrace.analyze.payload import Field, compare, compare_events, same
@@ -17,6 +16,7 @@ from pptrace.analyze.rules import classify_error
 from pptrace.model import errors
 from pptrace.model.findings import Category, FindingKind, Severity
 from pptrace.model.records import Direction, Event, RankInfo, TensorMeta
+from tests.helpers_analyze import Run, meta
 
 K = FindingKind
 F = Field

@@ -11,10 +11,10 @@ import argparse
 from pathlib import Path
 
 import pytest
-from otlp_receiver import Receiver
 
 from pptrace.cli import demo as cli_demo
 from pptrace.cli.demo import Stage0Check, next_steps, why_no_viewer
+from tests.otlp_receiver import Receiver
 
 
 def _parse(*argv: str) -> argparse.Namespace:

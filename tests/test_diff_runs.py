@@ -6,12 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers_analyze import Run, meta, write_run
 
 from pptrace.analyze.analyzer import analyze
 from pptrace.cli.main import main
 from pptrace.model import errors
 from pptrace.report.diff import diff, profile
+from tests.helpers_analyze import Run, meta, write_run
 
 GOLDEN = Path(__file__).parent / "data" / "golden-pp2"
 

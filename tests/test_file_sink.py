@@ -33,7 +33,8 @@ from pptrace.model.config import Config
 from pptrace.model.records import PREFIX, Direction, Event, RankInfo, RecorderStats, TensorMeta
 from pptrace.record.recorder import RawEvents, Recorder
 from pptrace.record.wrapper import wrap_transport
-from tests.helpers_recorder import Composite, Observer, Output, drive, recorder, wrapped
+from tests.doubles import Observer, Output
+from tests.helpers_recorder import Composite, drive, recorder, wrapped
 from tests.otlp_oracle import official_line, without_ids
 
 RANK = RankInfo(rank=3, world_size=4, pp_rank=3, pp_size=4, tp_rank=0, tp_size=1, host="h",

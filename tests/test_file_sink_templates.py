@@ -17,16 +17,6 @@ from typing import Any
 
 import pytest
 import torch
-from helpers_recorder import (
-    RANK,
-    Composite,
-    MemorySink,
-    Observer,
-    Output,
-    drive,
-    recorder,
-    wrapped,
-)
 
 from pptrace.export.file_sink import FileSink
 from pptrace.export.sinks import FanOut
@@ -35,6 +25,8 @@ from pptrace.model import schema
 from pptrace.model.config import Config
 from pptrace.model.records import PREFIX, Direction, Event, RankInfo, RecorderStats
 from pptrace.record.recorder import RawEvents, Recorder, _Converter
+from tests.doubles import Observer, Output
+from tests.helpers_recorder import RANK, Composite, MemorySink, drive, recorder, wrapped
 
 
 class BothPaths:
@@ -135,7 +127,7 @@ def test_errors_non_tensor_values_and_odd_keys(tmp_path: Path) -> None:
             with pytest.raises(RuntimeError):  # no observer
                 extract({PREFIX + "a": torch.zeros(2)}, None)
             with pytest.raises(RuntimeError) as info:  # an empty message in the error span
-                attach({}, _NoTensors())
+                attach({}, Output({}))
             assert str(info.value)
             odd: dict[Any, Any] = {7: torch.zeros(1), ("k",): 1}  # keys that are not str
             attach(odd, Output(1))
@@ -148,11 +140,6 @@ def test_errors_non_tensor_values_and_odd_keys(tmp_path: Path) -> None:
     # Each shape repeats and gets its template (errors too), except the two whose keys are not
     # str.
     assert sink.raw.templates_built == 6
-
-
-class _NoTensors:
-    def to_pp_tensors(self) -> dict[str, Any]:
-        return {}
 
 
 def test_fingerprints_go_the_record_way(tmp_path: Path) -> None:

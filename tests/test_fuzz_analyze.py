@@ -15,8 +15,6 @@ import tempfile
 from collections.abc import Iterator
 
 import pytest
-from helpers_analyze import write_otlp_lines
-from helpers_reliability import NAMES, events
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -26,6 +24,8 @@ from pptrace.model.errors import TraceInputError
 from pptrace.model.findings import Severity
 from pptrace.model.records import PREFIX, Direction, Event, RankInfo, RecorderStats, TensorMeta
 from pptrace.report.text import render_text, to_json
+from tests.helpers_analyze import write_otlp_lines
+from tests.helpers_reliability import NAMES, events
 
 CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 

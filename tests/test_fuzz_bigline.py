@@ -15,7 +15,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers_reliability import write_good_trace
+
+from tests.helpers_reliability import write_good_trace
 
 pytestmark = [
     pytest.mark.slow,

@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers_reliability import write_good_trace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from tests.helpers_reliability import write_good_trace
 
 FUZZ = settings(max_examples=150, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow])

@@ -15,8 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers_analyze import write_otlp_lines
-from helpers_reliability import EVIL, events, write_hostile_traces
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -24,6 +22,8 @@ from pptrace.analyze.analyzer import analyze
 from pptrace.load.loader import load_paths
 from pptrace.model.errors import TraceInputError
 from pptrace.model.records import Event
+from tests.helpers_analyze import write_otlp_lines
+from tests.helpers_reliability import EVIL, events, write_hostile_traces
 
 SIZE = (140, 40)
 KEYS = ["down", "right", "enter", "tab", "end", "home", "question_mark", "escape"]

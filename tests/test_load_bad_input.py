@@ -7,12 +7,12 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers_analyze import Run, meta, write_otlp_lines
 
 from pptrace.cli.main import main
 from pptrace.load.loader import load_paths
 from pptrace.model import schema
 from pptrace.model.errors import SchemaVersionError, TraceInputError
+from tests.helpers_analyze import Run, meta, write_otlp_lines
 
 GOLDEN = Path(__file__).parent / "data" / "golden-pp2"
 
@@ -25,7 +25,7 @@ def _good_lines(n: int = 3) -> list[str]:
 
 
 def _doc_of(ev) -> dict:  # type: ignore[no-untyped-def, type-arg]
-    from helpers_analyze import event_spans, otlp_document
+    from tests.helpers_analyze import event_spans, otlp_document
 
     return otlp_document(event_spans([ev]))
 

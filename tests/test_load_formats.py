@@ -12,12 +12,12 @@ import os
 from pathlib import Path
 
 import pytest
-from helpers_analyze import golden_run, otlp_to_jaeger
 
 from pptrace.analyze.analyzer import analyze
 from pptrace.load.loader import load_paths
 from pptrace.model.findings import FindingKind
 from pptrace.model.trace import Trace
+from tests.helpers_analyze import golden_run, otlp_to_jaeger
 
 DATA = Path(__file__).parent / "data"
 GOLDEN = DATA / "golden-pp2"
@@ -140,13 +140,12 @@ def test_fast_path_gives_exactly_what_the_ordinary_path_gives(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Many spans of few shapes, written by pptrace's real exporter: most hit the template cache.
-    from helpers_analyze import Run, meta
-
     from pptrace.export.sinks import build_sink
     from pptrace.load.builder import TraceBuilder
     from pptrace.load.fast import FastLines
     from pptrace.load.files import read_files
     from pptrace.model.config import Config
+    from tests.helpers_analyze import Run, meta
 
     run = Run(pp_size=2)
     for k in range(60):

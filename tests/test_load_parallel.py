@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers_analyze import Run, meta
 
 from pptrace.export.sinks import build_sink
 from pptrace.load import worker as load_worker
@@ -22,6 +21,7 @@ from pptrace.model.config import Config
 from pptrace.model.errors import SchemaVersionError, TraceInputError
 from pptrace.model.records import RecorderStats
 from pptrace.model.trace import Trace
+from tests.helpers_analyze import Run, meta
 
 pytestmark = pytest.mark.slow  # starts a worker process
 
@@ -219,7 +219,7 @@ _OLD_ORDER = ["pptrace.schema_version", "pptrace.direction", "pptrace.seq", "ppt
 def test_older_layouts_and_other_formats_in_the_workers_share(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from helpers_analyze import otlp_to_jaeger
+    from tests.helpers_analyze import otlp_to_jaeger
 
     _write_run(tmp_path, steps=30)
     files = sorted(tmp_path.iterdir())

@@ -31,7 +31,6 @@ from typing import Any
 
 import pytest
 import torch
-from helpers_recorder import RANK, MemorySink, Observer, Output, recorder, wrapped
 
 import pptrace.record.engine as engine
 from pptrace.model.config import Config
@@ -39,6 +38,8 @@ from pptrace.model.records import PREFIX
 from pptrace.record import native
 from pptrace.record.recorder import Recorder
 from pptrace.record.wrapper import wrap_transport
+from tests.doubles import Observer, Output
+from tests.helpers_recorder import RANK, MemorySink, recorder, wrapped
 
 ROOT = Path(__file__).resolve().parent.parent
 HAS_COMPILER = bool(os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++"))
@@ -226,29 +227,22 @@ def mixed_calls() -> list[tuple[str, Any, Any]]:
     # holds, with or without the reader (a known limit of the file sink, counted when it hits).
     t = [x for x in odd_tensors() if x.numel() * x.element_size() < 2**40]
 
-    class Named:
-        def __init__(self, named: dict[Any, Any]) -> None:
-            self.named = named
-
-        def to_pp_tensors(self) -> dict[Any, Any]:
-            return self.named
-
     def fresh(extra: dict[Any, Any]) -> Any:
         return lambda: {"next_token_ids": torch.zeros(4, dtype=torch.long), **extra}
 
     many = {f"t{i}": x for i, x in enumerate(t)}
     return [
         ("attach", fresh({}), Output(3)),
-        ("attach", fresh({}), Named(many)),
+        ("attach", fresh({}), Output(many)),
         ("extract", fresh({PREFIX + k: v for k, v in many.items()}), Observer()),
-        ("attach", fresh({}), Named({"ok": t[0], "bad": [1]})),  # error: not a tensor
-        ("attach", fresh({PREFIX + "dup": t[1]}), Named({"dup": t[1]})),  # error: duplicate
+        ("attach", fresh({}), Output({"ok": t[0], "bad": [1]})),  # error: not a tensor
+        ("attach", fresh({PREFIX + "dup": t[1]}), Output({"dup": t[1]})),  # error: duplicate
         ("extract", fresh({PREFIX + "a": t[2], 7: t[3], StrKey(PREFIX + "s"): t[4]}),
          Observer()),
         ("extract", fresh({PREFIX + "a": t[2], PREFIX + "b": [1]}), Observer()),  # error
         ("extract", fresh({PREFIX + "a": t[2]}), None),  # error: no observer
         ("extract", fresh({}), Observer()),  # nothing to extract
-        ("attach", fresh({}), Named({"p": torch.nn.Parameter(torch.zeros(2))})),
+        ("attach", fresh({}), Output({"p": torch.nn.Parameter(torch.zeros(2))})),
     ]
 
 

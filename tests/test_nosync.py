@@ -14,13 +14,14 @@ from typing import Any
 
 import pytest
 import torch
-from helpers_recorder import MemorySink, Observer, Output, recorder
 from torch.overrides import TorchFunctionMode
 
 import pptrace.record.engine as engine
 from pptrace.model.config import Config
 from pptrace.record import native
 from pptrace.record.wrapper import wrap_transport
+from tests.doubles import Observer, Output
+from tests.helpers_recorder import MemorySink, recorder
 
 SYNCING = ("item", "cpu", "tolist", "numpy")
 #: What the wrapper may do to a tensor beyond what the engine does: read its metadata.

@@ -16,11 +16,11 @@ import pptrace
 from pptrace.export.otlp import FailOpenProcessor, make_exporter
 from pptrace.model import schema
 from pptrace.model.config import Config
+from tests.doubles import Observer
 from tests.helpers_startup import (
     BARE_SGLANG,
     PYTHON,
     REPO,
-    Observer,
     child_env,
     real_module,
     run_pptrace,
@@ -44,7 +44,7 @@ def consumer(tmp_path: Path) -> Iterator[Any]:
 def _run_pairs(consumer: Any) -> list[tuple[Any, ...]]:
     out = []
     for i in range(PAIRS):
-        from tests.helpers_startup import Output
+        from tests.doubles import Output
 
         tensors = consumer.send({"next_token_ids": torch.tensor([i])},
                                 Output({"s": torch.full((2,), float(i))}))

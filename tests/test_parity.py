@@ -33,6 +33,7 @@ from pptrace.model import errors
 from pptrace.model.config import Config
 from pptrace.model.records import PREFIX, Direction
 from pptrace.record.wrapper import is_wrapped, unwrap, wrap_transport
+from tests.doubles import NotPP
 from tests.helpers_core import (
     TENSOR_KINDS,
     VALUE_KINDS,
@@ -43,7 +44,6 @@ from tests.helpers_core import (
     Capture,
     ListSink,
     LoggingStr,
-    NotPP,
     Observer,
     ObserverError,
     Outcome,

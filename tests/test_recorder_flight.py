@@ -11,22 +11,14 @@ from typing import Any
 
 import pytest
 import torch
-from helpers_recorder import (
-    RANK,
-    Composite,
-    MemorySink,
-    Output,
-    drive,
-    recorder,
-    wait_for,
-    wrapped,
-)
 
 from pptrace.export.sinks import build_sink
 from pptrace.export.trace_file import trace_file_name
 from pptrace.model import errors, schema
 from pptrace.model.config import Config
 from pptrace.model.records import Direction
+from tests.doubles import Output
+from tests.helpers_recorder import RANK, Composite, MemorySink, drive, recorder, wait_for, wrapped
 
 
 def test_ring_keeps_the_last_events_and_counts_what_it_overwrote() -> None:

@@ -8,12 +8,13 @@ from typing import Any
 
 import pytest
 import torch
-from helpers_recorder import MemorySink, Observer, Output, recorder, wait_for, wrapped
 
 import pptrace.record.recorder as recorder_module
 from pptrace.model import errors
 from pptrace.model.config import Config
 from pptrace.model.records import PREFIX, Direction
+from tests.doubles import Observer, Output
+from tests.helpers_recorder import MemorySink, recorder, wait_for, wrapped
 
 
 class TrackedKey(str):
@@ -98,12 +99,8 @@ def test_a_value_that_is_not_a_plain_tensor_switches_the_event_to_the_general_fo
     plain = torch.zeros(3, 2).t()  # not contiguous
     marked = torch.ones(5, dtype=torch.float16).as_subclass(Marked)
 
-    class Mixed:
-        def to_pp_tensors(self) -> dict[str, torch.Tensor]:
-            return {"plain": plain, "marked": marked}
-
     tensors: dict[str, Any] = {"next_token_ids": torch.zeros(1)}
-    attach(tensors, Mixed())
+    attach(tensors, Output({"plain": plain, "marked": marked}))
     assert type(rec._buf[-1][9]) is tuple  # the general form, from the second value on
     extract(tensors, Observer())
     tensors = {"next_token_ids": torch.zeros(1), PREFIX + "t": plain, PREFIX + "list": [1]}

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from helpers_recorder import MemorySink, Observer, Output
-
 import pptrace.record.engine as engine
 from pptrace.model.config import Config
 from pptrace.model.records import RankInfo
 from pptrace.record.recorder import Recorder
 from pptrace.record.wrapper import wrap_transport
+from tests.doubles import Observer, Output
+from tests.helpers_recorder import MemorySink
 
 UP = RankInfo(rank=1, world_size=2, pp_rank=1, pp_size=2, host="h", pid=1)
 DOWN = RankInfo(host="h", pid=1)

@@ -5,10 +5,9 @@ from __future__ import annotations
 import threading
 import time
 
-from helpers_recorder import MemorySink, drive, recorder, wrapped
-
 from pptrace.model.config import Config
 from pptrace.model.records import Direction
+from tests.helpers_recorder import MemorySink, drive, recorder, wrapped
 
 
 def test_hanging_sink_cannot_hold_exit_and_the_loss_is_counted() -> None:

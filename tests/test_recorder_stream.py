@@ -8,13 +8,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from helpers_recorder import RANK, MemorySink, Observer, Output, drive, recorder, wrapped
 
 from pptrace.export.sinks import build_sink
 from pptrace.export.trace_file import trace_file_name
 from pptrace.model import schema
 from pptrace.model.config import Config
 from pptrace.model.records import Direction
+from tests.doubles import Observer, Output
+from tests.helpers_recorder import RANK, MemorySink, drive, recorder, wrapped
 
 
 def test_every_event_is_exported_with_gap_free_sequence_numbers() -> None:

@@ -16,21 +16,20 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers_reliability import (
+
+from pptrace.model.config import Config
+from pptrace.model.records import PREFIX, Direction, Event
+from pptrace.record.wrapper import wrap_transport
+from tests.doubles import Observer, Output
+from tests.helpers_reliability import (
     SENTINEL,
     ListSink,
-    Observer,
-    Output,
     file_sink_factory,
     make_recorder,
     read_trace_file,
     trace_files,
     transport,
 )
-
-from pptrace.model.config import Config
-from pptrace.model.records import PREFIX, Direction, Event
-from pptrace.record.wrapper import wrap_transport
 
 THREADS = 6
 PAIRS = 150

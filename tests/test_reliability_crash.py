@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers_reliability import trace_files, write_good_trace
 
 from pptrace.model.records import Direction
+from tests.helpers_reliability import trace_files, write_good_trace
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 INTERVAL = 0.25  # Config.flush_interval for the child (1 s by default)

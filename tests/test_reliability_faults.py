@@ -22,14 +22,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers_reliability import (
+
+from pptrace.export.trace_file import trace_file_name
+from pptrace.model.config import Config
+from pptrace.record.recorder import Recorder
+from pptrace.record.wrapper import wrap_transport
+from tests.doubles import Observer, Output
+from tests.helpers_reliability import (
     IDS,
     RANK,
     SENTINEL,
     T1,
     ListSink,
-    Observer,
-    Output,
     RaisingSink,
     file_sink_factory,
     make_recorder,
@@ -39,11 +43,6 @@ from helpers_reliability import (
     scenarios,
     transport,
 )
-
-from pptrace.export.trace_file import trace_file_name
-from pptrace.model.config import Config
-from pptrace.record.recorder import Recorder
-from pptrace.record.wrapper import wrap_transport
 
 CALLS = 60  # attach + extract pairs per test
 FLUSH = 0.02  # a short flush interval so that each test sees many flushes

@@ -16,23 +16,22 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers_reliability import (
-    SENTINEL,
-    ListSink,
-    Observer,
-    Output,
-    file_sink_factory,
-    make_recorder,
-    trace_files,
-    transport,
-    write_hostile_traces,
-)
 
 from pptrace.export.trace_file import trace_file_name
 from pptrace.model.config import Config
 from pptrace.model.records import PREFIX, RankInfo, TensorMeta
 from pptrace.record.recorder import Recorder
 from pptrace.record.wrapper import wrap_transport
+from tests.doubles import Observer, Output
+from tests.helpers_reliability import (
+    SENTINEL,
+    ListSink,
+    file_sink_factory,
+    make_recorder,
+    trace_files,
+    transport,
+    write_hostile_traces,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 

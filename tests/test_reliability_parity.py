@@ -12,7 +12,10 @@ import itertools
 from pathlib import Path
 
 import pytest
-from helpers_reliability import (
+
+from pptrace.model.config import Config
+from pptrace.record.wrapper import wrap_transport
+from tests.helpers_reliability import (
     ListSink,
     file_sink_factory,
     make_recorder,
@@ -23,9 +26,6 @@ from helpers_reliability import (
     trace_files,
     transport,
 )
-
-from pptrace.model.config import Config
-from pptrace.record.wrapper import wrap_transport
 
 MODES = [
     pytest.param(mode, fp, sink, id=f"{mode}-fp{int(fp)}-{sink}")
@@ -95,9 +95,9 @@ ODD_NAMES = ["\ud800", "\x00", "é", "\u2028", "x" * 10_000, " ", "\\", '"', "\x
 
 def test_odd_names_are_recorded_exactly(tmp_path: object) -> None:
     # Any str is a legal tensor name to the engine: none may cost an event or come back altered.
-    from helpers_reliability import SENTINEL, T1, Observer, Output
-
     from pptrace.load.loader import load_paths
+    from tests.doubles import Observer, Output
+    from tests.helpers_reliability import SENTINEL, T1
 
     mod = transport()
     config = Config(trace_dir=str(tmp_path), flush_interval=60)

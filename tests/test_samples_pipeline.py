@@ -10,7 +10,6 @@ import importlib.util
 from pathlib import Path
 
 import pytest
-from helpers_samples import TraceFiles, finding_kinds, run_sample
 from pptrace_samples.faults import FAULTS, FIRST, LAST
 from pptrace_samples.launch import run_pipeline
 from pptrace_samples.options import (
@@ -22,6 +21,7 @@ from pptrace_samples.options import (
 )
 
 from pptrace.model.records import PREFIX, Direction, Event
+from tests.helpers_samples import TraceFiles, finding_kinds, run_sample
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
 

@@ -29,12 +29,12 @@ from pptrace.model import errors, schema
 from pptrace.model.config import Config
 from pptrace.model.records import PREFIX, Direction
 from pptrace.record.wrapper import wrap_transport
+from tests.doubles import NotPP
 from tests.helpers_core import (
     RANK,
     BlockedObserver,
     BlockedOutput,
     CallLog,
-    NotPP,
     Observer,
     ObserverError,
     Output,
@@ -157,7 +157,7 @@ def assert_round_trip(traced: Traced, span: ReadableSpan) -> None:
 
 OUTPUT = "tests.helpers_core.Output"
 OBSERVER = "tests.helpers_core.Observer"
-NOT_PP = "tests.helpers_core.NotPP"
+NOT_PP = "tests.doubles.NotPP"
 
 
 def test_success_span(traced: Traced) -> None:

@@ -18,7 +18,8 @@ from pptrace.activation.sglang_module import ATTACH, EXTRACT, MODULE
 from pptrace.activation.startup import active_recorder
 from pptrace.model.config import Config
 from pptrace.record.wrapper import WRAPPED_ATTR, is_wrapped, unwrap
-from tests.helpers_startup import NoPP, Observer, Output, real_module, sample_output, write_consumer
+from tests.doubles import NotPP, Observer, Output
+from tests.helpers_startup import real_module, sample_output, write_consumer
 
 QUIET = Config(exporters=("none",), flush_interval=0.05)
 
@@ -128,14 +129,14 @@ def _cases() -> list[tuple[str, Any, Any]]:
     return [
         ("attach", lambda: {"next_token_ids": t}, lambda: sample_output()),
         ("attach", lambda: {}, lambda: None),
-        ("attach", lambda: {}, lambda: NoPP()),
+        ("attach", lambda: {}, lambda: NotPP()),
         ("attach", lambda: {}, lambda: Output({})),
         ("attach", lambda: {}, lambda: Output({"a": t, 3: t})),
         ("attach", lambda: {}, lambda: Output({"a": [1, 2]})),
         ("attach", lambda: {key + "a": t}, lambda: Output({"a": t})),
         ("extract", lambda: {"next_token_ids": t}, lambda: Observer()),
         ("extract", lambda: {key + "a": t}, lambda: None),
-        ("extract", lambda: {key + "a": t}, lambda: NoPP()),
+        ("extract", lambda: {key + "a": t}, lambda: NotPP()),
         ("extract", lambda: {key + "a": [1]}, lambda: Observer()),
         ("extract", lambda: {key + "a": t, "x": t}, lambda: Observer()),
     ]

@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers_analyze import write_otlp_lines
-from helpers_tui import pipeline
 
 from pptrace.cli import main as cli
 from pptrace.cli import view as cli_view
+from tests.helpers_analyze import write_otlp_lines
+from tests.helpers_tui import pipeline
 
 
 def write(directory: Path, microbatches: int) -> None:

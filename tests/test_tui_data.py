@@ -7,7 +7,6 @@ import json
 from dataclasses import replace
 
 import pytest
-from helpers_tui import T0, attach, pipeline, scenario, tensor
 from pptrace_tui.compare import PairView
 from pptrace_tui.export import ExportDoc, render
 from pptrace_tui.filters import FilterSpec, parse_ints
@@ -19,6 +18,7 @@ from pptrace.model.errors import ConfigError
 from pptrace.model.findings import FindingKind
 from pptrace.model.records import Direction
 from pptrace.model.trace import ProcessTrace, Trace
+from tests.helpers_tui import T0, attach, pipeline, scenario, tensor
 
 
 def cells(index: TraceIndex, label: str) -> str:

@@ -3,8 +3,9 @@ engine error or a finding message are never interpreted."""
 
 from __future__ import annotations
 
-from helpers_tui import screen_text, sync, viewer, wait_main
 from pptrace_tui.widgets.findings_panel import FindingsPanel
+
+from tests.helpers_tui import screen_text, sync, viewer, wait_main
 
 EVIL_NAME = "[bold red]pwned[/] [link=https://evil.example]x[/link]"
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from helpers_tui import notes, pipeline, scenario, screen_text, sync, viewer, wait_main
 from pptrace_tui.app import PptraceViewer
 from pptrace_tui.screens.filter import FilterScreen
 from pptrace_tui.screens.help import HelpScreen
@@ -15,6 +14,7 @@ from pptrace_tui.widgets.grid import GridView
 from pptrace_tui.widgets.pair_detail import PairDetail
 
 from pptrace.model.findings import FindingKind
+from tests.helpers_tui import notes, pipeline, scenario, screen_text, sync, viewer, wait_main
 
 SIZE = (140, 40)
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from helpers_tui import viewer, wait_main
 from pptrace_tui.widgets.grid import GridView
+
+from tests.helpers_tui import viewer, wait_main
 
 SIZE = (140, 36)
 

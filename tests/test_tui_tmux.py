@@ -15,8 +15,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers_analyze import write_otlp_lines
-from helpers_tui import scenario
+
+from tests.helpers_analyze import write_otlp_lines
+from tests.helpers_tui import scenario
 
 pytestmark = [
     pytest.mark.slow,
