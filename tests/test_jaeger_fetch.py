@@ -17,14 +17,10 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from pptrace.cli.inputs import add_input_arguments, jaeger_query
 from pptrace.cli.main import main
 from pptrace.export.spans import SdkSpanSink, process_resource
-from pptrace.load.jaeger_fetch import (
-    JaegerQuery,
-    add_jaeger_arguments,
-    fetch_to_file,
-    query_from_args,
-)
+from pptrace.load.jaeger_fetch import JaegerQuery, fetch_to_file
 from pptrace.load.loader import load_paths
 from pptrace.model.errors import ConfigError, TraceInputError
 from pptrace.model.records import PREFIX, Direction, Event, RankInfo, TensorMeta
@@ -158,17 +154,41 @@ def test_an_unreachable_or_empty_jaeger_is_one_line() -> None:
 
 def test_jaeger_options_become_a_query() -> None:
     parser = argparse.ArgumentParser()
-    add_jaeger_arguments(parser)
+    add_input_arguments(parser)
+
+    def query(*argv: str) -> JaegerQuery | None:
+        args = parser.parse_args(list(argv))
+        return jaeger_query(args.jaeger, args, now_ns=now)
+
     now = 1_700_000_000 * 10**9
-    q = query_from_args(parser.parse_args(["--jaeger", "http://j:16686", "--jaeger-since", "30m",
-                                           "--jaeger-service", "eng"]), now_ns=now)
-    assert q is not None and (q.service, q.end_ns - q.start_ns) == ("eng", 1800 * 10**9)
-    q = query_from_args(parser.parse_args(["--jaeger", "http://j", "--jaeger-start",
-                                           "2026-11-29T10:00:00Z", "--jaeger-end",
-                                           "2026-11-29T11:00:00"]), now_ns=now)
+    q = query("--jaeger", "http://j:16686", "--jaeger-since", "30m", "--jaeger-service", "eng")
+    assert q == JaegerQuery("http://j:16686", service="eng", start_ns=now - 1800 * 10**9,
+                            end_ns=now)
+    q = query("--jaeger", "http://j", "--jaeger-start", "2026-11-29T10:00:00Z", "--jaeger-end",
+              "2026-11-29T11:00:00")
     assert q is not None and q.end_ns - q.start_ns == 3600 * 10**9
-    assert query_from_args(parser.parse_args([])) is None
+    q = query("--jaeger", "http://j:16686#pptrace-bad", "--jaeger-limit", "5")
+    assert q is not None and (q.url, q.service, q.limit) == ("http://j:16686", "pptrace-bad", 5)
+    assert query() is None
     for bad in (["--jaeger", "j:16686"], ["--jaeger", "http://j", "--jaeger-since", "soon"],
-                ["--jaeger", "http://j", "--jaeger-start", "yesterday"]):
+                ["--jaeger", "http://j", "--jaeger-start", "yesterday"],
+                ["--jaeger", "http://j", "--jaeger-limit", "0"]):
         with pytest.raises(ConfigError):
-            query_from_args(parser.parse_args(bad), now_ns=now)
+            query(*bad)
+
+
+def test_diff_reads_each_side_from_a_path_or_jaeger(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spans = _spans()
+    with _jaeger((200, _v3_body(spans)), NOT_FOUND) as (url, seen):
+        path = fetch_to_file(JaegerQuery(url, start_ns=NOW - 10**12, end_ns=NOW, timeout=5),
+                             str(tmp_path))
+        code = main(["diff", path, f"{url}#pptrace-b", "--jaeger-since", "2h", "--no-progress"])
+        out = capsys.readouterr()
+        assert code == 0, out.err
+        assert out.out.splitlines()[-1] == "0 differences."
+        asked = [urllib.parse.parse_qs(urllib.parse.urlsplit(p).query) for p in seen]
+        assert [q["query.service_name"] for q in asked] == [["pptrace"], ["pptrace-b"]]
+        assert main(["diff", url, "not-a-url:16686", "--no-progress"]) == 2
+    assert "not-a-url:16686: no such file or directory" in capsys.readouterr().err

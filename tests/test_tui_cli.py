@@ -1,23 +1,53 @@
-"""``pptrace view``: argument handling, the viewer entry point, and what the app's loader does
-(the first call hands over what the command loaded; ``--follow`` calls re-read the files)."""
+"""``pptrace view``: it needs a terminal (else exit 2 at once, naming ``pptrace analyze``), its
+inputs (``./pptrace-traces`` by default; ``--follow`` waits for traces), the viewer entry point,
+and what the app's loader does (the first call hands over what the command loaded; ``--follow``
+calls re-read the files)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from pptrace.analyze.analyzer import analyze
 from pptrace.cli import main as cli
 from pptrace.cli import view as cli_view
+from pptrace.load.loader import load_paths
 from tests.helpers_analyze import write_otlp_lines
 from tests.helpers_tui import pipeline
+
+VIEW = [sys.executable, "-m", "pptrace", "view"]
 
 
 def write(directory: Path, microbatches: int) -> None:
     for proc in pipeline(microbatches).processes:
         write_otlp_lines(str(directory / f"rank{proc.rank.rank}.otlp.jsonl"), proc.events)
+
+
+@pytest.fixture
+def terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As if stdin and stdout were a terminal (pytest's are not)."""
+    monkeypatch.setattr(cli_view, "has_terminal", lambda: True)
+
+
+@pytest.fixture
+def fake_viewer(monkeypatch: pytest.MonkeyPatch, terminal: None) -> list[Any]:
+    """The viewer replaced by one that calls its loader once and records the trace it got."""
+    got: list[Any] = []
+
+    def viewer(loader: Callable[..., Any], *, follow: bool, theme: str) -> None:
+        trace, _ = loader(lambda phase: None)
+        got.append(trace)
+        return None
+
+    monkeypatch.setattr(cli_view, "_viewer", lambda: viewer)
+    return got
 
 
 def test_the_viewer_is_found_through_its_entry_point() -> None:
@@ -26,22 +56,91 @@ def test_the_viewer_is_found_through_its_entry_point() -> None:
     assert cli_view._viewer() is open_viewer
 
 
-def test_view_without_input_is_a_one_line_error(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(("stdin", "stdout"), [("devnull", "file"), ("devnull", "pipe"),
+                                               ("terminal", "pipe"), ("devnull", "terminal")])
+def test_without_a_terminal_view_exits_2_at_once_naming_analyze(
+    tmp_path: Path, stdin: str, stdout: str
+) -> None:
+    # </dev/null >file; `pptrace view DIR | head`; and each of stdin, stdout alone a terminal.
+    import pty
+
+    write(tmp_path, 2)
+    out = tmp_path / "out.txt"
+    leader, follower = pty.openpty()
+    try:
+        with open(os.devnull) as devnull, out.open("w") as sink:
+            t0 = time.monotonic()
+            done = subprocess.run(
+                [*VIEW, str(tmp_path)],
+                stdin=follower if stdin == "terminal" else devnull,
+                stdout={"file": sink, "pipe": subprocess.PIPE, "terminal": follower}[stdout],
+                stderr=subprocess.PIPE, text=True, timeout=60)
+            elapsed = time.monotonic() - t0
+    finally:
+        os.close(leader)
+        os.close(follower)
+    assert done.returncode == 2
+    assert done.stderr == (
+        "pptrace: error: pptrace view needs a terminal on stdin and stdout; for a report "
+        f"instead, run: pptrace analyze {tmp_path}\n")
+    assert out.read_text() == "" and not done.stdout  # no screen drawn anywhere
+    assert elapsed < 30  # at once (the old hang ran until its timeout)
+
+
+def test_view_without_input_or_default_directory_is_a_one_line_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    terminal: None
+) -> None:
+    monkeypatch.chdir(tmp_path)
     assert cli.main(["view"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("pptrace: error: no input: give trace files") and err.count("\n") == 1
+    assert err == ("pptrace: error: no input: give trace files, directories or glob patterns, "
+                   "or --jaeger URL (./pptrace-traces, read by default, does not exist here)\n")
+
+
+def test_view_reads_pptrace_traces_by_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_viewer: list[Any]
+) -> None:
+    write(tmp_path / "pptrace-traces", 3)
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["view"]) == 0
+    assert fake_viewer[0].event_count == 6
 
 
 def test_view_on_a_missing_path_is_a_one_line_error(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], terminal: None
 ) -> None:
     assert cli.main(["view", str(tmp_path / "nope.jsonl")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("pptrace: error: ") and err.count("\n") == 1 and "nope.jsonl" in err
 
 
+@pytest.mark.parametrize("where", ["empty", "missing", "default, missing"])
+def test_follow_waits_for_traces_that_are_not_there_yet(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, terminal: None, where: str
+) -> None:
+    directory = tmp_path / ("pptrace-traces" if where.startswith("default") else "run")
+    if where == "empty":
+        directory.mkdir()
+    monkeypatch.chdir(tmp_path)
+    seen: list[int] = []
+
+    def viewer(loader: Callable[..., Any], *, follow: bool, theme: str) -> None:
+        first, findings = loader(lambda phase: None)
+        assert (first.processes, first.sources, findings) == ((), (), [])
+        write(directory, 2)  # the engine starts and writes
+        second, _ = loader(lambda phase: None)
+        seen.extend((first.event_count, second.event_count))
+        return None
+
+    monkeypatch.setattr(cli_view, "_viewer", lambda: viewer)
+    argv = ["view", "--follow"] + ([] if where.startswith("default") else [str(directory)])
+    assert cli.main(argv) == 0
+    assert seen == [0, 4]
+
+
 def test_the_loader_hands_over_the_first_load_then_rereads_for_follow(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, terminal: None
 ) -> None:
     write(tmp_path, 3)
     seen: dict[str, Any] = {}
@@ -60,11 +159,12 @@ def test_the_loader_hands_over_the_first_load_then_rereads_for_follow(
     assert seen["first"] == 6 and seen["second"] == 10
     assert seen["follow"] is True and seen["theme"] == "light"
     assert seen["phases"] == ["reading 1 input(s)", "analyzing 10 events"]
-    assert seen["findings"] == []
+    assert seen["findings"] == analyze(load_paths([str(tmp_path)]))  # of what it re-read
 
 
 def test_a_load_error_inside_the_app_exits_2(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    terminal: None
 ) -> None:
     write(tmp_path, 2)
     monkeypatch.setattr(cli_view, "_viewer", lambda: lambda loader, **kw: "rank0.jsonl:3: bad")

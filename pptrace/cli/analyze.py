@@ -1,4 +1,6 @@
-"""``pptrace analyze PATH...``: find where the auxiliary-output protocol broke, across ranks.
+"""``pptrace analyze [PATH...]``: find where the auxiliary-output protocol broke, across ranks.
+
+With no path (and no ``--jaeger``) it reads ``./pptrace-traces``.
 
 Exit status: 0 clean, 1 findings at or above ``--fail-on``, 2 unusable input (one line on
 stderr, printed by ``pptrace.cli.main``).
@@ -12,7 +14,8 @@ import sys
 from typing import Any
 
 from pptrace.analyze.analyzer import analyze
-from pptrace.cli.inputs import add_input_arguments, load_from_args
+from pptrace.cli.inputs import add_input_arguments, input_paths, inputs_from_args, load_trace
+from pptrace.cli.progress import Status
 from pptrace.model.findings import Severity
 from pptrace.report.text import JSON_SCHEMA, exit_status, render_text, to_json
 
@@ -29,6 +32,7 @@ Large inputs: with two or more cores and 32 MB or more in several files, a secon
 half of them (the result is the same; PPTRACE_LOAD_WORKERS=0 reads in this process only).
 
 examples:
+  pptrace analyze                           # ./pptrace-traces (its newest run directory)
   pptrace analyze pptrace-traces/
   pptrace analyze 'traces/*.jsonl' --format json --fail-on warning > report.json
   pptrace analyze jaeger-download.json
@@ -61,8 +65,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     """Load, analyze, print the report; return the exit status."""
     fail_on = Severity.parse(args.fail_on)
-    trace = load_from_args(args)
+    inputs = inputs_from_args(args)
+    status = Status(None if inputs.quiet else sys.stderr)
+    with input_paths(inputs) as paths:
+        trace = load_trace(paths, status)
+    status.stage(f"pptrace: analyzing {trace.event_count:,} events")
     findings = analyze(trace)
+    status.end()
     if args.format == "json":
         json.dump(to_json(trace, findings, fail_on), sys.stdout, indent=2)
         sys.stdout.write("\n")

@@ -15,10 +15,10 @@ import argparse
 import datetime
 import os
 import sys
-import time
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 
+from pptrace.cli.progress import Status
 from pptrace.cli.tracing import add_export_arguments, export_env
 from pptrace.model.errors import ConfigError
 
@@ -115,33 +115,9 @@ def _check_out_dir(path: str) -> None:
         raise ConfigError(f"--out {path}: not a directory")
 
 
-class _ProgressLine:
-    """Steps done per rank on stderr: one updating line on a terminal, else a line a second."""
-
-    def __init__(self, stream: IO[str], steps: int) -> None:
-        self.stream = stream
-        self.steps = steps
-        self.tty = stream.isatty()
-        self.last = 0.0
-        self.text = ""
-
-    def __call__(self, done: dict[int, int]) -> None:
-        now = time.monotonic()
-        if now - self.last < (0.1 if self.tty else 1.0):
-            return
-        self.last = now
-        self._show(done)
-
-    def _show(self, done: dict[int, int]) -> None:
-        self.text = "steps " + "  ".join(f"r{r} {n}/{self.steps}" for r, n in sorted(done.items()))
-        self.stream.write(("\r" + self.text) if self.tty else (self.text + "\n"))
-        self.stream.flush()
-
-    def close(self, done: dict[int, int]) -> None:
-        self._show(done)
-        if self.tty:
-            self.stream.write("\n")
-            self.stream.flush()
+def _steps(done: dict[int, int], steps: int) -> str:
+    """The progress figures of a demo run: steps done per rank."""
+    return "steps " + "  ".join(f"r{r} {n}/{steps}" for r, n in sorted(done.items()))
 
 
 def _count(n: int, one: str, many: str) -> str:
@@ -298,10 +274,12 @@ def run(args: argparse.Namespace) -> int:
         fault = FAULTS[opts.fault]
         print(f"  {fault.what} ({fault.where}); the engine: {fault.engine}")
     print(f"traces: {out_dir}{_exporters_line(env)}", flush=True)
-    progress = _ProgressLine(sys.stderr, opts.steps)
-    result = run_pipeline(opts, on_progress=progress, timeout=args.timeout)
-    progress.close({r: (rep.steps if (rep := result.reports.get(r)) else 0)
-                    for r in range(opts.ranks)})
+    progress = Status(sys.stderr, quiet_below=0.0)  # off a terminal: the final steps, once
+    progress.stage(_steps({r: 0 for r in range(opts.ranks)}, opts.steps))
+    result = run_pipeline(opts, on_progress=lambda done: progress.update(_steps(done, opts.steps)),
+                          timeout=args.timeout)
+    progress.end(_steps({r: (rep.steps if (rep := result.reports.get(r)) else 0)
+                         for r in range(opts.ranks)}, opts.steps), keep=True)
     healthy = _summary(result, sys.stdout)
     status = 0 if healthy else 1
     no_viewer = why_no_viewer(args, _interactive(), _viewer_installed())

@@ -1,27 +1,33 @@
-"""``pptrace view PATH...``: open the terminal viewer on recorded traces.
+"""``pptrace view [PATH...]``: open the terminal viewer on recorded traces.
 
-The traces are loaded (with progress on a terminal) and analyzed before the full-screen app
-starts, so bad input fails with the usual one-line error; the app then indexes the trace behind
-its own loading screen. The viewer is found through the ``pptrace.viewers`` entry point, so
-pptrace never imports ``tui`` (nor Textual) to record, load or analyze.
+The viewer needs a terminal: without one on stdin and stdout the command exits 2 at once, with
+one line saying what to run instead (``pptrace analyze``). The traces are loaded (with progress
+on a terminal) and analyzed before the full-screen app starts, so bad input fails with the usual
+one-line error; the app then indexes the trace behind its own loading screen. With no path it
+reads ``./pptrace-traces``; ``--follow`` waits for traces there (or in the paths given) when
+there are none yet: the app starts on an empty ``Trace`` and re-reads every second. The viewer
+is found through the ``pptrace.viewers`` entry point, so pptrace never imports the viewer (nor
+Textual) to record, load or analyze.
 """
 
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
 
-from pptrace.cli.inputs import add_input_arguments, load_from_args
+from pptrace.cli.inputs import add_input_arguments, input_paths, inputs_from_args, load_trace
+from pptrace.cli.progress import Status
 from pptrace.model.errors import ConfigError
 
 if TYPE_CHECKING:
     from pptrace.model.findings import Finding
     from pptrace.model.trace import Trace
 
-__all__ = ["add_parser", "run", "view"]
+__all__ = ["add_parser", "has_terminal", "run", "view"]
 
 EPILOG = """\
 keys (the footer shows them; ? lists every one; ctrl+p searches the actions):
@@ -30,6 +36,7 @@ keys (the footer shows them; ? lists every one; ctrl+p searches the actions):
   e/m export what is on screen as JSON/Markdown    t light/dark    q quit
 
 examples:
+  pptrace view                               # ./pptrace-traces (its newest run directory)
   pptrace view pptrace-traces/
   pptrace view 'traces/*.jsonl' --theme light
   pptrace view pptrace-traces/ --follow      # watch a running engine
@@ -52,7 +59,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     add_input_arguments(parser)
     parser.add_argument("--follow", action="store_true",
-                        help="re-read the inputs every second as they grow (a running engine)")
+                        help="re-read the inputs every second as they grow (a running engine); "
+                             "waits for traces when there are none yet")
     parser.add_argument("--theme", choices=("dark", "light"), default="dark",
                         help="colour theme (default: dark; 't' switches in the app)")
     parser.set_defaults(func=run)
@@ -62,7 +70,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 Loader = Callable[[Callable[[str], None]], "tuple[Trace, list[Finding]]"]
 
 
-def _reloader(paths: Sequence[str]) -> Loader:
+def _reloader(paths: Sequence[str], follow: bool) -> Loader:
     """A loader for ``--follow``: re-reads the same inputs, analyzes, reports its phase."""
 
     def load(status: Callable[[str], None]) -> tuple[Trace, list[Finding]]:
@@ -70,7 +78,7 @@ def _reloader(paths: Sequence[str]) -> Loader:
         from pptrace.load.loader import load_paths
 
         status(f"reading {len(paths)} input(s)")
-        trace = load_paths(paths)
+        trace = load_paths(paths, allow_empty=follow)
         status(f"analyzing {trace.event_count:,} events")
         return trace, analyze(trace)
 
@@ -87,23 +95,30 @@ def _viewer() -> Callable[..., str | None]:
     return viewer
 
 
+def has_terminal() -> bool:
+    """Whether stdin and stdout are both a terminal (the full-screen viewer needs both)."""
+    return sys.stdin.isatty() and sys.stdout.isatty()
+
+
 def run(args: argparse.Namespace) -> int:
     """Load and analyze the inputs, then run the viewer until the user quits."""
     from pptrace.analyze.analyzer import analyze
 
-    trace = load_from_args(args)
-    # --follow re-reads what the user named (a directory may gain files as ranks start); a
-    # Jaeger fetch is not re-fetched: its temporary file is among the sources read.
-    paths = list(args.paths or ()) or list(trace.sources)
-    shown = sys.stderr.isatty() and not args.no_progress
-    if shown:
-        sys.stderr.write(f"pptrace: analyzing {trace.event_count:,} events…\r")
-        sys.stderr.flush()
-    findings = analyze(trace)
-    if shown:
-        sys.stderr.write(" " * 60 + "\r")
-        sys.stderr.flush()
-    return view(trace, findings, paths, follow=args.follow, theme=args.theme)
+    if not has_terminal():
+        named = " ".join(shlex.quote(p) for p in args.paths or ())
+        raise ConfigError(
+            "pptrace view needs a terminal on stdin and stdout; for a report instead, run: "
+            f"pptrace analyze{' ' + named if named else ''}")
+    inputs = inputs_from_args(args, follow=args.follow)
+    status = Status(None if inputs.quiet else sys.stderr)
+    # --follow re-reads the same paths (a directory gains files as ranks start); a Jaeger
+    # fetch is not re-fetched: its temporary file is read again until the viewer closes.
+    with input_paths(inputs) as paths:
+        trace = load_trace(paths, status, allow_empty=args.follow)
+        status.stage(f"pptrace: analyzing {trace.event_count:,} events")
+        findings = analyze(trace)
+        status.end()
+        return view(trace, findings, paths, follow=args.follow, theme=args.theme)
 
 
 def view(trace: Trace, findings: list[Finding], paths: Sequence[str], *, follow: bool = False,
@@ -112,7 +127,7 @@ def view(trace: Trace, findings: list[Finding], paths: Sequence[str], *, follow:
     are re-read for ``follow``. Returns the exit status."""
     open_viewer = _viewer()
     first = [True]
-    reload = _reloader(paths)
+    reload = _reloader(paths, follow)
 
     def loader(status: Callable[[str], None]) -> tuple[Trace, list[Finding]]:
         if first[0]:  # the first call gets what was just loaded; later calls re-read

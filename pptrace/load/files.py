@@ -16,8 +16,9 @@ from __future__ import annotations
 import glob
 import json
 import os
+import stat
 from collections.abc import Callable, Iterable, Sequence
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 from pptrace.load.builder import TraceBuilder
 from pptrace.load.jaeger import for_each_jaeger_span
@@ -25,8 +26,9 @@ from pptrace.load.otlp import BadShape, for_each_otlp_span
 from pptrace.load.stream import stream_document
 from pptrace.model.errors import SchemaVersionError, TraceInputError
 from pptrace.model.progress import Progress
+from pptrace.model.trace import InputProblem
 
-__all__ = ["TRACE_SUFFIXES", "error_detail", "expand_paths", "read_files"]
+__all__ = ["TRACE_SUFFIXES", "Found", "error_detail", "expand_paths", "open_regular", "read_files"]
 
 TRACE_SUFFIXES = (".json", ".jsonl", ".ndjson")
 _LINE_SUFFIXES = (".jsonl", ".ndjson")
@@ -34,10 +36,52 @@ _PROGRESS_STEP = 1 << 20
 _BIG_LINE = 16 << 20  # characters: above this a line is walked span by span
 
 
-def expand_paths(paths: Iterable[str]) -> list[str]:
-    """Resolve files, directories and globs into a sorted, de-duplicated list of files."""
+class Found(NamedTuple):
+    """The files some paths name, and the entries of their directories and globs left out."""
+
+    files: list[str]
+    skipped: list[InputProblem]
+
+
+def _kind(mode: int) -> str:
+    """What a file that is not a regular file is, for a message."""
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _regular(path: str) -> str | None:
+    """None when ``path`` is a regular file (after links); else why it is not read."""
+    try:
+        mode = os.stat(path).st_mode  # stat never blocks, even on a FIFO
+    except OSError as exc:
+        if os.path.islink(path):
+            return "a symbolic link to nothing"
+        return f"cannot read: {exc.strerror or exc}"
+    return None if stat.S_ISREG(mode) else _kind(mode)
+
+
+def _skip_message(why: str, skipped: bool = True) -> str:
+    head = "skipped: " if skipped else ""
+    if why.startswith("cannot"):
+        return head + why
+    return f"{head}{why} (only regular files are read)"
+
+
+def expand_paths(paths: Iterable[str], *, allow_missing: bool = False) -> Found:
+    """Resolve files, directories and globs into a sorted, de-duplicated list of files.
+
+    A directory's and a glob's entries that are not regular files (a FIFO, a device, a link to
+    one) are left out and listed in ``skipped``: reading them could block forever. With
+    ``allow_missing`` (``--follow``), a path that does not exist yet and a directory without
+    trace files yet name no files instead of raising.
+    """
     out: list[str] = []
     seen: set[str] = set()
+    skipped: list[InputProblem] = []
 
     def add(path: str) -> None:
         real = os.path.realpath(path)
@@ -45,32 +89,67 @@ def expand_paths(paths: Iterable[str]) -> list[str]:
             seen.add(real)
             out.append(path)
 
+    def regular(candidates: Iterable[str]) -> list[str]:
+        kept = []
+        for f in sorted(candidates):
+            why = _regular(f)
+            if why is None:
+                kept.append(f)
+            else:
+                skipped.append(InputProblem(f, None, _skip_message(why)))
+        return kept
+
     for raw in paths:
         path = os.path.expanduser(raw)
         if os.path.isdir(path):
-            found = sorted(
-                os.path.join(path, name)
-                for name in os.listdir(path)
-                if name.endswith(TRACE_SUFFIXES) and os.path.isfile(os.path.join(path, name))
-            )
-            if not found:
+            before = len(skipped)
+            found = regular(os.path.join(path, name) for name in os.listdir(path)
+                            if name.endswith(TRACE_SUFFIXES))
+            if not found and not allow_missing:
+                why = f"; {skipped[before]}" if len(skipped) > before else ""
                 raise TraceInputError(
-                    f"no trace files ({', '.join('*' + s for s in TRACE_SUFFIXES)}) in directory",
-                    path=raw,
-                )
+                    f"no trace files ({', '.join('*' + s for s in TRACE_SUFFIXES)}) in "
+                    f"directory{why}", path=raw)
             for f in found:
                 add(f)
         elif os.path.exists(path):
-            add(path)
+            add(path)  # named directly: its reader says what it is (never blocking on it)
         elif glob.has_magic(path):
-            matches = sorted(p for p in glob.glob(path) if os.path.isfile(p))
-            if not matches:
-                raise TraceInputError("no file matches this pattern", path=raw)
+            before = len(skipped)
+            matches = regular(glob.glob(path))
+            if not matches and not allow_missing:
+                why = f"; {skipped[before]}" if len(skipped) > before else ""
+                raise TraceInputError(f"no file matches this pattern{why}", path=raw)
             for f in matches:
                 add(f)
-        else:
+        elif not allow_missing:
             raise TraceInputError("no such file or directory", path=raw)
-    return out
+    return Found(out, skipped)
+
+
+def open_regular(path: str) -> IO[bytes]:
+    """Open a regular, non-empty file for reading, never blocking (TraceInputError otherwise).
+
+    It is checked twice: ``stat`` before opening (opening a device can act on it), then
+    ``fstat`` of what was opened, without blocking (``O_NONBLOCK``: a FIFO opens at once). The
+    flag stays set, so a file that would block on read (a kernel file such as ``/proc/kmsg``,
+    which also reports size 0 and is refused for it) cannot hang the loader.
+    """
+    why = _regular(path)
+    if why is not None:
+        raise TraceInputError(_skip_message(why, skipped=False), path=path)
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+    fd = os.open(path, flags | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise TraceInputError(_skip_message(_kind(st.st_mode), skipped=False), path=path)
+        if st.st_size == 0:
+            raise TraceInputError("empty file: no trace data", path=path, line=1)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def _dispatch(doc: Any, builder: TraceBuilder) -> None:
@@ -178,10 +257,11 @@ def _read_lines(path: str, f: IO[bytes], builder: TraceBuilder, tick: Callable[[
     return True
 
 
-def _read_document(path: str, builder: TraceBuilder, tick: Callable[[int], None]) -> None:
+def _read_document(path: str, f: IO[bytes], builder: TraceBuilder,
+                   tick: Callable[[int], None]) -> None:
     """Read one JSON document span by span (``pptrace.load.stream``), in about twice its size."""
-    with open(path, "rb") as f:
-        data = f.read()
+    f.seek(0)
+    data = f.read() or b""
     tick(len(data))
     try:
         text = data.decode("utf-8")
@@ -211,8 +291,8 @@ def _read_document(path: str, builder: TraceBuilder, tick: Callable[[int], None]
 def _read_file(path: str, builder: TraceBuilder, tick: Callable[[int], None]) -> None:
     builder.start_file(path)
     try:
-        with open(path, "rb") as f:
-            head = f.read(1 << 16)
+        with open_regular(path) as f:
+            head = f.read(1 << 16) or b""  # (None: a read that would block)
             if not head.strip():
                 raise TraceInputError("empty file: no trace data", path=path, line=1)
             bad = _not_text(head)
@@ -220,9 +300,8 @@ def _read_file(path: str, builder: TraceBuilder, tick: Callable[[int], None]) ->
                 raise TraceInputError(bad[1], path=path, line=bad[0])
             f.seek(0)
             as_lines = path.endswith(_LINE_SUFFIXES)
-            done = _read_lines(path, f, builder, tick, first_can_switch=not as_lines)
-        if not done:
-            _read_document(path, builder, tick)
+            if not _read_lines(path, f, builder, tick, first_can_switch=not as_lines):
+                _read_document(path, f, builder, tick)
     except OSError as exc:
         raise TraceInputError(f"cannot read: {exc.strerror or exc}", path=path) from None
     builder.end_file()

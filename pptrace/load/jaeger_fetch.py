@@ -1,4 +1,4 @@
-"""Fetch pptrace spans back from Jaeger's query API, for ``analyze --jaeger`` and ``view --jaeger``.
+"""Fetch pptrace spans back from Jaeger's query API (``analyze``/``view``/``diff`` ``--jaeger``).
 
 Jaeger's API v3 (``/api/v3/traces``, OTLP JSON) is tried first; when the server does not have it
 (older Jaeger) or answers something else, the older ``/api/traces`` (Jaeger's JSON model) is used.
@@ -8,17 +8,15 @@ Every request has a timeout. The documents are written as JSON lines, exactly as
     query = JaegerQuery("http://jaeger:16686", service="pptrace", start_ns=t0, end_ns=t1)
     path = fetch_to_file(query, "/tmp/traces")         # -> pptrace.load.loader.load_paths([path])
 
-No torch, no OpenTelemetry: only the standard library.
+No torch, no OpenTelemetry, no argparse: only the standard library. The command-line options
+that build a ``JaegerQuery`` live in ``pptrace.cli.inputs``.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
-import tempfile
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -26,22 +24,12 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from pptrace.model.errors import ConfigError, TraceInputError
+from pptrace.model.errors import TraceInputError
 
-__all__ = [
-    "JaegerQuery",
-    "add_jaeger_arguments",
-    "fetch_documents",
-    "fetch_to_file",
-    "jaeger_paths",
-    "parse_duration",
-    "parse_time",
-    "query_from_args",
-]
+__all__ = ["JaegerQuery", "fetch_documents", "fetch_to_file", "rfc3339"]
 
 V3_PATH = "/api/v3/traces"
 LEGACY_PATH = "/api/traces"
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,8 +47,8 @@ class JaegerQuery:
         """The API v3 search URL."""
         params = {
             "query.service_name": self.service,
-            "query.start_time_min": _rfc3339(self.start_ns),
-            "query.start_time_max": _rfc3339(self.end_ns),
+            "query.start_time_min": rfc3339(self.start_ns),
+            "query.start_time_max": rfc3339(self.end_ns),
             "query.num_traces": str(self.limit),
         }
         return self.url.rstrip("/") + V3_PATH + "?" + urllib.parse.urlencode(params)
@@ -76,7 +64,8 @@ class JaegerQuery:
         return self.url.rstrip("/") + LEGACY_PATH + "?" + urllib.parse.urlencode(params)
 
 
-def _rfc3339(ns: int) -> str:
+def rfc3339(ns: int) -> str:
+    """Nanoseconds since the epoch as RFC 3339 in UTC: ``2026-11-29T16:00:00.000000000Z``."""
     dt = datetime.fromtimestamp(ns // 1_000_000_000, tz=timezone.utc)
     return dt.strftime("%Y-%m-%dT%H:%M:%S") + f".{ns % 1_000_000_000:09d}Z"
 
@@ -163,7 +152,7 @@ def fetch_to_file(query: JaegerQuery, directory: str) -> str:
     if not found:
         raise TraceInputError(
             f"Jaeger at {query.url} has no spans of service {query.service!r} between "
-            f"{_rfc3339(query.start_ns)} and {_rfc3339(query.end_ns)}"
+            f"{rfc3339(query.start_ns)} and {rfc3339(query.end_ns)}"
         )
     os.makedirs(directory, exist_ok=True)
     host = re.sub(r"[^A-Za-z0-9_.-]+", "_", urllib.parse.urlsplit(query.url).netloc or "jaeger")
@@ -172,84 +161,3 @@ def fetch_to_file(query: JaegerQuery, directory: str) -> str:
         for doc in docs:
             f.write(json.dumps(doc, separators=(",", ":")) + "\n")
     return path
-
-
-# --- command-line options -------------------------------------------------------------------
-
-
-def parse_duration(text: str) -> float:
-    """``90s``, ``15m``, ``2h``, ``1d`` (or plain seconds) -> seconds."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", text)
-    if not m:
-        raise ConfigError(f"duration {text!r}: expected e.g. 30m, 2h, 1d")
-    return float(m.group(1)) * _UNITS.get(m.group(2) or "s", 1)
-
-
-def parse_time(text: str) -> int:
-    """An ISO 8601 time (UTC when no zone is given) -> nanoseconds since the epoch."""
-    try:
-        dt = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    except ValueError:
-        raise ConfigError(f"time {text!r}: expected ISO 8601, e.g. 2026-11-29T16:00:00Z") from None
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
-    return int(dt.timestamp()) * 1_000_000_000 + dt.microsecond * 1000
-
-
-def add_jaeger_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add ``--jaeger URL`` and its service and time-window options to a command."""
-    g = parser.add_argument_group(
-        "reading from Jaeger",
-        "Fetch pptrace's spans from Jaeger's query service (API v3, else /api/traces) instead "
-        "of, or beside, trace files.")
-    g.add_argument("--jaeger", metavar="URL",
-                   help="Jaeger's query service, e.g. http://localhost:16686")
-    g.add_argument("--jaeger-service", default="pptrace", metavar="NAME",
-                   help="service name of the spans (OTEL_SERVICE_NAME of the run; default pptrace)")
-    g.add_argument("--jaeger-since", default="1h", metavar="DURATION",
-                   help="how far back to look, e.g. 30m, 2h, 1d (default 1h)")
-    g.add_argument("--jaeger-start", metavar="TIME",
-                   help="window start, ISO 8601 (overrides --jaeger-since)")
-    g.add_argument("--jaeger-end", metavar="TIME", help="window end, ISO 8601 (default now)")
-    g.add_argument("--jaeger-limit", type=int, default=1000, metavar="N",
-                   help="most traces to fetch (default 1000; every pptrace span is a trace)")
-    g.add_argument("--jaeger-timeout", type=float, default=10.0, metavar="SECONDS",
-                   help="timeout of each request (default 10)")
-
-
-def query_from_args(args: argparse.Namespace, now_ns: int | None = None) -> JaegerQuery | None:
-    """The query the options describe, or None without ``--jaeger``."""
-    url = getattr(args, "jaeger", None)
-    if not url:
-        return None
-    if not url.startswith(("http://", "https://")):
-        raise ConfigError(f"--jaeger {url!r}: expected an http:// or https:// URL")
-    now_ns = time.time_ns() if now_ns is None else now_ns
-    end = parse_time(args.jaeger_end) if args.jaeger_end else now_ns
-    start = parse_time(args.jaeger_start) if args.jaeger_start else end - int(
-        parse_duration(args.jaeger_since) * 1e9)
-    if start >= end:
-        raise ConfigError("--jaeger-start must be before --jaeger-end")
-    if args.jaeger_limit < 1 or args.jaeger_timeout <= 0:
-        raise ConfigError("--jaeger-limit and --jaeger-timeout must be positive")
-    return JaegerQuery(url=url, service=args.jaeger_service, start_ns=start, end_ns=end,
-                       limit=args.jaeger_limit, timeout=args.jaeger_timeout)
-
-
-_FETCHED = "_pptrace_jaeger_paths"
-_TEMP_DIRS: list[tempfile.TemporaryDirectory[str]] = []  # removed when the process exits
-
-
-def jaeger_paths(args: argparse.Namespace) -> list[str]:
-    """With ``--jaeger``: fetch once into a temporary file and return its path; else []."""
-    cached = getattr(args, _FETCHED, None)
-    if cached is not None:
-        return list(cached)
-    query = query_from_args(args)
-    paths: list[str] = []
-    if query is not None:
-        tmp = tempfile.TemporaryDirectory(prefix="pptrace-jaeger-")
-        _TEMP_DIRS.append(tmp)
-        paths = [fetch_to_file(query, tmp.name)]
-    setattr(args, _FETCHED, paths)
-    return list(paths)

@@ -20,7 +20,12 @@ Bad input never raises anything but ``TraceInputError`` (one line: file, line, w
 an otherwise usable input that cannot be read (a torn last line, a line that is not JSON, a span
 with wrong types) is skipped and counted as an ``InputProblem``; a file with nothing usable is an
 error (or, among several files, a problem when the others are usable). A span written by a newer
-schema version is always an error: this pptrace cannot read it.
+schema version is always an error: this pptrace cannot read it. Only regular files are read, and
+opening one never blocks: a FIFO, a device or a link to one is skipped and said (an error when
+named directly), so a planted special file cannot hang the loader.
+
+The parts: ``files`` (which files, each file's format), ``builder`` (spans into a ``Trace``),
+``fast``, ``stream``, ``otlp``, ``jaeger`` (the readers), ``worker`` (the second process).
 
     trace = load_paths(["pptrace-traces/"])
 """
@@ -41,22 +46,30 @@ from pptrace.model.trace import InputProblem, Trace
 __all__ = ["TRACE_SUFFIXES", "expand_paths", "load_paths"]
 
 
-def load_paths(paths: Iterable[str], progress: Progress | None = None) -> Trace:
-    """Load every trace file the paths name into one ``Trace``."""
+def load_paths(paths: Iterable[str], progress: Progress | None = None, *,
+               allow_empty: bool = False) -> Trace:
+    """Load every trace file the paths name into one ``Trace``.
+
+    ``allow_empty`` (``view --follow`` on a run that has not started yet): a path that does not
+    exist yet, or a directory without trace files yet, gives an empty ``Trace`` (no processes,
+    no sources) instead of an error.
+    """
     # Loading allocates millions of objects and no reference cycles: without this, the
     # collector re-scans the growing heap over and over (a third of the time at 1M events).
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return _load(paths, progress)
+        return _load(paths, progress, allow_empty)
     finally:
         if enabled:
             gc.enable()
 
 
-def _load(paths: Iterable[str], progress: Progress | None) -> Trace:
-    files = expand_paths(paths)
+def _load(paths: Iterable[str], progress: Progress | None, allow_empty: bool) -> Trace:
+    files, skipped = expand_paths(paths, allow_missing=allow_empty)
     if not files:
+        if allow_empty:
+            return Trace(processes=(), problems=tuple(skipped))
         raise TraceInputError("no input files given")
     sizes = {}
     for f in files:
@@ -66,6 +79,7 @@ def _load(paths: Iterable[str], progress: Progress | None) -> Trace:
             raise TraceInputError(f"cannot read: {exc.strerror or exc}", path=f) from None
     total = sum(sizes.values())
     builder = TraceBuilder()
+    builder.problems.extend(skipped)
     split = load_worker.split_files(files, sizes)
     worker = None
     if split:
