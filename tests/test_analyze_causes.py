@@ -8,13 +8,12 @@ them under it, never above it.
 
 from __future__ import annotations
 
-from helpers_analyze import Run, meta
-
 from pptrace.analyze.analyzer import analyze
 from pptrace.model.findings import FindingKind, Severity
 from pptrace.model.records import Direction
 from pptrace.report.groups import consequences, first_divergence, kind_groups
 from pptrace.report.text import render_text, to_json
+from tests.helpers_analyze import Run, meta
 
 K = FindingKind
 
