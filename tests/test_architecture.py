@@ -105,7 +105,22 @@ WRONG_IMPORTS = [
     ("pptrace/report/text.py", "import argparse", "only the command line uses argparse"),
     ("pptrace/analyze/pairing.py", "import pptrace.analyze.analyzer",
      "no import cycles: between folders, nor between the modules of a folder"),
+    ("pptrace/activation/patch.py", "import pptrace.analyze.analyzer",
+     "the write side never imports the read side"),
+    ("pptrace/report/text.py", "import pptrace.load.loader",
+     "a report renders what it is given: it never loads"),
+    ("pptrace/record/ranks.py", "import opentelemetry.trace",
+     "recording imports no OpenTelemetry: sinks are handed in"),
+    ("pptrace/export/otlp.py", "import torch",
+     "export never imports torch, not even through record's raw-event reader"),
+    ("pptrace_tui/export.py", "import pptrace.cli.main",
+     "nothing imports the command line but `python -m pptrace`"),
 ]
+
+
+def test_every_rule_has_a_wrong_import_that_breaks_it() -> None:
+    states = lint_imports(ROOT)[2]
+    assert sorted(states) == sorted({rule for _, _, rule in WRONG_IMPORTS})
 
 
 @pytest.mark.slow
