@@ -10,11 +10,15 @@ What it checks (see ``pptrace.model.findings.FindingKind`` for the list):
 - pairing (``pptrace.analyze.pairing``): each payload-carrying attach on the last stage (TP rank j)
   with its extract on stage 0 (TP rank j), then per pair: names, order, shape, dtype, bytes,
   device type and content fingerprints;
-- across the last stage's TP ranks: the same payload per microbatch;
+- across the last stage's TP ranks: the same payload per microbatch (``pptrace.analyze.tp``);
 - namespace hygiene: prefixed keys the attach did not write, names equal to engine keys, empty
   names, names carrying the prefix; prefixed keys left after an extract; extracts off stage 0;
   stage 0 without a PP-capable observer;
-- recorder losses, which lower the severity of absence findings on the channels they touch.
+- recorder losses and a missing final stats span, which lower the severity of absence findings
+  on the channels they touch (another sink's losses do not: the trace still has those events).
+
+Findings become one per distinct problem, each consequence after its cause, in
+``pptrace.analyze.summary``; payloads are compared in ``pptrace.analyze.payload``.
 
     findings = analyze(load_paths(["pptrace-traces/"]))
 
@@ -32,21 +36,19 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from pptrace.analyze.pairing import Alignment, align
-from pptrace.analyze.payload import same
 from pptrace.analyze.rules import (
     ENGINE_KEYS,
     classify_error,
     compare_specs,
-    describe_diff,
     rank_id,
     stage_of,
     tensor_names,
-    tp_key,
     tp_of,
     who,
 )
 from pptrace.analyze.scan import scan
 from pptrace.analyze.summary import Counted, Raw, Ref, summarise
+from pptrace.analyze.tp import TpPayloads, tp_message
 from pptrace.model.findings import Category, Finding, FindingKind, Severity
 from pptrace.model.records import Direction, Event, RankInfo, TensorMeta
 from pptrace.model.text import clip, plural
@@ -81,10 +83,8 @@ class _Analysis:
         self.raws: list[Raw] = []
         self.lost: dict[int, str] = {}  # process index -> "rank 2 lost 5 events"
         self.lowered: dict[str, str] = {}  # channel -> why its absence findings are less sure
-        self._payloads: dict[int, tuple[Any, ...]] = {}  # id(tensors): events keep them alive
         self._equal_tensors: dict[int, tuple[TensorMeta, ...]] = {}  # id -> the first equal one
         self._first_tensors: dict[tuple[TensorMeta, ...], tuple[TensorMeta, ...]] = {}
-        self._shared_payloads: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         # channel -> (the kinds of its last pair's differences, the raw findings they started)
         self._streak: dict[str, tuple[Any, list[int]]] = {}
         self.repeats: dict[int, list[Any]] = {}  # raw index -> [repeats, last microbatch]
@@ -398,70 +398,31 @@ class _Analysis:
                 tensors, tensors)
         return got
 
-    def payload(self, tensors: tuple[TensorMeta, ...]) -> tuple[Any, ...]:
-        """What TP ranks must agree on, computed once per distinct tensors tuple; equal
-        payloads are one object, so ``is`` compares them."""
-        got = self._payloads.get(id(tensors))
-        if got is None:
-            value = tuple(tp_key(t) for t in tensors)
-            got = self._payloads[id(tensors)] = self._shared_payloads.setdefault(value, value)
-        return got
-
     def tensor_parallel(self) -> None:
         lasts = [p for p in self.procs if self.is_last(p) and self.attaches[p.index]]
         by_run: dict[tuple[str, int | None], list[_Proc]] = {}
         for p in lasts:
             run = p.trace.events[0].run_id if p.trace.events else ""
             by_run.setdefault((run, p.rank.pp_rank), []).append(p)
+        payloads = TpPayloads()
         for group in by_run.values():
-            tps = sorted({tp_of(p.rank) for p in group})
-            if len(tps) < 2:
+            if len({tp_of(p.rank) for p in group}) < 2:
                 continue
             ref = min(group, key=lambda p: tp_of(p.rank))
-            ref_payloads = self.payloads_by_seq(self.attaches[ref.index])
-            ref_by_seq: dict[int, Event] = {}  # built for the first disagreement only
+            ref_payloads = payloads.by_seq(self.attaches[ref.index])
             for p in group:
                 if p is ref or tp_of(p.rank) == tp_of(ref.rank):
                     continue
-                for ev in self.disagreeing(ref_payloads, self.attaches[p.index]):
-                    if not ref_by_seq:
-                        ref_by_seq = {e.seq: e for e in self.attaches[ref.index]}
-                    base = ref_by_seq[ev.seq]
-                    if not self.tp_confirmed(base, ev):
-                        continue
-                    index = self.add(K.TP_DISAGREE,
-                             f"{who(ref.rank)} (tp {tp_of(ref.rank)}) attached "
-                             f"{describe_diff(base.tensors, ev.tensors)}; {who(p.rank)} "
-                             f"(tp {tp_of(p.rank)}) attached "
-                             f"{describe_diff(ev.tensors, base.tensors)} for microbatch {ev.seq}",
-                             ranks=[rank_id(ref.rank), rank_id(p.rank)], microbatch=ev.seq,
-                             time_ns=min(base.start_ns, ev.start_ns),
-                             events=[ref.eid(base), p.eid(ev)],
-                             channel=f"{stage_of(p.rank)}/tp{tp_of(ref.rank)}~tp{tp_of(p.rank)}")
+                for base, ev in payloads.disagreements(self.attaches[ref.index], ref_payloads,
+                                                       self.attaches[p.index]):
+                    index = self.add(K.TP_DISAGREE, tp_message(ref.rank, base, p.rank, ev),
+                                     ranks=[rank_id(ref.rank), rank_id(p.rank)],
+                                     microbatch=ev.seq, time_ns=min(base.start_ns, ev.start_ns),
+                                     events=[ref.eid(base), p.eid(ev)],
+                                     channel=f"{stage_of(p.rank)}/tp{tp_of(ref.rank)}"
+                                     f"~tp{tp_of(p.rank)}")
                     self.tp_causes.setdefault((ref.index, base.seq), index)
                     self.tp_causes.setdefault((p.index, ev.seq), index)
-
-    def payloads_by_seq(self, attaches: Sequence[Event]) -> dict[int, tuple[Any, ...]]:
-        """Each attach's payload by its seq (the last attach of a repeated seq wins)."""
-        known, payload = self._payloads.get, self.payload
-        # A payload is never empty (these attaches carry tensors), so ``or`` falls back.
-        return {e.seq: known(id(e.tensors)) or payload(e.tensors) for e in attaches}
-
-    def disagreeing(self, ref_payloads: dict[int, tuple[Any, ...]],
-                    attaches: Sequence[Event]) -> list[Event]:
-        """The attaches whose payload differs from the reference's attach of the same seq."""
-        find, known, payload = ref_payloads.get, self._payloads.get, self.payload
-        out = []
-        for ev in attaches:
-            mine = find(ev.seq)
-            if mine is not None and mine is not (known(id(ev.tensors)) or payload(ev.tensors)):
-                out.append(ev)
-        return out
-
-    def tp_confirmed(self, base: Event, ev: Event) -> bool:
-        """Two TP ranks' attaches whose keys differ differ by ``payload.same`` too (a content
-        fingerprint against none agrees)."""
-        return not same(base.tensors, ev.tensors)
 
     def link_tp_causes(self) -> None:
         """A pair difference on an attach whose TP ranks disagreed follows from it: stage 0

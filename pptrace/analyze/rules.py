@@ -26,13 +26,11 @@ __all__ = [
     "Spec",
     "classify_error",
     "compare_specs",
-    "describe_diff",
     "hygiene_specs",
     "listed",
     "rank_id",
     "stage_of",
     "tensor_names",
-    "tp_key",
     "tp_of",
     "who",
 ]
@@ -275,30 +273,3 @@ def compare_specs(
 
 def _short(fingerprint: str | None) -> str:
     return (fingerprint or "")[:12]
-
-
-def tp_key(t: TensorMeta) -> tuple[str, tuple[int, ...], str, bool, int, str, str | None]:
-    """What TP ranks' attaches must agree on per tensor (the device index differs by design);
-    equal keys mean ``payload.same``, and unequal keys are confirmed by it."""
-    return (t.name, t.shape, t.dtype, t.is_tensor, t.nbytes, t.device_type, t.fingerprint)
-
-
-def describe_diff(mine: Sequence[TensorMeta], theirs: Sequence[TensorMeta]) -> str:
-    """``mine``, naming only what differs from ``theirs`` (all of it when the names differ)."""
-    verdict = compare(mine, theirs)
-    if verdict.missing or verdict.extra or verdict.order_differs:
-        shown = [(t, False) for t in mine]
-    else:
-        shown = [(line.left, Field.DEVICE in line.differs) for line in verdict.differing
-                 if line.left is not None]
-    parts = []
-    for t, device in shown[:NAMES_SHOWN]:
-        text = f"`{clip(t.name, NAME_LIMIT)}` {t.describe()}"
-        if device:
-            text += f" on {t.device}"
-        if t.fingerprint:
-            text += f" content {_short(t.fingerprint)}"
-        parts.append(text)
-    if len(shown) > NAMES_SHOWN:
-        parts.append(f"and {len(shown) - NAMES_SHOWN} more")
-    return ", ".join(parts) if parts else "nothing"
