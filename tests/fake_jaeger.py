@@ -1,4 +1,8 @@
-"""A local HTTP server playing Jaeger's query service, for the fetch and fuzz tests."""
+"""Local HTTP servers playing Jaeger's query service, for the fetch and fuzz tests.
+
+    with fake_jaeger(lambda path: (200, b'{"data": []}')) as url: ...
+    with endless_jaeger(content_length=10**12) as (url, sent): ...   # a hostile server
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,21 @@ import contextlib
 import http.server
 import threading
 from collections.abc import Callable, Iterator
+
+
+@contextlib.contextmanager
+def _serve(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                              daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
 
 
 @contextlib.contextmanager
@@ -24,14 +43,35 @@ def fake_jaeger(answer: Callable[[str], tuple[int, bytes]]) -> Iterator[str]:
         def log_message(self, *args: object) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                              daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
+    with _serve(Handler) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def endless_jaeger(content_length: int | None = None, status: int = 200
+                   ) -> Iterator[tuple[str, list[int]]]:
+    """Answer every GET with ``status`` and an endless body (spaces, then zeros, until the
+    client goes), announcing ``content_length`` when given; yield the URL and a one-item list
+    of the bytes sent so far."""
+    sent = [0]
+    block = b" " * 65536
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            if content_length is not None:
+                self.send_header("Content-Length", str(content_length))
+            self.end_headers()
+            try:
+                while True:
+                    self.wfile.write(block)
+                    sent[0] += len(block)
+            except OSError:  # the client closed the connection
+                pass
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    with _serve(Handler) as url:
+        yield url, sent

@@ -24,7 +24,7 @@ from pptrace.load.jaeger_fetch import JaegerQuery, fetch_to_file
 from pptrace.load.loader import load_paths
 from pptrace.model.errors import ConfigError, TraceInputError
 from pptrace.model.records import PREFIX, Direction, Event, RankInfo, TensorMeta
-from tests.fake_jaeger import fake_jaeger
+from tests.fake_jaeger import endless_jaeger, fake_jaeger
 from tests.helpers_analyze import jaeger_tag
 from tests.otlp_oracle import official_line
 
@@ -135,7 +135,7 @@ def test_analyze_reads_from_jaeger(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr()
     assert code == 0, out.err
     summary = json.loads(out.out)["summary"]
-    assert (summary["processes"], summary["events"], summary["findings"]) == (2, 6, 0)
+    assert (summary["processes"], summary["events"]) == (2, 6)  # and no error: exit 0
 
 
 def test_an_unreachable_or_empty_jaeger_is_one_line() -> None:
@@ -192,3 +192,39 @@ def test_diff_reads_each_side_from_a_path_or_jaeger(
         assert [q["query.service_name"] for q in asked] == [["pptrace"], ["pptrace-b"]]
         assert main(["diff", url, "not-a-url:16686", "--no-progress"]) == 2
     assert "not-a-url:16686: no such file or directory" in capsys.readouterr().err
+
+
+@pytest.mark.timeout(60)  # without the cap, the read never ends
+@pytest.mark.parametrize("content_length", [None, 10**12], ids=["no length", "10^12 announced"])
+def test_an_endless_answer_is_cut_at_the_cap_with_one_line(content_length: int | None) -> None:
+    import tracemalloc
+
+    cap = 1 << 20
+    with endless_jaeger(content_length) as (url, sent):
+        tracemalloc.start()
+        try:
+            with pytest.raises(TraceInputError) as info:
+                fetch_to_file(JaegerQuery(url, start_ns=NOW - 10**9, end_ns=NOW, timeout=5,
+                                          max_bytes=cap), "/tmp")
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    assert str(info.value) == (
+        f"Jaeger at {url}/api/v3/traces: the answer is larger than the 1 MB that pptrace reads "
+        "(a narrower window, a smaller --jaeger-limit, or a larger --jaeger-max-mb)")
+    assert peak < 4 * cap  # what was read stayed within the cap
+    if content_length is None:
+        assert sent[0] > cap  # it kept sending: the client stopped reading
+    # An HTTP error's endless body is only ever read in part, as a quote.
+    with endless_jaeger(status=500) as (url, _):
+        with pytest.raises(TraceInputError, match="neither /api/v3/traces"):
+            fetch_to_file(JaegerQuery(url, start_ns=NOW - 10**9, end_ns=NOW, timeout=5), "/tmp")
+
+
+@pytest.mark.timeout(60)
+def test_analyze_names_the_cap_on_a_huge_answer(capsys: pytest.CaptureFixture[str]) -> None:
+    with endless_jaeger(10**12) as (url, _):
+        assert main(["analyze", "--jaeger", url, "--jaeger-max-mb", "2", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"Jaeger at {url}/api/v3/traces" in err
+    assert "larger than the 2 MB that pptrace reads" in err

@@ -25,7 +25,7 @@ from datetime import datetime, timezone
 
 from pptrace.cli.progress import Status
 from pptrace.load.files import TRACE_SUFFIXES
-from pptrace.load.jaeger_fetch import JaegerQuery, fetch_to_file
+from pptrace.load.jaeger_fetch import MAX_ANSWER_BYTES, JaegerQuery, fetch_to_file
 from pptrace.load.loader import load_paths
 from pptrace.model.errors import ConfigError, TraceInputError
 from pptrace.model.trace import Trace
@@ -98,6 +98,10 @@ def add_jaeger_arguments(parser: argparse.ArgumentParser, *, url: bool = True) -
                    help="most traces to fetch (default 1000; every pptrace span is a trace)")
     g.add_argument("--jaeger-timeout", type=float, default=10.0, metavar="SECONDS",
                    help="timeout of each request (default 10)")
+    g.add_argument("--jaeger-max-mb", type=float, default=MAX_ANSWER_BYTES / (1 << 20),
+                   metavar="MB",
+                   help=f"most of one answer to read (default {MAX_ANSWER_BYTES >> 20}; a larger "
+                        "answer is an error, never read)")
 
 
 def parse_duration(text: str) -> float:
@@ -136,10 +140,11 @@ def jaeger_query(url: str | None, args: argparse.Namespace,
         parse_duration(args.jaeger_since) * 1e9)
     if start >= end:
         raise ConfigError("--jaeger-start must be before --jaeger-end")
-    if args.jaeger_limit < 1 or args.jaeger_timeout <= 0:
-        raise ConfigError("--jaeger-limit and --jaeger-timeout must be positive")
+    if args.jaeger_limit < 1 or args.jaeger_timeout <= 0 or not args.jaeger_max_mb > 0:
+        raise ConfigError("--jaeger-limit, --jaeger-timeout and --jaeger-max-mb must be positive")
     return JaegerQuery(url=base, service=service or args.jaeger_service, start_ns=start,
-                       end_ns=end, limit=args.jaeger_limit, timeout=args.jaeger_timeout)
+                       end_ns=end, limit=args.jaeger_limit, timeout=args.jaeger_timeout,
+                       max_bytes=int(args.jaeger_max_mb * (1 << 20)))
 
 
 def inputs_from_args(args: argparse.Namespace, *, follow: bool = False) -> Inputs:

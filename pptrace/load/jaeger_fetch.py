@@ -2,8 +2,10 @@
 
 Jaeger's API v3 (``/api/v3/traces``, OTLP JSON) is tried first; when the server does not have it
 (older Jaeger) or answers something else, the older ``/api/traces`` (Jaeger's JSON model) is used.
-Every request has a timeout. The documents are written as JSON lines, exactly as Jaeger sent them
-(the loader reads both formats), so a cluster's traces are analysed without copying files.
+Every request has a timeout, and what is read of an answer is capped (``max_bytes``, 128 MB by
+default: more is a one-line error naming the URL and the cap). The documents are written as
+JSON lines, exactly as Jaeger sent them (the loader reads both formats), so a cluster's traces
+are analysed without copying files.
 
     query = JaegerQuery("http://jaeger:16686", service="pptrace", start_ns=t0, end_ns=t1)
     path = fetch_to_file(query, "/tmp/traces")         # -> pptrace.load.loader.load_paths([path])
@@ -26,10 +28,15 @@ from typing import Any
 
 from pptrace.model.errors import TraceInputError
 
-__all__ = ["JaegerQuery", "fetch_documents", "fetch_to_file", "rfc3339"]
+__all__ = ["MAX_ANSWER_BYTES", "JaegerQuery", "fetch_documents", "fetch_to_file", "rfc3339"]
 
 V3_PATH = "/api/v3/traces"
 LEGACY_PATH = "/api/traces"
+#: The most pptrace reads of one answer by default: a broken or hostile server (a huge
+#: Content-Length, an endless body) must not exhaust memory. Parsing costs about ten times this.
+MAX_ANSWER_BYTES = 128 << 20
+_ERROR_BODY_BYTES = 1 << 16  # of an HTTP error's body, only ever quoted
+_CHUNK = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +49,7 @@ class JaegerQuery:
     end_ns: int = 0
     limit: int = 1000  # traces; each pptrace span is its own trace
     timeout: float = 10.0  # seconds per request
+    max_bytes: int = MAX_ANSWER_BYTES  # of one answer; more is an error, never read
 
     def v3_url(self) -> str:
         """The API v3 search URL."""
@@ -77,13 +85,38 @@ class _Answer:
         self.error = error
 
 
-def _get(url: str, timeout: float) -> _Answer:
+def _too_big(url: str, cap: int) -> TraceInputError:
+    where = urllib.parse.urlsplit(url)
+    return TraceInputError(
+        f"Jaeger at {where.scheme}://{where.netloc}{where.path}: the answer is larger than the "
+        f"{cap / (1 << 20):g} MB that pptrace reads (a narrower window, a smaller "
+        "--jaeger-limit, or a larger --jaeger-max-mb)")
+
+
+def _read_capped(response: Any, url: str, cap: int) -> bytes:
+    """The whole body, or TraceInputError as soon as it is known to exceed ``cap`` bytes."""
+    length = response.headers.get("Content-Length", "")
+    if length.strip().isdigit() and int(length) > cap:
+        raise _too_big(url, cap)  # said up front: not one byte of it is read
+    chunks: list[bytes] = []
+    total = 0
+    while True:
+        chunk = response.read(min(_CHUNK, cap + 1 - total))
+        if not chunk:
+            return b"".join(chunks)
+        total += len(chunk)
+        if total > cap:
+            raise _too_big(url, cap)
+        chunks.append(chunk)
+
+
+def _get(url: str, timeout: float, cap: int = MAX_ANSWER_BYTES) -> _Answer:
     request = urllib.request.Request(url, headers={"Accept": "application/json"})
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
-            return _Answer(response.status, response.read())
+            return _Answer(response.status, _read_capped(response, url, cap))
     except urllib.error.HTTPError as exc:
-        return _Answer(exc.code, exc.read() or b"", f"HTTP {exc.code}")
+        return _Answer(exc.code, exc.read(_ERROR_BODY_BYTES) or b"", f"HTTP {exc.code}")
     except (urllib.error.URLError, OSError, ValueError) as exc:
         reason = getattr(exc, "reason", exc)
         return _Answer(0, b"", f"cannot reach it: {reason}")
@@ -127,11 +160,11 @@ def _is_v3(docs: list[Any]) -> bool:
 
 def fetch_documents(query: JaegerQuery) -> tuple[str, list[Any]]:
     """Fetch the spans; return the API used ("v3" or "legacy") and the JSON documents."""
-    v3 = _get(query.v3_url(), query.timeout)
+    v3 = _get(query.v3_url(), query.timeout, query.max_bytes)
     docs = _documents(v3.body) if v3.body else None
     if v3.status == 200 and docs is not None and _is_v3(docs) and _v3_spans(docs):
         return "v3", [d for d in docs if "result" in d]
-    legacy = _get(query.legacy_url(), query.timeout)
+    legacy = _get(query.legacy_url(), query.timeout, query.max_bytes)
     ldocs = _documents(legacy.body) if legacy.body else None
     if legacy.status == 200 and ldocs and isinstance(ldocs[0], dict) and "data" in ldocs[0]:
         return "legacy", ldocs[:1]
