@@ -222,7 +222,7 @@ def _tmpfs(where: Path, options: str) -> Iterator[Path]:
 @pytest.mark.skipif(not _can_mount(), reason="mounting a tiny tmpfs needs root")
 def test_tiny_filesystem_fills_up(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, logger="pptrace")
-    with _tmpfs(tmp_path / "fs", "size=256k") as fs:
+    with _tmpfs(tmp_path / "fs", "size=256k,mode=0700") as fs:  # a tmpfs root is 1777
         rec, path = _file_recorder(str(fs))
         rec.start()
         # About 2.6 KB a span: 1.5 MB in flushes of some 50 KB, far more than 256 KB.

@@ -147,11 +147,17 @@ def _renderer(parts: list[str], order: list[int]) -> Render | None:
 
 
 class FileSink:
-    """Write events and recorder stats to one trace file as OTLP/JSON lines."""
+    """Write events and recorder stats to one trace file as OTLP/JSON lines.
 
-    def __init__(self, path: str, resource: Resource, scope_version: str = "0") -> None:
+    The file is opened as ``pptrace.export.trace_file`` says: never through a symlink, never
+    onto someone else's file, in a directory nobody else can write to unless
+    ``allow_unsafe_dir`` (``PPTRACE_DIR_UNSAFE_OK``) accepts one.
+    """
+
+    def __init__(self, path: str, resource: Resource, scope_version: str = "0",
+                 allow_unsafe_dir: bool = False) -> None:
         self.path = path
-        self._out = TraceFile(path)
+        self._out = TraceFile(path, allow_unsafe_dir)
         res = _attributes(resource.attributes).lstrip(",")
         scope = '{"name":"pptrace","version":' + _esc(scope_version) + "}"
         head = '{"resourceSpans":[{"resource":{' + res + '},"scopeSpans":[{"scope":' + scope
@@ -307,7 +313,10 @@ class FileSink:
         return _renderer(_PROBE_RE.split(text), order)
 
     def export_stats(self, stats: RecorderStats) -> None:
-        """Write one stats span."""
+        """Write one stats span (none once the file was refused: the refusal was reported, with
+        the events it cost, when it happened)."""
+        if self._out.refused is not None:
+            return
         self._write([self._span(schema.SPAN_STATS, stats.time_ns, stats.time_ns,
                                 schema.stats_to_attributes(stats))])
 

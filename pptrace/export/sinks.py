@@ -62,7 +62,7 @@ def build_sink(
     sinks: list[Any] = []
     if "file" in config.exporters:
         path = os.path.join(config.trace_dir, trace_file_name(rank))
-        sinks.append(FileSink(path, resource, scope_version()))
+        sinks.append(FileSink(path, resource, scope_version(), config.dir_unsafe_ok))
     if "otlp" in config.exporters or not sinks:
         provider = pptrace_provider(resource)
         if "otlp" in config.exporters:

@@ -21,6 +21,8 @@ __all__ = ["ENV_DOC", "Config"]
 ENV_DOC: dict[str, str] = {
     "PPTRACE_ENABLED": "1/0: record at all (default 1 once pptrace is activated)",
     "PPTRACE_DIR": "directory for per-rank trace files (default ./pptrace-traces)",
+    "PPTRACE_DIR_UNSAFE_OK": "1/0: write into a PPTRACE_DIR that other users can write to or"
+                             " that is not this user's (default 0: refused, with a warning)",
     "PPTRACE_EXPORT": "comma list of sinks: file, otlp, none (default file)",
     "PPTRACE_MODE": "stream (every event exported) or flight (ring dumped on error/signal/exit)",
     "PPTRACE_FLIGHT_SIZE": "events kept per process in flight mode (default 4096)",
@@ -98,6 +100,7 @@ class Config:
 
     enabled: bool = True
     trace_dir: str = "pptrace-traces"
+    dir_unsafe_ok: bool = False  # accept a trace directory other users can write to
     exporters: tuple[str, ...] = ("file",)
     mode: str = "stream"  # "stream" | "flight"
     flight_size: int = 4096
@@ -139,6 +142,7 @@ class Config:
         cfg = cls(
             enabled=_bool(env, "PPTRACE_ENABLED", True),
             trace_dir=env.get("PPTRACE_DIR") or "pptrace-traces",
+            dir_unsafe_ok=_bool(env, "PPTRACE_DIR_UNSAFE_OK", False),
             exporters=exporters or ("none",),
             mode=env.get("PPTRACE_MODE", "stream").strip().lower() or "stream",
             flight_size=int(_number(env, "PPTRACE_FLIGHT_SIZE", 4096, integer=True)),
