@@ -32,7 +32,7 @@ Large inputs: with two or more cores and 32 MB or more in several files, a secon
 half of them (the result is the same; PPTRACE_LOAD_WORKERS=0 reads in this process only).
 
 examples:
-  pptrace analyze                           # ./pptrace-traces (its newest run directory)
+  pptrace analyze                           # reads ./pptrace-traces
   pptrace analyze pptrace-traces/
   pptrace analyze 'traces/*.jsonl' --format json --fail-on warning > report.json
   pptrace analyze jaeger-download.json

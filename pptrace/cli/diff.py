@@ -44,7 +44,7 @@ exit status: 0 no difference, 1 differences, 2 unusable input.
 
 examples:
   pptrace diff traces-good/ traces-bad/
-  pptrace diff traces-good/ 'http://localhost:16686#pptrace-bad' --jaeger-since 2h
+  pptrace diff traces-good/ 'http://jaeger:16686#pptrace-bad' --jaeger-since 2h
 """
 
 

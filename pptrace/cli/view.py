@@ -36,7 +36,7 @@ keys (the footer shows them; ? lists every one; ctrl+p searches the actions):
   e/m export what is on screen as JSON/Markdown    t light/dark    q quit
 
 examples:
-  pptrace view                               # ./pptrace-traces (its newest run directory)
+  pptrace view                               # reads ./pptrace-traces
   pptrace view pptrace-traces/
   pptrace view 'traces/*.jsonl' --theme light
   pptrace view pptrace-traces/ --follow      # watch a running engine
