@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 from pptrace.analyze.analyzer import analyze
-from pptrace.model.records import PREFIX, Direction, Event, RankInfo, TensorMeta
+from pptrace.model.records import PREFIX, Direction, Event, RankInfo, RecorderStats, TensorMeta
 from pptrace.model.trace import ProcessTrace, Trace
 
 PP, TP = 2, 4
@@ -69,7 +69,11 @@ def build(total: int, shared: bool) -> Trace:
                     duration_ns=2100, subject_type="pptrace_samples.observer.TopK",
                     subject_pp_capable=True, tensors=tensors, keys_before=before,
                     keys_after=after, returned_none=attach, run_id="bench"))
-            procs.append(ProcessTrace(rank=rank, events=tuple(events)))
+            # The final stats of a clean exit (a trace without them gets a finding per rank).
+            stats = RecorderStats(rank=rank, time_ns=t0 + per_rank * 1_000_000,
+                                  recorded=per_rank, exported=per_rank, run_id="bench",
+                                  final=True)
+            procs.append(ProcessTrace(rank=rank, events=tuple(events), stats=stats))
     return Trace(processes=tuple(procs))
 
 
