@@ -11,28 +11,39 @@ from pptrace_tui.compare import PairView
 from pptrace_tui.export import ExportDoc, render
 from pptrace_tui.filters import FilterSpec, parse_ints
 from pptrace_tui.index import Cell, TraceIndex
-from pptrace_tui.literal import clean, literal
+from pptrace_tui.literal import counted, literal
 
-from pptrace.analyze.pairing import pair
+from pptrace.analyze.pairing import align
+from pptrace.analyze.payload import Field, compare
 from pptrace.model.errors import ConfigError
-from pptrace.model.findings import FindingKind
+from pptrace.model.findings import Category, Finding, FindingKind, Severity
 from pptrace.model.records import Direction
+from pptrace.model.text import inert
 from pptrace.model.trace import ProcessTrace, Trace
-from tests.helpers_tui import T0, attach, pipeline, scenario, tensor
+from pptrace.report.groups import first_divergence
+from tests.helpers_tui import T0, attach, ids, pipeline, scenario, tensor
+from tests.helpers_tui import finding as finding_of
 
 
 def cells(index: TraceIndex, label: str) -> str:
     """A row's states as glyph-like letters, for readable assertions."""
     row = next(r for r in index.rows if r.label == label)
-    return "".join(".aePOME"[c] for c in row.cells)
+    return "".join(".aePFOME"[c] for c in row.cells)
 
 
 def test_rows_are_ordered_by_stage_then_tp_and_named_by_role() -> None:
     index = TraceIndex.build(pipeline(3, pp=3, tp=2), [])
     assert [r.label for r in index.rows] == [
-        "pp0 tp0 extract", "pp0 tp1 extract", "pp1 tp0 extract", "pp1 tp1 extract",
+        "pp0 tp0 extract", "pp0 tp1 extract", "pp1 tp0 no calls", "pp1 tp1 no calls",
         "pp2 tp0 attach", "pp2 tp1 attach"]
-    assert cells(index, "pp1 tp0 extract") == ""  # a silent middle stage still has its row
+    # A silent middle stage still has its row (it was traced), naming no direction it never
+    # recorded; silent ends keep the row of what they should have done, with no cells.
+    assert cells(index, "pp1 tp0 no calls") == ""
+    assert index.rows[2].direction is None
+    silent = Trace(processes=tuple(ProcessTrace(rank=p.rank, events=())
+                                   for p in pipeline(1, pp=3).processes))
+    assert [r.label for r in TraceIndex.build(silent, []).rows] == [
+        "pp0 tp0 extract", "pp1 tp0 no calls", "pp2 tp0 attach"]
 
 
 def test_cell_states_from_pairs_findings_and_errors() -> None:
@@ -43,6 +54,17 @@ def test_cell_states_from_pairs_findings_and_errors() -> None:
     err_trace, err_findings = scenario("engine-error")
     err = TraceIndex.build(err_trace, err_findings)
     assert cells(err, "pp0 tp0 extract") == "PPPEPP"
+    # The finding names both sides; only the extract raised: its attach shows "other side raised".
+    assert cells(err, "pp1 tp0 attach") == "PPPFPP"
+
+
+def test_a_pair_whose_extract_raised_is_never_equal() -> None:
+    # No finding names it (the analyzer summarised it into an earlier one): the trace says it.
+    err_trace, _ = scenario("engine-error")
+    index = TraceIndex.build(err_trace, [])
+    assert cells(index, "pp0 tp0 extract") == "PPPEPP"
+    assert cells(index, "pp1 tp0 attach") == "PPPFPP"
+    assert index.rows[1].problems == 1
 
 
 def test_a_mismatch_the_analyzer_summarised_still_shows_in_the_grid() -> None:
@@ -51,9 +73,10 @@ def test_a_mismatch_the_analyzer_summarised_still_shows_in_the_grid() -> None:
     assert cells(index, "pp0 tp0 extract")[9] == "M"
 
 
-def test_first_divergence_is_the_earliest_warning_or_worse() -> None:
+def test_first_divergence_is_the_reports() -> None:
     trace, findings = scenario("dtype-mismatch")
-    index = TraceIndex.build(trace, list(reversed(findings)))
+    index = TraceIndex.build(trace, findings)
+    assert index.first_divergence == first_divergence(findings)
     assert index.findings[index.first_divergence or 0].microbatch == 5
     assert index.first_divergence_cell == (1, 5)
     assert TraceIndex.build(*scenario("healthy")).first_divergence is None
@@ -77,11 +100,11 @@ def test_with_a_gap_the_grid_pairs_exactly_as_the_analyzer_does() -> None:
     procs[1] = ProcessTrace(rank=procs[1].rank, events=tuple(events))
     trace = Trace(processes=tuple(procs))
     index = TraceIndex.build(trace, [])
-    expected = pair(list(procs[1].events), list(procs[0].events))
+    expected = align(list(procs[1].events), list(procs[0].events))
     a_row = index.row_of[(1, Direction.ATTACH)]
     e_row = index.row_of[(0, Direction.EXTRACT)]
     assert [(c, index.partner(a_row, c)) for c in range(7) if index.partner(a_row, c)] == [
-        (i, (e_row, j)) for i, j in expected.pairs]
+        (i, (e_row, j)) for i, j in expected.pairs()]
     assert all(index.state(a_row, i) in (Cell.ATTACH,) for i in expected.orphans)
 
 
@@ -99,10 +122,42 @@ def test_pair_view_highlights_the_differing_fields() -> None:
     pair = PairView.of(index, 0, 5)
     assert pair is not None and pair.attach is not None and pair.extract is not None
     assert pair.attach.direction is Direction.ATTACH
-    scores, routing = pair.tensors
-    assert scores.differs == {"dtype", "bytes"} and routing.differs == frozenset()
+    scores, routing = pair.pair.verdict.names
+    assert scores.differs == {Field.DTYPE, Field.BYTES} and routing.differs == frozenset()
     assert [f.kind for f in pair.findings] == [FindingKind.DTYPE_MISMATCH]
     assert PairView.of(index, 0, 99) is None
+
+
+def test_pair_view_compares_as_the_analyzer_does() -> None:
+    # One comparison for the report and the viewer: the verdict is payload.compare's.
+    trace, findings = scenario("dtype-mismatch")
+    index = TraceIndex.build(trace, findings)
+    for col in range(12):
+        view = PairView.of(index, 0, col)
+        assert view is not None and view.attach is not None and view.extract is not None
+        expected = compare(view.attach.tensors, view.extract.tensors)
+        assert view.pair.verdict == expected
+        assert (index.state(0, col) is Cell.MISMATCH) == (not expected.same)
+
+
+def test_a_tensor_that_stops_being_a_tensor_is_a_mismatch_in_the_grid() -> None:
+    # Same name, shape, dtype and bytes, but one side is not a tensor: the viewer's own fast
+    # key once ignored is_tensor (the analyzer's does not).
+    def flat(tp: int, seq: int, ts: tuple) -> tuple:  # type: ignore[type-arg]
+        return (replace(ts[0], is_tensor=False),) if seq == 1 else ts
+    trace = pipeline(3, payload=(tensor("scores"),), on_extract=flat)
+    assert cells(TraceIndex.build(trace, []), "pp0 tp0 extract") == "PMP"
+
+
+def test_a_finding_colours_cells_by_its_kinds_category() -> None:
+    trace, _ = scenario("healthy")
+    for kind in FindingKind:
+        index = TraceIndex.build(trace, [finding_of(kind, "m", ids(1, 2, 0, 2))])
+        # An engine error names calls that did not raise here (the healthy trace's): they show
+        # "other side raised", never "raised", which only a call that raised shows.
+        expected = {Category.ENGINE_ERROR: "F", Category.ABSENCE: "O", Category.PAYLOAD: "M",
+                    Category.NAMESPACE: "M", Category.RECORDER_LOSS: "P"}[kind.category]
+        assert cells(index, "pp0 tp0 extract")[2] == expected, kind
 
 
 def test_pair_view_compares_device_by_type_only() -> None:
@@ -142,8 +197,10 @@ def test_export_json_and_markdown_carry_the_findings_and_the_pair() -> None:
     doc = ExportDoc(findings, PairView.of(index, 0, 1), "errors only", trace.sources)
     body = json.loads(render(doc, "json"))
     assert body["findings"][0]["kind"] == "call-raised"
-    assert body["pair"]["extract"]["error_message"].startswith("[/]boom")
-    assert body["pair"]["tensors"][0]["name"].startswith("[bold red]")
+    (comparison,) = body["pair"]["comparisons"]
+    assert comparison["left"]["role"] == "attach" and comparison["right"]["role"] == "extract"
+    assert comparison["right"]["error_message"].startswith("[/]boom")
+    assert comparison["tensors"][0]["name"].startswith("[bold red]")
     md = render(doc, "markdown")
     assert "## Findings (1)" in md and "| call-raised | error |" in md
     assert "[bold red]pwned[/]" in md  # markup kept as typed
@@ -156,8 +213,25 @@ def test_literal_text_is_never_markup_and_never_a_control_sequence() -> None:
     text = literal("[bold]x[/] \x1b[31m\x07")
     assert text.plain == "[bold]x[/] \\x1b[31m\\x07"
     assert text.spans == []
-    assert clean("tab\tnl\n") == "tab\\tnl\\n"
+    # The reports' own escaper: bidi overrides and line separators too, not only C0/C1.
+    assert literal("tab\tnl\n rtl\u202eexe \u2028").plain == inert("tab\tnl\n rtl\u202eexe \u2028")
+    assert "\u202e" not in literal("rtl\u202eexe").plain
+    assert [counted(n, "finding") for n in (0, 1, 2_000)] == [
+        "0 findings", "1 finding", "2,000 findings"]
     assert T0 > 0
+
+
+def test_bidi_overrides_reach_neither_the_screen_text_nor_the_exports() -> None:
+    evil = "scores\u202egnp.exe\u202d"
+    trace = pipeline(2, payload=(tensor(evil),))
+    finding = Finding(kind=FindingKind.DTYPE_MISMATCH, severity=Severity.ERROR,
+                      message=f"`{evil}` differs", events=ids(1, 0, 0, 0))
+    index = TraceIndex.build(trace, [finding])
+    doc = ExportDoc([finding], PairView.of(index, 0, 0), evil, (evil,))
+    for fmt in ("json", "markdown"):
+        out = render(doc, fmt)  # type: ignore[arg-type]
+        assert "\u202e" not in out and "\u202d" not in out, fmt
+        assert "\\u202e" in out, fmt
 
 
 def test_a_lost_event_leaves_an_empty_cell_and_the_pairs_realign() -> None:
@@ -169,6 +243,6 @@ def test_a_lost_event_leaves_an_empty_cell_and_the_pairs_realign() -> None:
     assert cells(index, "pp0 tp0 extract")[2] == "."
     assert sum(index.rows[0].counts.values()) == 3 and len(index.rows[0].cells) == 4
     # The rest is paired exactly as the analyzer's walk pairs it.
-    expected = pair(list(procs[1].events), list(kept))
+    expected = align(list(procs[1].events), list(kept))
     assert sorted((a, index.partner(1, a)) for a in range(4) if index.partner(1, a)) == sorted(
-        (procs[1].events[i].seq, (0, kept[j].seq)) for i, j in expected.pairs)
+        (procs[1].events[i].seq, (0, kept[j].seq)) for i, j in expected.pairs())

@@ -4,6 +4,7 @@ engine error or a finding message are never interpreted."""
 from __future__ import annotations
 
 from pptrace_tui.widgets.findings_panel import FindingsPanel
+from textual.content import Content
 
 from tests.helpers_tui import screen_text, sync, viewer, wait_main
 
@@ -34,8 +35,10 @@ async def test_markup_and_escapes_from_a_trace_are_shown_literally() -> None:
         assert drawn, "the name is on screen"
         assert all(seg.style is None or seg.style.link is None for seg in drawn)
         panel = screen.query_one(FindingsPanel)
-        leaf = panel.root.children[0].children[0]
-        assert EVIL_NAME in leaf.label.plain
+        leaf = panel.get_option_at_index(1).prompt  # the first finding, under its kind
+        assert isinstance(leaf, Content)
+        at = leaf.plain.index(EVIL_NAME)  # shown as typed, and no style reaches into it
+        assert all(span.end <= at for span in leaf.spans), leaf.spans
 
 
 @sync

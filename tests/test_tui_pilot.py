@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from pptrace_tui.app import PptraceViewer
+from pptrace_tui.index import Cell
 from pptrace_tui.screens.filter import FilterScreen
 from pptrace_tui.screens.help import HelpScreen
 from pptrace_tui.screens.main import SPEEDS, MainScreen
@@ -51,9 +52,9 @@ async def test_grid_cursor_moves_with_arrows_home_end_and_mouse() -> None:
         assert grid.cursor == (0, 11)
         await pilot.press("home", "down")
         assert grid.cursor == (1, 0)
-        # Click the cell of row 0, column 3: the grid's gutter is 30 wide, cells 2 wide,
-        # plus the border; the ruler is the first content line.
-        await pilot.click(GridView, offset=(1 + 30 + 3 * 2, 1 + 1))
+        # Click the cell of row 0, column 3: past the gutter, cells 2 wide, plus the border;
+        # the ruler is the first content line.
+        await pilot.click(GridView, offset=(1 + grid.gutter_width + 3 * 2, 1 + 1))
         assert grid.cursor == (0, 3)
         assert screen.query_one(PairDetail).pair.extract.seq == 3  # type: ignore[union-attr]
 
@@ -115,10 +116,12 @@ async def test_pair_detail_shows_both_sides_and_the_engine_error() -> None:
         screen = await wait_main(pilot)
         assert screen.grid.cursor == (0, 3) or screen.grid.cursor == (1, 3)
         text = screen_text(app)
-        error = "extract error: builtins.RuntimeError: received auxiliary PP output without a"
+        error = "extract raised: builtins.RuntimeError: received auxiliary PP output without a"
         assert error in text
         assert "extract keys before: next_token_ids, __sampling_observer_output__.scores" in text
-        assert "! = =" in text  # the error cell in the grid
+        assert "= = = ! = =" in text  # the error cell in the grid
+        # Its attach (drawn as the first divergence): "other side raised", never "paired, equal".
+        assert screen.index.state(1, 3) is Cell.FAILED and "= = = ◆ = =" in text
 
 
 @sync
@@ -128,13 +131,17 @@ async def test_pair_detail_highlights_the_differing_cells() -> None:
         screen = await wait_main(pilot)
         pair = screen.query_one(PairDetail).pair
         assert pair is not None
-        assert {line.name: set(line.differs) for line in pair.tensors} == {
+        assert {line.name: set(line.differs) for line in pair.pair.verdict.names} == {
             "scores": {"dtype", "bytes"}, "routing": set()}
-        svg = app.export_screenshot()
-        # float16 (the extract's dtype) is drawn in the highlight style: reverse red, bold.
+        # One line per name; what differs is drawn "attach → extract" in the highlight style.
         text = screen_text(app)
-        assert "float32" in text and "float16" in text
-        assert svg.count("float16") >= 1
+        assert "float32 → float16" in text and "160 → 80" in text
+        detail = screen.query_one(PairDetail)
+        diff = detail.get_component_rich_style("pair--diff", partial=True)
+        drawn = [seg for strip in app.screen._compositor.render_strips() for seg in strip
+                 if "float32 → float16" in seg.text]
+        assert drawn and all(seg.style is not None and seg.style.bold for seg in drawn)
+        assert diff.bold
 
 
 @sync
@@ -143,12 +150,11 @@ async def test_findings_panel_groups_by_kind_and_jumps_on_select() -> None:
     async with app.run_test(size=SIZE) as pilot:
         screen = await wait_main(pilot)
         panel = screen.query_one(FindingsPanel)
-        labels = [str(node.label) for node in panel.root.children]
-        assert labels == ["dtype-mismatch (2)", "orphan-attach (1)"]
+        assert panel.headings == ["dtype-mismatch (2 findings)", "orphan-attach (1 finding)"]
         panel.focus()
         await pilot.pause()
-        # Cursor to the orphan's leaf (group, leaf, leaf, group, leaf) and choose it.
-        panel.move_cursor(panel.root.children[1].children[0])
+        # Highlight the orphan's line (heading, leaf, leaf, heading, leaf) and choose it.
+        panel.highlighted = 4
         await pilot.press("enter")
         assert screen.grid.cursor == (1, 12)
         pair = screen.query_one(PairDetail).pair
@@ -161,8 +167,8 @@ async def test_clicking_a_finding_jumps_too() -> None:
     app = viewer()
     async with app.run_test(size=SIZE) as pilot:
         screen = await wait_main(pilot)
-        # Inside the border: line 0 the group, 1 and 2 its leaves (mb 5, mb 9).
-        await pilot.click(FindingsPanel, offset=(6, 1 + 2))
+        # Inside the border: line 0 the kind, 1-2 its first finding (wrapped), 3-4 mb 9's.
+        await pilot.click(FindingsPanel, offset=(6, 1 + 3))
         await pilot.pause()
         assert screen.grid.cursor == (1, 9)
 
@@ -183,7 +189,7 @@ async def test_filter_form_narrows_rows_findings_and_replay() -> None:
         assert screen.grid.visible_rows == [1]
         assert screen.spec.errors_only and screen.spec.ranks == {1}
         panel = screen.query_one(FindingsPanel)
-        assert [str(n.label) for n in panel.root.children] == ["dtype-mismatch (2)"]
+        assert panel.headings == ["dtype-mismatch (2 findings)"]
         await pilot.press("home", "n")
         assert screen.grid.cursor == (1, 5)  # replay skips what the filter hides
         assert "overview · filter: ranks 1; errors only" in screen_text(app)
@@ -214,7 +220,7 @@ async def test_filter_by_kind_and_name_glob_and_a_bad_rank_list() -> None:
         assert screen.spec.name_glob == "rout*"
         assert screen.spec.kinds == {FindingKind.ORPHAN_ATTACH}
         panel = screen.query_one(FindingsPanel)
-        assert [str(n.label) for n in panel.root.children] == ["orphan-attach (1)"]
+        assert panel.headings == ["orphan-attach (1 finding)"]
 
 
 @sync
@@ -300,12 +306,12 @@ async def test_export_writes_json_and_markdown_and_says_where(tmp_path: Path) ->
         body = json.loads(first.read_text())
         assert [f["kind"] for f in body["findings"]] == ["dtype-mismatch", "dtype-mismatch",
                                                         "orphan-attach"]
-        assert body["pair"]["tensors"][0]["differs"] == ["bytes", "dtype"]
+        assert body["pair"]["comparisons"][0]["tensors"][0]["differs"] == ["bytes", "dtype"]
         assert f"exported to {first}" in notes(app)
         await pilot.press("m")
         second = app.last_export
         assert second is not None and second.suffix == ".md" and second != first
-        assert "## Pair" in second.read_text()
+        assert "## attach against the extract that received it" in second.read_text()
 
 
 @sync

@@ -67,3 +67,41 @@ def test_user_opens_the_help_screen(snap_compare: Any) -> None:
 def test_user_switches_to_the_light_theme(snap_compare: Any) -> None:
     assert snap_compare(viewer("dtype-mismatch"), terminal_size=SIZE, run_before=opened,
                         press=["t"])
+
+
+# --- the same user at the sizes terminals come in (80x24 and 120x40: issue 14, item 2) -------
+SMALL = (80, 24)
+MEDIUM = (120, 40)
+
+
+def test_user_at_80x24_sees_cells_and_the_first_divergence_on_the_first_screen(
+    snap_compare: Any,
+) -> None:
+    assert snap_compare(viewer("dtype-mismatch"), terminal_size=SMALL, run_before=opened)
+
+
+def test_user_at_80x24_reads_the_engine_error_in_the_pair_detail(snap_compare: Any) -> None:
+    async def to_the_error(pilot: Any) -> None:
+        await opened(pilot)
+        pilot.app.screen.query_one(GridView).goto(0, 3)
+        await pilot.pause()
+
+    assert snap_compare(viewer("engine-error"), terminal_size=SMALL, run_before=to_the_error)
+
+
+def test_user_at_80x24_steps_to_the_orphan_attach(snap_compare: Any) -> None:
+    assert snap_compare(viewer("dtype-mismatch"), terminal_size=SMALL, run_before=opened,
+                        press=["right_square_bracket"] * 3)
+
+
+def test_user_at_120x40_sees_the_findings_beside_the_pair(snap_compare: Any) -> None:
+    assert snap_compare(viewer("dtype-mismatch"), terminal_size=MEDIUM, run_before=opened)
+
+
+def test_user_at_120x40_reads_the_engine_error(snap_compare: Any) -> None:
+    async def to_the_error(pilot: Any) -> None:
+        await opened(pilot)
+        pilot.app.screen.query_one(GridView).goto(0, 3)
+        await pilot.pause()
+
+    assert snap_compare(viewer("engine-error"), terminal_size=MEDIUM, run_before=to_the_error)

@@ -1,128 +1,137 @@
-"""The two sides of one attach/extract pair, compared name by name (no Textual here).
+"""What the pair detail shows for one cell: the calls compared, as ``pptrace.analyze.payload``
+compares them (the analyzer's own comparison: the grid, the detail and the report agree).
 
-    detail = PairView.of(index, row, col)
-    for line in detail.tensors: line.name, line.left, line.right, line.differs
+    view = PairView.of(index, row, col)
+    for comparison in view.comparisons:      # a TP disagreement first, then attach vs extract
+        comparison.left.role, comparison.right.role, comparison.verdict.names
 
-A field differs when both sides have the name and the values disagree; the device is compared
-by type (``cuda:1`` and ``cuda:0`` agree: the index differs by design), the fingerprint only when
-both sides have one.
+A cell's pair is its attach and the extract that received it (one side only when unpaired). At a
+``tp-disagree`` finding the root cause is what the last stage's TP ranks attached, so the detail
+first compares those attaches side by side, then the pair.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pptrace.model.findings import Finding
+from pptrace.analyze.payload import Field, PayloadVerdict, compare_events
+from pptrace.model.findings import Finding, FindingKind
 from pptrace.model.records import Direction, Event, TensorMeta
 from pptrace.model.trace import EventId
 
 from .index import TraceIndex
 
-__all__ = ["FIELDS", "PairView", "TensorLine"]
+__all__ = ["FIELDS", "Comparison", "PairView", "Side", "field_text"]
 
-#: The per-tensor fields shown side by side, in display order.
-FIELDS = ("name", "shape", "dtype", "device", "bytes", "fingerprint")
+#: The per-tensor fields shown, in display order (the name first).
+FIELDS = (Field.NAME, Field.SHAPE, Field.DTYPE, Field.DEVICE, Field.BYTES, Field.FINGERPRINT)
 
 
-def field_text(meta: TensorMeta | None, name: str) -> str:
-    """One field of one tensor as shown in the pair detail ("" when the side lacks it)."""
+def field_text(meta: TensorMeta | None, name: Field) -> str:
+    """One field of one tensor as shown ("" when the side lacks the tensor)."""
     if meta is None:
         return ""
-    if name == "name":
+    if name is Field.NAME:
         return meta.name
-    if name == "shape":
+    if name is Field.SHAPE:
         return "[" + ", ".join(map(str, meta.shape)) + "]" if meta.is_tensor else "-"
-    if name == "dtype":
+    if name is Field.DTYPE:
         return meta.dtype if meta.is_tensor else f"non-tensor {meta.dtype}"
-    if name == "device":
+    if name is Field.DEVICE:
         return meta.device
-    if name == "bytes":
+    if name is Field.BYTES:
         return f"{meta.nbytes:,}"
     return meta.fingerprint or ""
 
 
-def _differs(a: TensorMeta, b: TensorMeta) -> frozenset[str]:
-    out = set()
-    if a.shape != b.shape:
-        out.add("shape")
-    if a.dtype != b.dtype or a.is_tensor != b.is_tensor:
-        out.add("dtype")
-    if a.device_type != b.device_type:
-        out.add("device")
-    if a.nbytes != b.nbytes:
-        out.add("bytes")
-    if a.fingerprint and b.fingerprint and a.fingerprint != b.fingerprint:
-        out.add("fingerprint")
-    return frozenset(out)
+@dataclass(frozen=True, slots=True)
+class Side:
+    """One call of a comparison: its role ("attach", "tp 1 attach"), the event and its id."""
+
+    role: str
+    event: Event | None
+    ref: EventId | None
 
 
 @dataclass(frozen=True, slots=True)
-class TensorLine:
-    """One auxiliary name, as each side carried it (None: that side lacks the name)."""
+class Comparison:
+    """Two calls' payloads compared name by name."""
 
-    name: str
-    left: TensorMeta | None
-    right: TensorMeta | None
-    differs: frozenset[str]  # field names from FIELDS; "name" when one side lacks it
+    title: str  # what is compared against what, in a few words
+    left: Side
+    right: Side
+    verdict: PayloadVerdict
+    transit: bool  # True: an attach and its extract (the right side received the left)
 
 
 @dataclass(frozen=True, slots=True)
 class PairView:
-    """What the pair detail shows for the selected cell: both sides, compared."""
+    """The cell's findings and the comparisons that explain them, root cause first."""
 
-    attach: Event | None
-    extract: Event | None
-    attach_id: EventId | None
-    extract_id: EventId | None
-    tensors: tuple[TensorLine, ...]
     findings: tuple[Finding, ...]
-    order_differs: bool
+    comparisons: tuple[Comparison, ...]
 
-    @classmethod
-    def of(cls, index: TraceIndex, row: int, col: int) -> PairView | None:
-        """The pair through a cell (one side only when unpaired); None for an empty cell."""
-        event = index.event_at(row, col)
-        if event is None:
-            return None
-        here = (row, col)
-        other = index.partner(row, col)
-        cells = {index.rows[row].direction: here}
-        if other is not None:
-            cells[index.rows[other[0]].direction] = other
-        a_cell, e_cell = cells.get(Direction.ATTACH), cells.get(Direction.EXTRACT)
-        attach = index.event_at(*a_cell) if a_cell else None
-        extract = index.event_at(*e_cell) if e_cell else None
-        return cls(
-            attach=attach,
-            extract=extract,
-            attach_id=index.event_id(*a_cell) if a_cell else None,
-            extract_id=index.event_id(*e_cell) if e_cell else None,
-            tensors=compare(attach, extract),
-            findings=tuple(index.findings_at(row, col)),
-            order_differs=bool(
-                attach and extract and attach.names != extract.names
-                and sorted(attach.names) == sorted(extract.names)
-            ),
-        )
+    @property
+    def pair(self) -> Comparison:
+        """The cell's attach against its extract (the last comparison)."""
+        return self.comparisons[-1]
+
+    @property
+    def attach(self) -> Event | None:
+        """The cell's attach (None when it is an extract with no attach)."""
+        return self.pair.left.event
+
+    @property
+    def extract(self) -> Event | None:
+        """The cell's extract (None when it is an attach no extract received)."""
+        return self.pair.right.event
 
     @property
     def differs(self) -> bool:
-        """True when any name or field differs between the two sides."""
-        return any(line.differs for line in self.tensors) or self.order_differs
+        """True when any comparison finds a difference."""
+        return any(not c.verdict.same for c in self.comparisons)
+
+    @classmethod
+    def of(cls, index: TraceIndex, row: int, col: int) -> PairView | None:
+        """The comparisons through a cell; None for an empty cell."""
+        event = index.event_at(row, col)
+        if event is None:
+            return None
+        cells = {event.direction: (row, col)}
+        other = index.partner(row, col)
+        if other is not None:
+            partner = index.event_at(*other)
+            if partner is not None:
+                cells[partner.direction] = other
+        a_cell, e_cell = cells.get(Direction.ATTACH), cells.get(Direction.EXTRACT)
+        attach = Side("attach", *_at(index, a_cell))
+        extract = Side("extract", *_at(index, e_cell))
+        findings = tuple(index.findings_at(row, col))
+        pair = Comparison("attach against the extract that received it", attach, extract,
+                          compare_events(attach.event, extract.event), transit=True)
+        tp = [c for f in findings if f.kind is FindingKind.TP_DISAGREE
+              if (c := _tp_comparison(index, f)) is not None]
+        return cls(findings, (*tp[:1], pair))
 
 
-def compare(attach: Event | None, extract: Event | None) -> tuple[TensorLine, ...]:
-    """Line up both sides' tensors by name: the attach side's order, then extract-only names."""
-    left = {m.name: m for m in attach.tensors} if attach else {}
-    right = {m.name: m for m in extract.tensors} if extract else {}
-    both = attach is not None and extract is not None
-    names = list(left) + [n for n in right if n not in left]
-    lines = []
-    for name in names:
-        a, b = left.get(name), right.get(name)
-        if a is not None and b is not None:
-            differs = _differs(a, b)
-        else:
-            differs = frozenset({"name"}) if both else frozenset()
-        lines.append(TensorLine(name, a, b, differs))
-    return tuple(lines)
+def _at(index: TraceIndex, cell: tuple[int, int] | None) -> tuple[Event | None, EventId | None]:
+    if cell is None:
+        return None, None
+    return index.event_at(*cell), index.event_id(*cell)
+
+
+def _tp_comparison(index: TraceIndex, finding: Finding) -> Comparison | None:
+    """The first two attaches a ``tp-disagree`` finding names, side by side."""
+    sides = []
+    for ref in finding.events:
+        cell = index.cell_of(ref)
+        if ref.direction is Direction.ATTACH and cell is not None:
+            event = index.event_at(*cell)
+            if event is not None:
+                tp = event.rank.tp_rank
+                sides.append(Side("attach" if tp is None else f"tp {tp} attach", event, ref))
+    if len(sides) < 2:
+        return None
+    left, right = sides[0], sides[1]
+    return Comparison("what the last stage's TP ranks attached", left, right,
+                      compare_events(left.event, right.event), transit=False)

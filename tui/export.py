@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from pptrace.model.findings import Finding
-from pptrace.model.records import Event, TensorMeta
+from pptrace.model.records import TensorMeta
+from pptrace.model.text import inert
 from pptrace.model.trace import EventId
 from pptrace.report.text import event_ref_json, finding_json
 
-from .compare import FIELDS, PairView, field_text
-from .literal import clean
+from .compare import FIELDS, Comparison, PairView, Side, field_text
 
 __all__ = ["ExportDoc", "Format", "render"]
 
@@ -54,11 +54,13 @@ def _tensor(m: TensorMeta | None) -> dict[str, Any] | None:
     }
 
 
-def _side(ev: Event | None, ref: EventId | None) -> dict[str, Any] | None:
+def _side(side: Side) -> dict[str, Any] | None:
+    ev = side.event
     if ev is None:
         return None
     return {
-        "event": _ref(ref),
+        "role": side.role,
+        "event": _ref(side.ref),
         "rank": ev.rank.label(),
         "start_ns": ev.start_ns,
         "subject_type": ev.subject_type,
@@ -69,20 +71,27 @@ def _side(ev: Event | None, ref: EventId | None) -> dict[str, Any] | None:
     }
 
 
-def _pair(p: PairView) -> dict[str, Any]:
+def _comparison(c: Comparison) -> dict[str, Any]:
     return {
-        "attach": _side(p.attach, p.attach_id),
-        "extract": _side(p.extract, p.extract_id),
+        "title": c.title,
+        "left": _side(c.left),
+        "right": _side(c.right),
         "tensors": [
             {
                 "name": line.name,
-                "attach": _tensor(line.left),
-                "extract": _tensor(line.right),
-                "differs": sorted(line.differs),
+                "left": _tensor(line.left),
+                "right": _tensor(line.right),
+                "differs": sorted(f.value for f in line.differs),
             }
-            for line in p.tensors
+            for line in c.verdict.names
         ],
-        "order_differs": p.order_differs,
+        "order_differs": c.verdict.order_differs,
+    }
+
+
+def _pair(p: PairView) -> dict[str, Any]:
+    return {
+        "comparisons": [_comparison(c) for c in p.comparisons],
         "findings": [finding_json(f) for f in p.findings],
     }
 
@@ -101,7 +110,8 @@ def to_json(doc: ExportDoc) -> str:
 def _md(text: object) -> str:
     """Make trace text inert in a Markdown table cell."""
     out = str(text).replace("\\", "\\\\").replace("|", "\\|").replace("`", "\\`")
-    return clean(out)  # no raw control characters: the file may be cat'ed to a terminal
+    # No raw control or bidi characters: the file may be cat'ed to a terminal or rendered.
+    return inert(out)
 
 
 def to_markdown(doc: ExportDoc) -> str:
@@ -122,27 +132,35 @@ def to_markdown(doc: ExportDoc) -> str:
                 f"| {_md(f.message)} |"
             )
         lines.append("")
-    p = doc.pair
-    if p is not None:
-        lines += ["## Pair", ""]
-        for title, ev in (("attach", p.attach), ("extract", p.extract)):
-            if ev is None:
-                lines.append(f"- {title}: none")
-                continue
-            lines.append(f"- {title}: {_md(ev.rank.label())} #{ev.seq}")
-            lines.append(f"  - keys before: {_md(', '.join(ev.keys_before))}")
-            lines.append(f"  - keys after: {_md(', '.join(ev.keys_after))}")
-            if ev.error_type is not None:
-                lines.append(f"  - error: {_md(ev.error_type)}: {_md(ev.error_message or '')}")
-        lines += ["", "| " + " | ".join(f"attach {f}" for f in FIELDS)
-                  + " | " + " | ".join(f"extract {f}" for f in FIELDS) + " | differs |"]
-        lines.append("|" + "---|" * (2 * len(FIELDS) + 1))
-        for line in p.tensors:
-            left = [_md(field_text(line.left, f)) for f in FIELDS]
-            right = [_md(field_text(line.right, f)) for f in FIELDS]
-            lines.append("| " + " | ".join(left + right + [", ".join(sorted(line.differs))]) + " |")
-        lines.append("")
+    if doc.pair is not None:
+        for c in doc.pair.comparisons:
+            lines += _md_comparison(c)
     return "\n".join(lines)
+
+
+def _md_comparison(c: Comparison) -> list[str]:
+    lines = [f"## {_md(c.title)}", ""]
+    for side in (c.left, c.right):
+        ev = side.event
+        if ev is None:
+            lines.append(f"- {side.role}: none")
+            continue
+        lines.append(f"- {side.role}: {_md(ev.rank.label())} #{ev.seq}")
+        lines.append(f"  - keys before: {_md(', '.join(ev.keys_before))}")
+        lines.append(f"  - keys after: {_md(', '.join(ev.keys_after))}")
+        if ev.error_type is not None:
+            lines.append(f"  - error: {_md(ev.error_type)}: {_md(ev.error_message or '')}")
+    left, right = c.left.role, c.right.role
+    lines += ["", "| " + " | ".join(f"{left} {f.value}" for f in FIELDS)
+              + " | " + " | ".join(f"{right} {f.value}" for f in FIELDS) + " | differs |"]
+    lines.append("|" + "---|" * (2 * len(FIELDS) + 1))
+    for line in c.verdict.names:
+        a = [_md(field_text(line.left, f)) for f in FIELDS]
+        b = [_md(field_text(line.right, f)) for f in FIELDS]
+        differs = ", ".join(sorted(f.value for f in line.differs))
+        lines.append("| " + " | ".join(a + b + [differs]) + " |")
+    lines.append("")
+    return lines
 
 
 def render(doc: ExportDoc, fmt: Format) -> str:

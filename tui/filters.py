@@ -20,7 +20,7 @@ from .index import Cell, Row, TraceIndex
 
 __all__ = ["FilterSpec", "parse_ints"]
 
-_BAD = (Cell.ERROR, Cell.MISMATCH, Cell.ORPHAN)
+_BAD = (Cell.ERROR, Cell.MISMATCH, Cell.ORPHAN, Cell.FAILED)
 
 
 def parse_ints(text: str, what: str) -> frozenset[int] | None:

@@ -22,13 +22,15 @@ from dataclasses import dataclass, field
 from itertools import accumulate, chain, compress, count
 from operator import attrgetter, ne
 
-from pptrace.model.findings import Finding, FindingKind, Severity
-from pptrace.model.records import Direction, Event, RankInfo, TensorMeta
+from pptrace.analyze.payload import FAST_KEY, same
+from pptrace.model.findings import Category, Finding, FindingKind
+from pptrace.model.records import Direction, Event, RankInfo
 from pptrace.model.trace import EventId, Trace
+from pptrace.report.groups import first_divergence
 
 from .pairing import pair_runs
 
-__all__ = ["Cell", "Row", "TraceIndex", "ENGINE_ERROR_KINDS", "ABSENCE_KINDS"]
+__all__ = ["Cell", "Row", "TraceIndex", "cell_for_finding"]
 
 
 class Cell(enum.IntEnum):
@@ -37,47 +39,42 @@ class Cell(enum.IntEnum):
     EMPTY = 0  # no event recorded at this sequence number
     ATTACH = 1  # an attach that was not paired (yet)
     EXTRACT = 2  # an extract that found nothing, or was not paired
-    PAIRED = 3  # paired with the other side, and no finding says they differ
-    ORPHAN = 4  # an attach never extracted, or an extract with no attach
-    MISMATCH = 5  # a finding says the two sides (or the namespace) disagree
-    ERROR = 6  # the engine raised
+    PAIRED = 3  # paired with the other side, both returned, and the two payloads agree
+    FAILED = 4  # paired, but the other side raised: the payload never arrived as sent
+    ORPHAN = 5  # an attach never extracted, or an extract with no attach
+    MISMATCH = 6  # a finding says the two sides (or the namespace) disagree
+    ERROR = 7  # the engine raised in this call
 
 
-#: Findings that mean the engine raised.
-ENGINE_ERROR_KINDS = frozenset(
-    {
-        FindingKind.ATTACH_NOT_PP,
-        FindingKind.ATTACH_EMPTY,
-        FindingKind.ATTACH_BAD_NAME,
-        FindingKind.ATTACH_NOT_TENSOR,
-        FindingKind.ATTACH_DUPLICATE,
-        FindingKind.EXTRACT_NO_OBSERVER,
-        FindingKind.EXTRACT_NOT_PP,
-        FindingKind.EXTRACT_NOT_TENSOR,
-        FindingKind.EXTRACT_NOT_RECONSTRUCTED,
-        FindingKind.CALL_RAISED,
-    }
-)
-#: Findings about a missing other side.
-ABSENCE_KINDS = frozenset({FindingKind.ORPHAN_ATTACH, FindingKind.UNMATCHED_EXTRACT})
 _MAX_SEQ_GAP = 1_000_000  # seq numbers this far past a row's event count are not gaps: corrupt
 
+#: The cell state a finding of each category gives the events it names (the category comes
+#: with the kind, from ``pptrace.model.findings``: the viewer keeps no list of kinds of its own).
+#: A recorder loss says nothing about one event, so it colours none.
+_CATEGORY_CELL: dict[Category, Cell | None] = {
+    Category.ENGINE_ERROR: Cell.ERROR,
+    Category.ABSENCE: Cell.ORPHAN,
+    Category.PAYLOAD: Cell.MISMATCH,
+    Category.NAMESPACE: Cell.MISMATCH,
+    Category.RECORDER_LOSS: None,
+}
 
-def cell_for_finding(kind: FindingKind) -> Cell:
-    """The cell state a finding of this kind gives the events it names."""
-    if kind in ENGINE_ERROR_KINDS:
-        return Cell.ERROR
-    if kind in ABSENCE_KINDS:
-        return Cell.ORPHAN
-    return Cell.MISMATCH
+
+def cell_for_finding(kind: FindingKind) -> Cell | None:
+    """The cell state a finding of this kind gives the events it names (None: leave them)."""
+    return _CATEGORY_CELL[kind.category]
 
 
 @dataclass(slots=True)
 class Row:
-    """One grid row: one process's events in one direction, indexed by sequence number."""
+    """One grid row: one process's events in one direction, indexed by sequence number.
+
+    ``direction`` is None only for a process that recorded nothing on a middle stage (which
+    neither attaches nor extracts): its row says that the rank was traced, and names no
+    direction it never recorded."""
 
     process: int
-    direction: Direction
+    direction: Direction | None
     rank: RankInfo
     events: list[Event | None]
     cells: bytearray
@@ -95,46 +92,28 @@ class Row:
             parts.append(f"tp{r.tp_rank}")
         if not parts:
             parts.append(f"rank{r.rank}" if r.rank is not None else f"pid{r.pid}")
-        return f"{' '.join(parts)} {self.direction.value}"
+        return f"{' '.join(parts)} {self.direction.value if self.direction else 'no calls'}"
 
     @property
     def problems(self) -> int:
-        """Cells in a bad state (error, mismatch, orphan)."""
-        return self.counts[Cell.ERROR] + self.counts[Cell.MISMATCH] + self.counts[Cell.ORPHAN]
+        """Cells in a bad state (error, mismatch, orphan, a pair whose other side raised)."""
+        counts = self.counts
+        return sum(counts[c] for c in (Cell.ERROR, Cell.MISMATCH, Cell.ORPHAN, Cell.FAILED))
 
 
-def _row_order(rank: RankInfo, direction: Direction, process: int) -> tuple[int, ...]:
+def _row_order(rank: RankInfo, direction: Direction | None, process: int) -> tuple[int, ...]:
     big = 1 << 30
     return (
         big if rank.pp_rank is None else rank.pp_rank,
         big if rank.tp_rank is None else rank.tp_rank,
         big if rank.rank is None else rank.rank,
         process,
-        0 if direction is Direction.ATTACH else 1,
+        0 if direction is Direction.ATTACH else 1 if direction is Direction.EXTRACT else 2,
     )
 
 
-_FAST = attrgetter("name", "shape", "dtype", "nbytes", "is_tensor", "device", "fingerprint")
-
-
-def _device_type_signature(tensors: tuple[TensorMeta, ...]) -> list[tuple[object, ...]]:
-    return [(t.name, t.shape, t.dtype, t.nbytes, t.is_tensor, t.device_type, t.fingerprint)
-            for t in tensors]
-
-
-def same_payload(a: tuple[TensorMeta, ...], b: tuple[TensorMeta, ...]) -> bool:
-    """Both sides carry the same names, shapes, dtypes, bytes, device types and fingerprints."""
-    if a is b:
-        return True
-    if len(a) != len(b):
-        return False
-    if list(map(_FAST, a)) == list(map(_FAST, b)):  # C speed; the common, healthy case
-        return True
-    return _device_type_signature(a) == _device_type_signature(b)  # cuda:1 agrees with cuda:0
-
-
 def _same_events(a: Event | None, e: Event | None) -> bool:
-    return a is None or e is None or same_payload(a.tensors, e.tensors)
+    return a is None or e is None or same(a.tensors, e.tensors)
 
 
 _TENSORS = attrgetter("tensors")
@@ -151,17 +130,18 @@ def _pair_states(attaches: list[Event | None], extracts: list[Event | None]) -> 
     te = list(map(_TENSORS, extracts))
     counts = list(map(len, ta))
     if counts != list(map(len, te)):
-        return bytes(Cell.PAIRED if ok else Cell.MISMATCH
-                     for ok in map(same_payload, ta, te))
+        return bytes(Cell.PAIRED if ok else Cell.MISMATCH for ok in map(same, ta, te))
     states = bytearray([Cell.PAIRED]) * n
-    fa = list(map(_FAST, chain.from_iterable(ta)))
-    fe = list(map(_FAST, chain.from_iterable(te)))
+    # Equal keys mean equal payloads (the analyzer's own rule, ``payload.FAST_KEY``); only the
+    # pairs with a differing key are asked ``same``, which knows cuda:1 agrees with cuda:0.
+    fa = list(map(FAST_KEY, chain.from_iterable(ta)))
+    fe = list(map(FAST_KEY, chain.from_iterable(te)))
     if fa == fe:
         return bytes(states)
     ends = list(accumulate(counts))
     for pos in compress(count(), map(ne, fa, fe)):
         i = bisect_right(ends, pos)
-        if states[i] == Cell.PAIRED and not same_payload(ta[i], te[i]):
+        if states[i] == Cell.PAIRED and not same(ta[i], te[i]):
             states[i] = Cell.MISMATCH
     return bytes(states)
 
@@ -173,7 +153,7 @@ class TraceIndex:
         self.trace = trace
         self.findings: tuple[Finding, ...] = tuple(findings)
         self.rows: list[Row] = []
-        self.row_of: dict[tuple[int, Direction], int] = {}
+        self.row_of: dict[tuple[int, Direction | None], int] = {}
         self.width = 0
         #: events whose sequence number is impossible (negative, or far past the row's others):
         #: they get no cell, and the screen says how many.
@@ -182,7 +162,7 @@ class TraceIndex:
         self.finding_cells: list[tuple[int, int] | None] = []
         #: finding indices per cell, for cells some finding names.
         self.cell_findings: dict[tuple[int, int], list[int]] = {}
-        #: the earliest finding that is a warning or worse, and its cell.
+        #: the finding the report names first (``pptrace.report.groups``), and its cell.
         self.first_divergence: int | None = None
         self.first_divergence_cell: tuple[int, int] | None = None
         self._runs: list[tuple[Row, int, Row, int, int]] = []
@@ -237,12 +217,16 @@ class TraceIndex:
 
     # --- building ------------------------------------------------------------------------
     def _build_rows(self) -> None:
-        keys: list[tuple[tuple[int, ...], int, Direction]] = []
-        by_key: dict[tuple[int, Direction], list[Event]] = {}
+        keys: list[tuple[tuple[int, ...], int, Direction | None]] = []
+        by_key: dict[tuple[int, Direction | None], list[Event]] = {}
         for p, proc in enumerate(self.trace.processes):
-            directions = {ev.direction for ev in proc.events}
-            if not directions:  # a silent rank still gets a row: its silence is information
-                directions = {Direction.ATTACH if proc.rank.is_last_stage else Direction.EXTRACT}
+            directions: set[Direction | None] = {ev.direction for ev in proc.events}
+            if not directions:
+                # A silent rank still gets a row (its silence is information), named by what its
+                # stage would record: the last stage attaches, stage 0 extracts, others neither.
+                rank = proc.rank
+                directions = {Direction.ATTACH if rank.is_last_stage
+                              else Direction.EXTRACT if rank.pp_rank == 0 else None}
             for d in directions:
                 by_key[(p, d)] = []
                 keys.append((_row_order(proc.rank, d, p), p, d))
@@ -299,9 +283,25 @@ class TraceIndex:
             for row, start in ((a_row, a0), (e_row, e0)):
                 old = row.cells[start : start + n]
                 row.cells[start : start + n] = bytes(map(max, old, paired))
+        self._mark_failed_pairs()
+
+    def _mark_failed_pairs(self) -> None:
+        """A pair whose one side raised is never "paired, equal": its other side shows FAILED.
+        Only the cells of calls that raised are visited (``find`` runs in C)."""
+        error = bytes([Cell.ERROR])
+        for row in self.rows:
+            cells, partners = row.cells, row.partners
+            at = cells.find(error)
+            while at >= 0:
+                packed = partners[at]
+                if packed >= 0:
+                    other = self.rows[packed >> 32].cells
+                    col = packed & 0xFFFFFFFF
+                    if other[col] < Cell.FAILED:
+                        other[col] = Cell.FAILED
+                at = cells.find(error, at + 1)
 
     def _build_findings(self) -> None:
-        best: tuple[int, int] | None = None
         for i, f in enumerate(self.findings):
             state = cell_for_finding(f.kind)
             first: tuple[int, int] | None = None
@@ -312,21 +312,16 @@ class TraceIndex:
                 first = first or cell
                 self.cell_findings.setdefault(cell, []).append(i)
                 row = self.rows[cell[0]]
-                if row.cells[cell[1]] < state:
-                    row.cells[cell[1]] = state
+                here, event = state, row.events[cell[1]]
+                if here is Cell.ERROR and event is not None and event.error_type is None:
+                    here = Cell.FAILED  # named by an engine error it did not raise: its partner did
+                if here is not None and row.cells[cell[1]] < here:
+                    row.cells[cell[1]] = here
             self.finding_cells.append(first)
-            if f.severity >= Severity.WARNING:
-                when = f.time_ns if f.time_ns is not None else self._time_of(first)
-                key = (when, i)
-                if best is None or key < best:
-                    best = key
-        if best is not None:
-            self.first_divergence = best[1]
-            self.first_divergence_cell = self.finding_cells[best[1]]
-
-    def _time_of(self, cell: tuple[int, int] | None) -> int:
-        ev = self.event_at(*cell) if cell is not None else None
-        return ev.start_ns if ev is not None else 1 << 62
+        # The report's first divergence (the earliest error that is no consequence of another).
+        self.first_divergence = first_divergence(self.findings)
+        if self.first_divergence is not None:
+            self.first_divergence_cell = self.finding_cells[self.first_divergence]
 
     # --- lookups -------------------------------------------------------------------------
     def cell_of(self, ref: EventId) -> tuple[int, int] | None:
@@ -347,6 +342,8 @@ class TraceIndex:
     def event_id(self, row: int, col: int) -> EventId:
         """The stable id of a cell's event."""
         r = self.rows[row]
+        if r.direction is None:  # a silent middle stage's row has no events, hence no ids
+            raise IndexError(f"row {row} ({r.label}) has no events")
         return EventId(r.process, r.direction, col)
 
     def state(self, row: int, col: int) -> Cell:

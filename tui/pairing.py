@@ -2,8 +2,8 @@
 
 Two sources, in order of trust:
 1. a finding's ``events`` (attach first, extract second) names a pair the analyzer made;
-2. otherwise the analyzer's own channel pairing (``pptrace.analyze.pairing.pair``: FIFO per channel,
-   re-aligned across gaps) between the last stage's TP rank j and stage 0's TP rank j.
+2. otherwise the analyzer's own channel pairing (``pptrace.analyze.pairing.align``: FIFO per
+   channel, re-aligned across gaps) between the last stage's TP rank j and stage 0's TP rank j.
 
     for run in pair_runs(trace, findings):
         run.attach_process, run.attach_seq, run.extract_process, run.extract_seq, run.length
@@ -15,7 +15,7 @@ from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from pptrace.analyze.pairing import pair
+from pptrace.analyze.pairing import align
 from pptrace.model.findings import Finding
 from pptrace.model.records import Direction, Event
 from pptrace.model.trace import Trace
@@ -123,9 +123,9 @@ def _channels(trace: Trace) -> Iterator[Run]:
             # No gap on either side: the analyzer's walk pairs straight across; one run.
             yield Run(a_procs[0], attaches[0].seq, e_procs[0], extracts[0].seq, len(attaches))
             continue
-        outcome = pair(attaches, extracts)
+        outcome = align(attaches, extracts)
         yield from _runs(
-            (a_procs[i], attaches[i].seq, e_procs[j], extracts[j].seq) for i, j in outcome.pairs
+            (a_procs[i], attaches[i].seq, e_procs[j], extracts[j].seq) for i, j in outcome.pairs()
         )
 
 

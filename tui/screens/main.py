@@ -13,7 +13,7 @@ from typing import Literal
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
+from textual.containers import Vertical
 from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Footer, Header, Input
@@ -40,6 +40,8 @@ class MainScreen(Screen[None]):
     """The viewer's one working screen."""
 
     HELP_GROUP = "Replay, findings, filter"
+    #: Below 120 columns the findings stack above the pair detail instead of beside it.
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
     _STEP = Binding.Group("Step", compact=True)
     _FINDING = Binding.Group("Finding", compact=True)
     _SPEED = Binding.Group("Speed", compact=True)
@@ -76,15 +78,18 @@ class MainScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         yield Header()
+        # Hidden until "/" (the active search shows in the grid's title and the replay bar):
+        # at 24 lines every line counts.
         yield Input(placeholder="search names, errors, findings (enter: next match, esc: done)",
                     id="search")
-        with Horizontal(id="body"):
-            with Vertical(id="left"):
-                yield GridView(id="grid")
-                yield Legend(id="legend")
-                yield ReplayBar(id="replay")
+        with Vertical(id="body"):
+            yield GridView(id="grid")
+            yield Legend(id="legend")
+            yield ReplayBar(id="replay")
+            # The findings dock beside the pair detail on a wide screen, above it on a narrow one.
+            with Vertical(id="lower"):
+                yield FindingsPanel(id="findings")
                 yield PairDetail(id="pair")
-            yield FindingsPanel(id="findings")
         yield Footer(compact=True)
 
     def on_mount(self) -> None:
@@ -120,7 +125,7 @@ class MainScreen(Screen[None]):
 
     def _pairs_verified(self) -> None:
         """Both sides of every pair compared: redraw the cells that turned out to differ."""
-        self.grid.refresh()
+        self.grid.set_index(self.index)  # the problem counts (so the gutter) may have grown
         self._update_subtitle()
         self._show_cell(*self.grid.cursor)
 
@@ -144,9 +149,9 @@ class MainScreen(Screen[None]):
 
     def _update_subtitle(self) -> None:
         index = self.index
+        self.query_one(Legend).show(index)
         bad = sum(r.problems for r in index.rows)
         sub = " · ".join([counted(index.trace.event_count, "event"),
-                          counted(len(index.rows), "row"),
                           counted(len(index.findings), "finding"),
                           counted(bad, "cell") + " in trouble"])
         if index.unplaced:
@@ -218,6 +223,7 @@ class MainScreen(Screen[None]):
 
     @on(Input.Submitted, "#search")
     def _search_submitted(self, event: Input.Submitted) -> None:
+        self._end_search()
         text = event.value.strip()
         if text != self.spec.text:
             self.apply_filter(self.spec.with_text(text))
@@ -288,10 +294,9 @@ class MainScreen(Screen[None]):
             self._refresh_replay()
 
     def action_first_divergence(self) -> None:
-        """Jump to the earliest warning-or-worse finding."""
+        """Jump to the finding the report names first (the first divergence)."""
         if self.index.first_divergence is None:
-            self.notify("no divergence: every finding is informational or there are none",
-                        timeout=3)
+            self.notify("no divergence: the trace has no findings", timeout=3)
             return
         self.findings_panel.select_finding(self.index.first_divergence)
         self._goto_finding(self.index.first_divergence)
@@ -309,15 +314,24 @@ class MainScreen(Screen[None]):
         """Show everything again."""
         search = self.query_one("#search", Input)
         if self.focused is search:
-            self.grid.focus()
+            self._end_search()
             return
         search.value = ""
         if self.spec.active:
             self.apply_filter(FilterSpec())
 
     def action_search(self) -> None:
-        """Focus the search box."""
+        """Open the search box."""
+        self.add_class("-searching")
         self.query_one("#search", Input).focus()
+
+    @on(Input.Blurred, "#search")
+    def _search_blurred(self) -> None:
+        self.remove_class("-searching")
+
+    def _end_search(self) -> None:
+        self.remove_class("-searching")
+        self.grid.focus()
 
     def export_doc(self) -> ExportDoc:
         """What is on screen, as an export document."""

@@ -21,8 +21,9 @@ from ..messages import CellSelected
 
 __all__ = ["GLYPHS", "GridView"]
 
-GUTTER = 30  # rank label, event count, problem count
 CELL = 2  # characters per cell: a glyph and a space
+LABEL_MAX = 18  # the widest rank label ("pp12 tp3 extract")
+_HEAD = ("rank / dir", "events", "bad")
 
 #: The glyph of each cell state (also the legend, the help screen and the tmux test read these).
 GLYPHS = {
@@ -30,6 +31,7 @@ GLYPHS = {
     Cell.ATTACH: "a",
     Cell.EXTRACT: "e",
     Cell.PAIRED: "=",
+    Cell.FAILED: "×",
     Cell.ORPHAN: "?",
     Cell.MISMATCH: "≠",
     Cell.ERROR: "!",
@@ -40,6 +42,7 @@ _CLASS = {
     Cell.ATTACH: "grid--attach",
     Cell.EXTRACT: "grid--extract",
     Cell.PAIRED: "grid--paired",
+    Cell.FAILED: "grid--failed",
     Cell.ORPHAN: "grid--orphan",
     Cell.MISMATCH: "grid--mismatch",
     Cell.ERROR: "grid--error",
@@ -82,6 +85,13 @@ class GridView(ScrollView, can_focus=True):
         self.visible_rows: list[int] = []
         self.cursor: tuple[int, int] = (0, 0)  # absolute (row, col)
         self._style_cache: dict[str, Style] | None = None
+        #: widths of the gutter's label, count and problem columns (from the rows shown).
+        self._widths = (len(_HEAD[0]), len(_HEAD[1]), len(_HEAD[2]))
+
+    @property
+    def gutter_width(self) -> int:
+        """Columns left of the cells: label, event count, problem count, one space after each."""
+        return sum(self._widths) + 3
 
     # --- data ----------------------------------------------------------------------------
     def set_index(self, index: TraceIndex) -> None:
@@ -107,7 +117,15 @@ class GridView(ScrollView, can_focus=True):
         if index is None:
             return
         self.visible_rows = [i for i, r in enumerate(index.rows) if self.spec.row_visible(r)]
-        self.virtual_size = Size(GUTTER + index.width * CELL, len(self.visible_rows) + 1)
+        # The gutter is as wide as the rows shown need (never wider): at 80 columns every
+        # column it does not take is a cell the user sees.
+        rows = [index.rows[i] for i in self.visible_rows]
+        label = max((len(r.label) for r in rows), default=0)
+        events = max((len(f"{sum(r.counts.values()):,}") for r in rows), default=0)
+        bad = max((len(f"{r.problems:,}✗") for r in rows if r.problems), default=0)
+        self._widths = (max(len(_HEAD[0]), min(label, LABEL_MAX)), max(len(_HEAD[1]), events),
+                        max(len(_HEAD[2]), bad))
+        self.virtual_size = Size(self.gutter_width + index.width * CELL, len(self.visible_rows) + 1)
 
     # --- cursor --------------------------------------------------------------------------
     def goto(self, row: int, col: int, *, announce: bool = True) -> None:
@@ -122,7 +140,7 @@ class GridView(ScrollView, can_focus=True):
             self.post_message(CellSelected(row, col))
 
     def _columns_on_screen(self) -> int:
-        return max(1, (self.scrollable_content_region.width - GUTTER) // CELL)
+        return max(1, (self.scrollable_content_region.width - self.gutter_width) // CELL)
 
     def _scroll_to_cursor(self) -> None:
         row, col = self.cursor
@@ -166,12 +184,13 @@ class GridView(ScrollView, can_focus=True):
     def on_click(self, event: events.Click) -> None:
         """Select the clicked cell."""
         offset = event.get_content_offset(self)
-        if offset is None or self.index is None or offset.x < GUTTER or offset.y < 1:
+        gutter = self.gutter_width
+        if offset is None or self.index is None or offset.x < gutter or offset.y < 1:
             return
         pos = offset.y - 1 + int(self.scroll_y)
         if pos >= len(self.visible_rows):
             return
-        col = int(self.scroll_x) // CELL + (offset.x - GUTTER) // CELL
+        col = int(self.scroll_x) // CELL + (offset.x - gutter) // CELL
         self.focus()
         self.goto(self.visible_rows[pos], col)
 
@@ -179,14 +198,21 @@ class GridView(ScrollView, can_focus=True):
     def _styles(self) -> dict[str, Style]:
         # Resolving a component style walks the CSS: once per theme/CSS change, not per line.
         if self._style_cache is None:
-            names = [*_CLASS.values(), "grid--cursor", "grid--dim", "grid--gutter",
-                     "grid--gutter-bad", "grid--header", "grid--divergence"]
             self._style_cache = {n: self.get_component_rich_style(n, partial=True)
-                                 for n in names}
+                                 for n in self.COMPONENT_CLASSES}
         return self._style_cache
 
+    def on_mount(self) -> None:
+        # A theme switch changes the variables the component classes use, without a style
+        # update on this widget: resolve the styles again, or the grid keeps the old theme.
+        self.app.theme_changed_signal.subscribe(self, self._theme_changed)
+
+    def _theme_changed(self, _theme: object) -> None:
+        self._style_cache = None
+        self.refresh()
+
     def notify_style_update(self) -> None:
-        """Forget the resolved cell styles when the CSS or the theme changes."""
+        """Forget the resolved cell styles when the CSS changes."""
         self._style_cache = None
         super().notify_style_update()
 
@@ -208,12 +234,13 @@ class GridView(ScrollView, can_focus=True):
         r = self.visible_rows[pos]
         row = index.rows[r]
         count = sum(row.counts.values())  # events (gaps from dropped events are not counted)
-        gutter = f"{row.label[:18]:<18}{count:>7,} "[: GUTTER - 4]
-        segments = [Segment(f"{gutter:<{GUTTER - 4}}", styles["grid--gutter"])]
+        lw, cw, bw = self._widths
+        label = row.label if len(row.label) <= lw else row.label[: lw - 1] + "…"
+        segments = [Segment(f"{label:<{lw}} {count:>{cw},} ", styles["grid--gutter"])]
         bad = row.problems
         segments.append(
-            Segment(f"{bad:>3}✗" if bad else "    ", styles["grid--gutter-bad"])
-            if bad else Segment("    ", styles["grid--gutter"])
+            Segment(f"{f'{bad:,}✗':>{bw}} ", styles["grid--gutter-bad"])
+            if bad else Segment(" " * (bw + 1), styles["grid--gutter"])
         )
         cells = row.cells
         n = len(cells)
@@ -247,9 +274,10 @@ class GridView(ScrollView, can_focus=True):
         divergence = self.index.first_divergence_cell if self.index else None
         if divergence is not None and first <= divergence[1] < last:
             chars[(divergence[1] - first) * CELL] = "▼"
-        head = f"{'rank / dir':<18}{'events':>7} bad"
+        lw, cw, bw = self._widths
+        head = f"{_HEAD[0]:<{lw}} {_HEAD[1]:>{cw}} {_HEAD[2]:>{bw}} "
         segments = [
-            Segment(f"{head:<{GUTTER}}", styles["grid--header"]),
+            Segment(head, styles["grid--header"]),
             Segment("".join(chars), styles["grid--header"]),
         ]
         return Strip(segments).adjust_cell_length(width)

@@ -1,30 +1,42 @@
-"""The pair detail: both sides of the selected attach/extract pair, side by side.
+"""The pair detail: the selected cell's calls compared, one line per auxiliary name.
 
-Per auxiliary name: shape, dtype, device, bytes and fingerprint on each side, the cells that
-differ highlighted; then each side's dict keys before and after the call, and the engine's error
-text. Every string from the trace is a ``literal`` Text (never markup).
+A Line API widget, like the grid: ``render_line`` draws only the lines on screen, so a pair of
+10^5 tensors costs what a pair of 2 does (``lines_drawn`` counts the tensor lines formatted, for
+the test that holds it to that). What it shows, top to bottom: the findings at the cell; per
+comparison (a TP disagreement first, then the attach against its extract) both calls, their
+engine errors, then a table of every name (a value that differs is drawn ``left → right`` in the
+highlight style), then the dict keys before and after each call (the first few). Every string
+from the trace is a ``literal`` Text (never markup); styles are the widget's component classes.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
+from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from rich.console import Group, RenderableType
-from rich.table import Table
+from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
-from textual.containers import VerticalScroll
-from textual.widgets import Static
+from textual.geometry import Size
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
 
+from pptrace.analyze.payload import Field, NameDiff
 from pptrace.model.findings import Severity
-from pptrace.model.records import Event
+from pptrace.model.text import clip, inert
 
-from ..compare import FIELDS, PairView, field_text
+from ..compare import FIELDS, Comparison, PairView, Side, field_text
 from ..literal import literal
 
-__all__ = ["PairDetail", "render_pair"]
+__all__ = ["PairDetail", "clock"]
 
-_DIFF = "bold reverse red"
-_MISSING = "italic dim"
+#: Dict keys listed per call before "… N more" (a wide payload has a key per tensor).
+MAX_KEYS = 12
+#: Tensor lines whose values size the table's columns (a bounded sample: the rest are cut to fit).
+SAMPLE = 256
+_HEAD = {Field.NAME: "name", Field.SHAPE: "shape", Field.DTYPE: "dtype", Field.DEVICE: "device",
+         Field.BYTES: "bytes", Field.FINGERPRINT: "fingerprint"}
 
 
 def clock(ns: int) -> str:
@@ -32,107 +44,225 @@ def clock(ns: int) -> str:
     return datetime.fromtimestamp(ns / 1e9, tz=timezone.utc).strftime("%H:%M:%S.%f")
 
 
-def _side_header(title: str, ev: Event | None) -> Text:
-    if ev is None:
-        return Text.assemble((f"{title}: ", "bold"), ("no counterpart", _MISSING))
-    text = Text.assemble((f"{title}: ", "bold"), literal(ev.rank.label()), f"  #{ev.seq}  ")
-    text.append(clock(ev.start_ns), "dim")
-    text.append("  ")
-    text.append_text(literal(ev.subject_type, "dim"))
-    return text
+def _keys(keys: tuple[str, ...]) -> str:
+    if not keys:
+        return "(none)"
+    shown = ", ".join(keys[:MAX_KEYS])
+    return shown if len(keys) <= MAX_KEYS else f"{shown}, … ({len(keys) - MAX_KEYS:,} more)"
 
 
-def _keys(title: str, ev: Event) -> Text:
-    text = Text(f"{title} keys before: ", style="bold")
-    text.append_text(literal(", ".join(ev.keys_before) or "(none)"))
-    text.append("\n")
-    text.append(f"{title} keys after:  ", style="bold")
-    text.append_text(literal(", ".join(ev.keys_after) or "(none)"))
-    if ev.error_type is not None:
-        text.append("\n")
-        text.append(f"{title} error: ", style="bold red")
-        text.append_text(literal(f"{ev.error_type}: {ev.error_message or ''}", "red"))
-        if ev.inserted_before_error:
-            text.append("\n  left in the dict: ", style="bold")
-            text.append_text(literal(", ".join(ev.inserted_before_error)))
-    return text
+@dataclass(frozen=True, slots=True)
+class _Table:
+    """One comparison's tensor table, laid out for one width: drawn a line at a time."""
+
+    comparison: Comparison
+    fields: tuple[Field, ...]
+    widths: tuple[int, ...]  # per field, then the note column
 
 
-def render_pair(pair: PairView | None) -> RenderableType:
-    """The whole detail as one Rich renderable."""
-    if pair is None:
-        return Text("No event here. Move the cursor to a cell, or pick a finding.", style="dim")
-    table = Table(expand=True, show_edge=False, pad_edge=False, box=None)
-    table.add_column(Text("name", style="bold"), ratio=2, overflow="fold")
-    table.add_column(Text("", style="bold"), width=11)
-    table.add_column(Text("attach", style="bold"), ratio=3, overflow="fold")
-    table.add_column(Text("extract", style="bold"), ratio=3, overflow="fold")
-    fingerprints = any(
-        m is not None and m.fingerprint for line in pair.tensors for m in (line.left, line.right)
-    )
-    for line in pair.tensors:
-        name_style = _DIFF if "name" in line.differs else "bold"
-        for n, f in enumerate(FIELDS[1:]):
-            if f == "fingerprint" and not fingerprints:
-                continue
-            cells = [literal(line.name, name_style) if n == 0 else Text(""), Text(f, "dim")]
-            for meta in (line.left, line.right):
-                if meta is None:
-                    cells.append(Text("missing" if n == 0 else "", style=_MISSING))
-                else:
-                    cells.append(literal(field_text(meta, f), _DIFF if f in line.differs else ""))
-            table.add_row(*cells)
-    parts: list[RenderableType] = [
-        _side_header("attach", pair.attach),
-        _side_header("extract", pair.extract),
-    ]
-    for finding in pair.findings:
-        sev = "red" if finding.severity >= Severity.ERROR else "yellow"
-        parts.append(Text.assemble((f"{finding.kind.value}: ", f"bold {sev}"),
-                                   literal(finding.message)))
-    if pair.order_differs:
-        parts.append(Text("the two sides carry the same names in a different order", "yellow"))
-    parts.append(table if pair.tensors else Text("no auxiliary tensors", style="dim"))
-    for title, ev in (("attach", pair.attach), ("extract", pair.extract)):
-        if ev is not None:
-            parts.append(_keys(title, ev))
-    return Group(*parts)
+def _value(line: NameDiff, f: Field, sep: str) -> tuple[str, bool]:
+    """A field's text on a line and whether it differs (``left → right`` when both differ)."""
+    left, right = field_text(line.left, f), field_text(line.right, f)
+    if line.left is None or line.right is None or f is Field.NAME:
+        return (left or right), f in line.differs
+    if left == right:
+        return left, False
+    return f"{left} {sep} {right}", f in line.differs
 
 
-def _shape(pair: PairView | None) -> tuple[object, ...]:
-    """What decides the detail's height: which sides, how many lines of each part."""
-    if pair is None:
-        return (None,)
-    sides = tuple(
-        None if ev is None else (
-            len(", ".join(ev.keys_before)), len(", ".join(ev.keys_after)),
-            len(ev.error_message or "") if ev.error_type else -1, len(ev.subject_type),
-            len(ev.inserted_before_error))
-        for ev in (pair.attach, pair.extract)
-    )
-    names = tuple(len(line.name) for line in pair.tensors)
-    fields = tuple(len(field_text(m, f)) for line in pair.tensors for m in (line.left, line.right)
-                   for f in FIELDS)
-    return (sides, names, fields, tuple(len(f.message) for f in pair.findings), pair.order_differs)
+def _note(line: NameDiff, comparison: Comparison) -> str:
+    if Field.NAME not in line.differs:
+        return ""
+    side = comparison.left if line.right is None else comparison.right
+    return f"only {side.role}"
 
 
-class PairDetail(VerticalScroll, can_focus=True):
-    """Scrollable pair detail under the grid."""
+def _fit(wanted: list[int], floors: list[int], width: int) -> tuple[int, ...]:
+    """Shrink the widest columns until the row (one space between columns) fits ``width``."""
+    widths = list(wanted)
+    excess = sum(widths) + len(widths) - 1 - width
+    while excess > 0:
+        i = max(range(len(widths)), key=lambda k: widths[k] - floors[k])
+        if widths[i] <= floors[i]:
+            break
+        widths[i] -= 1
+        excess -= 1
+    return tuple(widths)
+
+
+def _layout(comparison: Comparison, width: int) -> _Table:
+    names = comparison.verdict.names
+    sample = names[:SAMPLE]
+    fields: list[Field] = [f for f in FIELDS if f is not Field.FINGERPRINT]
+    if any(m is not None and m.fingerprint for line in sample for m in (line.left, line.right)):
+        fields.append(Field.FINGERPRINT)
+    sep = "→" if comparison.transit else "≠"
+    wanted = [max([len(_HEAD[f]), *(len(_value(line, f, sep)[0]) for line in sample)])
+              for f in fields]
+    note = max([0, *(len(_note(line, comparison)) for line in sample)])
+    floors = [max(4, min(len(_HEAD[f]), w)) for f, w in zip(fields, wanted, strict=True)]
+    return _Table(comparison, tuple(fields), _fit([*wanted, note], [*floors, 0], width))
+
+
+def _cell(text: str, width: int) -> str:
+    return text.ljust(width) if len(text) <= width else text[: max(0, width - 1)] + "…"
+
+
+class PairDetail(ScrollView, can_focus=True):
+    """The scrollable pair detail; ``show`` a ``PairView`` (None: an empty cell)."""
+
+    HELP_GROUP = "Pair detail"
+    COMPONENT_CLASSES = {
+        "pair--title", "pair--role", "pair--dim", "pair--diff", "pair--missing", "pair--error",
+        "pair--warning", "pair--head",
+    }
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.pair: PairView | None = None
-        self._shape: tuple[object, ...] = ()
-        self._body = Static(render_pair(None), id="pair-body")
+        #: tensor lines formatted since the last ``show`` (the virtualisation test reads it).
+        self.lines_drawn = 0
+        self._width = -1
+        self._starts: list[int] = []  # first line of each block
+        self._blocks: list[list[Strip] | _Table] = []
+        self._style_cache: dict[str, Style] | None = None
 
-    def compose(self):  # type: ignore[no-untyped-def]
-        yield self._body
+    def on_mount(self) -> None:
+        self.app.theme_changed_signal.subscribe(self, self._restyle)
 
+    def _restyle(self, _theme: object = None) -> None:
+        self._style_cache = None
+        self._width = -1
+        self.refresh()
+
+    def notify_style_update(self) -> None:
+        """Forget the resolved styles when the CSS changes."""
+        self._style_cache = None
+        self._width = -1
+        super().notify_style_update()
+
+    def _styles(self) -> dict[str, Style]:
+        if self._style_cache is None:
+            self._style_cache = {n.removeprefix("pair--"): self.get_component_rich_style(
+                n, partial=True) for n in self.COMPONENT_CLASSES}
+        return self._style_cache
+
+    # --- content -------------------------------------------------------------------------
     def show(self, pair: PairView | None) -> None:
-        """Show a pair (None: nothing selected)."""
+        """Show a cell's comparisons (None: nothing there)."""
         self.pair = pair
-        # Re-laying out the screen costs more than drawing the pair; consecutive pairs nearly
-        # always have the same shape, so lay out only when the shape (hence height) may change.
-        shape = _shape(pair)
-        self._body.update(render_pair(pair), layout=shape != self._shape)
-        self._shape = shape
+        self.lines_drawn = 0
+        self._width = -1
+        self.scroll_to(0, 0, animate=False, immediate=True)
+        self.refresh()
+
+    def _paragraphs(self, width: int) -> list[list[Strip] | _Table]:
+        """Every block for this width: wrapped paragraphs and (unwrapped) tensor tables."""
+        s = self._styles()
+        pair = self.pair
+        blocks: list[list[Strip] | _Table] = []
+
+        def para(*parts: Text | str | tuple[str, Style]) -> None:
+            text = Text.assemble(*parts)
+            blocks.append(self._wrap(text, width))
+
+        if pair is None:
+            para(("No event here. Move the cursor to a cell, or pick a finding.", s["dim"]))
+            return blocks
+        for finding in pair.findings:
+            style = s["error"] if finding.severity >= Severity.ERROR else s["warning"]
+            para((f"{finding.kind.value}: ", style), literal(clip(finding.message)))
+        for comparison in pair.comparisons:
+            para((f"── {comparison.title} ", s["title"]))
+            for side in (comparison.left, comparison.right):
+                para(*self._side(side, s))
+            for side in (comparison.left, comparison.right):
+                ev = side.event
+                if ev is not None and ev.error_type is not None:
+                    para((f"{side.role} raised: ", s["error"]),
+                         literal(clip(f"{ev.error_type}: {ev.error_message or ''}"), s["error"]))
+                    if ev.inserted_before_error:
+                        para((f"  {side.role} left in the dict: ", s["role"]),
+                             literal(_keys(ev.inserted_before_error)))
+            if comparison.verdict.order_differs:
+                para(("the two sides carry the same names in a different order", s["warning"]))
+            if comparison.verdict.names:
+                blocks.append(_layout(comparison, width))
+            else:
+                para(("no auxiliary tensors", s["dim"]))
+            for side in (comparison.left, comparison.right):
+                ev = side.event
+                if ev is not None and comparison.transit:
+                    para((f"{side.role} keys before: ", s["role"]), literal(_keys(ev.keys_before)))
+                    para((f"{side.role} keys after:  ", s["role"]), literal(_keys(ev.keys_after)))
+        return blocks
+
+    def _side(self, side: Side, s: dict[str, Style]) -> tuple[Text | str | tuple[str, Style], ...]:
+        ev = side.event
+        if ev is None:
+            return (f"{side.role}: ", s["role"]), ("no counterpart", s["missing"])
+        return ((f"{side.role}: ", s["role"]), literal(ev.rank.label()), f"  #{ev.seq}  ",
+                (clock(ev.start_ns), s["dim"]), "  ", literal(clip(ev.subject_type, 200), s["dim"]))
+
+    def _wrap(self, text: Text, width: int) -> list[Strip]:
+        console = self.app.console
+        lines = console.render_lines(text, console.options.update(width=max(1, width),
+                                                                  height=None), pad=False)
+        return [Strip(line) for line in lines]
+
+    def _relayout(self) -> None:
+        width = self.scrollable_content_region.width
+        if width == self._width:
+            return
+        self._width = width
+        self._blocks = self._paragraphs(width)
+        self._starts = []
+        total = 0
+        for block in self._blocks:
+            self._starts.append(total)
+            total += (len(block) if isinstance(block, list)
+                      else 1 + len(block.comparison.verdict.names))
+        self.virtual_size = Size(width, total)
+
+    # --- drawing -------------------------------------------------------------------------
+    def render_line(self, y: int) -> Strip:
+        """Draw one screen line of the detail."""
+        self._relayout()
+        width = self._width
+        line = y + int(self.scroll_y)
+        if not self._blocks or line < 0:
+            return Strip.blank(width)
+        b = bisect_right(self._starts, line) - 1
+        block, at = self._blocks[b], line - self._starts[b]
+        if isinstance(block, list):
+            strip = block[at] if at < len(block) else Strip.blank(width)
+        elif at == 0:
+            strip = self._table_head(block)
+        elif at - 1 < len(block.comparison.verdict.names):
+            strip = self._table_line(block, block.comparison.verdict.names[at - 1])
+        else:
+            strip = Strip.blank(width)
+        return strip.adjust_cell_length(width)
+
+    def _table_head(self, table: _Table) -> Strip:
+        s = self._styles()
+        names = [*(_HEAD[f] for f in table.fields), ""]
+        text = " ".join(_cell(n, w) for n, w in zip(names, table.widths, strict=True))
+        left, right = table.comparison.left.role, table.comparison.right.role
+        sep = "→" if table.comparison.transit else "≠"
+        return Strip([Segment(text, s["head"]),
+                      Segment(f"  ({left} {sep} {right})", s["dim"])])
+
+    def _table_line(self, table: _Table, line: NameDiff) -> Strip:
+        self.lines_drawn += 1
+        s = self._styles()
+        sep = "→" if table.comparison.transit else "≠"
+        segments = []
+        for f, w in zip(table.fields, table.widths[:-1], strict=True):
+            text, differs = _value(line, f, sep)
+            style = s["diff"] if differs else (s["role"] if f is Field.NAME else Style())
+            segments.append(Segment(_cell(inert(text[: w + 1]), w), style))
+            segments.append(Segment(" "))
+        segments.append(Segment(_cell(_note(line, table.comparison), table.widths[-1]),
+                                s["missing"]))
+        return Strip(segments)
