@@ -96,8 +96,9 @@ WRONG_IMPORTS = [
      "loading and analyzing never import torch or OpenTelemetry"),
     ("pptrace/analyze/scan.py", "import logging", "analyze is pure: no I/O, no logging, no "
      "processes, no clock"),
-    ("pptrace/record/wrapper.py", "import textual.app",
-     "the recording path imports neither Textual nor the network"),
+    ("pptrace/record/wrapper.py", "import textual.app", "the recording path imports no Textual"),
+    ("pptrace/export/spans.py", "import urllib.request",
+     "the recording path imports no network client, but export.otlp's lazy ones"),
     ("pptrace/export/spans.py", "import pptrace_tui.app", "pptrace never imports the viewer"),
     ("pptrace_tui/index.py", "from pptrace.load import loader",
      "the viewer reads model, analyze and report only"),
@@ -404,7 +405,7 @@ def test_the_viewer_rule_detects_an_import(tmp_path: Path) -> None:
         "sample.py:1: pptrace_tui.app", "sample.py:2: tui", "sample.py:4: pptrace_tui.widgets"]
 
 
-NETWORK_EXPORTERS = ("grpc", "opentelemetry.exporter.otlp.proto.grpc",
+NETWORK_EXPORTERS = ("grpc", "requests", "urllib3", "opentelemetry.exporter.otlp.proto.grpc",
                      "opentelemetry.exporter.otlp.proto.http")
 
 
@@ -432,8 +433,9 @@ def network_imports_in(path: Path, root: Path = ROOT) -> list[str]:
 
 
 def test_only_export_otlp_imports_the_network_exporters_and_only_when_called() -> None:
-    """An engine that records to a file never pays for gRPC or HTTP: the exporters are imported
-    inside functions of ``pptrace.export.otlp``, when OTLP export is configured."""
+    """An engine that records to a file never pays for gRPC or HTTP: the exporters and the HTTP
+    client are imported inside functions of ``pptrace.export.otlp``, when OTLP export is
+    configured."""
     hits = [hit for path in sorted(PACKAGES["pptrace"].rglob("*.py"))
             for hit in network_imports_in(path)]
     assert hits, "pptrace.export.otlp no longer imports a network exporter: update this rule"
