@@ -265,7 +265,8 @@ class TraceIndex:
             self.width = max(self.width, size)
 
     def _build_pairs(self) -> None:
-        for run in pair_runs(self.trace, self.findings):
+        pairing = pair_runs(self.trace, self.findings)
+        for run in pairing.runs:
             ra = self.row_of.get((run.attach_process, Direction.ATTACH))
             re_ = self.row_of.get((run.extract_process, Direction.EXTRACT))
             if ra is None or re_ is None:
@@ -284,6 +285,14 @@ class TraceIndex:
                 old = row.cells[start : start + n]
                 row.cells[start : start + n] = bytes(map(max, old, paired))
         self._mark_failed_pairs()
+        # What the walk left unpaired is an orphan (or an unmatched extract) whether or not a
+        # finding names it: the analyzer counts the later ones into the first's cascade.
+        for process, direction, seq in pairing.unpaired:
+            r = self.row_of.get((process, direction))
+            if r is not None and 0 <= seq < len(self.rows[r].cells):
+                cells = self.rows[r].cells
+                if self.rows[r].partners[seq] < 0 and cells[seq] < Cell.ORPHAN:
+                    cells[seq] = Cell.ORPHAN
 
     def _mark_failed_pairs(self) -> None:
         """A pair whose one side raised is never "paired, equal": its other side shows FAILED.

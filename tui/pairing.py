@@ -5,8 +5,10 @@ Two sources, in order of trust:
 2. otherwise the analyzer's own channel pairing (``pptrace.analyze.pairing.align``: FIFO per
    channel, re-aligned across gaps) between the last stage's TP rank j and stage 0's TP rank j.
 
-    for run in pair_runs(trace, findings):
+    pairing = pair_runs(trace, findings)
+    for run in pairing.runs:
         run.attach_process, run.attach_seq, run.extract_process, run.extract_seq, run.length
+    for process, direction, seq in pairing.unpaired: ...   # what the walk left unpaired
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from pptrace.model.findings import Finding
 from pptrace.model.records import Direction, Event
 from pptrace.model.trace import Trace
 
-__all__ = ["Run", "pair_runs", "receives", "sends"]
+__all__ = ["Pairing", "Run", "pair_runs", "receives", "sends"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +35,16 @@ class Run:
     extract_process: int
     extract_seq: int
     length: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Pairing:
+    """Every pair as runs, and the calls that took part in a transfer but found no partner
+    (an attach no extract received, an extract with no attach: the analyzer's orphans and
+    unmatched extracts, found by the same walk)."""
+
+    runs: list[Run]
+    unpaired: list[tuple[int, Direction, int]]  # (process, direction, seq)
 
 
 def sends(event: Event) -> bool:
@@ -111,12 +123,16 @@ def _runs(pairs: Iterator[tuple[int, int, int, int]]) -> Iterator[Run]:
         yield Run(*run)
 
 
-def _channels(trace: Trace) -> Iterator[Run]:
+def _channels(trace: Trace, unpaired: list[tuple[int, Direction, int]]) -> Iterator[Run]:
     extract_side = _extract_side(trace)
     for tp, attach_procs in _attach_side(trace).items():
         attaches, a_procs = _side(trace, attach_procs, Direction.ATTACH)
-        extracts, e_procs = _side(trace, extract_side.get(tp, []), Direction.EXTRACT)
+        e_procs_all = extract_side.get(tp, [])
+        extracts, e_procs = _side(trace, e_procs_all, Direction.EXTRACT)
         if not attaches or not extracts:
+            if attaches and e_procs_all:  # stage 0 is traced and received none of them
+                unpaired += [(p, Direction.ATTACH, ev.seq) for ev, p in zip(attaches, a_procs,
+                                                                            strict=True)]
             continue
         if (len(attaches) == len(extracts) and _steady(attaches, a_procs)
                 and _steady(extracts, e_procs)):
@@ -124,18 +140,21 @@ def _channels(trace: Trace) -> Iterator[Run]:
             yield Run(a_procs[0], attaches[0].seq, e_procs[0], extracts[0].seq, len(attaches))
             continue
         outcome = align(attaches, extracts)
+        unpaired += [(a_procs[i], Direction.ATTACH, attaches[i].seq) for i in outcome.orphans]
+        unpaired += [(e_procs[j], Direction.EXTRACT, extracts[j].seq) for j in outcome.unmatched]
         yield from _runs(
             (a_procs[i], attaches[i].seq, e_procs[j], extracts[j].seq) for i, j in outcome.pairs()
         )
 
 
-def pair_runs(trace: Trace, findings: Sequence[Finding]) -> list[Run]:
+def pair_runs(trace: Trace, findings: Sequence[Finding]) -> Pairing:
     """Every pair as runs: each channel's pairing, then the findings' own pairs on top
     (apply in order: a later run overrides an earlier one for the events it names)."""
-    out = list(_channels(trace))
+    unpaired: list[tuple[int, Direction, int]] = []
+    out = list(_channels(trace, unpaired))
     for f in findings:
         if len(f.events) >= 2:
             a, e = f.events[0], f.events[1]
             if a.direction is Direction.ATTACH and e.direction is Direction.EXTRACT:
                 out.append(Run(a.process, a.seq, e.process, e.seq))
-    return out
+    return Pairing(out, unpaired)
