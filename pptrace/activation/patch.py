@@ -1,34 +1,36 @@
 """Patch the engine's transport functions wherever they are bound, and undo it exactly.
 
-SGLang's consumer imports attach and extract by name (``from ... import ...``), so replacing the
-module attribute alone misses the call site. ``EnginePatch.apply`` replaces the two functions in
-their module and in every loaded module whose globals hold them; a meta-path hook does the same
-for a transport module imported later (a consumer imported after that binds the wrappers by
-itself). ``restore`` puts the originals back everywhere a wrapper is bound.
+The engine's consumer imports attach and extract by name (``from ... import ...``), so replacing
+the module attribute alone misses the call site. ``EnginePatch.apply`` replaces each target's two
+functions in their module and in every loaded module whose globals hold them; pptrace's import
+hook (``pptrace.activation.hook``) does the same for a target module imported later (a consumer
+imported after that binds the wrappers by itself). ``restore`` puts the originals back everywhere
+a wrapper is bound. A function bound under several names or by several targets is wrapped once.
 
     patch = EnginePatch(make_wrappers)      # make_wrappers(attach, extract) -> (w_attach, w_ext)
+    patch = EnginePatch(make_wrappers, parse_targets("mytransport:send_aux,recv_aux"))
     patch.apply()                            # now, and for modules imported later
     ...
     patch.restore()
 
-When SGLang is absent, or installed without the module, ``apply`` says so once and does nothing
-else. Nothing here imports torch: the wrappers are built only when the engine module loads.
+A bad target (no such module, no such function, not callable) is said once, on one line, and
+not traced; it never fails the engine. Nothing here imports torch: the wrappers are built only
+when a target module loads.
 """
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
 import importlib.util
 import logging
 import os
 import sys
 import threading
 import types
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from pptrace.activation.sglang_module import ATTACH, EXTRACT, MODULE
+from pptrace.activation.hook import ImportHook
+from pptrace.model.target import DEFAULT_MODULE, DEFAULT_TARGETS, Target, as_targets
 
 __all__ = ["EnginePatch", "Site", "WrapperFactory", "module_status"]
 
@@ -38,6 +40,8 @@ log = logging.getLogger("pptrace")
 WrapperFactory = Callable[[Any, Any], tuple[Any, Any]]
 WRAPPED_ATTR = "__pptrace_wrapped__"  # the same marker pptrace.record.wrapper sets
 _said: set[str] = set()
+#: How a user names another transport module (quoted where a target cannot be traced).
+TARGET_HINT = "--target MODULE[:ATTACH,EXTRACT] or PPTRACE_TARGETS"
 
 
 def _say_once(key: str, message: str) -> None:
@@ -46,7 +50,7 @@ def _say_once(key: str, message: str) -> None:
         log.warning("pptrace: %s", message)
 
 
-def module_status(name: str = MODULE) -> str | None:
+def module_status(name: str = DEFAULT_MODULE) -> str | None:
     """Return why ``name`` cannot be patched ("absent", "missing"), or None when it may load.
 
     Looks at files only: importing SGLang's package would pull in its GPU dependencies.
@@ -90,72 +94,17 @@ class Site:
         return f"Site({self.module.__name__}.{self.name})"
 
 
-class _PatchingLoader(importlib.abc.Loader):
-    """Run the real loader, then patch the module it produced (only for watched names)."""
-
-    def __init__(self, real: Any, after: Callable[[types.ModuleType], None]) -> None:
-        self._real = real
-        self._after = after
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType | None:
-        create = getattr(self._real, "create_module", None)
-        return create(spec) if create is not None else None
-
-    def exec_module(self, module: types.ModuleType) -> None:
-        # The module's own loader is the real one: nothing downstream sees this proxy.
-        module.__loader__ = self._real
-        if module.__spec__ is not None:
-            module.__spec__.loader = self._real
-        self._real.exec_module(module)
-        self._after(module)  # contains its own failures: the engine's import never fails
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._real, name)
-
-
-class _Finder(importlib.abc.MetaPathFinder):
-    """Intercept the import of the transport module(s); everything else passes untouched."""
-
-    def __init__(self, names: Iterable[str], after: Callable[[types.ModuleType], None]) -> None:
-        self.names = frozenset(names)
-        self._after = after
-        self._busy = threading.local()
-
-    def find_spec(
-        self,
-        fullname: str,
-        path: Sequence[str] | None,
-        target: types.ModuleType | None = None,
-    ) -> importlib.machinery.ModuleSpec | None:
-        if fullname not in self.names or getattr(self._busy, "on", False):
-            return None
-        self._busy.on = True
-        try:
-            for finder in sys.meta_path:
-                if finder is self or not hasattr(finder, "find_spec"):
-                    continue
-                spec = finder.find_spec(fullname, path, target)
-                if spec is not None:
-                    break
-            else:
-                return None
-        finally:
-            self._busy.on = False
-        if spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec
-        spec.loader = _PatchingLoader(spec.loader, self._after)
-        return spec
-
-
 class EnginePatch:
-    """Replace the transport functions of ``modules`` in every module that binds them."""
+    """Replace the transport functions of ``targets`` in every module that binds them."""
 
-    def __init__(self, factory: WrapperFactory, modules: Sequence[str] = (MODULE,)) -> None:
+    def __init__(self, factory: WrapperFactory,
+                 targets: Sequence[Target | str] = DEFAULT_TARGETS) -> None:
         self.factory = factory
-        self.modules = tuple(modules)
+        self.targets = as_targets(targets)  # spec strings are parsed (ConfigError when bad)
         self.sites: list[Site] = []
+        self.seen: list[Target] = []  # targets whose module loaded with both functions
         self._wrappers: dict[int, tuple[Any, Any]] = {}  # id(original) -> (original, wrapper)
-        self._finder: _Finder | None = None
+        self._hook: ImportHook | None = None
         self._lock = threading.RLock()
         self.applied = False
 
@@ -165,52 +114,79 @@ class EnginePatch:
         return bool(self.sites)
 
     def apply(self) -> bool:
-        """Patch loaded modules now and watch for the transport module; False when impossible."""
+        """Patch loaded modules now and watch for the target modules; False when impossible."""
         with self._lock:
             if self.applied:
                 return True
-            watch = []
-            for name in self.modules:
-                status = module_status(name)
-                if status is None:
-                    watch.append(name)
-                elif name == MODULE:
-                    why = ("SGLang is not installed" if status == "absent" else
-                           f"this SGLang has no {MODULE} module")
-                    _say_once(f"{name}:{status}", f"{why}; nothing to trace")
-                else:
-                    _say_once(f"{name}:{status}", f"{name} is {status}; nothing to trace")
+            watch = [name for name in dict.fromkeys(t.module for t in self.targets)
+                     if self._may_load(name)]
             if not watch:
                 return False
             self.applied = True
-            self._finder = _Finder(watch, self._patch_module)
-            sys.meta_path.insert(0, self._finder)
+            self._hook = ImportHook(watch, self._patch_module)
+            self._hook.install()
             for name in watch:
                 mod = sys.modules.get(name)
                 if mod is not None:
                     self._patch_module(mod)
             return True
 
+    def _may_load(self, name: str) -> bool:
+        status = module_status(name)
+        if status is None:
+            return True
+        if name == DEFAULT_MODULE:
+            why = ("SGLang is not installed" if status == "absent" else
+                   f"this SGLang has no {DEFAULT_MODULE} module")
+            _say_once(f"{name}:{status}", f"{why}; nothing to trace (to trace another "
+                      f"transport module: {TARGET_HINT})")
+        else:
+            where = "" if status == "absent" else " (its package has no such file)"
+            _say_once(f"{name}:{status}", f"target module {name!r} cannot be found{where} "
+                      f"for {sys.executable}; not tracing it")
+        return False
+
+    def _functions(self, mod: types.ModuleType, target: Target) -> tuple[Any, Any] | None:
+        """The target's two functions in ``mod`` (unwrapped), or None after saying why not."""
+        found = []
+        for name in (target.attach, target.extract):
+            try:
+                fn = getattr(mod, name)
+            except Exception:  # AttributeError, or a module __getattr__ failing its own way
+                fn = _MISSING
+            if fn is _MISSING:
+                _say_once(f"{target.spec}:{name}", f"target {target.spec}: {mod.__name__} has "
+                          f"no function {name!r}; not tracing it")
+                return None
+            if not callable(fn):
+                _say_once(f"{target.spec}:{name}", f"target {target.spec}: {mod.__name__}."
+                          f"{name} is not callable (a {type(fn).__name__}); not tracing it")
+                return None
+            found.append(_unwrap(fn))
+        return found[0], found[1]
+
     def _patch_module(self, mod: types.ModuleType) -> None:
-        """Wrap ``mod``'s attach/extract and rebind them in every loaded module."""
+        """Wrap ``mod``'s targets and rebind them in every loaded module."""
         with self._lock:
-            try:
-                attach, extract = getattr(mod, ATTACH), getattr(mod, EXTRACT)
-            except AttributeError:
-                _say_once(f"{mod.__name__}:api", f"{mod.__name__} lacks {ATTACH} or {EXTRACT}; "
-                          "nothing to trace")
-                return
-            originals = [_unwrap(attach), _unwrap(extract)]
-            try:
-                if id(originals[0]) not in self._wrappers or (
-                        id(originals[1]) not in self._wrappers):
-                    w_attach, w_extract = self.factory(originals[0], originals[1])
-                    self._wrappers[id(originals[0])] = (originals[0], w_attach)
-                    self._wrappers[id(originals[1])] = (originals[1], w_extract)
-                self._rebind_everywhere()
-            except Exception as exc:  # pptrace failing must never fail the engine
-                _say_once(f"{mod.__name__}:patch", f"cannot patch {mod.__name__} "
-                          f"({type(exc).__name__}: {exc}); not tracing")
+            for target in self.targets:
+                if target.module != mod.__name__:
+                    continue
+                functions = self._functions(mod, target)
+                if functions is None:
+                    continue
+                try:
+                    if any(id(fn) not in self._wrappers for fn in functions):
+                        wrappers = self.factory(*functions)
+                        for fn, wrapper in zip(functions, wrappers, strict=True):
+                            # A function another target already wrapped keeps its wrapper.
+                            self._wrappers.setdefault(id(fn), (fn, wrapper))
+                    self._rebind_everywhere()
+                except Exception as exc:  # pptrace failing must never fail the engine
+                    _say_once(f"{target.spec}:patch", f"cannot patch {target.spec} "
+                              f"({type(exc).__name__}: {exc}); not tracing it")
+                    continue
+                if target not in self.seen:
+                    self.seen.append(target)
 
     def _rebind_everywhere(self) -> None:
         """Point every module-level binding of an original (or foreign wrapper) at our wrapper."""
@@ -234,12 +210,9 @@ class EnginePatch:
     def restore(self) -> int:
         """Put every original back wherever our wrappers are bound; return how many bindings."""
         with self._lock:
-            if self._finder is not None:
-                try:
-                    sys.meta_path.remove(self._finder)
-                except ValueError:
-                    pass
-                self._finder = None
+            if self._hook is not None:
+                self._hook.remove()
+                self._hook = None
             back = {id(w): o for o, w in self._wrappers.values()}
             restored = 0
             for mod in list(sys.modules.values()):
@@ -252,9 +225,13 @@ class EnginePatch:
                         names[name] = original
                         restored += 1
             self.sites.clear()
+            self.seen.clear()
             self._wrappers.clear()
             self.applied = False
             return restored
+
+
+_MISSING = object()
 
 
 def _module_dict(mod: object) -> dict[str, Any] | None:

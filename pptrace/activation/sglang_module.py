@@ -15,11 +15,11 @@ import importlib.util
 import sys
 import types
 
-__all__ = ["MODULE", "ATTACH", "EXTRACT", "load_transport_module"]
+from pptrace.model.target import DEFAULT_ATTACH as ATTACH
+from pptrace.model.target import DEFAULT_EXTRACT as EXTRACT
+from pptrace.model.target import DEFAULT_MODULE as MODULE
 
-MODULE = "sglang.srt.sampling.sampling_observer_pp"
-ATTACH = "add_auxiliary_output_to_pp_tensors"
-EXTRACT = "pop_auxiliary_output_from_pp_tensors"
+__all__ = ["ATTACH", "EXTRACT", "MODULE", "load_transport_module"]
 
 
 def load_transport_module(allow_bare: bool = False) -> types.ModuleType | None:

@@ -5,10 +5,13 @@
     ...
     pptrace.uninstrument()           # originals back everywhere, spans flushed
 
+    pptrace.instrument(targets="mytransport:send_aux,recv_aux")   # a transport of one's own
+
 Under ``pptrace run`` (or ``PPTRACE_ENABLED=1`` with pptrace's ``sitecustomize`` on
-``PYTHONPATH``) every Python process of the tree calls ``activate_from_env`` the moment SGLang's
-transport module has loaded, before anything imports from it. Activation installs an import hook
-and patches what is loaded. Only when the engine's transport module is patched does the process
+``PYTHONPATH``) every Python process of the tree calls ``activate_from_env`` the moment a target
+module (``PPTRACE_TARGETS``; SGLang's transport module by default) has loaded, before anything
+imports from it. Activation installs an import hook and patches what is loaded. Only when a
+target module is patched does the process
 start its recorder thread and register its exit
 flush (atexit, SIGTERM when the handler is the default, chained otherwise) and, in flight mode,
 a SIGUSR1 dump. A process that records nothing writes nothing. Spans go through the engine's own
@@ -29,10 +32,11 @@ from dataclasses import dataclass, field, replace
 from types import FrameType
 from typing import Any
 
+from pptrace.activation import run_notes
 from pptrace.activation.patch import EnginePatch
-from pptrace.activation.sglang_module import MODULE
 from pptrace.model.config import Config
 from pptrace.model.records import RankInfo, RecorderStats
+from pptrace.model.target import Target, as_targets
 from pptrace.record.recorder import Recorder, Sink
 
 __all__ = ["activate", "activate_from_env", "active_recorder", "instrument", "uninstrument"]
@@ -48,7 +52,6 @@ class _Active:
     config: Config
     recorder: Recorder
     patch: EnginePatch
-    modules: tuple[str, ...]
     tracer_provider: Any = None
     armed: bool = False
     finished: bool = False
@@ -89,12 +92,11 @@ def activate(
     config: Config | None = None,
     *,
     tracer_provider: Any = None,
-    modules: Sequence[str] = (MODULE,),
 ) -> Recorder | None:
     """Activate pptrace in this process (idempotent); return its recorder, None when disabled.
 
     ``tracer_provider``: send spans through this provider (as the OTel instrumentor does).
-    ``modules``: the transport modules to patch (SGLang's by default).
+    The transport modules patched are ``config.targets`` (SGLang's by default).
     """
     global _state
     with _lock:
@@ -109,22 +111,33 @@ def activate(
             return None
         # The closures below see ``state`` once it is assigned (it is, before any call).
         recorder = Recorder(config, sink_factory=lambda rank: _DeferredSink(
-            lambda: _make_sink(state)))
-        patch = EnginePatch(lambda a, e: _wrap(state, a, e), tuple(modules))
-        state = _Active(config, recorder, patch, tuple(modules), tracer_provider=tracer_provider)
+            lambda: _first_sink(state)))
+        patch = EnginePatch(lambda a, e: _wrap(state, a, e), config.targets)
+        state = _Active(config, recorder, patch, tracer_provider=tracer_provider)
         _state = state
         _register_process_hooks()
         state.patch.apply()
         return recorder
 
 
-def instrument(config: Config | None = None, **overrides: Any) -> Recorder | None:
-    """Patch the engine in this process and start recording (``Config`` fields as overrides)."""
-    modules = overrides.pop("modules", (MODULE,))
+def instrument(
+    config: Config | None = None,
+    *,
+    targets: str | Target | Sequence[str | Target] | None = None,
+    **overrides: Any,
+) -> Recorder | None:
+    """Patch the engine in this process and start recording (``Config`` fields as overrides).
+
+    ``targets``: the transport modules to trace, as ``MODULE[:ATTACH,EXTRACT]`` strings or
+    ``Target`` records (default: ``PPTRACE_TARGETS``, else SGLang's module); a malformed one
+    raises ``ConfigError``.
+    """
     provider = overrides.pop("tracer_provider", None)
+    if targets is not None:
+        overrides["targets"] = as_targets(targets)
     if overrides:
         config = replace(config or Config.from_env(), **overrides)
-    return activate(config, tracer_provider=provider, modules=modules)
+    return activate(config, tracer_provider=provider)
 
 
 def uninstrument() -> None:
@@ -174,6 +187,7 @@ def _arm(state: _Active) -> None:
         return
     state.armed = True
     state.recorder.start()
+    run_notes.note("patched")
     if "otlp" in state.config.exporters and state.tracer_provider is None:
         # Now, not at the first flush: the exporter's import runs SDK code that needs a thread
         # pool, which refuses work once the interpreter exits (a short run's first flush).
@@ -307,12 +321,18 @@ def _after_fork() -> None:
         return
     try:
         state.patch.restore()
-        activate(state.config, tracer_provider=state.tracer_provider, modules=state.modules)
+        activate(state.config, tracer_provider=state.tracer_provider)
     except Exception as exc:
         print(f"pptrace: not tracing forked process {os.getpid()}: {exc}", file=sys.stderr)
 
 
 # --- sinks ------------------------------------------------------------------------------------
+
+
+def _first_sink(state: _Active) -> Sink:
+    """The real sink, opened at this process's first event (which ``pptrace run`` notes)."""
+    run_notes.on_first_record(state.config.trace_dir, state.config.exporters)
+    return _make_sink(state)
 
 
 def _engine_provider() -> Any:

@@ -6,6 +6,15 @@ to any other), and the command replaces this process. Every Python process of th
 including ranks started with ``spawn``, activates pptrace before the engine's code runs.
 
     pptrace run --export file,otlp -- python -m sglang.launch_server --pp-size 4 ...
+    pptrace run --target mytransport:send_aux,recv_aux -- torchrun --nproc-per-node 2 pp.py
+
+``--target MODULE[:ATTACH,EXTRACT]`` (repeatable; ``PPTRACE_TARGETS``) names the transport
+modules to trace instead of SGLang's (``pptrace.model.target``); a malformed one is refused
+before COMMAND starts (exit 2). The run says one closing line (``pptrace.activation.run_notes``):
+where the traces went and what to run next, or why nothing was traced. For that, ``pptrace run``
+also sets ``PPTRACE_RUN_PID`` (the command's process: ``exec`` keeps the pid) and
+``PPTRACE_RUN_STATE`` (a private folder of marker files, removed when the command's process
+exits), for its own bookkeeping.
 """
 
 from __future__ import annotations
@@ -13,13 +22,16 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import shutil
 import sys
+import tempfile
 import uuid
 from collections.abc import Mapping, Sequence
 
 from pptrace.cli.tracing import add_export_arguments, export_env
 from pptrace.model.config import ENV_DOC
 from pptrace.model.errors import ConfigError
+from pptrace.model.target import DEFAULT_MODULE, as_targets, format_targets
 
 __all__ = ["OTEL_DOC", "add_parser", "bootstrap_dir", "build_env", "main", "run"]
 
@@ -68,6 +80,10 @@ def _epilog() -> str:
         "examples:",
         "  pptrace run -- python -m sglang.launch_server --model-path M --pp-size 2",
         "  pptrace run --export file,otlp --protocol grpc --endpoint http://jaeger:4317 -- ...",
+        "  pptrace run --target mytransport:send_aux,recv_aux -- torchrun --standalone "
+        "--nproc-per-node 2 pp.py",
+        "  pptrace run --target pptrace.record.engine -- python pp.py   # pptrace's reference "
+        "transport",
         "  eval \"$(pptrace run --print-env)\"   # the same, for a command you cannot change",
     ]
     return "\n".join(lines)
@@ -89,6 +105,10 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--dir", metavar="DIR", help="directory for per-rank trace files")
+    p.add_argument("--target", dest="targets", action="append", metavar="MODULE[:ATTACH,EXTRACT]",
+                   help="trace this transport module instead of SGLang's (repeatable): a module "
+                        "that vendors, forks or renames attach and extract, with the names of "
+                        "its two functions when they differ from SGLang's (sets PPTRACE_TARGETS)")
     p.add_argument("--mode", choices=("stream", "flight"), help="stream every event, or keep "
                    "a flight-recorder ring dumped on error, SIGUSR1 and exit")
     p.add_argument("--flight-size", type=int, metavar="N", help="events kept in flight mode")
@@ -115,7 +135,9 @@ def build_env(args: argparse.Namespace, environ: Mapping[str, str]) -> dict[str,
         if value is not None:
             env[var] = str(value)
     env.setdefault("PPTRACE_RUN_ID", uuid.uuid4().hex[:16])
-    env = export_env(args, env)
+    if getattr(args, "targets", None):
+        env["PPTRACE_TARGETS"] = format_targets(as_targets(args.targets))
+    env = export_env(args, env)  # validates every PPTRACE_* value, targets included
     paths = [bootstrap_dir()] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep)
                                  if p and p != bootstrap_dir()]
     env["PYTHONPATH"] = os.pathsep.join(paths)
@@ -137,12 +159,21 @@ def run(args: argparse.Namespace) -> int:
     if not command:
         raise ConfigError("pptrace run: no command given (put it after '--')")
     from pptrace.activation.patch import module_status
-    from pptrace.activation.sglang_module import MODULE
 
-    if module_status(MODULE) is not None:  # said once here, not in every process of the tree
-        print(f"pptrace: {MODULE} is not installed for {sys.executable}; "
-              "processes that never load it are not traced", file=sys.stderr)
-    _exec(command, env)
+    if "PPTRACE_TARGETS" not in env and module_status(DEFAULT_MODULE) is not None:
+        # Said once here, not in every process of the tree. A target of the user's own is not
+        # looked for here: it is often found only on the command's path (its script's folder).
+        print(f"pptrace: SGLang's transport module ({DEFAULT_MODULE}) is not installed for "
+              f"{sys.executable}, so nothing is traced unless a process loads it; to trace a "
+              "transport module of your own: pptrace run --target MODULE[:ATTACH,EXTRACT] -- "
+              "COMMAND", file=sys.stderr)
+    env["PPTRACE_RUN_PID"] = str(os.getpid())  # the command's process: exec keeps the pid
+    env["PPTRACE_RUN_STATE"] = state = tempfile.mkdtemp(prefix="pptrace-run-")
+    try:
+        _exec(command, env)
+    except ConfigError:
+        shutil.rmtree(state, ignore_errors=True)
+        raise
     return 127  # only reached in tests that replace _exec
 
 

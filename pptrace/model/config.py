@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from pptrace.model.errors import ConfigError
+from pptrace.model.target import DEFAULT_TARGETS, Target, parse_targets
 
 __all__ = ["ENV_DOC", "Config"]
 
@@ -33,6 +34,8 @@ ENV_DOC: dict[str, str] = {
     "PPTRACE_NATIVE": "1/0: read tensor metadata with the native reader once built (default 1;"
                       " see pptrace native --help)",
     "PPTRACE_NATIVE_DIR": "where pptrace native build puts the reader (default ~/.cache/pptrace)",
+    "PPTRACE_TARGETS": "the transport modules to trace, ';' between them, each MODULE or"
+                       " MODULE:ATTACH,EXTRACT (default: SGLang's module; set by --target)",
     "PPTRACE_RUN_ID": "an id shared by all ranks of one run (default: set by pptrace run)",
     "PPTRACE_RANK": "override the global rank",
     "PPTRACE_PP_RANK": "override the pipeline-parallel rank",
@@ -94,6 +97,14 @@ def _exporters(env: Mapping[str, str]) -> tuple[str, ...]:
     return ("file", "otlp") if "otlp" in otel else ("file",)
 
 
+def _targets(env: Mapping[str, str]) -> tuple[Target, ...]:
+    raw = env.get("PPTRACE_TARGETS")
+    try:
+        return parse_targets(raw)
+    except ConfigError as exc:
+        raise ConfigError(f"PPTRACE_TARGETS={raw!r}: {exc}") from None
+
+
 @dataclass(frozen=True)
 class Config:
     """Everything the recorder and its sinks need to know."""
@@ -111,6 +122,7 @@ class Config:
     native: bool = True  # use pptrace.record.native's reader when it is built for this process
     run_id: str = ""
     rank_overrides: dict[str, int] = field(default_factory=dict)
+    targets: tuple[Target, ...] = DEFAULT_TARGETS  # see pptrace.model.target
 
     def __post_init__(self) -> None:
         if self.mode not in ("stream", "flight"):
@@ -122,6 +134,11 @@ class Config:
             )
         if self.flight_size < 1 or self.buffer_size < 1:
             raise ConfigError("flight_size and buffer_size must be at least 1")
+        targets = self.targets
+        if not isinstance(targets, tuple) or not targets or not all(
+                isinstance(t, Target) for t in targets):
+            raise ConfigError("targets: expected at least one pptrace.model.target.Target "
+                              "(pptrace.instrument(targets=...) also takes spec strings)")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> Config:
@@ -153,5 +170,6 @@ class Config:
             native=_bool(env, "PPTRACE_NATIVE", True),
             run_id=env.get("PPTRACE_RUN_ID", ""),
             rank_overrides=ranks,
+            targets=_targets(env),
         )
         return replace(cfg, **overrides) if overrides else cfg  # type: ignore[arg-type]
