@@ -7,7 +7,12 @@ stand in for a collector's failures:
 - ``down``: nothing listens on the port;
 - ``refuse``: a TCP listener that accepts and closes at once (no OTLP spoken);
 - ``error``: answer every export with HTTP 500 / gRPC INTERNAL;
-- ``hang``: accept the request and never answer (until the receiver stops).
+- ``hang``: accept the request and never answer (until the receiver stops);
+- hostile answers to every export, each counted in ``body_sent`` (bytes of body written):
+  ``flood``: ``200 OK`` with ``Content-Length: 10^12``, then zeros until the client hangs up
+  (or ``FLOOD_CAP``); ``chunked``: the same without a length, in chunks; ``trickle``: ``200 OK``
+  with a 1 MB length, one byte every 50 ms; ``bloat`` (gRPC): a valid response carrying a 1 MiB
+  error message.
 
     with Receiver("grpc") as rx:
         os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = rx.endpoint
@@ -21,6 +26,7 @@ import gzip
 import http.server
 import socket
 import threading
+import time
 import zlib
 from concurrent import futures
 from typing import Any
@@ -29,7 +35,10 @@ import grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
-MODES = ("ok", "down", "refuse", "error", "hang")
+MODES = ("ok", "down", "refuse", "error", "hang", "flood", "chunked", "trickle", "bloat")
+#: The most a flooding receiver sends per request: bounds the harm of a client that reads it all.
+FLOOD_CAP = 256 * 2**20
+BLOAT = 2**20
 
 
 def any_value(v: AnyValue) -> Any:
@@ -65,7 +74,11 @@ class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
             self.rx.released.wait()
             context.abort(grpc.StatusCode.UNAVAILABLE, "test collector stopped")
         self.rx.add(request)
-        return trace_service_pb2.ExportTraceServiceResponse()
+        response = trace_service_pb2.ExportTraceServiceResponse()
+        if self.rx.mode == "bloat":
+            response.partial_success.error_message = "x" * BLOAT
+            self.rx.body_sent += BLOAT
+        return response
 
 
 class _HttpHandler(http.server.BaseHTTPRequestHandler):
@@ -81,6 +94,9 @@ class _HttpHandler(http.server.BaseHTTPRequestHandler):
         rx.headers.append(dict(self.headers))
         if rx.mode == "hang":
             rx.released.wait()
+            return
+        if rx.mode in ("flood", "chunked", "trickle"):
+            self._hostile(rx)
             return
         if rx.mode == "error" or self.path != "/v1/traces":
             self.send_response(500 if rx.mode == "error" else 404)
@@ -102,6 +118,33 @@ class _HttpHandler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(out)
 
+    def _hostile(self, rx: Receiver) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        if rx.mode == "chunked":
+            self.send_header("Transfer-Encoding", "chunked")
+        else:
+            self.send_header("Content-Length", str(10**12 if rx.mode == "flood" else 10**6))
+        self.end_headers()
+        zeros = bytes(64 * 1024)
+        piece = (b"%x\r\n" % len(zeros)) + zeros + b"\r\n" if rx.mode == "chunked" else zeros
+        sent = 0
+        try:
+            while sent < FLOOD_CAP and not rx.released.is_set():
+                if rx.mode == "trickle":
+                    self.wfile.write(b"\0")
+                    self.wfile.flush()
+                    rx.body_sent += 1
+                    sent += 1
+                    time.sleep(0.05)
+                    continue
+                self.wfile.write(piece)
+                rx.body_sent += len(zeros)
+                sent += len(zeros)
+        except OSError:  # the client hung up: what a bounded client does
+            pass
+        self.close_connection = True
+
 
 class Receiver:
     """One OTLP receiver (``grpc`` or ``http``) in one failure mode."""
@@ -113,6 +156,7 @@ class Receiver:
         self.requests: list[Any] = []
         self.headers: list[dict[str, str]] = []
         self.attempts = 0
+        self.body_sent = 0  # hostile modes: bytes of answer written to clients
         self.released = threading.Event()
         self._lock = threading.Lock()
         self._stoppers: list[Any] = []

@@ -8,6 +8,12 @@ exporters. Unlike the SDK's ``BatchSpanProcessor``, nothing is lost silently: a 
 failed batch or a batch still waiting when the exit time runs out is counted and handed to
 ``on_drop(events, cause)`` (the recorder's counters).
 
+Whatever the collector answers, pptrace reads at most ``MAX_RESPONSE_BYTES`` of it (an OTLP
+response is a few bytes, an error page a few hundred): over HTTP the body is read in pieces, up
+to that size and within the request's timeout, and the connection is closed on anything longer
+(a success whose answer is cut off counts as a failed export: delivery is not confirmed); over
+gRPC the channel refuses a longer message (``grpc.max_receive_message_length``).
+
     provider.add_span_processor(otlp_processor(config, on_drop=recorder.exporter_dropped))
 """
 
@@ -18,6 +24,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
@@ -26,13 +33,27 @@ from pptrace.model import schema
 from pptrace.model.config import Config
 from pptrace.model.errors import ConfigError
 
-__all__ = ["FailOpenProcessor", "make_exporter", "otlp_processor", "protocol"]
+__all__ = [
+    "MAX_RESPONSE_BYTES",
+    "FailOpenProcessor",
+    "ResponseTooLarge",
+    "make_exporter",
+    "otlp_processor",
+    "protocol",
+]
 
 PROTOCOLS = ("grpc", "http/protobuf")
 QUEUE_SIZE = 8192  # spans waiting for the collector; beyond this new ones are dropped, counted
 BATCH_SIZE = 512
 MAX_BACKOFF = 30.0  # seconds between attempts while the collector keeps failing
 DropCallback = Callable[[int, str], None]
+#: The most pptrace reads of a collector's answer to one export, on either protocol.
+MAX_RESPONSE_BYTES = 64 * 1024
+_READ_PIECE = 16 * 1024
+
+
+class ResponseTooLarge(OSError):
+    """A collector's answer longer than ``MAX_RESPONSE_BYTES``: cut off, the connection closed."""
 
 
 def protocol(env: Mapping[str, str] | None = None) -> str:
@@ -61,12 +82,96 @@ def make_exporter(config: Config, env: Mapping[str, str] | None = None) -> SpanE
             OTLPSpanExporter as GrpcExporter,
         )
 
-        return GrpcExporter(timeout=timeout)
+        options: Any = (("grpc.max_receive_message_length", MAX_RESPONSE_BYTES),)
+        return GrpcExporter(timeout=timeout, channel_options=options)
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
         OTLPSpanExporter as HttpExporter,
     )
 
-    return HttpExporter(timeout=timeout)
+    return HttpExporter(timeout=timeout, session=bounded_session(env))
+
+
+def _timeout_seconds(timeout: Any) -> float:
+    """The read timeout in seconds, from what requests passes an adapter (None: 10 s)."""
+    if isinstance(timeout, tuple):
+        timeout = timeout[-1]
+    read = getattr(timeout, "read_timeout", timeout)  # a urllib3 Timeout
+    return float(read) if isinstance(read, (int, float)) else 10.0
+
+
+def _read_bounded(response: Any, limit: int, timeout: float) -> tuple[bytes, bool]:
+    """At most ``limit`` bytes of the body, in pieces, within ``timeout`` seconds of reading;
+    and whether the body ended there (False: longer, or too slow, and cut off)."""
+    length = response.headers.get("Content-Length")
+    if length is not None and length.strip().isdigit() and int(length) > limit:
+        return b"", False
+    raw = response.raw
+    read = getattr(raw, "read1", None) or raw.read  # read1: returns what one recv brings
+    deadline = time.monotonic() + timeout
+    pieces: list[bytes] = []
+    size = 0
+    while size <= limit:
+        if time.monotonic() > deadline:
+            return b"".join(pieces), False
+        piece = read(min(_READ_PIECE, limit + 1 - size), decode_content=False)
+        if not piece:
+            return b"".join(pieces), True
+        pieces.append(piece)
+        size += len(piece)
+    return b"".join(pieces)[:limit], False
+
+
+def bounded_session(env: Mapping[str, str] | None = None) -> Any:
+    """A ``requests.Session`` whose responses are read as the module docstring says.
+
+    When a credential provider is configured
+    (``OTEL_PYTHON_EXPORTER_OTLP_HTTP_(TRACES_)CREDENTIAL_PROVIDER``), its session is the one
+    bounded, as the exporter would have loaded it.
+    """
+    import requests
+    from requests.adapters import HTTPAdapter
+
+    class BoundedAdapter(HTTPAdapter):
+        def send(self, request: Any, stream: bool = False, timeout: Any = None,
+                 verify: Any = True, cert: Any = None,
+                 proxies: Any = None) -> requests.Response:
+            response = super().send(request, stream=True, timeout=timeout, verify=verify,
+                                    cert=cert, proxies=proxies)
+            try:
+                body, whole = _read_bounded(response, MAX_RESPONSE_BYTES,
+                                            _timeout_seconds(timeout))
+            except BaseException:
+                response.close()
+                raise
+            if whole:
+                response.raw.release_conn()
+            else:
+                response.close()  # not consumed: closes the connection, drains nothing
+            response._content = body
+            response._content_consumed = True
+            if not whole and response.ok:
+                raise ResponseTooLarge(
+                    f"collector at {request.url} answered {response.status_code} with more than "
+                    f"{MAX_RESPONSE_BYTES} bytes, or too slowly: cut off, delivery unconfirmed")
+            return response
+
+    env = os.environ if env is None else env
+    session: requests.Session | None = None
+    if (env.get("OTEL_PYTHON_EXPORTER_OTLP_HTTP_CREDENTIAL_PROVIDER")
+            or env.get("OTEL_PYTHON_EXPORTER_OTLP_HTTP_TRACES_CREDENTIAL_PROVIDER")):
+        try:  # the exporter's own loader (private; absent where the variables were unknown)
+            from opentelemetry.exporter.otlp.proto.http import _common
+
+            load = _common._load_session_from_envvar
+        except (ImportError, AttributeError):
+            load = None
+        if load is not None:
+            session = load("OTEL_PYTHON_EXPORTER_OTLP_HTTP_TRACES_CREDENTIAL_PROVIDER")
+    session = session or requests.Session()
+    adapter = BoundedAdapter()
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+    return session
 
 
 def _events_in(spans: list[ReadableSpan]) -> int:
