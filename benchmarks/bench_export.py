@@ -40,7 +40,8 @@ from pptrace.activation.sglang_module import load_transport_module
 from pptrace.export.sinks import build_sink
 from pptrace.model.config import Config
 from pptrace.model.records import RankInfo
-from pptrace.record.recorder import Recorder, _Converter
+from pptrace.record.convert import Converter as _Converter
+from pptrace.record.recorder import Recorder
 from pptrace.record.wrapper import wrap_transport
 
 ROOT = Path(__file__).resolve().parent.parent

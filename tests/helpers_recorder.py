@@ -93,3 +93,28 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
             return True
         time.sleep(0.02)
     return predicate()
+
+
+def check_raw(raw: Any, direction: Direction, subject: type, before: tuple[str, ...],
+              after: tuple[str, ...], error: bool) -> None:
+    """Assert that ``raw`` is a raw record of ``pptrace.model.raw``'s layout, read by name."""
+    from pptrace.model import raw as R
+
+    assert type(raw) is tuple and len(raw) == R.RAW_LEN, raw
+    assert raw[R.DIRECTION] is direction
+    assert type(raw[R.SEQ]) is int and raw[R.SEQ] >= 0
+    assert type(raw[R.WALL_NS]) is int and raw[R.WALL_NS] > 1_500_000_000 * 10**9  # after 2017
+    assert type(raw[R.MONO_NS]) is int and type(raw[R.DURATION_NS]) is int
+    assert 0 <= raw[R.DURATION_NS] < 60 * 10**9
+    assert raw[R.THREAD] is threading.current_thread()
+    assert raw[R.SUBJECT] is subject
+    assert raw[R.KEYS_BEFORE] == before and raw[R.KEYS_AFTER] == after
+    assert type(raw[R.ITEMS]) in (tuple, list, bytes)
+    assert raw[R.RETURNED_NONE] is (True if error or direction is Direction.ATTACH else False)
+    if error:
+        etype, message = raw[R.ERROR]
+        assert etype == "RuntimeError" and type(message) is str and message
+    else:
+        assert raw[R.ERROR] is None
+    assert type(raw[R.DROPPED]) is int and raw[R.DROPPED] >= 0
+    assert raw[R.FINGERPRINTS] is None

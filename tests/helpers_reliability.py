@@ -410,3 +410,34 @@ def write_hostile_traces(directory: Any) -> None:
         extract(received, Observer(SENTINEL))
     last.shutdown(timeout=5.0)
     first.shutdown(timeout=5.0)
+
+
+def worker_child(trace_dir: str, threads: int, exit_timeout: float) -> None:
+    """Record on ``threads`` engine worker threads as fast as they can (``pptrace.instrument``
+    owns the SIGTERM flush) while the main thread only waits: run until killed."""
+    import sys
+    import threading
+
+    from pptrace.activation.startup import instrument
+
+    instrument(Config(trace_dir=trace_dir, flush_interval=0.05, exit_timeout=exit_timeout))
+    mod = transport()
+    attach = mod.add_auxiliary_output_to_pp_tensors
+    extract = mod.pop_auxiliary_output_from_pp_tensors
+    done = [0] * threads
+
+    def work(i: int) -> None:
+        while True:
+            d = {"next_token_ids": IDS}
+            attach(d, Output({"a": T1}))
+            extract(d, Observer(SENTINEL))
+            done[i] += 1
+
+    for i in range(threads):
+        threading.Thread(target=work, args=(i,), name=f"engine-worker-{i}", daemon=True).start()
+    while min(done) < 200:
+        threading.Event().wait(0.01)
+    print("ready", flush=True)
+    sys.stdout.flush()
+    while True:
+        threading.Event().wait(1.0)

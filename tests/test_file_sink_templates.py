@@ -24,7 +24,9 @@ from pptrace.export.spans import process_resource
 from pptrace.model import schema
 from pptrace.model.config import Config
 from pptrace.model.records import PREFIX, Direction, Event, RankInfo, RecorderStats
-from pptrace.record.recorder import RawEvents, Recorder, _Converter
+from pptrace.record.convert import Converter as _Converter
+from pptrace.record.convert import RawEvents
+from pptrace.record.recorder import Recorder
 from tests.doubles import Observer, Output
 from tests.helpers_recorder import RANK, Composite, MemorySink, drive, recorder, wrapped
 
@@ -263,7 +265,7 @@ def test_raw_events_convert_once_for_every_reader(tmp_path: Path) -> None:
     assert rec.internal_errors == 1 and rec.dropped == 1
     assert [e.seq for e in memory.events if e.direction is Direction.ATTACH] == list(range(5))
     assert files.templates_built == 2
-    assert len(spans(tmp_path / "t.jsonl")) == 10 + 1  # and the stats span
+    assert len(spans(tmp_path / "t.jsonl")) == 10 + 2  # the flush's stats span, the final one
 
 
 def test_raw_events_is_a_sequence_of_events() -> None:

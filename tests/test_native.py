@@ -33,13 +33,14 @@ import pytest
 import torch
 
 import pptrace.record.engine as engine
+from pptrace.model import raw as R
 from pptrace.model.config import Config
-from pptrace.model.records import PREFIX
+from pptrace.model.records import PREFIX, Direction
 from pptrace.record import native
 from pptrace.record.recorder import Recorder
 from pptrace.record.wrapper import wrap_transport
 from tests.doubles import Observer, Output
-from tests.helpers_recorder import RANK, MemorySink, recorder, wrapped
+from tests.helpers_recorder import RANK, MemorySink, check_raw, recorder, wrapped
 
 ROOT = Path(__file__).resolve().parent.parent
 HAS_COMPILER = bool(os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++"))
@@ -269,11 +270,11 @@ def one_pair(sink: MemorySink) -> Recorder:
 def test_the_buffer_holds_packed_metadata_when_the_reader_is_used(use: Any) -> None:
     sink = MemorySink()
     rec = one_pair(sink)
-    assert [type(raw[9]) for raw in rec._buf] == [bytes, bytes]
+    assert [type(raw[R.ITEMS]) for raw in rec.buffer] == [bytes, bytes]
     off = recorder(Config(flush_interval=3600, native=False), sink)
     attach, _ = wrapped(off)
     attach({"next_token_ids": torch.zeros(1)}, Output(2))
-    assert type(off._buf[0][9]) is list  # PPTRACE_NATIVE=0: the Python reads
+    assert type(off.buffer[0][R.ITEMS]) is list  # PPTRACE_NATIVE=0: the Python reads
     rec.shutdown(5.0)
     off.shutdown(5.0)
 
@@ -461,10 +462,10 @@ def test_the_c_wrapper_hands_other_cases_to_the_python_wrapper(use: Any) -> None
     d: dict[str, Any] = {"next_token_ids": torch.zeros(1)}
     attach(d, Output(2))
     extract(d, Observer())
-    assert [type(raw[9]) for raw in rec._buf] == [list, bytes, bytes]
+    assert [type(raw[R.ITEMS]) for raw in rec.buffer] == [list, bytes, bytes]
     rec.enabled = False
     attach({"next_token_ids": torch.zeros(1)}, Output(1))  # disabled: straight through
-    assert len(rec._buf) == 3
+    assert rec.buffered == 3
     rec.shutdown(5.0)
     assert rec.internal_errors == 0
 
@@ -481,7 +482,7 @@ def test_a_failure_inside_the_c_wrapper_is_counted_not_raised(use: Any) -> None:
     assert list(d) == ["next_token_ids", PREFIX + "t0", PREFIX + "t1"]  # the engine's effect
     assert rec.internal_errors == 1 and "internal error in native record" in rec.warn.counts
     extract(d, Observer())
-    assert len(rec._buf) == 1  # the extract was recorded
+    assert rec.buffered == 1  # the extract was recorded
     rec.shutdown(5.0)
 
 
@@ -548,3 +549,52 @@ def test_a_free_threaded_python_keeps_the_python_wrapper(
     _reset()
     assert native.reader() is None and "free-threaded" in native.status().reason
     _reset()
+
+
+def test_the_library_names_its_raw_fields_as_python_does(use: Any) -> None:
+    assert use.RAW_FIELDS == R.RAW_FIELDS
+
+
+def test_a_raw_layout_changed_on_one_side_only_is_refused(
+        use: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # As if a field were added to pptrace.model.raw and not to native_meta.cpp.
+    monkeypatch.setattr(native, "RAW_FIELDS", (*R.RAW_FIELDS, "new_field"))
+    assert native._self_test(use).startswith("the library's raw layout")
+    _reset()
+    assert native.reader() is None and "raw layout" in native.status().reason
+
+
+def test_the_c_wrapper_builds_raws_of_the_layout(use: Any) -> None:
+    rec = recorder(Config(flush_interval=3600), MemorySink())
+    attach, extract = c_wrapped(rec)
+    d: dict[str, Any] = {"next_token_ids": torch.zeros(1)}
+    attach(d, Output(2))
+    extract(d, Observer())
+    keys = ("next_token_ids", PREFIX + "t0", PREFIX + "t1")
+    first, second = rec.buffer
+    assert type(first[R.ITEMS]) is bytes and type(second[R.ITEMS]) is bytes  # the C path's
+    check_raw(first, Direction.ATTACH, Output, keys[:1], keys, False)
+    check_raw(second, Direction.EXTRACT, Observer, keys, keys[:1], False)
+    rec.shutdown(5.0)
+
+
+def test_the_c_wrapper_held_after_shutdown_passes_through_and_keeps_nothing(use: Any) -> None:
+    import tracemalloc
+
+    rec = recorder(Config(flush_interval=3600), MemorySink())
+    attach, extract = c_wrapped(rec)
+    out, obs, ids = Output(2), Observer(), torch.zeros(1)
+    rec.shutdown(2.0)
+    recorded = rec.recorded
+    tracemalloc.start()
+    try:
+        base, _ = tracemalloc.get_traced_memory()
+        for _ in range(100_000):
+            d: dict[str, Any] = {"next_token_ids": ids}
+            attach(d, out)
+            extract(d, obs)
+        grown = tracemalloc.get_traced_memory()[0] - base
+    finally:
+        tracemalloc.stop()
+    assert rec.buffered == 0 and rec.recorded == recorded == 0
+    assert grown < 256 * 1024, grown

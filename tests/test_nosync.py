@@ -17,6 +17,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 import pptrace.record.engine as engine
+from pptrace.model import raw as R
 from pptrace.model.config import Config
 from pptrace.record import native
 from pptrace.record.wrapper import wrap_transport
@@ -99,7 +100,7 @@ def test_recording_calls_no_syncing_method(mode: str, monkeypatch: pytest.Monkey
     if native.reader() is None:
         assert {"shape", "is_contiguous"} <= set(spy.calls)
     else:  # the native reader read them in C++, where no torch function mode sees it
-        assert [type(raw[9]) for raw in rec._buf] == [bytes, bytes]
+        assert [type(raw[R.ITEMS]) for raw in rec.buffer] == [bytes, bytes]
     # The background conversion touches no tensor at all (only the recorded metadata).
     with spying(monkeypatch) as (bg_spy, bg_direct):
         rec.shutdown(timeout=5.0)

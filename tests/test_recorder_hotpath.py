@@ -11,8 +11,10 @@ import torch
 
 import pptrace.record.recorder as recorder_module
 from pptrace.model import errors
+from pptrace.model import raw as R
 from pptrace.model.config import Config
 from pptrace.model.records import PREFIX, Direction
+from pptrace.record.convert import expand
 from tests.doubles import Observer, Output
 from tests.helpers_recorder import MemorySink, recorder, wait_for, wrapped
 
@@ -43,7 +45,7 @@ def test_flight_ring_is_trimmed_and_freed_on_the_recorder_thread() -> None:
     # Pairs 0 to 45 left the ring (each pair's key dies with the last of its two events).
     assert wait_for(lambda: len(TrackedKey.freed_on) == 46)
     # The engine's thread only appended: every old event was freed by the recorder thread.
-    assert set(TrackedKey.freed_on) == {"pptrace-recorder"} and len(rec._buf) == 8
+    assert set(TrackedKey.freed_on) == {"pptrace-recorder"} and rec.buffered == 8
     assert rec.overwritten == 92
     rec.shutdown(timeout=5.0)
     assert [(e.direction, e.seq) for e in sink.events[:2]] == [
@@ -60,7 +62,7 @@ def test_flight_ring_stays_bounded_when_the_recorder_thread_falls_behind(
     attach, extract = wrapped(rec)
     TrackedKey.freed_on.clear()
     _drive_tracked(attach, extract, pairs=30)  # 60 events
-    assert rec._buf.maxlen == 4 + 16 and len(rec._buf) == 20  # the deque's maxlen evicted
+    assert rec.buffer.maxlen == 4 + 16 and rec.buffered == 20  # the deque's maxlen evicted
     assert "MainThread" in TrackedKey.freed_on  # the fallback: evicted on append
     assert rec.dump() == 4  # the newest four, whatever sat in the slack
     assert sorted((e.seq, e.direction.value) for e in sink.events) == [
@@ -78,11 +80,11 @@ def test_stream_buffer_never_holds_more_than_buffer_size() -> None:
     rec = recorder(Config(buffer_size=5), sink)  # no thread: nothing drains until flush()
     attach, extract = wrapped(rec)
     _drive_tracked(attach, extract, pairs=4)
-    assert len(rec._buf) == 5 and rec.dropped == 3
+    assert rec.buffered == 5 and rec.dropped == 3
     # The error path checks the cap too.
     with pytest.raises(RuntimeError, match=errors.ATTACH_EMPTY):
         attach({"next_token_ids": torch.zeros(1)}, Output(0))
-    assert len(rec._buf) == 5 and rec.dropped == 4
+    assert rec.buffered == 5 and rec.dropped == 4
     rec.shutdown(timeout=5.0)
     last = sink.stats[-1]
     assert (last.recorded, last.exported, last.dropped) == (9, 5, 4)
@@ -101,13 +103,13 @@ def test_a_value_that_is_not_a_plain_tensor_switches_the_event_to_the_general_fo
 
     tensors: dict[str, Any] = {"next_token_ids": torch.zeros(1)}
     attach(tensors, Output({"plain": plain, "marked": marked}))
-    assert type(rec._buf[-1][9]) is tuple  # the general form, from the second value on
+    assert type(rec.buffer[-1][R.ITEMS]) is tuple  # the general form, from the second value on
     extract(tensors, Observer())
     tensors = {"next_token_ids": torch.zeros(1), PREFIX + "t": plain, PREFIX + "list": [1]}
     with pytest.raises(RuntimeError, match=errors.EXTRACT_NOT_TENSOR):
         extract(tensors, Observer())
     attach({"next_token_ids": torch.zeros(1)}, Output(1))
-    assert type(rec._buf[-1][9]) is list  # plain tensors only: the flat form
+    assert type(rec.buffer[-1][R.ITEMS]) is list  # plain tensors only: the flat form
     rec.flush()
     first, second, third, fourth = sink.events
     for event in (first, second):
@@ -124,10 +126,12 @@ def test_a_value_that_is_not_a_plain_tensor_switches_the_event_to_the_general_fo
 
 def test_expand_leaves_what_is_not_a_flat_record_alone() -> None:
     odd = ("not", "a", "raw", "record")
-    assert recorder_module._expand(odd) is odd
-    general = (Direction.ATTACH, 0, 0, 0, 0, 0, object, (), (), (("k", object),), True, None, 0,
-               None)
-    assert recorder_module._expand(general) is general
-    flat = general[:9] + (["k", (1,), torch.float32, torch.device("cpu"), True],) + general[10:]
-    assert recorder_module._expand(flat)[9] == (("k", ((1,), torch.float32,
-                                                        torch.device("cpu"), True)),)
+    assert expand(odd) is odd
+    general = R.make(direction=Direction.ATTACH, seq=0, wall_ns=0, mono_ns=0, duration_ns=0,
+                     thread=0, subject=object, keys_before=(), keys_after=(),
+                     items=(("k", object),), returned_none=True, error=None, dropped=0,
+                     fingerprints=None)
+    assert expand(general) is general
+    flat = general[:R.ITEMS] + (["k", (1,), torch.float32, torch.device("cpu"), True],) + (
+        general[R.ITEMS + 1:])
+    assert expand(flat)[R.ITEMS] == (("k", ((1,), torch.float32, torch.device("cpu"), True)),)

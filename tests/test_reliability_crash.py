@@ -25,11 +25,13 @@ RECORD_FOR = 3.0  # seconds of recording before the kill: most of it must be on 
 
 
 def _spawn(tmp_path: Path, how: str, pairs: int = 0) -> subprocess.Popen[str]:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([HERE, os.environ.get("PYTHONPATH", "")]))
+    # The repository root: the helpers import their doubles as ``tests.doubles``.
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [os.path.dirname(HERE), HERE, os.environ.get("PYTHONPATH", "")]))
     env.pop("PPTRACE_ENABLED", None)
     if pairs:
         env["PPTRACE_TEST_PAIRS"] = str(pairs)
-    code = ("import helpers_reliability as h; "
+    code = ("import tests.helpers_reliability as h; "
             f"h.recording_child({str(tmp_path)!r}, {INTERVAL!r}, {how!r})")
     return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env, cwd=str(tmp_path))

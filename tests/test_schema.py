@@ -76,12 +76,31 @@ def test_event_round_trip(event: Event) -> None:
     assert back == event
 
 
+#: Per-sink losses as RecorderStats holds them: sorted by sink name, one entry per sink.
+SINK_DROPPED = st.dictionaries(st.sampled_from(["otlp", "file", "jaeger_2"]), SMALL).map(
+    lambda d: tuple(sorted(d.items())))
+
+
 @settings(max_examples=100, deadline=None)
 @given(st.builds(RecorderStats, rank=ranks, time_ns=INT64, recorded=SMALL, exported=SMALL,
                  dropped=SMALL, overwritten=SMALL, internal_errors=SMALL, export_errors=SMALL,
-                 mode=st.sampled_from(["stream", "flight"]), run_id=TEXT))
+                 mode=st.sampled_from(["stream", "flight"]), run_id=TEXT, final=st.booleans(),
+                 sink_dropped=SINK_DROPPED))
 def test_stats_round_trip(stats: RecorderStats) -> None:
     assert schema.attributes_to_stats(schema.stats_to_attributes(stats)) == stats
+
+
+def test_a_sinks_losses_are_its_own_attribute_not_dropped() -> None:
+    stats = RecorderStats(rank=RankInfo(pid=1), time_ns=1, recorded=5, exported=5,
+                          final=True, sink_dropped=(("otlp", 5),))
+    attrs = schema.stats_to_attributes(stats)
+    assert attrs[schema.S_DROPPED] == 0 and attrs[schema.S_FINAL] is True
+    assert attrs["pptrace.stats.sink.otlp.dropped"] == 5
+    back = schema.attributes_to_stats(attrs)
+    assert back.sink_lost("otlp") == 5 and back.sink_lost("file") == 0 and back.dropped == 0
+    # A trace written before the marker existed reads as not final.
+    del attrs[schema.S_FINAL]
+    assert schema.attributes_to_stats(attrs).final is False
 
 
 def attributes_are_otel_values(attrs: dict[str, Any]) -> bool:
@@ -226,8 +245,9 @@ def test_readme_documents_every_stats_attribute_with_its_type() -> None:
     documented = tables["Stats span attributes (`pptrace.recorder`)"]
     rank_keys = {schema.VERSION, schema.RUN_ID, schema.RANK, schema.WORLD_SIZE, schema.PP_RANK,
                  schema.PP_SIZE, schema.TP_RANK, schema.TP_SIZE, schema.HOST, schema.PID}
-    produced = {k: type_name(v) for k, v in
-                schema.stats_to_attributes(RecorderStats(rank=FULL_RANK, time_ns=1)).items()}
+    sample = RecorderStats(rank=FULL_RANK, time_ns=1, sink_dropped=(("otlp", 1),))
+    produced = {k.replace(".otlp.", ".<name>.") if k.startswith("pptrace.stats.sink.") else k:
+                type_name(v) for k, v in schema.stats_to_attributes(sample).items()}
     # The shared ones are documented once, in the event table, and named in the stats prose.
     assert documented == {k: v for k, v in produced.items() if k not in rank_keys}
     assert rank_keys <= set(produced)
