@@ -82,12 +82,13 @@ _SCALARS: dict[type, Callable[[Any], str]] = {
 _VALUES: dict[type, Callable[[Any], str]] = {**_SCALARS, tuple: _array, list: _array}
 
 
+def _no_form(value: Any) -> str:
+    raise ValueError(f"attribute value of type {type(value).__name__} has no OTLP form here")
+
+
 def _value(value: Any, encoders: Mapping[type, Callable[[Any], str]] = _VALUES) -> str:
     """One attribute value as an OTLP/JSON ``AnyValue``."""
-    encode = encoders.get(type(value))
-    if encode is None:
-        raise ValueError(f"attribute value of type {type(value).__name__} has no OTLP form here")
-    return encode(value)
+    return encoders.get(type(value), _no_form)(value)
 
 
 def _attributes(attrs: Mapping[str, Any]) -> str:
@@ -178,7 +179,7 @@ class FileSink:
         self.templates_built = 0
 
     def _attributes(self, attrs: Mapping[str, Any]) -> str:
-        cache = self._cache
+        cache, values = self._cache, _VALUES
         parts = []
         for key, value in attrs.items():
             if type(value) is list:
@@ -191,7 +192,8 @@ class FileSink:
                         value) + "}"
                 parts.append(text)
             else:
-                parts.append('{"key":' + _esc(key) + ',"value":' + _value(value) + "}")
+                parts.append('{"key":' + _esc(key) + ',"value":'
+                             + values.get(type(value), _no_form)(value) + "}")
         return ',"attributes":[' + ",".join(parts) + "]"
 
     def _span(self, name: str, start: int, end: int, attrs: Mapping[str, Any],
