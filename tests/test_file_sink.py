@@ -31,7 +31,8 @@ from pptrace.export.spans import SPAN_LIMITS, SdkSpanSink, process_resource, sco
 from pptrace.load.loader import load_paths
 from pptrace.model.config import Config
 from pptrace.model.records import PREFIX, Direction, Event, RankInfo, RecorderStats, TensorMeta
-from pptrace.record.recorder import RawEvents, Recorder
+from pptrace.record.convert import RawEvents
+from pptrace.record.recorder import Recorder
 from pptrace.record.wrapper import wrap_transport
 from tests.doubles import Observer, Output
 from tests.helpers_recorder import Composite, drive, recorder, wrapped

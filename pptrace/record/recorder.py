@@ -43,55 +43,26 @@ from __future__ import annotations
 
 import collections
 import itertools
-import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any
 
 from pptrace.model.config import Config
 from pptrace.model.raw import Raw
-from pptrace.model.records import PREFIX, Direction, Event, RankInfo, RecorderStats
+from pptrace.model.records import PREFIX, Direction, RankInfo, RecorderStats
 from pptrace.record.convert import Converter, RawEvents
 from pptrace.record.ranks import discover_rank
-from pptrace.record.ring import RingCount
+from pptrace.record.ring import RingCount, drain, take_excess
+from pptrace.record.sink import Sink, WarnOnce
 
 __all__ = ["HOT_READS", "Recorder", "Sink", "WarnOnce"]
-
-log = logging.getLogger("pptrace")
 
 #: The recorder attributes the native reader's C wrapper reads on each call, by these names, in
 #: this order: (is it recording, is the rank still to be learned, events dropped so far). Passed
 #: to the C side when a wrapper is made, so that the names live here only.
 HOT_READS = ("enabled", "rank_pending", "dropped")
-
-
-class Sink(Protocol):
-    """Where finished events go (spans to files, OTLP, an engine's tracer provider...).
-
-    The recorder hands ``export`` a ``RawEvents``: a sequence that converts its raw tuples as
-    it is read, so that a sink able to encode the raws itself skips the records.
-    """
-
-    def export(self, events: Sequence[Event]) -> None: ...
-
-    def export_stats(self, stats: RecorderStats) -> None: ...
-
-    def shutdown(self, timeout: float) -> None: ...
-
-
-class WarnOnce:
-    """Log one warning per cause, and count every occurrence."""
-
-    def __init__(self) -> None:
-        self.counts: collections.Counter[str] = collections.Counter()
-
-    def __call__(self, cause: str, detail: str) -> None:
-        self.counts[cause] += 1
-        if self.counts[cause] == 1:
-            log.warning("pptrace: %s: %s (further occurrences are counted, not logged)",
-                        cause, detail)
 
 
 class Recorder:
@@ -316,14 +287,7 @@ class Recorder:
                 self.internal_error("background flush", exc)
 
     def _drain(self) -> list[Raw]:
-        out: list[Raw] = []
-        pop = self._buf.popleft
-        try:
-            while True:
-                out.append(pop())
-        except IndexError:
-            pass
-        return out
+        return drain(self._buf)
 
     def _trim(self) -> None:
         """Flight mode: take the ring's oldest events beyond ``flight_size`` out (on the recorder
@@ -331,19 +295,9 @@ class Recorder:
         if len(self._buf) <= self._flight_size:
             return
         with self._flush_lock:
-            old = self._take_excess()
+            old = take_excess(self._buf, self._flight_size)
             self._ring.taken(old, trimmed=True)
         del old  # freed here, off the engine's thread
-
-    def _take_excess(self) -> list[Raw]:
-        buf, size = self._buf, self._flight_size
-        old: list[Raw] = []
-        try:
-            while len(buf) > size:
-                old.append(buf.popleft())
-        except IndexError:  # emptied meanwhile by a flush on another thread
-            pass
-        return old
 
     def flush(self, deadline: float | None = None, final: bool = False) -> int:
         """Convert and export everything buffered now; return the number of events exported.
@@ -359,7 +313,7 @@ class Recorder:
                 self._buf.clear()
                 return 0
             if self.flight:  # the ring holds the last flight_size events, whatever the thread did
-                self._ring.taken(self._take_excess(), trimmed=True)
+                self._ring.taken(take_excess(self._buf, self._flight_size), trimmed=True)
             raws = self._drain()
             if self.flight:
                 self._ring.taken(raws)

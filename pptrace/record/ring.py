@@ -1,4 +1,4 @@
-"""Flight mode's ring accounting: how many events the ring overwrote, from sequence numbers alone.
+"""The buffer's bookkeeping: draining it, trimming a flight ring, counting what the ring overwrote.
 
 The engine's thread only appends to the ring (a ``deque`` whose ``maxlen`` evicts the oldest
 event when the recorder thread falls behind); the recorder thread trims it back to its size and
@@ -14,13 +14,14 @@ is what ``maxlen`` evicted, counted without any work on the engine's thread.
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Sequence
 
 from pptrace.model import raw as R
 from pptrace.model.raw import Raw
 from pptrace.model.records import Direction
 
-__all__ = ["RingCount"]
+__all__ = ["RingCount", "drain", "take_excess"]
 
 
 class RingCount:
@@ -46,3 +47,27 @@ class RingCount:
                 if seq > high[direction]:
                     high[direction] = seq
         self.overwritten = self._trimmed + sum(high[d] + 1 - taken[d] for d in high)
+
+
+def drain(buf: collections.deque[Raw]) -> list[Raw]:
+    """Take everything out of ``buf``, oldest first (the engine's threads may append meanwhile:
+    what they add after the last ``popleft`` stays for the next drain)."""
+    out: list[Raw] = []
+    pop = buf.popleft
+    try:
+        while True:
+            out.append(pop())
+    except IndexError:
+        pass
+    return out
+
+
+def take_excess(buf: collections.deque[Raw], size: int) -> list[Raw]:
+    """Take the oldest raws of ``buf`` beyond its first ``size`` (a flight ring's trim)."""
+    old: list[Raw] = []
+    try:
+        while len(buf) > size:
+            old.append(buf.popleft())
+    except IndexError:  # emptied meanwhile by a flush on another thread
+        pass
+    return old
