@@ -9,6 +9,7 @@ the viewer's styles and the native reader's source, and must require Textual onl
 from __future__ import annotations
 
 import email
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -19,11 +20,21 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
+SOURCES = ("pyproject.toml", "README.md", "pptrace", "tui", "samples")
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
-    out = tmp_path_factory.mktemp("wheel")
+    # Built from a copy: setuptools writes build/ beside the sources it builds.
+    src, out = tmp_path_factory.mktemp("src"), tmp_path_factory.mktemp("wheel")
+    for name in SOURCES:
+        if (ROOT / name).is_dir():
+            shutil.copytree(ROOT / name, src / name,
+                            ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+        else:
+            shutil.copy2(ROOT / name, src / name)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                    "-q", "-w", str(out), str(ROOT)], check=True, capture_output=True,
+                    "-q", "-w", str(out), str(src)], check=True, capture_output=True,
                    timeout=300)
     (path,) = out.glob("pptrace-*.whl")
     return zipfile.ZipFile(path)
