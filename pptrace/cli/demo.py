@@ -192,20 +192,19 @@ def _summary(result: RunResult, out: IO[str]) -> bool:
     return bool(result.ok) and check.complete and len(result.reports) == opts.ranks
 
 
-def _analyze_and_report(out_dir: str, view: bool = False) -> int | None:
+def _analyze_and_report(out_dir: str, view: bool = False) -> int:
     """Analyze the run's traces, print the report and, when asked, open the viewer on them;
-    return the analysis exit status (None when analysis is unavailable)."""
-    try:
-        from pptrace.analyze.analyzer import analyze
-        from pptrace.load.loader import load_paths
-        from pptrace.model.findings import Severity
-        from pptrace.report.text import exit_status, render_text
-    except ImportError as exc:
-        print(f"pptrace demo: analysis not available ({exc}); traces kept in {out_dir}",
-              file=sys.stderr)
-        return None
-    trace = load_paths([out_dir])
+    return the analysis exit status."""
+    from pptrace.analyze.analyzer import analyze
+    from pptrace.cli.inputs import load_trace
+    from pptrace.model.findings import Severity
+    from pptrace.report.text import exit_status, render_text
+
+    status = Status(sys.stderr)
+    trace = load_trace([out_dir], status)
+    status.stage(f"pptrace: analyzing {trace.event_count:,} events")
     findings = analyze(trace)
+    status.end()
     sys.stdout.write("\n" + render_text(trace, findings, Severity.ERROR))
     if view:
         from pptrace.cli.view import view as open_view
