@@ -130,14 +130,14 @@ def summary(state: str) -> str:
         return f"pptrace: {who} recorded; {_where(config.trace_dir, config.exporters)}"
     targets = config.targets
     modules = ", ".join(dict.fromkeys(t.module for t in targets))
-    hint = ("to trace a transport module of your own: pptrace run --target "
-            "MODULE[:ATTACH,EXTRACT] -- COMMAND")
     if patched:
         who = "1 process" if patched == 1 else f"{patched} processes"
         calls = " or ".join(dict.fromkeys(f"{t.module}.{n}" for t in targets
                                           for n in (t.attach, t.extract)))
-        return (f"pptrace: nothing traced: {who} loaded {modules}, but none called {calls}"
-                + ("" if targets != DEFAULT_TARGETS else f"; {hint}"))
-    return (f"pptrace: nothing traced: no process of this run imported {modules} "
-            f"(the transport module{'s' if len(targets) > 1 else ''} pptrace waits for); "
-            + hint)
+        return f"pptrace: nothing traced: {who} loaded {modules}, but none called {calls}"
+    if targets == DEFAULT_TARGETS:
+        return (f"pptrace: nothing traced: no process of this run imported {modules} (SGLang's "
+                "transport module); to trace a transport module of your own: pptrace run "
+                "--target MODULE[:ATTACH,EXTRACT] -- COMMAND")
+    return (f"pptrace: nothing traced: no process of this run imported {modules} (the --target "
+            "or PPTRACE_TARGETS modules pptrace waits for: is that what the command imports?)")
