@@ -25,7 +25,7 @@ from pptrace.cli.inputs import (
 )
 from pptrace.cli.progress import Status
 from pptrace.model.trace import Trace
-from pptrace.report.diff import JSON_SCHEMA, diff, profile, render_text, to_json
+from pptrace.report.diff import CHANGE_RULE, JSON_SCHEMA, diff, profile, render_text, to_json
 
 __all__ = ["add_parser", "run"]
 
@@ -36,11 +36,12 @@ Jaeger's query service: http://jaeger:16686 reads service --jaeger-service in th
 
 Compared: the PP/TP layout; the auxiliary names per direction; each name's dtype and shape
 pattern (a dimension that varies within a run, like the batch, shows as *); the mean payload
-bytes per step; engine errors and analyzer findings per kind.
+bytes per step; engine errors and analyzer findings per kind. The table's columns are A and B.
+{CHANGE_RULE[0].upper()}{CHANGE_RULE[1:]}.
 
 exit status: 0 no difference, 1 differences, 2 unusable input.
---format json writes {{"schema": "{JSON_SCHEMA}", "a", "b", "differences", "rows": [{{"section",
-"subject", "a", "b", "changed"}}]}}.
+--format json writes {{"schema": "{JSON_SCHEMA}", "a", "b", "differences", "rule", "rows":
+[{{"section", "subject", "a", "b", "changed"}}]}}.
 
 examples:
   pptrace diff traces-good/ traces-bad/

@@ -2,8 +2,10 @@
 
 A run is reduced to a ``RunProfile``: its layout, the auxiliary names per direction with their
 dtypes and shape patterns (a dimension that varies within the run, like the batch, shows as
-``*``), the payload bytes per step, and the engine errors and findings per kind. ``diff`` lists
-every compared row with a ``changed`` flag. Pure: no I/O.
+``*``), the payload bytes per step (mean and standard deviation), and the engine errors and
+findings per kind. ``diff`` lists every compared row with a ``changed`` flag, set by the rule
+``CHANGE_RULE`` states: a difference in what the protocol carries always counts; a shift of the
+mean bytes counts only when a different batch mix cannot explain it. Pure: no I/O.
 
     rows = diff(profile(trace_a, analyze(trace_a)), profile(trace_b, analyze(trace_b)))
     print(render_text(rows, "good/", "bad/"))
@@ -11,6 +13,8 @@ every compared row with a ``changed`` flag. Pure: no I/O.
 
 from __future__ import annotations
 
+import math
+import textwrap
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -22,10 +26,32 @@ from pptrace.model.records import Direction, Event
 from pptrace.model.text import inert, plural
 from pptrace.model.trace import Trace
 
-__all__ = ["DiffRow", "RunProfile", "diff", "profile", "render_text", "to_json"]
+__all__ = [
+    "BYTES_SHIFT",
+    "CHANGE_RULE",
+    "DiffRow",
+    "RunProfile",
+    "bytes_changed",
+    "diff",
+    "profile",
+    "render_text",
+    "to_json",
+]
 
 #: The JSON diff's schema id.
 JSON_SCHEMA = "pptrace.diff/1"
+
+#: The relative shift of the mean payload bytes per step below which it is never a change.
+BYTES_SHIFT = 0.10
+
+#: What ``changed`` means, in one sentence (the text footer, ``--help`` and the JSON say it).
+CHANGE_RULE = (
+    "a row is marked changed when the layout, the names, or a name's dtypes or shape pattern "
+    "differ, or when an engine error or finding kind occurs in one run only; the mean payload "
+    "bytes per step are marked only when the two means differ by more than "
+    f"{BYTES_SHIFT:.0%} of the smaller and by more than their pooled per-step standard "
+    "deviation (a different batch mix moves the mean within that spread)"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +72,7 @@ class RunProfile:
     payload_calls: dict[str, int]  # direction -> calls carrying auxiliary tensors
     names: dict[str, dict[str, NameProfile]]  # direction -> name -> profile (first-seen order)
     bytes_per_step: dict[str, float]  # direction -> mean payload bytes per payload call
+    bytes_spread: dict[str, float]  # direction -> their standard deviation (population)
     errors: Counter[str] = field(default_factory=Counter)  # engine error kind -> calls
     findings: Counter[str] = field(default_factory=Counter)  # finding kind -> occurrences
 
@@ -88,12 +115,13 @@ def profile(trace: Trace, findings: Sequence[Finding]) -> RunProfile:
     calls: dict[str, int] = {}
     names: dict[str, dict[str, NameProfile]] = {}
     bytes_: dict[str, float] = {}
+    spread: dict[str, float] = {}
     errors: Counter[str] = Counter()
     for direction in Direction:
         shapes: dict[str, set[tuple[int, ...]]] = {}
         dtypes: dict[str, list[str]] = {}
         counts: Counter[str] = Counter()
-        total = n = 0
+        total = squares = n = 0  # ints: exact however many steps
         for proc in trace.processes:
             for ev in proc.events:
                 if ev.direction is not direction:
@@ -103,15 +131,19 @@ def profile(trace: Trace, findings: Sequence[Finding]) -> RunProfile:
                 if not _carries(ev):
                     continue
                 n += 1
+                step = 0
                 for t in ev.tensors:
-                    total += t.nbytes
+                    step += t.nbytes
                     shapes.setdefault(t.name, set()).add(t.shape)
                     seen = dtypes.setdefault(t.name, [])
                     if t.dtype not in seen:
                         seen.append(t.dtype)
                     counts[t.name] += 1
+                total += step
+                squares += step * step
         calls[direction.value] = n
         bytes_[direction.value] = total / n if n else 0.0
+        spread[direction.value] = math.sqrt(n * squares - total * total) / n if n else 0.0
         names[direction.value] = {
             name: NameProfile(tuple(dtypes[name]), _shape_pattern(shapes[name]), counts[name])
             for name in dtypes
@@ -119,7 +151,8 @@ def profile(trace: Trace, findings: Sequence[Finding]) -> RunProfile:
     found: Counter[str] = Counter()
     for f in findings:
         found[f.kind.value] += 1 + f.cascade
-    return RunProfile(_layout(trace), len(trace.processes), calls, names, bytes_, errors, found)
+    return RunProfile(_layout(trace), len(trace.processes), calls, names, bytes_, spread, errors,
+                      found)
 
 
 def _carries(ev: Event) -> bool:
@@ -128,6 +161,17 @@ def _carries(ev: Event) -> bool:
 
 def _names(items: Sequence[str]) -> str:
     return ", ".join(items) if items else "-"
+
+
+def bytes_changed(mean_a: float, sd_a: float, mean_b: float, sd_b: float) -> bool:
+    """Whether a shift of the mean payload bytes per step is a change (see ``CHANGE_RULE``)."""
+    shift = abs(mean_b - mean_a)  # relative to the smaller mean, so A/B and B/A agree
+    return (shift > BYTES_SHIFT * min(mean_a, mean_b)
+            and shift > math.sqrt((sd_a * sd_a + sd_b * sd_b) / 2))
+
+
+def _in_one(a: int, b: int) -> bool:
+    return (a == 0) != (b == 0)
 
 
 def diff(a: RunProfile, b: RunProfile) -> list[DiffRow]:
@@ -149,29 +193,45 @@ def diff(a: RunProfile, b: RunProfile) -> list[DiffRow]:
             tb = f"{'/'.join(pb.dtypes)} {pb.shape}" if pb else "absent"
             rows.append(DiffRow(f"per name ({d})", name, ta, tb, ta != tb))
         ba, bb = a.bytes_per_step[d], b.bytes_per_step[d]
-        ratio = f" (x{bb / ba:.2f})" if ba and bb else ""
-        rows.append(DiffRow("bytes per step", d, f"{ba:.1f}", f"{bb:.1f}{ratio}",
-                            round(ba, 1) != round(bb, 1)))
+        sa, sb = a.bytes_spread[d], b.bytes_spread[d]
+        ratio = f", x{bb / ba:.2f}" if ba and bb else ""
+        rows.append(DiffRow("bytes per step", d, f"{ba:.1f} (sd {sa:.1f})",
+                            f"{bb:.1f} (sd {sb:.1f}{ratio})", bytes_changed(ba, sa, bb, sb)))
+    # A count that differs while both runs have the kind is the runs' lengths, not a change.
     for kind in sorted(set(a.errors) | set(b.errors)):
         rows.append(DiffRow("engine errors", kind, str(a.errors[kind]), str(b.errors[kind]),
-                            a.errors[kind] != b.errors[kind]))
+                            _in_one(a.errors[kind], b.errors[kind])))
     for kind in sorted(set(a.findings) | set(b.findings)):
         rows.append(DiffRow("findings", kind, str(a.findings[kind]), str(b.findings[kind]),
-                            a.findings[kind] != b.findings[kind]))
+                            _in_one(a.findings[kind], b.findings[kind])))
     order = {section: i for i, section in enumerate(dict.fromkeys(
         ["run", "names", "per name (attach)", "per name (extract)", "bytes per step"]))}
     rows.sort(key=lambda r: order.get(r.section, len(order)))  # stable: keeps order within
     return rows
 
 
+#: The footer's line length.
+_FOOTER_WIDTH = 88
+#: The most characters of a path a column header shows (the first line names it whole).
+_HEADER_LIMIT = 40
+
+
+def _header(label: str) -> str:
+    """A path shortened from the left (its end tells runs apart): ``...traces-bad/``."""
+    return label if len(label) <= _HEADER_LIMIT else "..." + label[-(_HEADER_LIMIT - 3):]
+
+
 def render_text(rows: Sequence[DiffRow], label_a: str, label_b: str) -> str:
-    """A readable table: A, B, and a mark on each changed row."""
+    """A readable table under A and B column headers, a mark on each changed row, and the
+    rule that marked them."""
     # Names come from trace files: show their control characters as escapes (as analyze does).
     rows = [replace(r, subject=inert(r.subject), a=inert(r.a), b=inert(r.b)) for r in rows]
     label_a, label_b = inert(label_a), inert(label_b)
+    head_a, head_b = f"A: {_header(label_a)}", f"B: {_header(label_b)}"
     width = max([len(r.subject) for r in rows] + [8]) + 2
-    col = max([len(r.a) for r in rows] + [len(label_a), 8]) + 2
-    lines = [f"pptrace diff: A = {label_a}, B = {label_b}"]
+    col = max([len(r.a) for r in rows] + [len(head_a), 8]) + 2
+    lines = [f"pptrace diff: A = {label_a}, B = {label_b}", "",
+             f"  {'':<{width}}{head_a:<{col}}{head_b}"]
     section = ""
     for r in rows:
         if r.section != section:
@@ -180,17 +240,19 @@ def render_text(rows: Sequence[DiffRow], label_a: str, label_b: str) -> str:
         mark = "  << changed" if r.changed else ""
         lines.append(f"  {r.subject:<{width}}{r.a:<{col}}{r.b}{mark}")
     changed = sum(r.changed for r in rows)
-    lines += ["", f"{plural(changed, 'difference')}."]
+    lines += ["", f"{plural(changed, 'difference')}.",
+              *textwrap.wrap(f"Rule: {CHANGE_RULE}.", _FOOTER_WIDTH)]
     return "\n".join(lines) + "\n"
 
 
 def to_json(rows: Sequence[DiffRow], label_a: str, label_b: str) -> dict[str, Any]:
-    """The JSON diff: ``{"schema", "a", "b", "differences", "rows": [...]}``."""
+    """The JSON diff: ``{"schema", "a", "b", "differences", "rule", "rows": [...]}``."""
     return {
         "schema": JSON_SCHEMA,
         "a": label_a,
         "b": label_b,
         "differences": sum(r.changed for r in rows),
+        "rule": CHANGE_RULE,
         "rows": [
             {"section": r.section, "subject": r.subject, "a": r.a, "b": r.b,
              "changed": r.changed}
