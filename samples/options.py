@@ -69,6 +69,9 @@ class PipelineOptions:
     async_depth: int = 1  # microbatch slots = pp + async_depth
     comm_timeout: float = 20.0  # gloo timeout: the longest a rank waits for a silent peer
     fingerprint: bool = True  # let pptrace hash auxiliary tensors (finds changed bytes)
+    # The VPP path's layout: only the last stage's TP rank 0 attaches; its dict reaches the other
+    # TP ranks by a broadcast, and each sends its copy to stage 0 as usual.
+    tp_broadcast: bool = False
     # PPTRACE_* / OTEL_* variables each rank sets before its recorder starts (export, endpoint,
     # service...): passed explicitly, since a fork server started earlier has an older environment.
     env: tuple[tuple[str, str], ...] = ()
@@ -110,6 +113,8 @@ class PipelineOptions:
             )
         if opts.transport not in TRANSPORTS:
             raise ConfigError(f"transport {opts.transport!r}: expected one of {TRANSPORTS}")
+        if opts.tp_broadcast and opts.tp < 2:
+            raise ConfigError("--tp-broadcast needs at least 2 TP ranks (--tp 2)")
         if opts.steps < 1:
             raise ConfigError("--steps must be at least 1")
         if opts.batch < 1:
@@ -132,7 +137,8 @@ class RankReport:
     dropped: int = 0
     trace_file: str = ""
     transport: str = ""  # the module whose attach/extract ran (SGLang's or pptrace's)
-    attached: int = 0  # last stage: outputs attached (then sent, or skipped by the schedule)
+    attached: int = 0  # last stage: outputs sent on with an auxiliary output attached
+
     matched: int = 0  # stage 0: outputs identical to what the last stage computed
     mismatched: int = 0
     skipped: int = 0  # stage 0: outputs whose send the last stage skipped

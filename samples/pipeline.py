@@ -239,15 +239,22 @@ class Stage:
         ids = sample(logits, _seed(opts, k))
         self.token_digest.update(ids.numpy().tobytes())
         out = self.observer.observe(logits)
-        tensors = self.plan.fresh_dict(k, self.previous)
-        tensors["next_token_ids"] = ids
-        tensors["next_token_logprobs"] = torch.log_softmax(logits, -1).gather(1, ids[:, None])[:, 0]
-        # A plain list travels whole inside the metadata, as the engine's logprob lists do.
-        tensors["extend_logprob_start_len_per_req"] = [0] * len(ids)
-        self._engine(self.attach, tensors, self.plan.output_for(k, out, ids))
+        if self.opts.tp_broadcast and self.tp_rank > 0:
+            # TP rank 0 attached; its dict arrives whole (as broadcast_tensor_dict delivers it).
+            tensors = self._comm(self.link.broadcast_tensor_dict, None)
+        else:
+            tensors = self.plan.fresh_dict(k, self.previous)
+            tensors["next_token_ids"] = ids
+            tensors["next_token_logprobs"] = torch.log_softmax(logits, -1).gather(
+                1, ids[:, None])[:, 0]
+            # A plain list travels whole inside the metadata, as the engine's logprob lists do.
+            tensors["extend_logprob_start_len_per_req"] = [0] * len(ids)
+            self._engine(self.attach, tensors, self.plan.output_for(k, out, ids))
+            self.previous = tensors
+            self.plan.after_attach(k, tensors, out)
+            if self.opts.tp_broadcast:
+                self._comm(self.link.broadcast_tensor_dict, tensors)
         self.attached += 1
-        self.previous = tensors
-        self.plan.after_attach(k, tensors, out)
         self._comm(self.link.send_tensor_dict, self.plan.to_send(k, tensors), self.next_rank)
 
 
@@ -294,7 +301,7 @@ def run_rank(opts: PipelineOptions, rank: int, progress: Progress) -> RankReport
             timeout=datetime.timedelta(seconds=opts.comm_timeout),
         )
         tp_group = _tp_group(opts, info.pp_rank or 0) if opts.tp > 1 else None
-        link = Link(opts.tp, info.tp_rank or 0, tp_group)
+        link = Link(opts.tp, info.tp_rank or 0, tp_group, tp_root=(info.pp_rank or 0) * opts.tp)
         stage = Stage(opts, rank, attach, extract, link, progress)
         stage.run()
         dist.destroy_process_group()

@@ -9,9 +9,13 @@ receiver holds slice j from the sender's TP rank j.
 Every send is asynchronous (``isend``): a stage never waits for its peer to post the receive,
 which keeps the lock-step schedule free of deadlocks. ``Link.drain()`` waits for what is pending.
 
-    link = Link(tp_size=2, tp_rank=0, tp_group=group)
+    link = Link(tp_size=2, tp_rank=0, tp_group=group, tp_root=2)
     link.send_tensor_dict({"next_token_ids": ids, "__msg_type__": "output"}, dst=2)
     tensors = link.recv_tensor_dict(src=6)
+    tensors = link.broadcast_tensor_dict(tensors if tp_rank == 0 else None)  # TP rank 0's dict
+
+``broadcast_tensor_dict`` is the engine's way for the VPP path's last stage: only TP rank 0 runs
+attach, and its dict (auxiliary tensors included) reaches the stage's other TP ranks whole.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ class Link:
     tp_size: int = 1
     tp_rank: int = 0
     tp_group: Any = None
+    tp_root: int = 0  # the global rank of this stage's TP rank 0 (the broadcast's source)
     pending: list[tuple[Any, torch.Tensor]] = field(default_factory=list)
 
     def _isend(self, tensor: torch.Tensor, dst: int) -> None:
@@ -102,6 +107,26 @@ class Link:
             else:
                 dist.recv(tensor, src)
             out[key] = tensor
+        return out
+
+    def broadcast_tensor_dict(self, tensors: dict[str, Any] | None) -> dict[str, Any]:
+        """TP rank 0's dict on every TP rank of the stage: metadata, then each tensor whole."""
+        meta: list[Any] = [None]
+        if self.tp_rank == 0:
+            assert tensors is not None
+            meta = [[(k, TensorMetadata(v.device.type, v.dtype, v.size()))
+                     if isinstance(v, torch.Tensor) else (k, v) for k, v in tensors.items()]]
+        dist.broadcast_object_list(meta, src=self.tp_root, group=self.tp_group)
+        out: dict[str, Any] = {}
+        for key, value in meta[0]:
+            if not isinstance(value, TensorMetadata):
+                out[key] = value
+                continue
+            tensor = (tensors[key].contiguous() if tensors is not None
+                      else torch.empty(value.size, dtype=value.dtype, device=value.device))
+            if tensor.numel():
+                dist.broadcast(tensor, src=self.tp_root, group=self.tp_group)
+            out[key] = tensor if tensors is None else tensors[key]
         return out
 
     def _prune(self) -> None:

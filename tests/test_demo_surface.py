@@ -25,18 +25,22 @@ def _parse(*argv: str) -> argparse.Namespace:
 
 @pytest.mark.parametrize(("check", "sentence", "complete"), [
     (Stage0Check(attached=4, matched=4, mismatched=0, skipped=0),
-     "4 outputs attached on the last stage: 4 arrived identical to what the last stage "
+     "4 outputs left the last stage with an auxiliary output attached: 4 arrived identical to "
+     "what the last stage "
      "computed, 0 differed, 0 never sent (skipped)", True),
     (Stage0Check(attached=1, matched=1, mismatched=0, skipped=0),
-     "1 output attached on the last stage: 1 arrived identical to what the last stage "
+     "1 output left the last stage with an auxiliary output attached: 1 arrived identical to "
+     "what the last stage "
      "computed, 0 differed, 0 never sent (skipped)", True),
     # no-observer: stage 0 raised at its first extract, the rest never reached a check
     (Stage0Check(attached=2, matched=0, mismatched=0, skipped=0),
-     "2 outputs attached on the last stage: 0 arrived identical to what the last stage "
+     "2 outputs left the last stage with an auxiliary output attached: 0 arrived identical to "
+     "what the last stage "
      "computed, 0 differed, 0 never sent (skipped), 2 never checked on stage 0", False),
     # skipped-send: one output never reached stage 0, so the run is not healthy
     (Stage0Check(attached=6, matched=5, mismatched=0, skipped=1),
-     "6 outputs attached on the last stage: 5 arrived identical to what the last stage "
+     "6 outputs left the last stage with an auxiliary output attached: 5 arrived identical to "
+     "what the last stage "
      "computed, 0 differed, 1 never sent (skipped)", False),
 ], ids=["healthy", "one", "no-observer", "skipped-send"])
 def test_the_stage0_check_counts_what_it_names(check: Stage0Check, sentence: str,

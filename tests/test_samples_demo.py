@@ -101,8 +101,9 @@ def test_healthy_demo_exits_0_with_a_summary(
     assert cli_demo.run(_parse("--ranks", "2", "--steps", "4", "--out", out)) == 0
     captured = capsys.readouterr()
     assert handed == [out]
-    assert ("stage 0 check: 4 outputs attached on the last stage: 4 arrived identical to what "
-            "the last stage computed, 0 differed, 0 never sent (skipped)\n") in captured.out
+    assert ("stage 0 check: 4 outputs left the last stage with an auxiliary output attached: "
+            "4 arrived identical to what the last stage computed, 0 differed, 0 never sent "
+            "(skipped)\n") in captured.out
     assert len([n for n in os.listdir(out) if n.endswith(".otlp.jsonl")]) == 2
     assert "steps r0 4/4  r1 4/4" in captured.err
 

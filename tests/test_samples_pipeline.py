@@ -253,3 +253,16 @@ def test_analyzer_sees_one_orphan_for_one_skipped_send(tmp_path: Path) -> None:
     result, _ = run_sample(out, ranks=2, steps=STEPS, fault="skipped-send")
     assert result.exit_codes == (EXIT_OK, EXIT_OK)
     assert finding_kinds(out) == {"orphan-attach"}
+
+
+def test_the_tp_broadcast_layout_runs_and_delivers_every_output(tmp_path: Path) -> None:
+    """The VPP path's layout: the last stage's TP rank 0 alone attaches, a broadcast hands its
+    dict to TP rank 1, and both send their copy to stage 0, whose two TP ranks extract."""
+    result, traces = run_sample(str(tmp_path / "bc"), ranks=4, tp=2, steps=4, tp_broadcast=True)
+    assert result.exit_codes == (0, 0, 0, 0)
+    reports = result.reports
+    assert [reports[r].matched for r in (0, 1)] == [4, 4]  # both stage-0 TP ranks: intact
+    directions = {r: {e.direction for e in traces.events(r)} for r in range(4)}
+    assert directions == {0: {Direction.EXTRACT}, 1: {Direction.EXTRACT},
+                          2: {Direction.ATTACH}, 3: set()}
+    assert finding_kinds(str(tmp_path / "bc")) == set()  # no false missing-rank for tp 1

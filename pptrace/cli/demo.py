@@ -73,6 +73,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--out", metavar="DIR", default=None,
                         help="directory for the per-rank trace files "
                              "(default ./pptrace-traces/demo-<time>; must not hold traces)")
+    parser.add_argument("--tp-broadcast", action="store_true",
+                        help="the VPP path's layout: only the last stage's TP rank 0 attaches, "
+                             "and a broadcast hands its dict to the other TP ranks (needs --tp 2)")
     parser.add_argument("--seed", type=int, default=0, help="model and sampling seed")
     parser.add_argument("--no-fingerprint", action="store_true",
                         help="do not hash auxiliary tensors (then changed bytes go unseen)")
@@ -128,7 +131,7 @@ def _count(n: int, one: str, many: str) -> str:
 class Stage0Check:
     """What stage 0 made of the outputs the last stage attached (summed over TP ranks)."""
 
-    attached: int  # on the last stage
+    attached: int  # outputs the last stage sent on with an auxiliary output attached
     matched: int  # arrived identical to what the last stage computed
     mismatched: int  # arrived, but differed
     skipped: int  # the last stage skipped the send (a skip marker arrived instead)
@@ -149,8 +152,8 @@ class Stage0Check:
                  f"{self.mismatched} differed", f"{self.skipped} never sent (skipped)"]
         if self.unchecked:
             parts.append(f"{self.unchecked} never checked on stage 0")
-        return (f"{_count(self.attached, 'output', 'outputs')} attached on the last stage: "
-                + ", ".join(parts))
+        return (f"{_count(self.attached, 'output', 'outputs')} left the last stage with an "
+                "auxiliary output attached: " + ", ".join(parts))
 
 
 def _summary(result: RunResult, out: IO[str]) -> bool:
@@ -263,6 +266,7 @@ def run(args: argparse.Namespace) -> int:
     opts = PipelineOptions(
         ranks=args.ranks, tp=args.tp, steps=args.steps, fault=args.fault, out_dir=out_dir,
         seed=args.seed, fingerprint=not args.no_fingerprint, env=tracing_env,
+        tp_broadcast=args.tp_broadcast,
     ).resolved()
     print(f"pptrace demo: {opts.ranks} ranks = {opts.pp} PP stages x {opts.tp} TP, "
           f"{opts.steps} decode steps over {opts.slots} microbatch slots, "
