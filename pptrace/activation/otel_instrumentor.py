@@ -1,7 +1,8 @@
 """pptrace as an OpenTelemetry instrumentor, so that ``opentelemetry-instrument`` picks it up.
 
 Registered under the ``opentelemetry_instrumentor`` entry point (``pptrace``). Under
-``opentelemetry-instrument`` every process that imports SGLang's transport module is patched,
+``opentelemetry-instrument`` every process that imports a target module (SGLang's transport
+module, or those ``PPTRACE_TARGETS`` names) is patched,
 and pptrace's spans go through the tracer provider OpenTelemetry configured (or the one passed
 as ``tracer_provider``), beside pptrace's own trace files.
 

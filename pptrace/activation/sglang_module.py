@@ -6,6 +6,8 @@
 ``allow_bare`` is for tests and the sample pipeline: when ``import sglang`` fails for want of its
 GPU dependencies, a bare package object pointing at the installed folder is registered so that the
 transport module (which needs only torch) loads on its own. Never use it inside a real engine.
+To trace a transport module of one's own, name it as a target instead (``pptrace run --target``,
+``pptrace.instrument(targets=...)``; see ``pptrace.model.target``).
 """
 
 from __future__ import annotations
