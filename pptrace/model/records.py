@@ -162,6 +162,8 @@ class RecorderStats:
     run_id: str = ""
     final: bool = False  # the recorder's last word: written by its shutdown, counts complete
     sink_dropped: tuple[tuple[str, int], ...] = ()  # (sink name, events it lost), sorted
+    rotated: int = 0  # events deleted with the oldest segments of a rotated trace file
+    rotated_segments: int = 0  # the segments deleted
 
     def sink_lost(self, sink: str) -> int:
         """Events the sink named ``sink`` lost after taking them (0 when none)."""

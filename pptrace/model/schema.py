@@ -97,6 +97,10 @@ S_FINAL = "pptrace.stats.final"
 #: int, ``S_SINK_DROPPED.format(name)``: events the sink ``name`` (``otlp``) lost after taking
 #: them. The other sinks (the trace file) still have them: never read as the file's own losses.
 S_SINK_DROPPED = "pptrace.stats.sink.{}.dropped"
+#: int, events deleted with the oldest segments of a rotated trace file (the trace lacks them
+#: by design: the analyzer judges only the window every end still covers), and those segments.
+S_ROTATED = "pptrace.stats.rotated"
+S_ROTATED_SEGMENTS = "pptrace.stats.rotated_segments"  # int
 _SINK_HEAD, _SINK_TAIL = S_SINK_DROPPED.split("{}")
 
 
@@ -337,6 +341,9 @@ def stats_to_attributes(stats: RecorderStats) -> dict[str, AttributeValue]:
             S_FINAL: stats.final,
         }
     )
+    if stats.rotated or stats.rotated_segments:  # only a rotated file's spans carry them
+        out[S_ROTATED] = stats.rotated
+        out[S_ROTATED_SEGMENTS] = stats.rotated_segments
     for sink, dropped in stats.sink_dropped:
         out[S_SINK_DROPPED.format(sink)] = dropped
     return out
@@ -358,6 +365,8 @@ def attributes_to_stats(attrs: Mapping[str, Any], where: str = "") -> RecorderSt
         mode=r.string(S_MODE, "stream"),
         run_id=r.string(RUN_ID, ""),
         final=r.boolean(S_FINAL, False),
+        rotated=r.integer(S_ROTATED, 0),
+        rotated_segments=r.integer(S_ROTATED_SEGMENTS, 0),
         sink_dropped=tuple(sorted(
             (key[len(_SINK_HEAD):-len(_SINK_TAIL)], r.integer(key)) for key in attrs
             if isinstance(key, str) and key.startswith(_SINK_HEAD) and key.endswith(_SINK_TAIL)
