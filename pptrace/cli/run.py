@@ -80,8 +80,8 @@ def _epilog() -> str:
         "examples:",
         "  pptrace run -- python -m sglang.launch_server --model-path M --pp-size 2",
         "  pptrace run --export file,otlp --protocol grpc --endpoint http://jaeger:4317 -- ...",
-        "  pptrace run --target mytransport:send_aux,recv_aux -- torchrun --standalone "
-        "--nproc-per-node 2 pp.py",
+        "  pptrace run --target mytransport:send_aux,recv_aux -- torchrun --nproc-per-node 2 "
+        "pp.py",
         "  pptrace run --target pptrace.record.engine -- python pp.py   # pptrace's reference "
         "transport",
         "  eval \"$(pptrace run --print-env)\"   # the same, for a command you cannot change",
