@@ -133,14 +133,16 @@ class TraceBuilder:
     def _where(self) -> str:
         return f"{self.source}:{self.line}: " if self.line is not None else f"{self.source}: "
 
-    def _check_version(self, attrs: Mapping[str, Any]) -> None:
+    def _check_version(self, attrs: Mapping[str, Any], resource: Mapping[str, Any]) -> None:
         version = attrs.get(schema.VERSION)
+        if version is None:  # schema version 2: on the resource
+            version = resource.get(schema.VERSION)
         if isinstance(version, int) and not isinstance(version, bool) and (
-            version > schema.SCHEMA_VERSION or version < 1
+            version > schema.READ_VERSION or version < 1
         ):
             raise SchemaVersionError(
                 f"pptrace schema version {version!r:.20} is not supported (this pptrace reads "
-                f"versions 1 to {schema.SCHEMA_VERSION}; upgrade pptrace)",
+                f"versions 1 to {schema.READ_VERSION}; upgrade pptrace)",
                 path=self.source,
                 line=self.line,
             )
@@ -154,10 +156,13 @@ class TraceBuilder:
         if self.source not in sources:
             sources.append(self.source)
 
-    def decode_event(self, attrs: Mapping[str, Any], start_ns: int, end_ns: int) -> Event:
-        """Decode and intern an event span (SchemaVersionError on bad attributes)."""
-        self._check_version(attrs)
-        return self.intern_event(schema.attributes_to_event(attrs, start_ns, end_ns))
+    def decode_event(self, attrs: Mapping[str, Any], start_ns: int, end_ns: int,
+                     resource: Mapping[str, Any]) -> Event:
+        """Decode and intern an event span of a resource (SchemaVersionError on bad
+        attributes)."""
+        self._check_version(attrs, resource)
+        return self.intern_event(
+            schema.attributes_to_event(attrs, start_ns, end_ns, resource=resource))
 
     def add_stats(self, stats: RecorderStats) -> ProcessKey:
         """Keep a process's latest stats; return the process's key."""
@@ -212,10 +217,11 @@ class TraceBuilder:
         trace_id: str,
         span_id: str,
         service: str,
+        resource: Mapping[str, Any],
     ) -> None:
         if name == schema.SPAN_ATTACH or name == schema.SPAN_EXTRACT:
             try:
-                ev = self.decode_event(attrs, start_ns, end_ns)
+                ev = self.decode_event(attrs, start_ns, end_ns, resource)
             except SchemaVersionError as exc:
                 if exc.path is not None:
                     raise  # an unsupported version: never skipped
@@ -224,9 +230,9 @@ class TraceBuilder:
             self.add_event(ev)
             return
         if name == schema.SPAN_STATS:
-            self._check_version(attrs)
+            self._check_version(attrs, resource)
             try:
-                stats = schema.attributes_to_stats(attrs)
+                stats = schema.attributes_to_stats(attrs, resource=resource)
             except SchemaVersionError as exc:
                 self.problem(f"skipped a {name} span: {exc}")
                 return

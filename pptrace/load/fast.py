@@ -37,7 +37,8 @@ from pptrace.load.otlp import (
     attributes,
     for_each_otlp_span,
     otlp_span,
-    resource_service,
+    resource_attributes,
+    service_of,
     to_int,
 )
 from pptrace.model import schema
@@ -56,7 +57,8 @@ class EventSink(SpanSink, Protocol):
 
     def problem(self, message: str, line: int | None = None) -> None: ...
 
-    def decode_event(self, attrs: Mapping[str, Any], start_ns: int, end_ns: int) -> Event: ...
+    def decode_event(self, attrs: Mapping[str, Any], start_ns: int, end_ns: int,
+                     resource: Mapping[str, Any]) -> Event: ...
 
 _SPANS = b'"spans":['
 _SPLIT = b',{"traceId":"'
@@ -82,6 +84,7 @@ _MARKERS = (
 _START, _END, _SEQ, _THREAD, _MONO, _DUR, _DROPPED = range(len(_MARKERS))
 _SPAN_ID = b'"spanId":"'
 _MAX_TEMPLATES = 50_000
+_Resource = tuple[int, str, dict[str, Any]]  # (number, service name, attributes)
 
 
 class _Fallback(Exception):
@@ -217,25 +220,27 @@ class FastLines:
         self.builder = builder
         # key -> (template event, has duration attribute), or None: not cacheable.
         self.templates: dict[bytes, tuple[Event, bool] | None] = {}
-        # pptrace's own layout (``_OWN``): (name and kind, text after the changing values) ->
-        # index into ``shapes``: the template event, or None when that shape cannot be cached.
-        self.own: dict[tuple[bytes, bytes], int] = {}
+        # pptrace's own layout (``_OWN``): (resource number, name and kind, text after the changing
+        # values) -> index into ``shapes``: the template event, or None when it cannot be cached.
+        self.own: dict[tuple[int, bytes, bytes], int] = {}
         self.shapes: list[Event | None] = []
         self.rows: list[tuple[int, ...]] | None = None  # see ``_spans``
-        self.heads: dict[bytes, str] = {}  # the text before the spans -> service name
+        # The text before the spans -> its resource: number (a part of every template's key:
+        # schema version 2 keeps the process's constants there), service name, attributes.
+        self.heads: dict[bytes, _Resource] = {}
         self.hits = self.misses = 0
 
-    def _service(self, head: bytes, tail: bytes) -> str:
-        service = self.heads.get(head)
-        if service is None:
+    def _resource(self, head: bytes, tail: bytes) -> _Resource:
+        known = self.heads.get(head)
+        if known is None:
             try:
                 doc = json.loads(head + tail)
                 for_each_otlp_span(doc, _NoSpans())
-                service = resource_service(doc["resourceSpans"][0])
+                attrs = resource_attributes(doc["resourceSpans"][0])
             except (ValueError, KeyError, IndexError, TypeError, BadShape, UnicodeDecodeError):
                 raise _Fallback from None
-            self.heads[head] = service
-        return service
+            known = self.heads[head] = (len(self.heads), service_of(attrs), attrs)
+        return known
 
     def line(self, text: bytes) -> bool:
         """Read one JSON line into the builder; False when the ordinary path must read it.
@@ -256,19 +261,20 @@ class FastLines:
         if m is None:
             return False
         try:
-            service = self._service(text[:body_start], m.group(0))
+            res = self._resource(text[:body_start], m.group(0))
             chunks = text.split(_SPLIT)
             chunks[0] = chunks[0][body_start + len(_HEAD):]
             chunks[-1] = chunks[-1][: m.start() - len(text)]  # the tail's length, from the end
-            events, others = self._spans(chunks)
+            events, others = self._spans(chunks, res)
         except _Fallback:
             return False
+        _, service, resource = res
         b = self.builder
         b.add_events(events)
         try:
             for item in others:
                 if isinstance(item, dict):
-                    otlp_span(item, service, b)
+                    otlp_span(item, service, resource, b)
                 else:
                     b.add_event(item)
         except (BadShape, RecursionError) as exc:  # as the ordinary path reports a bad line
@@ -276,7 +282,7 @@ class FastLines:
             b.problem(f"{reason}; line skipped")
         return True
 
-    def _spans(self, chunks: list[bytes]) -> tuple[list[Event], list[Any]]:
+    def _spans(self, chunks: list[bytes], res: _Resource) -> tuple[list[Event], list[Any]]:
         """(events from cached shapes, everything else: decoded events and raw spans).
 
         With ``rows`` set (a loader worker, ``pptrace.load.worker``), a cached span becomes a
@@ -287,15 +293,16 @@ class FastLines:
         others: list[Any] = []
         own, shapes, rows = self.own, self.shapes, self.rows
         match = _OWN.match
+        head, _, resource = res
         for chunk in chunks:
             m = match(chunk)
             if m is None:
-                others.append(self._older(chunk))
+                others.append(self._older(chunk, head, resource))
                 continue
-            key = (m[1], chunk[m.end():])
+            key = (head, m[1], chunk[m.end():])
             i = own.get(key)
             if i is None:
-                others.append(self._learn_own(chunk, key, m))
+                others.append(self._learn_own(chunk, key, m, resource))
                 continue
             t = shapes[i]
             if t is None:  # a known shape that cannot be cached
@@ -309,7 +316,8 @@ class FastLines:
         self.hits += len(chunks) - len(others)
         return events, others
 
-    def _learn_own(self, chunk: bytes, key: tuple[bytes, bytes], m: re.Match[bytes]) -> Any:
+    def _learn_own(self, chunk: bytes, key: tuple[int, bytes, bytes], m: re.Match[bytes],
+                   resource: Mapping[str, Any]) -> Any:
         """Parse a span of pptrace's own layout; cache it when the cut values check out."""
         self.misses += 1
         span = self._parse(chunk)
@@ -318,10 +326,10 @@ class FastLines:
             own.clear()  # (rows already taken keep their indices into ``shapes``)
         own[key] = len(shapes)
         shapes.append(None)
-        rest = key[1]
+        rest = key[2]
         if any(marker in rest for marker in _NOT_IN_REST):
             return span
-        decoded = self._decode(span)
+        decoded = self._decode(span, resource)
         if decoded is None:
             return span
         ev = decoded[0]
@@ -332,7 +340,8 @@ class FastLines:
             shapes[-1] = ev
         return ev
 
-    def _decode(self, span: dict[str, Any]) -> tuple[Event, dict[str, Any]] | None:
+    def _decode(self, span: dict[str, Any], resource: Mapping[str, Any]
+                ) -> tuple[Event, dict[str, Any]] | None:
         """(event, attributes) as the ordinary path decodes the span, or None to leave it to
         that path."""
         if span.get("name") not in (schema.SPAN_ATTACH, schema.SPAN_EXTRACT):
@@ -341,7 +350,7 @@ class FastLines:
             attrs = attributes(span.get("attributes", []))
             begin = to_int(span.get("startTimeUnixNano", 0), "start")
             end = to_int(span.get("endTimeUnixNano", begin), "end")
-            return self.builder.decode_event(attrs, begin, end), attrs
+            return self.builder.decode_event(attrs, begin, end, resource), attrs
         except SchemaVersionError as exc:
             if exc.path is not None:
                 raise  # an unsupported schema version: fatal, as on the ordinary path
@@ -349,17 +358,18 @@ class FastLines:
         except (BadShape, RecursionError):
             return None
 
-    def _older(self, chunk: bytes) -> Any:
+    def _older(self, chunk: bytes, head: int, resource: Mapping[str, Any]) -> Any:
         """A span in another layout (pptrace before attributes were reordered, or another
         writer): cut by markers, as ``_cut_usual``/``_cut`` say."""
         templates = self.templates
         cut = _cut_usual(chunk)
         key, v = cut if cut is not None else _cut(chunk)
+        key = b"%d\0%b" % (head, key)
         try:
             hit = templates[key]
         except KeyError:
             self.misses += 1
-            return self._learn(chunk, key, v)
+            return self._learn(chunk, key, v, resource)
         if hit is None:
             return self._parse(chunk)
         self.hits += 1
@@ -393,7 +403,8 @@ class FastLines:
             raise _Fallback
         return span
 
-    def _learn(self, chunk: bytes, key: bytes, v: list[bytes | None]) -> Any:
+    def _learn(self, chunk: bytes, key: bytes, v: list[bytes | None],
+               resource: Mapping[str, Any]) -> Any:
         """Parse a span the ordinary way; cache it as a template when the cut checks out."""
         span = self._parse(chunk)
         if len(self.templates) >= _MAX_TEMPLATES:
@@ -405,7 +416,7 @@ class FastLines:
             chunk.count(m) != 1 for m, value in zip(_MARKERS, v, strict=True) if value is not None
         ):
             return span
-        decoded = self._decode(span)
+        decoded = self._decode(span, resource)
         if decoded is None:
             return span
         ev, attrs = decoded

@@ -3,7 +3,8 @@
 
 Jaeger spans carry tags as ``{"key", "type", "value"}`` and times in microseconds. Jaeger has no
 array tag type: converters from OTLP store an array attribute as a string holding JSON, so a
-pptrace array attribute that arrives as a string starting with ``[`` is decoded back.
+pptrace array attribute that arrives as a string starting with ``[`` is decoded back. A span's
+process tags are its resource's attributes (where schema version 2 keeps a process's constants).
 
     for_each_jaeger_span(document, sink)
 """
@@ -63,14 +64,20 @@ def tags(items: Any) -> dict[str, Any]:
     return out
 
 
-def _service(span: Mapping[str, Any], processes: Mapping[str, Any]) -> str:
+def _process(span: Mapping[str, Any], processes: Mapping[str, Any],
+             seen: dict[int, tuple[str, dict[str, Any]]]) -> tuple[str, dict[str, Any]]:
+    """(service name, process tags) of a span's process; each process's tags decoded once."""
     process = span.get("process")
     if not isinstance(process, dict):
         process = processes.get(span.get("processID", ""))
-    if isinstance(process, dict):
+    if not isinstance(process, dict):
+        return "", {}
+    known = seen.get(id(process))
+    if known is None:
         name = process.get("serviceName", "")
-        return name if isinstance(name, str) else ""
-    return ""
+        known = seen[id(process)] = (name if isinstance(name, str) else "",
+                                     tags(process.get("tags")))
+    return known
 
 
 def for_each_jaeger_span(document: Mapping[str, Any], sink: SpanSink) -> int:
@@ -88,6 +95,7 @@ def for_each_jaeger_span(document: Mapping[str, Any], sink: SpanSink) -> int:
         spans = trace.get("spans") or []
         if not isinstance(spans, list):
             raise BadShape("'spans' should be a list")
+        seen: dict[int, tuple[str, dict[str, Any]]] = {}  # (the trace keeps its processes alive)
         for span in spans:
             if not isinstance(span, dict):
                 raise BadShape("each span should be an object")
@@ -96,6 +104,7 @@ def for_each_jaeger_span(document: Mapping[str, Any], sink: SpanSink) -> int:
                 raise BadShape("operationName should be a string")
             start = to_int(span.get("startTime", 0), "startTime") * 1000
             end = start + to_int(span.get("duration", 0), "duration") * 1000
+            service, resource = _process(span, processes, seen)
             sink.span(
                 name,
                 tags(span.get("tags")),
@@ -103,7 +112,8 @@ def for_each_jaeger_span(document: Mapping[str, Any], sink: SpanSink) -> int:
                 end,
                 norm_id(span.get("traceID", trace.get("traceID"))),
                 norm_id(span.get("spanID")),
-                _service(span, processes),
+                service,
+                resource,
             )
             count += 1
     return count

@@ -1,7 +1,8 @@
 """Readers for OTLP/JSON: a ``TracesData`` object, and Jaeger's v3 API ``{"result": ...}``.
 
 Both carry ``resourceSpans -> scopeSpans -> spans``; this module walks them and hands every span
-to a ``SpanSink`` as (name, attributes, start, end, ids, service). OTLP/JSON attribute values
+to a ``SpanSink`` as (name, attributes, start, end, ids, service, the resource's attributes:
+schema version 2 keeps a process's constants there). OTLP/JSON attribute values
 are wrapped (``{"stringValue": ...}``, ``{"intValue": "123"}`` with int64 as a string,
 ``{"arrayValue": {"values": [...]}}``...); ids are hex, but base64 (protobuf's own JSON
 mapping, which some tools emit) is accepted too.
@@ -24,7 +25,8 @@ __all__ = [
     "for_each_otlp_span",
     "norm_id",
     "otlp_span",
-    "resource_service",
+    "resource_attributes",
+    "service_of",
     "to_int",
 ]
 
@@ -45,6 +47,7 @@ class SpanSink(Protocol):
         trace_id: str,
         span_id: str,
         service: str,
+        resource: Mapping[str, Any],
     ) -> None: ...
 
 
@@ -146,8 +149,8 @@ def _list(node: Mapping[str, Any], *keys: str) -> list[Any]:
     return []
 
 
-def otlp_span(span: Any, service: str, sink: SpanSink) -> None:
-    """Hand one OTLP/JSON span object to ``sink``."""
+def otlp_span(span: Any, service: str, resource: Mapping[str, Any], sink: SpanSink) -> None:
+    """Hand one OTLP/JSON span object of a resource (its attributes, its service) to ``sink``."""
     if not isinstance(span, dict):
         raise BadShape("each span should be an object")
     name = span.get("name", "")
@@ -163,15 +166,21 @@ def otlp_span(span: Any, service: str, sink: SpanSink) -> None:
         norm_id(span.get("traceId")),
         norm_id(span.get("spanId")),
         service,
+        resource,
     )
 
 
-def resource_service(rs: Mapping[str, Any]) -> str:
-    """The ``service.name`` of a resourceSpans item ("" when absent)."""
+def resource_attributes(rs: Mapping[str, Any]) -> dict[str, Any]:
+    """The attributes of a resourceSpans item's resource ({} when absent)."""
     resource = rs.get("resource") or {}
-    res_attrs = attributes(resource.get("attributes", [])) if isinstance(resource, dict) else {}
-    service = res_attrs.get("service.name")
+    return attributes(resource.get("attributes", [])) if isinstance(resource, dict) else {}
+
+
+def service_of(resource: Mapping[str, Any]) -> str:
+    """The ``service.name`` of a resource's attributes ("" when absent)."""
+    service = resource.get("service.name")
     return service if isinstance(service, str) else ""
+
 
 
 def for_each_otlp_span(document: Mapping[str, Any], sink: SpanSink) -> int:
@@ -180,12 +189,13 @@ def for_each_otlp_span(document: Mapping[str, Any], sink: SpanSink) -> int:
     for rs in _list(document, "resourceSpans", "resource_spans"):
         if not isinstance(rs, dict):
             raise BadShape("each resourceSpans item should be an object")
-        service = resource_service(rs)
+        resource = resource_attributes(rs)
+        service = service_of(resource)
         # "instrumentationLibrarySpans" is the pre-1.0 name of scopeSpans.
         for ss in _list(rs, "scopeSpans", "scope_spans", "instrumentationLibrarySpans"):
             if not isinstance(ss, dict):
                 raise BadShape("each scopeSpans item should be an object")
             for span in _list(ss, "spans"):
-                otlp_span(span, service, sink)
+                otlp_span(span, service, resource, sink)
                 count += 1
     return count

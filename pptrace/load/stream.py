@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pptrace.load.jaeger import for_each_jaeger_span
-from pptrace.load.otlp import BadShape, SpanSink, attributes, otlp_span
+from pptrace.load.otlp import BadShape, SpanSink, attributes, otlp_span, service_of
 
 __all__ = ["stream_document"]
 
@@ -97,12 +97,13 @@ def _drive(gen: Any, handle: Callable[..., int]) -> int:
 def _resource_spans(w: _Walker, i: int, sink: SpanSink) -> int:
     """Walk one ``resourceSpans`` item at ``i``, handing its spans to ``sink``."""
     service: list[str] = []
+    resource: dict[str, Any] = {}
     pending: list[Any] = []  # spans met before their resource (rare): held until it comes
 
     def span(j: int) -> int:
         value, end = w.value(j)
         if service:
-            otlp_span(value, service[0], sink)
+            otlp_span(value, service[0], resource, sink)
         else:
             pending.append(value)
         return end
@@ -121,16 +122,16 @@ def _resource_spans(w: _Walker, i: int, sink: SpanSink) -> int:
         value, end = w.value(j)
         if key == "resource":
             attrs = attributes(value.get("attributes", [])) if isinstance(value, dict) else {}
-            name = attrs.get("service.name")
-            service[:] = [name if isinstance(name, str) else ""]
+            resource.update(attrs)
+            service[:] = [service_of(attrs)]
             for held in pending:
-                otlp_span(held, service[0], sink)
+                otlp_span(held, service[0], resource, sink)
             pending.clear()
         return int(end)
 
     end = _drive(w.members(i), member)
     for held in pending:
-        otlp_span(held, "", sink)
+        otlp_span(held, "", resource, sink)
     return end
 
 

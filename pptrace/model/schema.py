@@ -17,9 +17,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pptrace.model.errors import SchemaVersionError
-from pptrace.model.records import Direction, Event, RankInfo, RecorderStats, TensorMeta
+from pptrace.model.records import PREFIX, Direction, Event, RankInfo, RecorderStats, TensorMeta
 
 __all__ = [
+    "READ_VERSION",
+    "RESOURCE_KEYS",
     "SCHEMA_VERSION",
     "SPAN_ATTACH",
     "SPAN_EXTRACT",
@@ -29,11 +31,14 @@ __all__ = [
     "attributes_to_event",
     "attributes_to_stats",
     "event_to_attributes",
+    "implied_keys_after",
     "stats_to_attributes",
 ]
 
 #: Bumped on any incompatible change; readers refuse versions above theirs.
 SCHEMA_VERSION = 1
+#: The newest version this pptrace reads (it reads every version from 1 up to it).
+READ_VERSION = 2
 
 SPAN_ATTACH = "pptrace.attach"
 SPAN_EXTRACT = "pptrace.extract"
@@ -102,6 +107,18 @@ S_SINK_DROPPED = "pptrace.stats.sink.{}.dropped"
 S_ROTATED = "pptrace.stats.rotated"
 S_ROTATED_SEGMENTS = "pptrace.stats.rotated_segments"  # int
 _SINK_HEAD, _SINK_TAIL = S_SINK_DROPPED.split("{}")
+# Resource only. Version 2 writes the per-process constants on the resource alone (VERSION,
+# RUN_ID, the ranks and sizes under their span keys; host and pid under OpenTelemetry's names),
+# with the name of the process's first recording thread, which a span without THREAD_NAME takes.
+R_HOST = "host.name"  # str
+R_PID = "process.pid"  # int
+R_THREAD_MAIN_NAME = "pptrace.thread.main_name"  # str
+#: Where a reader finds what a span lacks: the span's key -> its key on the span's resource.
+RESOURCE_KEYS: Mapping[str, str] = {
+    VERSION: VERSION, RUN_ID: RUN_ID, RANK: RANK, WORLD_SIZE: WORLD_SIZE, PP_RANK: PP_RANK,
+    PP_SIZE: PP_SIZE, TP_RANK: TP_RANK, TP_SIZE: TP_SIZE, HOST: R_HOST, PID: R_PID,
+    THREAD_NAME: R_THREAD_MAIN_NAME,
+}
 
 
 def span_name(direction: Direction) -> str:
@@ -177,15 +194,32 @@ def event_to_attributes(event: Event) -> dict[str, AttributeValue]:
 
 
 class _Reader:
-    """Typed access to one span's attributes; every mismatch is a one-line SchemaVersionError."""
+    """Typed access to one span's attributes; every mismatch is a one-line SchemaVersionError.
 
-    def __init__(self, attrs: Mapping[str, Any], where: str) -> None:
+    What the span lacks of ``RESOURCE_KEYS`` comes from its resource's attributes, if given.
+    """
+
+    def __init__(self, attrs: Mapping[str, Any], where: str,
+                 resource: Mapping[str, Any] | None = None) -> None:
         self.attrs = attrs
         self.where = where
+        self.taken: dict[str, str] = {}  # span key -> the resource key it was taken from
+        if resource:
+            merged = None
+            for key, res_key in RESOURCE_KEYS.items():
+                if key not in attrs and res_key in resource:
+                    if merged is None:
+                        merged = dict(attrs)
+                    merged[key] = resource[res_key]
+                    self.taken[key] = res_key
+            if merged is not None:
+                self.attrs = merged
 
     def _bad(self, key: str, want: str) -> SchemaVersionError:
         got = type(self.attrs.get(key)).__name__
-        return SchemaVersionError(f"{self.where}attribute {key!r} should be {want}, found {got}")
+        res_key = self.taken.get(key)
+        what = f"attribute {key!r}" if res_key is None else f"resource attribute {res_key!r}"
+        return SchemaVersionError(f"{self.where}{what} should be {want}, found {got}")
 
     def integer(self, key: str, default: int | None = None) -> int:
         value = self.attrs.get(key, default)
@@ -221,13 +255,14 @@ class _Reader:
         return list(value)
 
 
-def _check_version(r: _Reader) -> None:
+def _check_version(r: _Reader) -> int:
     version = r.integer(VERSION)
-    if version > SCHEMA_VERSION or version < 1:
+    if version > READ_VERSION or version < 1:
         raise SchemaVersionError(
             f"{r.where}pptrace schema version {version!r:.20} is not supported "
-            f"(this pptrace reads versions 1 to {SCHEMA_VERSION}; upgrade pptrace)"
+            f"(this pptrace reads versions 1 to {READ_VERSION}; upgrade pptrace)"
         )
+    return version
 
 
 def _rank_from(r: _Reader) -> RankInfo:
@@ -252,22 +287,45 @@ def _shape(text: str, where: str) -> tuple[int, ...]:
         raise SchemaVersionError(f"{where}bad tensor shape {text!r:.40}") from None
 
 
+def implied_keys_after(event: Event) -> tuple[str, ...]:
+    """The keys after the call that follow from the keys before it and the call (version 2
+    writes ``KEYS_AFTER`` only when the event's differ from these)."""
+    before = event.keys_before
+    if event.direction is Direction.ATTACH:
+        if event.error_type is None:
+            return (*before, *(m.key for m in event.tensors))
+        return (*before, *event.inserted_before_error)
+    if event.error_type is None:
+        return tuple(k for k in before if not k.startswith(PREFIX))
+    return tuple(before)
+
+
 def attributes_to_event(
     attrs: Mapping[str, Any],
     start_ns: int = 0,
     end_ns: int | None = None,
     where: str = "",
+    resource: Mapping[str, Any] | None = None,
 ) -> Event:
-    """Decode a pptrace event span's attributes (the inverse of ``event_to_attributes``)."""
-    r = _Reader(attrs, where)
-    _check_version(r)
+    """Decode a pptrace event span's attributes (the inverse of ``event_to_attributes``).
+
+    ``resource``: the attributes of the span's resource (its process tags in Jaeger), where
+    version 2 keeps what every span of a process shares (``RESOURCE_KEYS``). A version 2 span
+    without ``T_KEYS`` has the keys ``PREFIX + name``; one without ``KEYS_AFTER`` has
+    ``implied_keys_after``.
+    """
+    r = _Reader(attrs, where, resource)
+    version = _check_version(r)
     try:
         direction = Direction(r.string(DIRECTION))
     except ValueError:
         raise SchemaVersionError(f"{where}unknown direction {attrs.get(DIRECTION)!r:.40}") from None
     names = r.array(T_NAMES, str)
     n = len(names)
-    keys = r.array(T_KEYS, str, n)
+    if version >= 2 and T_KEYS not in attrs:
+        keys = [PREFIX + name for name in names]
+    else:
+        keys = r.array(T_KEYS, str, n)
     shapes = r.array(T_SHAPES, str, n)
     dtypes = r.array(T_DTYPES, str, n)
     devices = r.array(T_DEVICES, str, n)
@@ -300,7 +358,7 @@ def attributes_to_event(
             (k[len(EXTRA_PREFIX) :], str(v)) for k, v in attrs.items() if k.startswith(EXTRA_PREFIX)
         )
     )
-    return Event(
+    event = Event(
         direction=direction,
         seq=r.integer(SEQ),
         rank=_rank_from(r),
@@ -322,6 +380,9 @@ def attributes_to_event(
         run_id=r.string(RUN_ID, ""),
         extra=extra,
     )
+    if version >= 2 and KEYS_AFTER not in attrs:
+        return event._replace(keys_after=implied_keys_after(event))
+    return event
 
 
 def stats_to_attributes(stats: RecorderStats) -> dict[str, AttributeValue]:
@@ -349,9 +410,11 @@ def stats_to_attributes(stats: RecorderStats) -> dict[str, AttributeValue]:
     return out
 
 
-def attributes_to_stats(attrs: Mapping[str, Any], where: str = "") -> RecorderStats:
-    """Decode the stats span's attributes (the inverse of ``stats_to_attributes``)."""
-    r = _Reader(attrs, where)
+def attributes_to_stats(attrs: Mapping[str, Any], where: str = "",
+                        resource: Mapping[str, Any] | None = None) -> RecorderStats:
+    """Decode the stats span's attributes (the inverse of ``stats_to_attributes``); what the
+    span lacks of ``RESOURCE_KEYS`` comes from ``resource``, as for ``attributes_to_event``."""
+    r = _Reader(attrs, where, resource)
     _check_version(r)
     return RecorderStats(
         rank=_rank_from(r),
