@@ -144,10 +144,12 @@ def test_a_gap_splits_the_runs() -> None:
 def _naive(events: tuple[Event, ...], pp_rank: int | None) -> dict[str, Any]:
     """What each per-process check computed on its own pass, before ``scan``."""
     missing = 0
+    first: dict[Direction, int | None] = dict.fromkeys(Direction)
     for direction in Direction:
         seqs = [e.seq for e in events if e.direction is direction]
         if seqs:
-            missing += max(seqs) + 1 - len(seqs)
+            missing += max(seqs) + 1 - min(seqs) - len(seqs)
+            first[direction] = min(seqs)
     flagged = [(e, hygiene_specs(e, pp_rank)) for e in events]
     return {
         "attaches": [e for e in events
@@ -158,6 +160,8 @@ def _naive(events: tuple[Event, ...], pp_rank: int | None) -> dict[str, Any]:
         "unobserved": [e for e in events if e.direction is Direction.EXTRACT and (
             e.subject_pp_capable is False or e.subject_type in ("NoneType", "None"))],
         "missing_seq": missing,
+        "first_attach": first[Direction.ATTACH],
+        "first_extract": first[Direction.EXTRACT],
         "dropped": max((e.dropped_before for e in events), default=0),
     }
 

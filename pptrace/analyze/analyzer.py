@@ -49,6 +49,14 @@ from pptrace.analyze.rules import (
 from pptrace.analyze.scan import scan
 from pptrace.analyze.summary import Counted, Raw, Ref, summarise
 from pptrace.analyze.tp import TpPayloads, tp_message
+from pptrace.analyze.window import (
+    channel_start,
+    cut_message,
+    excused,
+    process_window,
+    trim,
+    window_losses,
+)
 from pptrace.model.findings import Category, Finding, FindingKind, Severity
 from pptrace.model.records import Direction, Event, RankInfo, TensorMeta
 from pptrace.model.text import clip, plural
@@ -90,7 +98,7 @@ class _Analysis:
         self.repeats: dict[int, list[Any]] = {}  # raw index -> [repeats, last microbatch]
         # Each channel's pairs, to learn the microbatch of an extract's finding (only findings
         # need it, so the table is built on the first question, per receiving process).
-        self.paired: list[tuple[int, int, list[Event], list[Event], Alignment]] = []
+        self.paired: list[tuple[int, int, Sequence[Event], Sequence[Event], Alignment]] = []
         # receiving process -> extract seq -> (sending process, attach seq)
         self._attach_of: dict[int, dict[int, tuple[int, int]]] = {}
         # Namespace findings: (process, attach seq, kind, subject) of the attach side, and the
@@ -100,6 +108,8 @@ class _Analysis:
         # (process, attach seq) -> the raw tp-disagree finding about that attach
         self.tp_causes: dict[tuple[int, int], int] = {}
         self.scans = [scan(p.trace.events, p.rank.pp_rank) for p in self.procs]
+        self.windows = [process_window(found, p.trace.stats)
+                        for found, p in zip(self.scans, self.procs, strict=True)]
         self.attaches = {p.index: self.scans[p.index].attaches for p in self.procs}
         self.extracts = {p.index: self.scans[p.index].extracts for p in self.procs}
         run_ids = [_run_id(p.trace) for p in self.procs]
@@ -139,40 +149,14 @@ class _Analysis:
     # --- per process --------------------------------------------------------------------------
 
     def losses(self, p: _Proc) -> None:
-        events = p.trace.events
-        stats = p.trace.stats
-        found = self.scans[p.index]
-        missing_seq = found.missing_seq
-        dropped = found.dropped
-        overwritten = internal = 0
-        unexported = 0
-        if stats is not None:
-            dropped = max(dropped, stats.dropped)
-            overwritten = stats.overwritten
-            internal = stats.internal_errors
-            unexported = max(0, stats.recorded - len(events))
-        label = who(p.rank)
+        events, stats = p.trace.events, p.trace.stats
         if events and (stats is None or not stats.final):
             self.unfinished(p, "no stats at all" if stats is None else "no final stats")
-        lost = max(missing_seq, dropped + overwritten, unexported)
-        if lost == 0 and internal == 0:
+        loss = window_losses(self.scans[p.index], self.windows[p.index], stats, events)
+        if loss is None:
             return
-        parts = []
-        if dropped:
-            parts.append(f"{dropped} dropped")
-        if overwritten:
-            parts.append(f"{overwritten} overwritten in flight mode")
-        if missing_seq:
-            parts.append(plural(missing_seq, "sequence number", "missing"))
-        if unexported > max(dropped + overwritten, missing_seq):
-            parts.append(f"{unexported} recorded but not in the trace")
-        if internal:
-            parts.append(plural(internal, "internal recorder error"))
-        # Another sink's losses (the OTLP exporter's failed batches) are not this trace's: they
-        # are named, and weaken nothing unless this trace lacks the events too.
-        for sink, n in stats.sink_dropped if stats is not None else ():
-            parts.append(f"the {clip(sink, _NAME_LIMIT)} sink lost {n} of its own")
-        detail = ", ".join(parts)
+        lost, detail = loss
+        label = who(p.rank)
         self.note_loss(p, f"{label} lost {plural(lost, 'event')}")
         self.add(
             K.EVENTS_DROPPED,
@@ -266,7 +250,9 @@ class _Analysis:
             lasts = [p for p in procs if self.is_last(p)]
             firsts = [p for p in procs if self.is_first(p)]
             for tp in sorted({tp_of(p.rank) for p in lasts + firsts}):
-                senders = [p for p in lasts if tp_of(p.rank) == tp and self.attaches[p.index]]
+                # A last stage whose window kept no attach is a sender all the same.
+                senders = [p for p in lasts if tp_of(p.rank) == tp and (
+                    self.attaches[p.index] or self.windows[p.index].cut)]
                 receivers = [p for p in firsts if tp_of(p.rank) == tp]
                 if not senders and not any(self.extracts[p.index] for p in receivers):
                     continue
@@ -297,11 +283,17 @@ class _Analysis:
         if s.index == r.index:
             return  # one process is both ends (pp_size 1): there is no transport to check
         self.observer(s, r, name)
-        attaches, extracts = self.attaches[s.index], self.extracts[r.index]
+        start = channel_start(self.windows[s.index], self.windows[r.index])
+        attaches = trim(self.attaches[s.index], start)
+        extracts = trim(self.extracts[r.index], start)
         result = align(attaches, extracts)
         self.paired.append((s.index, r.index, attaches, extracts, result))
         self.compare(s, r, attaches, extracts, result.unshared, name)
-        for ia in result.orphans:
+        orphans: Sequence[int] = result.orphans
+        unmatched: Sequence[int] = result.unmatched
+        if start:
+            orphans, unmatched = self.cut(s, r, name, start, result)
+        for ia in orphans:
             a = attaches[ia]
             self.add(K.ORPHAN_ATTACH,
                      f"{who(s.rank)} attached {tensor_names(a.tensors)} (attach #{a.seq}); "
@@ -309,13 +301,29 @@ class _Analysis:
                      "before the send?)",
                      ranks=[rank_id(s.rank), rank_id(r.rank)], microbatch=a.seq,
                      time_ns=a.start_ns, events=[s.eid(a)], channel=name)
-        for ie in result.unmatched:
+        for ie in unmatched:
             e = extracts[ie]
             self.add(K.UNMATCHED_EXTRACT,
                      f"{who(r.rank)} extracted {tensor_names(e.tensors)} (extract #{e.seq}) "
                      f"with no attach on {who(s.rank)} to pair with",
                      ranks=[rank_id(s.rank), rank_id(r.rank)], time_ns=e.start_ns,
                      events=[r.eid(e)], channel=name)
+
+    def cut(self, s: _Proc, r: _Proc, name: str, start: int,
+            result: Alignment) -> tuple[Sequence[int], Sequence[int]]:
+        """Say which microbatches a channel no longer covers; return the orphans and unmatched
+        extracts left to judge (not those at the cut whose partner lies before it)."""
+        ws, wr = self.windows[s.index], self.windows[r.index]
+        newest = s if ws.attach_from >= wr.extract_from else r
+        orphans, unmatched = excused(result)
+        events = newest.trace.events
+        self.add(K.WINDOW_CUT,
+                 cut_message(start, who(newest.rank), self.windows[newest.index],
+                             len(orphans) + len(unmatched)),
+                 ranks=[rank_id(s.rank), rank_id(r.rank)], channel=name,
+                 time_ns=events[0].start_ns if events else None)
+        return ([i for i in result.orphans if i not in orphans],
+                [j for j in result.unmatched if j not in unmatched])
 
     def observer(self, s: _Proc, r: _Proc, name: str) -> None:
         if not self.attaches[s.index]:

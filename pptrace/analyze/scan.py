@@ -36,7 +36,9 @@ class Scan:
     failed: list[Event] = field(default_factory=list)  # calls that raised
     flagged: list[tuple[Event, tuple[Spec, ...]]] = field(default_factory=list)  # hygiene
     unobserved: list[Event] = field(default_factory=list)  # extracts without a PP observer
-    missing_seq: int = 0  # sequence numbers missing, over both directions
+    missing_seq: int = 0  # sequence numbers missing after each direction's first kept one
+    first_attach: int | None = None  # the lowest attach seq kept (None: no attach kept)
+    first_extract: int | None = None  # the lowest extract seq kept
     dropped: int = 0  # the highest dropped-before count an event carries
 
 
@@ -82,6 +84,8 @@ def scan(events: Sequence[Event], pp_rank: int | None) -> Scan:
     n_attach = n_extract = 0
     max_attach: float = float("-inf")
     max_extract: float = float("-inf")
+    min_attach: float = float("inf")
+    min_extract: float = float("inf")
     dropped = events[0].dropped_before if events else 0
     for ev in events:
         direction = ev.direction
@@ -94,6 +98,8 @@ def scan(events: Sequence[Event], pp_rank: int | None) -> Scan:
             n_attach += 1
             if seq > max_attach:
                 max_attach = seq
+            if seq < min_attach:
+                min_attach = seq
             if error is None:
                 if tensors:
                     attaches.append(ev)
@@ -103,6 +109,8 @@ def scan(events: Sequence[Event], pp_rank: int | None) -> Scan:
             n_extract += 1
             if seq > max_extract:
                 max_extract = seq
+            if seq < min_extract:
+                min_extract = seq
             if tensors:
                 extracts.append(ev)
             if ev.subject_pp_capable is False or ev.subject_type in _NO_OBSERVER:
@@ -121,9 +129,13 @@ def scan(events: Sequence[Event], pp_rank: int | None) -> Scan:
             specs = hygiene.specs(ev)
         if specs:
             flagged.append((ev, specs))
+    # Numbers below the first kept one are a cut window (rotated away, overwritten by a flight
+    # ring), not a gap: ``pptrace.analyze.window`` judges around them.
     if n_attach:
-        out.missing_seq += int(max_attach) + 1 - n_attach
+        out.first_attach = int(min_attach)
+        out.missing_seq += int(max_attach) + 1 - int(min_attach) - n_attach
     if n_extract:
-        out.missing_seq += int(max_extract) + 1 - n_extract
+        out.first_extract = int(min_extract)
+        out.missing_seq += int(max_extract) + 1 - int(min_extract) - n_extract
     out.dropped = dropped
     return out

@@ -122,6 +122,9 @@ class FindingKind(str, enum.Enum):
                       "the recorder lost events: findings about absences are less sure")
     STATS_NOT_FINAL = ("stats-not-final", R, _WARN,
                        "a process wrote no final stats: its last events may be missing, uncounted")
+    WINDOW_CUT = ("window-cut", R, Severity.INFO,
+                  "a channel's oldest microbatches lie outside a kept window (rotated away, "
+                  "overwritten): not judged")
 
 
 del E, A, P, N, R
