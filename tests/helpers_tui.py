@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from pptrace.model.findings import Finding, FindingKind
 from pptrace.model.records import PREFIX, Direction, Event, RankInfo, TensorMeta
@@ -149,6 +150,37 @@ def scenario(name: str) -> tuple[Trace, list[Finding]]:
         trace = Trace(processes=tuple(procs), sources=trace.sources)
         return trace, [finding(FindingKind.CALL_RAISED, f"rank 0 raised: {evil_error} on "
                                f"{evil_name}", ids(1, 1, 0, 1), (1, 0), 1, T0 + STEP)]
+    if name == "tp-disagree":
+        # pp2 x tp2 (processes: 0 pp0/tp0, 1 pp0/tp1, 2 pp1/tp0, 3 pp1/tp1). At microbatch 2 the
+        # last stage's TP ranks attach different contents; stage 0 then receives a mix.
+        ok = tensor("scores", fingerprint="b2:aaaa")
+
+        def other(fp: str) -> tuple[TensorMeta, ...]:
+            return (tensor("scores", fingerprint=fp),)
+        procs = []
+        for p in range(2):
+            for t in range(2):
+                r = rank(p * 2 + t, p, t, 2, 2)
+                if p == 1:
+                    events = tuple(attach(r, s, other("b2:bbbb") if (s, t) == (2, 1) else (ok,))
+                                   for s in range(6))
+                else:
+                    events = tuple(extract(r, s, other("b2:cccc") if s == 2 else (ok,))
+                                   for s in range(6))
+                procs.append(ProcessTrace(rank=r, events=events))
+        trace = Trace(processes=tuple(procs))
+        cause = finding(FindingKind.TP_DISAGREE, "rank 2 (tp 0) attached `scores` content "
+                        "b2:aaaa; rank 3 (tp 1) attached `scores` content b2:bbbb for "
+                        "microbatch 2", (EventId(2, Direction.ATTACH, 2),
+                                         EventId(3, Direction.ATTACH, 2)),
+                        (2, 3), 2, T0 + 2 * STEP + 10, "pp1/tp0~tp1")
+        effects = [replace(finding(FindingKind.CONTENT_MISMATCH, f"rank {2 + t} attached "
+                                   f"`scores` with content b2:{'ab'[t] * 4}; rank {t} extracted "
+                                   "content b2:cccc", ids(2 + t, 2, t, 2), (2 + t, t), 2,
+                                   T0 + 2 * STEP + 10, f"pp0<-pp1/tp{t}"), cause=cause)
+                   for t in range(2)]
+        # As the analyzer lists them: a consequence right after its cause.
+        return trace, [cause, *effects]
     raise KeyError(name)
 
 

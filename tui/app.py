@@ -47,10 +47,14 @@ class PptraceViewer(App[None]):
     CSS_PATH = "app.tcss"
     TITLE = "pptrace view"
     HELP_GROUP = "App"
+    # Two bindings on "t", one shown at a time (check_action): the footer names the theme the
+    # key switches to, and says the other one after the switch.
     BINDINGS = [
         Binding("question_mark", "help", "Help", key_display="?"),
-        Binding("t", "toggle_theme", "Light/dark"),
+        Binding("t", "set_theme('light')", "Light theme"),
+        Binding("t", "set_theme('dark')", "Dark theme"),
         Binding("q", "quit", "Quit"),
+        Binding("ctrl+p", "command_palette", "Palette", key_display="^p"),
     ]
 
     def __init__(
@@ -162,9 +166,18 @@ class PptraceViewer(App[None]):
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen(self.binding_entries()))
 
-    def action_toggle_theme(self) -> None:
-        """Switch between the light and the dark theme."""
-        self.theme = "textual-light" if self.current_theme.dark else "textual-dark"
+    def action_set_theme(self, name: str) -> None:
+        """Switch to the light or the dark theme."""
+        self.theme = THEMES[name]
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Offer only the theme switch that changes something."""
+        if action == "set_theme" and parameters:
+            return (parameters[0] == "dark") == (not self.current_theme.dark)
+        return True
+
+    def watch_theme(self) -> None:
+        self.refresh_bindings()  # the footer names the other theme now
 
     def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
         """The command palette lists every binding's action, then Textual's own commands."""

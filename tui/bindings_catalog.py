@@ -29,7 +29,7 @@ class Entry:
 
 
 def _bindings(node: DOMNode) -> Iterable[Binding]:
-    seen: set[str] = set()
+    seen: set[tuple[str, str]] = set()
     for cls in type(node).__mro__:
         raw: list[BindingType] = list(cls.__dict__.get("BINDINGS", ()))
         if cls.__module__.startswith("textual."):
@@ -37,14 +37,18 @@ def _bindings(node: DOMNode) -> Iterable[Binding]:
         for item in raw:
             binding = item if isinstance(item, Binding) else Binding(*item)
             for b in Binding.make_bindings([binding]):
-                if b.key not in seen:
-                    seen.add(b.key)
+                if (b.key, b.action) not in seen:  # one key may carry two actions (check_action)
+                    seen.add((b.key, b.action))
                     yield b
 
 
 def catalog(nodes: Iterable[DOMNode]) -> list[Entry]:
     """The bindings of these nodes (own classes only, not Textual's bases), in order."""
     out: list[Entry] = []
+    seen: set[tuple[str, str]] = set()
     for node in nodes:
-        out.extend(Entry(node, b) for b in _bindings(node))
+        for b in _bindings(node):
+            if (b.key, b.description) not in seen:  # a screen may repeat an app key for its footer
+                seen.add((b.key, b.description))
+                out.append(Entry(node, b))
     return out

@@ -27,8 +27,13 @@ __all__ = ["FIELDS", "Comparison", "PairView", "Side", "field_text"]
 FIELDS = (Field.NAME, Field.SHAPE, Field.DTYPE, Field.DEVICE, Field.BYTES, Field.FINGERPRINT)
 
 
-def field_text(meta: TensorMeta | None, name: Field) -> str:
-    """One field of one tensor as shown ("" when the side lacks the tensor)."""
+#: Characters of a content fingerprint the pair detail shows (the exports show all of it).
+SHORT_FINGERPRINT = 12
+
+
+def field_text(meta: TensorMeta | None, name: Field, *, short: bool = False) -> str:
+    """One field of one tensor as shown ("" when the side lacks the tensor); ``short`` cuts
+    the fingerprint to its first characters, as the text report quotes it."""
     if meta is None:
         return ""
     if name is Field.NAME:
@@ -41,7 +46,8 @@ def field_text(meta: TensorMeta | None, name: Field) -> str:
         return meta.device
     if name is Field.BYTES:
         return f"{meta.nbytes:,}"
-    return meta.fingerprint or ""
+    fingerprint = meta.fingerprint or ""
+    return fingerprint[:SHORT_FINGERPRINT] if short else fingerprint
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
+from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Static
 
@@ -46,13 +46,12 @@ class HelpScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         keys = {i: self.app.get_key_display(e.binding) for i, e in enumerate(self.entries)}
-        body = Group(
-            help_table(self.entries, keys),
-            Text("\nGrid glyphs:", style="bold"),
-            legend_text(),
-            Text("\nMouse: click a cell or a finding; scroll the grid with the wheel. "
-                 "Ctrl+P opens the command palette with every action.", style="dim"),
-        )
         with VerticalScroll(id="help-body"):
-            yield Static(body)
+            yield Static(help_table(self.entries, keys))
+            yield Static(Content.styled("\nGrid glyphs:", "bold"))
+            yield Static(legend_text())
+            yield Static(Content.styled(
+                "\nMouse: click a cell or a finding; scroll the grid with the wheel. "
+                "z gives the focused panel the whole screen. Ctrl+P opens the command palette "
+                "with every action.", "$text-muted"))
         yield Footer(compact=True)

@@ -46,22 +46,27 @@ class MainScreen(Screen[None]):
     _FINDING = Binding.Group("Finding", compact=True)
     _SPEED = Binding.Group("Speed", compact=True)
     _EXPORT = Binding.Group("Export json/md", compact=True)
+    # The footer lists the focused widget's keys, then these, then the app's: help and quit
+    # come first so that 80 columns still show them. The rest is in help (?) and the palette.
     BINDINGS = [
+        Binding("question_mark", "app.help", "Help", key_display="?"),
+        Binding("q", "app.quit", "Quit"),
         Binding("n", "step(1)", "Next event", group=_STEP),
         Binding("p", "step(-1)", "Prev event", group=_STEP),
         Binding("right_square_bracket", "jump_finding(1)", "Next finding", key_display="]",
                 group=_FINDING),
         Binding("left_square_bracket", "jump_finding(-1)", "Prev finding", key_display="[",
                 group=_FINDING),
-        Binding("space", "toggle_play", "Play/pause", key_display="␣"),
-        Binding("plus", "speed(1)", "Faster", key_display="+", group=_SPEED),
-        Binding("minus", "speed(-1)", "Slower", key_display="-", group=_SPEED),
         Binding("d", "first_divergence", "1st divergence"),
         Binding("f", "filter", "Filter"),
-        Binding("escape", "clear_filter", "Clear filter", key_display="Esc"),
         Binding("slash", "search", "Search", key_display="/"),
-        Binding("e", "export('json')", "Export JSON", group=_EXPORT),
-        Binding("m", "export('markdown')", "Export Markdown", group=_EXPORT),
+        Binding("space", "toggle_play", "Play/pause", key_display="␣"),
+        Binding("z", "zoom", "Zoom panel"),
+        Binding("plus", "speed(1)", "Faster", key_display="+", group=_SPEED, show=False),
+        Binding("minus", "speed(-1)", "Slower", key_display="-", group=_SPEED, show=False),
+        Binding("escape", "clear_filter", "Clear filter", key_display="Esc", show=False),
+        Binding("e", "export('json')", "Export JSON", group=_EXPORT, show=False),
+        Binding("m", "export('markdown')", "Export Markdown", group=_EXPORT, show=False),
     ]
 
     def __init__(self, index: TraceIndex, *, export_dir: Path) -> None:
@@ -90,7 +95,7 @@ class MainScreen(Screen[None]):
             with Vertical(id="lower"):
                 yield FindingsPanel(id="findings")
                 yield PairDetail(id="pair")
-        yield Footer(compact=True)
+        yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
         self.title = "pptrace view"
@@ -319,6 +324,13 @@ class MainScreen(Screen[None]):
         search.value = ""
         if self.spec.active:
             self.apply_filter(FilterSpec())
+
+    def action_zoom(self) -> None:
+        """Give the focused panel (grid, findings, pair detail) the whole screen, or undo it."""
+        if self.maximized is not None:
+            self.minimize()
+        elif self.focused is not None:
+            self.maximize(self.focused)
 
     def action_search(self) -> None:
         """Open the search box."""

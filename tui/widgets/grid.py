@@ -37,6 +37,7 @@ GLYPHS = {
     Cell.ERROR: "!",
 }
 DIVERGENCE_GLYPH = "◆"
+_OVERLAYS = frozenset({"grid--divergence"})
 _CLASS = {
     Cell.EMPTY: "grid--empty",
     Cell.ATTACH: "grid--attach",
@@ -72,10 +73,10 @@ class GridView(ScrollView, can_focus=True):
         Binding("right", "move(0, 1)", "Later", key_display="→", group=_MOVE),
         Binding("up", "move(-1, 0)", "Row up", key_display="↑", group=_MOVE),
         Binding("down", "move(1, 0)", "Row down", key_display="↓", group=_MOVE),
-        Binding("pageup", "page(-1)", "Page left", key_display="PgUp", group=_PAGE),
-        Binding("pagedown", "page(1)", "Page right", key_display="PgDn", group=_PAGE),
-        Binding("home", "edge(0)", "First", key_display="Home", group=_EDGE),
-        Binding("end", "edge(1)", "Last", key_display="End", group=_EDGE),
+        Binding("pageup", "page(-1)", "Page left", key_display="PgUp", group=_PAGE, show=False),
+        Binding("pagedown", "page(1)", "Page right", key_display="PgDn", group=_PAGE, show=False),
+        Binding("home", "edge(0)", "First", key_display="Home", group=_EDGE, show=False),
+        Binding("end", "edge(1)", "Last", key_display="End", group=_EDGE, show=False),
     ]
 
     def __init__(self, *, id: str | None = None) -> None:
@@ -198,8 +199,13 @@ class GridView(ScrollView, can_focus=True):
     def _styles(self) -> dict[str, Style]:
         # Resolving a component style walks the CSS: once per theme/CSS change, not per line.
         if self._style_cache is None:
-            self._style_cache = {n: self.get_component_rich_style(n, partial=True)
-                                 for n in self.COMPONENT_CLASSES}
+            # Whole styles, background included: "$text" picks its contrast against the
+            # background it is drawn on (a partial style resolves it against black: white labels
+            # on the light theme). The divergence mark is an overlay: text style only.
+            self._style_cache = {
+                n: self.get_component_rich_style(n, partial=n in _OVERLAYS)
+                for n in self.COMPONENT_CLASSES}
+            self._style_cache["base"] = self.rich_style
         return self._style_cache
 
     def on_mount(self) -> None:
@@ -220,9 +226,9 @@ class GridView(ScrollView, can_focus=True):
         """Draw one screen line: the ruler (y == 0) or one rank's cells."""
         width = self.scrollable_content_region.width
         index = self.index
-        if index is None:
-            return Strip.blank(width)
         styles = self._styles()
+        if index is None:
+            return Strip.blank(width, styles["base"])
         first_col = int(self.scroll_x) // CELL
         shown = self._columns_on_screen()
         last_col = min(index.width, first_col + shown)
@@ -230,7 +236,7 @@ class GridView(ScrollView, can_focus=True):
             return self._ruler(first_col, last_col, styles, width)
         pos = y - 1 + int(self.scroll_y)
         if pos >= len(self.visible_rows):
-            return Strip.blank(width)
+            return Strip.blank(width, styles["base"])
         r = self.visible_rows[pos]
         row = index.rows[r]
         count = sum(row.counts.values())  # events (gaps from dropped events are not counted)
@@ -261,7 +267,7 @@ class GridView(ScrollView, can_focus=True):
             if cursor == (r, col):
                 style = style + styles["grid--cursor"]
             segments.append(Segment(glyph + " ", style))
-        return Strip(segments).adjust_cell_length(width)
+        return Strip(segments).adjust_cell_length(width, styles["base"])
 
     def _ruler(self, first: int, last: int, styles: dict[str, Style], width: int) -> Strip:
         chars = [" "] * ((last - first) * CELL)
@@ -280,4 +286,4 @@ class GridView(ScrollView, can_focus=True):
             Segment(head, styles["grid--header"]),
             Segment("".join(chars), styles["grid--header"]),
         ]
-        return Strip(segments).adjust_cell_length(width)
+        return Strip(segments).adjust_cell_length(width, styles["base"])

@@ -62,7 +62,7 @@ class _Table:
 
 def _value(line: NameDiff, f: Field, sep: str) -> tuple[str, bool]:
     """A field's text on a line and whether it differs (``left → right`` when both differ)."""
-    left, right = field_text(line.left, f), field_text(line.right, f)
+    left, right = field_text(line.left, f, short=True), field_text(line.right, f, short=True)
     if line.left is None or line.right is None or f is Field.NAME:
         return (left or right), f in line.differs
     if left == right:
@@ -143,8 +143,11 @@ class PairDetail(ScrollView, can_focus=True):
 
     def _styles(self) -> dict[str, Style]:
         if self._style_cache is None:
-            self._style_cache = {n.removeprefix("pair--"): self.get_component_rich_style(
-                n, partial=True) for n in self.COMPONENT_CLASSES}
+            # Whole styles (background included), so that "$text" contrasts with what is under
+            # it in either theme; "base" is the widget's own, under every plain segment.
+            self._style_cache = {n.removeprefix("pair--"): self.get_component_rich_style(n)
+                                 for n in self.COMPONENT_CLASSES}
+            self._style_cache["base"] = self.rich_style
         return self._style_cache
 
     # --- content -------------------------------------------------------------------------
@@ -162,8 +165,10 @@ class PairDetail(ScrollView, can_focus=True):
         pair = self.pair
         blocks: list[list[Strip] | _Table] = []
 
-        def para(*parts: Text | str | tuple[str, Style]) -> None:
+        def para(*parts: Text | str | tuple[str, Style], one_line: bool = False) -> None:
             text = Text.assemble(*parts)
+            if one_line:
+                text.no_wrap, text.overflow = True, "ellipsis"
             blocks.append(self._wrap(text, width))
 
         if pair is None:
@@ -171,11 +176,15 @@ class PairDetail(ScrollView, can_focus=True):
             return blocks
         for finding in pair.findings:
             style = s["error"] if finding.severity >= Severity.ERROR else s["warning"]
-            para((f"{finding.kind.value}: ", style), literal(clip(finding.message)))
+            # One line each: the findings panel shows the whole message.
+            para((f"{finding.kind.value}: ", style), literal(clip(finding.message)),
+                 one_line=True)
         for comparison in pair.comparisons:
-            para((f"── {comparison.title} ", s["title"]))
+            sep = "→" if comparison.transit else "≠"
+            para((f"── {comparison.title} ", s["title"]),
+                 (f"({comparison.left.role} {sep} {comparison.right.role})", s["dim"]))
             for side in (comparison.left, comparison.right):
-                para(*self._side(side, s))
+                para(*self._side(side, s), one_line=True)
             for side in (comparison.left, comparison.right):
                 ev = side.event
                 if ev is not None and ev.error_type is not None:
@@ -224,34 +233,49 @@ class PairDetail(ScrollView, can_focus=True):
                       else 1 + len(block.comparison.verdict.names))
         self.virtual_size = Size(width, total)
 
+    # --- scrolling: at once, since an animated scroll draws every line it passes ------------
+    def action_scroll_home(self) -> None:
+        """Scroll to the top."""
+        self.scroll_home(animate=False, immediate=True)
+
+    def action_scroll_end(self) -> None:
+        """Scroll to the bottom."""
+        self.scroll_end(animate=False, immediate=True)
+
+    def action_page_up(self) -> None:
+        """Scroll up a page."""
+        self.scroll_page_up(animate=False)
+
+    def action_page_down(self) -> None:
+        """Scroll down a page."""
+        self.scroll_page_down(animate=False)
+
     # --- drawing -------------------------------------------------------------------------
     def render_line(self, y: int) -> Strip:
         """Draw one screen line of the detail."""
         self._relayout()
         width = self._width
+        base = self._styles()["base"]
         line = y + int(self.scroll_y)
         if not self._blocks or line < 0:
-            return Strip.blank(width)
+            return Strip.blank(width, base)
         b = bisect_right(self._starts, line) - 1
         block, at = self._blocks[b], line - self._starts[b]
         if isinstance(block, list):
-            strip = block[at] if at < len(block) else Strip.blank(width)
+            strip = block[at] if at < len(block) else Strip.blank(width, base)
         elif at == 0:
             strip = self._table_head(block)
         elif at - 1 < len(block.comparison.verdict.names):
             strip = self._table_line(block, block.comparison.verdict.names[at - 1])
         else:
-            strip = Strip.blank(width)
-        return strip.adjust_cell_length(width)
+            strip = Strip.blank(width, base)
+        return strip.adjust_cell_length(width, base).apply_style(base)
 
     def _table_head(self, table: _Table) -> Strip:
         s = self._styles()
         names = [*(_HEAD[f] for f in table.fields), ""]
         text = " ".join(_cell(n, w) for n, w in zip(names, table.widths, strict=True))
-        left, right = table.comparison.left.role, table.comparison.right.role
-        sep = "→" if table.comparison.transit else "≠"
-        return Strip([Segment(text, s["head"]),
-                      Segment(f"  ({left} {sep} {right})", s["dim"])])
+        return Strip([Segment(text.rstrip(), s["head"])])
 
     def _table_line(self, table: _Table, line: NameDiff) -> Strip:
         self.lines_drawn += 1
@@ -260,9 +284,9 @@ class PairDetail(ScrollView, can_focus=True):
         segments = []
         for f, w in zip(table.fields, table.widths[:-1], strict=True):
             text, differs = _value(line, f, sep)
-            style = s["diff"] if differs else (s["role"] if f is Field.NAME else Style())
+            style = s["diff"] if differs else (s["role"] if f is Field.NAME else s["base"])
             segments.append(Segment(_cell(inert(text[: w + 1]), w), style))
-            segments.append(Segment(" "))
+            segments.append(Segment(" ", s["base"]))
         segments.append(Segment(_cell(_note(line, table.comparison), table.widths[-1]),
                                 s["missing"]))
         return Strip(segments)

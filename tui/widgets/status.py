@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from rich.text import Text
+from textual.content import Content
 from textual.widgets import Static
 
 from pptrace.model.records import Event
+from pptrace.model.text import inert
 
 from ..index import Cell, TraceIndex
-from ..literal import literal
 from ..widgets.grid import DIVERGENCE_GLYPH, GLYPHS
 from ..widgets.pair_detail import clock
 
@@ -26,28 +26,27 @@ _NAMES = {
     Cell.ORPHAN: "unpaired",
 }
 _STYLES = {
-    Cell.ATTACH: "bold blue",
-    Cell.EXTRACT: "bold magenta",
-    Cell.PAIRED: "bold green",
-    Cell.FAILED: "bold red",
-    Cell.MISMATCH: "bold red",
-    Cell.ERROR: "bold red reverse",
-    Cell.ORPHAN: "bold yellow",
+    Cell.ATTACH: "bold $text-primary",
+    Cell.EXTRACT: "bold $text-secondary",
+    Cell.PAIRED: "bold $text-success",
+    Cell.FAILED: "bold $text-error",
+    Cell.MISMATCH: "bold $text-error",
+    Cell.ERROR: "bold $text-error reverse",
+    Cell.ORPHAN: "bold $text-warning",
 }
 
 
-def legend_text(states: Iterable[Cell] | None = None, divergence: bool = True) -> Text:
-    """What each glyph means: of the states given (all of them by default)."""
+def legend_text(states: Iterable[Cell] | None = None, divergence: bool = True) -> Content:
+    """What each glyph means: of the states given (all of them by default). Theme variables,
+    not colours: the light theme has its own."""
     shown = set(_NAMES) if states is None else set(states)
-    text = Text()
+    parts: list[tuple[str, str] | str] = []
     for cell, name in _NAMES.items():
         if cell in shown:
-            text.append(f"{GLYPHS[cell]} ", _STYLES[cell])
-            text.append(f"{name}  ")
+            parts += [(f"{GLYPHS[cell]} ", _STYLES[cell]), f"{name}  "]
     if divergence:
-        text.append(f"{DIVERGENCE_GLYPH} ", "bold red")
-        text.append("first divergence")
-    return text
+        parts += [(f"{DIVERGENCE_GLYPH} ", "bold $text-error"), "first divergence"]
+    return Content.assemble(*parts)
 
 
 class Legend(Static):
@@ -68,18 +67,17 @@ class ReplayBar(Static):
     def show(self, *, position: int, total: int, playing: bool, speed: float,
              event: Event | None, filter_text: str, timeline_ready: bool) -> None:
         """Redraw with the replay's state."""
-        text = Text()
-        text.append("▶ playing " if playing else "⏸ paused ", "bold green" if playing else "bold")
-        text.append(f"{speed:g} ev/s  ")
+        parts: list[tuple[str, str] | str] = [
+            ("▶ playing " if playing else "⏸ paused ", "bold $text-success" if playing else "bold"),
+            f"{speed:g} ev/s  "]
         if timeline_ready and position >= 0:
-            text.append(f"event {position + 1:,}/{total:,}  ")
+            parts.append(f"event {position + 1:,}/{total:,}  ")
         elif not timeline_ready:
-            text.append("ordering events…  ", "dim")
+            parts.append(("ordering events…  ", "$text-muted"))
         if event is not None:
-            text.append(clock(event.start_ns) + "  ", "dim")
-            text.append_text(literal(event.rank.label()))
-            text.append(f" {event.direction.value} #{event.seq}")
+            parts += [(clock(event.start_ns) + "  ", "$text-muted"), inert(event.rank.label()),
+                      f" {event.direction.value} #{event.seq}"]
         if filter_text:
-            text.append("  filter: ", "bold yellow")
-            text.append_text(literal(filter_text))
+            parts += [("  filter: ", "bold $text-warning"), inert(filter_text)]
+        text = Content.assemble(*parts)  # plain strings are never read as markup
         self.update(text, layout=False)  # one line, always: no need to lay the screen out
