@@ -79,12 +79,10 @@ def _epilog() -> str:
         "",
         "examples:",
         "  pptrace run -- python -m sglang.launch_server --model-path M --pp-size 2",
-        "  pptrace run --export file,otlp --protocol grpc --endpoint http://jaeger:4317 -- ...",
-        "  pptrace run --target mytransport:send_aux,recv_aux -- torchrun --nproc-per-node 2 "
-        "pp.py",
-        "  pptrace run --target pptrace.record.engine -- python pp.py   # pptrace's reference "
-        "transport",
-        "  eval \"$(pptrace run --print-env)\"   # the same, for a command you cannot change",
+        "  pptrace run --endpoint http://jaeger:4317 --protocol grpc -- python -m ...",
+        "  pptrace run --target mytransport:send_aux,recv_aux -- torchrun ... pp.py",
+        "  pptrace run --target pptrace.record.engine -- python pp.py  # the reference",
+        "  eval \"$(pptrace run --print-env)\"  # the same, for a command you cannot change",
     ]
     return "\n".join(lines)
 
