@@ -78,7 +78,8 @@ def test_a_glob_and_a_directory_of_special_files_only(tmp_path: Path, held_fifo:
     done = analyze(only)
     assert done.returncode == 2
     assert done.stderr == (
-        f"pptrace: error: {only}: no trace files (*.json, *.jsonl, *.ndjson) in directory; "
+        f"pptrace: error: {only}: no trace files (*.json, *.jsonl, *.ndjson, *.jsonl.gz, "
+        f"*.jsonl.zst) in directory; "
         f"{only / 'gone.jsonl'}: skipped: a symbolic link to nothing (only regular files are "
         "read)\n")
     done = analyze(f"{only}/r*.jsonl")

@@ -49,7 +49,8 @@ DEFAULT_DIR = "pptrace-traces"
 INPUT_HELP = (
     "trace files, directories of per-rank files, or glob patterns: pptrace's own OTLP JSON "
     "lines, an OTLP JSON TracesData document, a Jaeger v3 API response ({\"result\": ...}) or "
-    f"Jaeger JSON ({{\"data\": [...]}}); default ./{DEFAULT_DIR}"
+    f"Jaeger JSON ({{\"data\": [...]}}), each plain or gzip/zstd-compressed; default "
+    f"./{DEFAULT_DIR}"
 )
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 

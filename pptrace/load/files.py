@@ -1,8 +1,10 @@
 """Reading trace files into a ``TraceBuilder``: which files a path names, and each file's format.
 
-A path is a file, a directory (its ``*.json``, ``*.jsonl`` and ``*.ndjson`` files) or a glob. A
-file holds JSON lines (pptrace's own files, the Collector's file exporter, Jaeger v3 API stream
-chunks) or one JSON document (OTLP ``TracesData``, a Jaeger v3 API response, Jaeger's JSON).
+A path is a file, a directory (its ``*.json``, ``*.jsonl``, ``*.ndjson``, ``*.jsonl.gz`` and
+``*.jsonl.zst`` files) or a glob. A file, plain or compressed (gzip or zstd, told by its first
+bytes and read a chunk at a time: ``pptrace.load.compressed``), holds JSON lines (pptrace's own
+files, the Collector's file exporter, Jaeger v3 API stream chunks) or one JSON document (OTLP
+``TracesData``, a Jaeger v3 API response, Jaeger's JSON).
 JSON lines stream one line at a time, pptrace's own through the fast path
 (``pptrace.load.fast``); a single document, and a line over 16 MB, is walked span by span
 (``pptrace.load.stream``).
@@ -21,6 +23,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import IO, Any, NamedTuple
 
 from pptrace.load.builder import TraceBuilder
+from pptrace.load.compressed import CompressedLines, compression_of, strip_compression
 from pptrace.load.jaeger import for_each_jaeger_span
 from pptrace.load.otlp import BadShape, for_each_otlp_span
 from pptrace.load.stream import stream_document
@@ -30,7 +33,7 @@ from pptrace.model.trace import InputProblem
 
 __all__ = ["TRACE_SUFFIXES", "Found", "error_detail", "expand_paths", "open_regular", "read_files"]
 
-TRACE_SUFFIXES = (".json", ".jsonl", ".ndjson")
+TRACE_SUFFIXES = (".json", ".jsonl", ".ndjson", ".jsonl.gz", ".jsonl.zst")
 _LINE_SUFFIXES = (".jsonl", ".ndjson")
 _PROGRESS_STEP = 1 << 20
 _BIG_LINE = 16 << 20  # characters: above this a line is walked span by span
@@ -195,8 +198,8 @@ def _not_text(chunk: bytes) -> tuple[int, str] | None:
     return None
 
 
-def _read_lines(path: str, f: IO[bytes], builder: TraceBuilder, tick: Callable[[int], None],
-                first_can_switch: bool) -> bool:
+def _read_lines(path: str, f: Iterable[bytes], builder: TraceBuilder,
+                tick: Callable[[int], None], first_can_switch: bool) -> bool:
     """Read JSON lines; return False when the first line shows it is one multi-line document."""
     fast = builder.fast
     lineno = 0
@@ -257,12 +260,8 @@ def _read_lines(path: str, f: IO[bytes], builder: TraceBuilder, tick: Callable[[
     return True
 
 
-def _read_document(path: str, f: IO[bytes], builder: TraceBuilder,
-                   tick: Callable[[int], None]) -> None:
+def _read_document(path: str, data: bytes, builder: TraceBuilder) -> None:
     """Read one JSON document span by span (``pptrace.load.stream``), in about twice its size."""
-    f.seek(0)
-    data = f.read() or b""
-    tick(len(data))
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
@@ -288,6 +287,31 @@ def _read_document(path: str, f: IO[bytes], builder: TraceBuilder,
     builder.accepted += 1
 
 
+def _check_text(path: str, head: bytes) -> None:
+    bad = _not_text(head)
+    if bad is not None:
+        raise TraceInputError(bad[1], path=path, line=bad[0])
+
+
+def _read_compressed(path: str, f: IO[bytes], kind: str, builder: TraceBuilder,
+                     tick: Callable[[int], None]) -> None:
+    """Read a compressed file's lines (or, not being lines, its one document) as a plain
+    file's; a cut or damaged end is one problem."""
+    as_lines = strip_compression(path).endswith(_LINE_SUFFIXES)
+    lines = CompressedLines(f, kind, path, tick, first=lambda head: _check_text(path, head))
+    if _read_lines(path, lines, builder, lambda n: None, first_can_switch=not as_lines):
+        if lines.problem is not None:
+            builder.line = lines.lines + 1
+            builder.problem(lines.problem)
+        return
+    f.seek(0)
+    whole = CompressedLines(f, kind, path)
+    data = b"".join(whole)
+    if whole.problem is not None:
+        raise TraceInputError(whole.problem, path=path)
+    _read_document(path, data, builder)
+
+
 def _read_file(path: str, builder: TraceBuilder, tick: Callable[[int], None]) -> None:
     builder.start_file(path)
     try:
@@ -295,13 +319,18 @@ def _read_file(path: str, builder: TraceBuilder, tick: Callable[[int], None]) ->
             head = f.read(1 << 16) or b""  # (None: a read that would block)
             if not head.strip():
                 raise TraceInputError("empty file: no trace data", path=path, line=1)
-            bad = _not_text(head)
-            if bad is not None:
-                raise TraceInputError(bad[1], path=path, line=bad[0])
+            kind = compression_of(head)
             f.seek(0)
-            as_lines = path.endswith(_LINE_SUFFIXES)
-            if not _read_lines(path, f, builder, tick, first_can_switch=not as_lines):
-                _read_document(path, f, builder, tick)
+            if kind is not None:
+                _read_compressed(path, f, kind, builder, tick)
+            else:
+                _check_text(path, head)
+                as_lines = path.endswith(_LINE_SUFFIXES)
+                if not _read_lines(path, f, builder, tick, first_can_switch=not as_lines):
+                    f.seek(0)
+                    data = f.read() or b""
+                    tick(len(data))
+                    _read_document(path, data, builder)
     except OSError as exc:
         raise TraceInputError(f"cannot read: {exc.strerror or exc}", path=path) from None
     builder.end_file()

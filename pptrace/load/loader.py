@@ -1,7 +1,8 @@
 """The loader: every trace input pptrace reads, turned into one ``Trace``.
 
-Inputs are paths: a file, a directory (its ``*.json``, ``*.jsonl`` and ``*.ndjson`` files, i.e.
-pptrace's per-rank files) or a glob. Each file holds one of:
+Inputs are paths: a file, a directory (its ``*.json``, ``*.jsonl``, ``*.ndjson``, ``*.jsonl.gz``
+and ``*.jsonl.zst`` files, i.e. pptrace's per-rank files) or a glob. Each file, plain or
+compressed (gzip; zstd with the ``zstandard`` package), holds one of:
 
 - JSON lines, one document a line: pptrace's own files and the OpenTelemetry Collector's file
   exporter (``TracesData`` objects), or Jaeger v3 API stream chunks (``{"result": ...}``);
@@ -80,7 +81,7 @@ def _load(paths: Iterable[str], progress: Progress | None, allow_empty: bool) ->
     total = sum(sizes.values())
     builder = TraceBuilder()
     builder.problems.extend(skipped)
-    split = load_worker.split_files(files, sizes)
+    split = load_worker.split_files(files, load_worker.work_sizes(sizes))
     worker = None
     if split:
         try:

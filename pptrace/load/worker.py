@@ -31,14 +31,15 @@ from itertools import chain
 from typing import IO, Any
 
 from pptrace.load.builder import TraceBuilder
+from pptrace.load.compressed import COMPRESSED_SUFFIXES
 from pptrace.load.files import error_detail, read_files
 from pptrace.load.layout import with_numbers
-from pptrace.model import schema
 from pptrace.model.errors import SchemaVersionError, TraceInputError
-from pptrace.model.records import Direction, Event, RankInfo, TensorMeta
+from pptrace.model.records import Direction, Event, RankInfo, RecorderStats, TensorMeta
 from pptrace.model.trace import ForeignSpan, InputProblem
 
-__all__ = ["FIELD_TABLES", "MIN_PARALLEL_BYTES", "Worker", "main", "split_files", "take"]
+__all__ = ["COMPRESSED_WORK", "FIELD_TABLES", "MIN_PARALLEL_BYTES", "Worker", "main",
+           "split_files", "take", "work_sizes"]
 
 _HEADER = struct.Struct("<cQ")
 _ROW = 5  # shape, seq, start, mono, duration
@@ -46,6 +47,18 @@ _ROW = 5  # shape, seq, start, mono, duration
 MIN_PARALLEL_BYTES = 32 << 20
 _new_event = tuple.__new__
 _MODULE = os.path.realpath(os.path.abspath(__file__))  # which pptrace is reading
+
+
+#: About how many times its size a compressed trace file is to read (gzip shrinks pptrace's
+#: files 10 to 20 times): a split by bytes on disk would give the worker too little, or nothing.
+COMPRESSED_WORK = 10
+
+
+def work_sizes(sizes: dict[str, int]) -> dict[str, int]:
+    """Each file's size as work to read: a compressed file's (by its name) times
+    ``COMPRESSED_WORK``."""
+    return {f: n * COMPRESSED_WORK if f.endswith(COMPRESSED_SUFFIXES) else n
+            for f, n in sizes.items()}
 
 
 def split_files(files: Sequence[str], sizes: dict[str, int]) -> int:
@@ -197,6 +210,23 @@ def _meta(values: list[Any]) -> TensorMeta:
     return TensorMeta(**named)
 
 
+def _stats_json(stats: RecorderStats) -> dict[str, Any]:
+    """Recorder stats field by field (not as span attributes: the schema's encoding may leave
+    out what a resource carries)."""
+    out = {f.name: getattr(stats, f.name) for f in fields(RecorderStats)}
+    out["rank"] = asdict(stats.rank)
+    out["sink_dropped"] = [list(item) for item in stats.sink_dropped]
+    return out
+
+
+def _stats(values: dict[str, Any]) -> RecorderStats:
+    """The ``RecorderStats`` a ``_stats_json`` dict stands for (TypeError when malformed)."""
+    named = dict(values)
+    named["rank"] = RankInfo(**named["rank"])
+    named["sink_dropped"] = tuple((str(k), int(n)) for k, n in named["sink_dropped"])
+    return RecorderStats(**named)
+
+
 def _encode(builder: TraceBuilder, errors: Sequence[TraceInputError],
             fatal: SchemaVersionError | None) -> tuple[bytes, bytes]:
     """(the result as JSON, the rows as int64s) for what ``builder`` read."""
@@ -219,7 +249,7 @@ def _encode(builder: TraceBuilder, errors: Sequence[TraceInputError],
         "shapes": [None if t is None else pack.event(t) for t in fast.shapes],
         "events": [pack.event(ev) for evs in builder.events.values() for ev in evs],
         "tables": pack.tables,
-        "stats": [schema.stats_to_attributes(s) for s in builder.stats.values()],
+        "stats": [_stats_json(s) for s in builder.stats.values()],
         "ranks": [[k[0], k[1], asdict(r)] for k, r in builder.ranks.items()],
         "sources": [[k[0], k[1], v] for k, v in builder.proc_sources.items()],
         "foreign": [list(asdict(s).values()) for s in builder.foreign],
@@ -378,7 +408,7 @@ def take(builder: TraceBuilder, result: dict[str, Any], rows: bytes
         if t is None:
             raise ValueError("a row names a shape that was not cached")
         events.append(with_numbers(t, seq, begin, mono, dur))
-    stats = [schema.attributes_to_stats(attrs) for attrs in result["stats"]]
+    stats = [_stats(values) for values in result["stats"]]
     ranks = [((host, pid), RankInfo(**fields)) for host, pid, fields in result["ranks"]]
     sources = [((host, pid), list(map(str, found))) for host, pid, found in result["sources"]]
     foreign = [ForeignSpan(*f) for f in result["foreign"]]

@@ -1,0 +1,180 @@
+"""Compressed trace files: gzip (the standard library) and zstd (the ``zstandard`` package).
+
+pptrace's writer (``PPTRACE_COMPRESS``) makes every flush a complete gzip member or zstd frame
+appended to the file, so that a writer killed mid-write loses at most its last flush. Here a
+file is decompressed a chunk at a time, member after member (never the whole file in memory,
+and never more than a few MB of output from one chunk: a small file that decompresses to
+gigabytes costs time, not memory), and split into lines exactly as the uncompressed file's
+lines would be. The kind of file comes from its first bytes, whatever its name.
+
+A member cut short at the end of the file (the writer stopped mid-write) gives the whole lines
+before the cut; what follows the last whole line is skipped and said in ``problem``, as a torn
+last line of a plain file is. Damaged data (not a member where one should start, a bad CRC)
+ends the reading there, said the same way.
+
+    kind = compression_of(head)               # "gzip", "zstd" or None
+    lines = CompressedLines(f, kind, tick)    # tick(compressed bytes read)
+    for line in lines: ...
+    lines.problem                             # None, or what was wrong at the end
+"""
+
+from __future__ import annotations
+
+import importlib
+import zlib
+from collections.abc import Callable, Iterator
+from typing import IO, Any
+
+from pptrace.model.errors import TraceInputError
+
+__all__ = ["COMPRESSED_SUFFIXES", "CompressedLines", "compression_of", "strip_compression"]
+
+GZIP, ZSTD = "gzip", "zstd"
+_MAGIC = ((b"\x1f\x8b", GZIP), (b"\x28\xb5\x2f\xfd", ZSTD))
+#: File name endings of compressed traces (a directory scan looks for ``*.jsonl`` + these).
+COMPRESSED_SUFFIXES = (".gz", ".zst")
+_CHUNK = 1 << 18  # compressed bytes read at a time
+_OUT = 4 << 20  # most output of one decompress call (gzip; zstd has no such bound)
+_ZSTD_CHUNK = 1 << 15  # zstd's bound is the input: smaller pieces
+
+
+def compression_of(head: bytes) -> str | None:
+    """"gzip" or "zstd" when ``head`` (a file's first bytes) starts like one, else None."""
+    for magic, kind in _MAGIC:
+        if head.startswith(magic):
+            return kind
+    return None
+
+
+def strip_compression(path: str) -> str:
+    """``path`` without a compressed file's ending (``a.jsonl.gz`` -> ``a.jsonl``)."""
+    for suffix in COMPRESSED_SUFFIXES:
+        if path.endswith(suffix):
+            return path[: -len(suffix)]
+    return path
+
+
+class _Zlib:
+    """One gzip member's decompressor, behind the interface ``CompressedLines`` uses."""
+
+    def __init__(self) -> None:
+        self._d = zlib.decompressobj(16 + zlib.MAX_WBITS)  # gzip header and trailer
+
+    def feed(self, data: bytes) -> tuple[bytes, bytes]:
+        """(output, input left for later) with at most ``_OUT`` bytes of output."""
+        out = self._d.decompress(data, _OUT)
+        return out, self._d.unconsumed_tail
+
+    @property
+    def eof(self) -> bool:
+        return self._d.eof
+
+    @property
+    def unused(self) -> bytes:
+        return self._d.unused_data
+
+
+class _Zstd:
+    """One zstd frame's decompressor (``zstandard``), fed at most ``_ZSTD_CHUNK`` at a time."""
+
+    def __init__(self, module: Any) -> None:
+        self._d = module.ZstdDecompressor().decompressobj()
+
+    def feed(self, data: bytes) -> tuple[bytes, bytes]:
+        out: bytes = self._d.decompress(data[:_ZSTD_CHUNK])
+        return out, data[_ZSTD_CHUNK:]
+
+    @property
+    def eof(self) -> bool:
+        return bool(self._d.eof)
+
+    @property
+    def unused(self) -> bytes:
+        return bytes(self._d.unused_data)
+
+
+def _zstd_module(path: str) -> Any:
+    try:
+        return importlib.import_module("zstandard")
+    except ImportError:
+        raise TraceInputError(
+            "zstd-compressed, and the 'zstandard' package that reads it is not installed "
+            "(pip install zstandard; or decompress it: zstd -dc FILE > FILE.jsonl)",
+            path=path) from None
+
+
+class CompressedLines:
+    """The lines of a compressed file (gzip members or zstd frames, one after another)."""
+
+    def __init__(self, f: IO[bytes], kind: str, path: str,
+                 tick: Callable[[int], None] = lambda n: None,
+                 first: Callable[[bytes], None] = lambda head: None) -> None:
+        self.f, self.kind, self.path, self.tick, self.first = f, kind, path, tick, first
+        self._zstd = _zstd_module(path) if kind == ZSTD else None
+        #: Set once the lines are read: what was wrong at the end of the data, if anything.
+        self.problem: str | None = None
+        self.lines = 0  # whole lines handed out
+
+    def _decompressor(self) -> _Zlib | _Zstd:
+        return _Zlib() if self._zstd is None else _Zstd(self._zstd)
+
+    def _outputs(self) -> Iterator[bytes]:
+        """Decompressed data, a piece at a time; sets ``problem`` for a cut or damaged end."""
+        d = self._decompressor()
+        started = False  # has the current member had input?
+        offset = 0  # compressed bytes read before this chunk
+        member = 0  # where the current member starts in the file
+        what = "gzip member" if self._zstd is None else "zstd frame"
+        while True:
+            chunk = self.f.read(_CHUNK)
+            if not chunk:
+                break
+            self.tick(len(chunk))
+            data = chunk
+            while data:
+                if d.eof or not started:  # the member ended: the rest starts the next one
+                    if started:
+                        d = self._decompressor()
+                    member = offset + len(chunk) - len(data)
+                    started = True
+                try:
+                    out, data = d.feed(data)
+                except Exception as exc:  # zlib.error, zstandard.ZstdError: damaged data
+                    self.problem = (f"compressed data damaged in the {what} at byte {member:,} "
+                                    f"({exc}); the rest of the file skipped")
+                    return
+                if d.eof:
+                    data = d.unused + data
+                if out:
+                    yield out
+            offset += len(chunk)
+        if started and not d.eof:
+            self.problem = (f"the last {what} is cut short (the writer stopped mid-write?); "
+                            "read to its last whole line")
+
+    def __iter__(self) -> Iterator[bytes]:
+        parts: list[bytes] = []  # the current line's pieces, before its newline
+        first = True
+        for out in self._outputs():
+            if first:
+                first = False
+                self.first(out[: 1 << 16])
+            start = 0
+            while True:
+                nl = out.find(b"\n", start)
+                if nl < 0:
+                    break
+                if parts:
+                    parts.append(out[start : nl + 1])
+                    line = b"".join(parts)
+                    parts = []
+                else:
+                    line = out[start : nl + 1]
+                self.lines += 1
+                yield line
+                start = nl + 1
+            if start < len(out):
+                parts.append(out[start:])
+        if parts and self.problem is None:
+            self.lines += 1
+            yield b"".join(parts)  # a last line without its newline, as in a plain file
