@@ -1,8 +1,9 @@
 """The tracing options that ``pptrace run`` and ``pptrace demo`` share, and the variables they set.
 
-Both commands take the same ``--export``, ``--endpoint``, ``--protocol``, ``--service-name`` and
-``--fingerprint`` options and honour the same ``PPTRACE_*`` and ``OTEL_*`` variables, so that what
-works for the demo works for an engine (and "run the demo, open Jaeger" is one command).
+Both commands take the same ``--export``, ``--endpoint``, ``--protocol``, ``--service-name``,
+``--fingerprint``, ``--compress``, ``--rotate-mb`` and ``--max-mb`` options and honour the same
+``PPTRACE_*`` and ``OTEL_*`` variables, so that what works for the demo works for an engine
+(and "run the demo, open Jaeger" is one command).
 
     add_export_arguments(parser)
     env = export_env(args, os.environ)       # os.environ plus what the options say
@@ -24,6 +25,9 @@ EXPORT_OPTION_ENV = (
     ("protocol", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"),
     ("endpoint", "OTEL_EXPORTER_OTLP_ENDPOINT"),
     ("service_name", "OTEL_SERVICE_NAME"),
+    ("compress", "PPTRACE_COMPRESS"),
+    ("rotate_mb", "PPTRACE_ROTATE_MB"),
+    ("max_mb", "PPTRACE_MAX_MB"),
 )
 
 
@@ -40,6 +44,17 @@ def add_export_arguments(parser: argparse.ArgumentParser, *, fingerprint: bool =
                    help="OTLP protocol (default: OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf)")
     g.add_argument("--service-name", metavar="NAME",
                    help="service name the spans carry, as Jaeger lists it (default pptrace)")
+    f = parser.add_argument_group("trace files (PPTRACE_COMPRESS, PPTRACE_ROTATE_MB, "
+                                  "PPTRACE_MAX_MB)")
+    f.add_argument("--compress", choices=("none", "gzip", "zstd"),
+                   help="compress each flush as one gzip member or zstd frame (.gz, .zst; zstd "
+                        "needs the zstandard package; default none)")
+    f.add_argument("--rotate-mb", metavar="MB",
+                   help="write numbered segments of this size (decimals allowed; default: one "
+                        "file, or a tenth of --max-mb up to 100)")
+    f.add_argument("--max-mb", metavar="MB",
+                   help="the most one process keeps on disk; its oldest segments are deleted "
+                        "first, and counted (default: no cap, or 100 segments with --rotate-mb)")
     if fingerprint:
         g.add_argument("--fingerprint", action="store_true", default=None,
                        help="hash each auxiliary tensor's bytes, so that bytes changed on the way "

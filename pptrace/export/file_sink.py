@@ -18,12 +18,17 @@ it renders that event exactly as the ordinary encoding does; anything else goes 
 Templates last while the rank and run id do; what they hold of the subject's type (its name,
 whether it has ``to_pp_tensors``) is read when they are made, as each flush's records read it.
 
+Each export call is one write (``pptrace.export.segments``): its lines, or one gzip member or zstd
+frame of them, in the current segment of a rotated trace.
+
     sink = FileSink(path, process_resource(rank, run_id))
     sink.export(events)      # one or more lines, flushed
+    sink = FileSink(TraceSegments(path, "gzip", 1_000_000, 8_000_000), resource)
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import operator
 import random
@@ -35,7 +40,7 @@ from typing import Any
 
 from opentelemetry.sdk.resources import Resource
 
-from pptrace.export.trace_file import TraceFile
+from pptrace.export.segments import TraceSegments
 from pptrace.model import schema
 from pptrace.model.records import Event, RecorderStats
 from pptrace.record.convert import RawEvents
@@ -148,17 +153,19 @@ def _renderer(parts: list[str], order: list[int]) -> Render | None:
 
 
 class FileSink:
-    """Write events and recorder stats to one trace file as OTLP/JSON lines.
+    """Write events and recorder stats to a process's trace file as OTLP/JSON lines.
 
-    The file is opened as ``pptrace.export.trace_file`` says: never through a symlink, never
-    onto someone else's file, in a directory nobody else can write to unless
-    ``allow_unsafe_dir`` (``PPTRACE_DIR_UNSAFE_OK``) accepts one.
+    ``out`` is a path (one plain file) or a ``TraceSegments`` (compressed, rotated). Files are
+    opened as ``pptrace.export.trace_file`` says: never through a symlink, never onto someone
+    else's file, in a directory nobody else can write to unless ``allow_unsafe_dir``
+    (``PPTRACE_DIR_UNSAFE_OK``) accepts one.
     """
 
-    def __init__(self, path: str, resource: Resource, scope_version: str = "0",
+    def __init__(self, out: str | TraceSegments, resource: Resource, scope_version: str = "0",
                  allow_unsafe_dir: bool = False) -> None:
-        self.path = path
-        self._out = TraceFile(path, allow_unsafe_dir)
+        self._out = out if isinstance(out, TraceSegments) else TraceSegments(
+            out, allow_unsafe_dir=allow_unsafe_dir)
+        self.path = self._out.base
         res = _attributes(resource.attributes).lstrip(",")
         scope = '{"name":"pptrace","version":' + _esc(scope_version) + "}"
         head = '{"resourceSpans":[{"resource":{' + res + '},"scopeSpans":[{"scope":' + scope
@@ -219,21 +226,23 @@ class FileSink:
         return self._span(schema.span_name(event.direction), event.start_ns, event.end_ns,
                           schema.event_to_attributes(event), error, ids)
 
-    def _write(self, spans: Sequence[str]) -> None:
-        for i in range(0, len(spans), SPANS_PER_LINE):
-            self._out.write_line(self._head + ",".join(spans[i:i + SPANS_PER_LINE]) + self._tail)
+    def _lines(self, spans: Sequence[str]) -> list[str]:
+        return [self._head + ",".join(spans[i:i + SPANS_PER_LINE]) + self._tail
+                for i in range(0, len(spans), SPANS_PER_LINE)]
 
     def export(self, events: Sequence[Event]) -> None:
-        """Write the events' spans (from the raw tuples when given ``RawEvents``)."""
+        """Write the events' spans (from the raw tuples when given ``RawEvents``), in one
+        write."""
         if isinstance(events, RawEvents):
-            for line in self._raw_lines(events):
-                self._out.write_line(line)
+            lines, count = self._raw_lines(events)
         else:
-            self._write([self._event_span(event) for event in events])
+            lines, count = self._lines([self._event_span(event) for event in events]), len(events)
+        if lines:
+            self._out.write_lines(lines, count)
 
-    def _raw_lines(self, batch: RawEvents) -> list[str]:
-        """The lines ``_write`` would make of the batch's spans, each joined once from pieces:
-        a template's span is never a string of its own."""
+    def _raw_lines(self, batch: RawEvents) -> tuple[list[str], int]:
+        """The lines ``_lines`` would make of the batch's spans, each joined once from pieces
+        (a template's span is never a string of its own), and how many spans they hold."""
         if batch.convert.context != self._context:
             self._templates, self._seen = {}, {}
             self._context = batch.convert.context
@@ -243,7 +252,7 @@ class FileSink:
         head, tail = self._head, self._tail
         lines: list[str] = []
         pieces = [head]
-        count = 0
+        count = spans = 0
         for i, raw in enumerate(batch.raws):
             found = shape(raw)
             render = None
@@ -266,6 +275,7 @@ class FileSink:
             if count == SPANS_PER_LINE:
                 pieces.append(tail)
                 lines.append("".join(pieces))
+                spans += count
                 pieces, count = [head], 0
             elif count:
                 pieces.append(",")
@@ -279,7 +289,7 @@ class FileSink:
         if count:
             pieces.append(tail)
             lines.append("".join(pieces))
-        return lines
+        return lines, spans + count
 
     def _learn(self, key: Any, event: Event, text: str, ids: tuple[int, int]) -> None:
         """Make the template of ``event``'s shape at its second sighting (one-off shapes cost
@@ -315,12 +325,22 @@ class FileSink:
         return _renderer(_PROBE_RE.split(text), order)
 
     def export_stats(self, stats: RecorderStats) -> None:
-        """Write one stats span (none once the file was refused: the refusal was reported, with
+        """Write one stats span, with what rotation has deleted so far, this write's own
+        deletions included (none once the file was refused: the refusal was reported, with
         the events it cost, when it happened)."""
-        if self._out.refused is not None:
+        out = self._out
+        if out.refused is not None:
             return
-        self._write([self._span(schema.SPAN_STATS, stats.time_ns, stats.time_ns,
-                                schema.stats_to_attributes(stats))])
+        with out.lock:
+            while True:
+                counted = dataclasses.replace(stats, rotated=out.rotated,
+                                              rotated_segments=out.rotated_segments)
+                data = out.encode(self._lines([self._span(
+                    schema.SPAN_STATS, stats.time_ns, stats.time_ns,
+                    schema.stats_to_attributes(counted))]))
+                if not out.make_room(len(data)):
+                    break
+            out.write(data)
 
     def shutdown(self, timeout: float) -> None:
         """Close the file."""

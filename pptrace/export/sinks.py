@@ -1,7 +1,8 @@
 """The sink a config asks for: the trace file, OTLP through pptrace's own provider, or both.
 
 ``build_sink(config, rank)`` returns a recorder ``Sink``: a ``FileSink`` for ``file`` (events
-encoded straight to the trace file, no SDK span built), an ``SdkSpanSink`` on pptrace's own
+encoded straight to the trace file, no SDK span built; compressed and rotated as the config
+says), an ``SdkSpanSink`` on pptrace's own
 provider with the fail-open OTLP processor for ``otlp``, and a ``FanOut`` of the two when both
 are named. (Activation builds its sinks itself, to use the engine's provider when it has one.)
 
@@ -16,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from pptrace.export.file_sink import FileSink
+from pptrace.export.segments import TraceSegments
 from pptrace.export.spans import SdkSpanSink, pptrace_provider, process_resource, scope_version
 from pptrace.export.trace_file import trace_file_name
 from pptrace.model.config import Config
@@ -62,7 +64,9 @@ def build_sink(
     sinks: list[Any] = []
     if "file" in config.exporters:
         path = os.path.join(config.trace_dir, trace_file_name(rank))
-        sinks.append(FileSink(path, resource, scope_version(), config.dir_unsafe_ok))
+        out = TraceSegments(path, config.compress, config.segment_bytes, config.max_bytes,
+                            config.dir_unsafe_ok)
+        sinks.append(FileSink(out, resource, scope_version(), config.dir_unsafe_ok))
     if "otlp" in config.exporters or not sinks:
         provider = pptrace_provider(resource)
         if "otlp" in config.exporters:

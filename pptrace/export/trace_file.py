@@ -1,7 +1,10 @@
 """The trace file on disk: its name, and the writer that appends whole lines to it, safely.
 
 One file per process, named from the rank and the pid only (never from trace content). Each line
-is one OTLP/JSON ``TracesData`` document, written whole and flushed to the OS.
+is one OTLP/JSON ``TracesData`` document, written whole and flushed to the OS. Compressed
+(``PPTRACE_COMPRESS``), each write is one complete gzip member (``.gz``) or zstd frame
+(``.zst``): concatenated members are a valid file, and a process killed mid-write leaves a file
+that reads to its last whole member.
 
 The trace directory may be shared (``PPTRACE_DIR``), and an engine often runs as root, so the
 file is opened so that nobody else can steer the writes:
@@ -22,23 +25,36 @@ counts every event it costs (and logs the line once). Nothing reaches the engine
 
     path = os.path.join(trace_dir, trace_file_name(rank))   # pptrace-rank3-pid42.otlp.jsonl
     out = TraceFile(path)
-    out.write_line(text)
+    out.write_line(text)           # or out.write(encoder("gzip")([text])) on a .gz path
     out.close()
 """
 
 from __future__ import annotations
 
+import gzip
 import logging
 import os
 import stat
 import threading
+from collections.abc import Callable, Sequence
 from typing import IO
 
+from pptrace.model.errors import ConfigError
 from pptrace.model.records import RankInfo
 
 __all__ = [
-    "UNSAFE_OK_VARIABLE", "TraceFile", "TraceFileRefused", "open_trace_file", "trace_file_name",
+    "GZIP_LEVEL", "SUFFIXES", "UNSAFE_OK_VARIABLE", "ZSTD_LEVEL", "TraceFile", "TraceFileRefused",
+    "encoder", "open_trace_file", "trace_file_name",
 ]
+
+#: The name's ending per ``PPTRACE_COMPRESS`` value.
+SUFFIXES = {"none": "", "gzip": ".gz", "zstd": ".zst"}
+#: zlib's fastest level: measured on the demo's trace lines (benchmarks/bench_export.py), level 6
+#: makes files 10-25% smaller for twice the CPU on the recorder thread.
+GZIP_LEVEL = 1
+ZSTD_LEVEL = 3  # zstd's default: smaller than gzip at any level, for a fraction of its CPU
+#: Lines (without newlines) -> the bytes one write appends.
+Encoder = Callable[[Sequence[str]], bytes]
 
 #: The variable (``Config.dir_unsafe_ok``) that accepts a directory other users can write to.
 UNSAFE_OK_VARIABLE = "PPTRACE_DIR_UNSAFE_OK"
@@ -54,11 +70,40 @@ class TraceFileRefused(OSError):
     """The trace directory or file is not safe to write (the message says why, in one line)."""
 
 
-def trace_file_name(rank: RankInfo) -> str:
+def trace_file_name(rank: RankInfo, compress: str = "none") -> str:
     """The file name of a process's trace: ``pptrace-rank3-pid42.otlp.jsonl`` (``rankX``
-    while the global rank is unknown)."""
+    while the global rank is unknown; ``.gz`` or ``.zst`` added when compressed)."""
     who = f"rank{rank.rank}" if rank.rank is not None else "rankX"
-    return f"pptrace-{who}-pid{rank.pid}.otlp.jsonl"
+    return f"pptrace-{who}-pid{rank.pid}.otlp.jsonl{SUFFIXES[compress]}"
+
+
+def _plain(lines: Sequence[str]) -> bytes:
+    return ("\n".join(lines) + "\n").encode("ascii")
+
+
+def encoder(compress: str) -> Encoder:
+    """What one write appends for ``compress``: the lines, as one gzip member or zstd frame when
+    compressed (``ConfigError`` for zstd without the ``zstandard`` package)."""
+    if compress == "none":
+        return _plain
+    if compress == "gzip":
+        return lambda lines: gzip.compress(_plain(lines), GZIP_LEVEL, mtime=0)
+    if compress == "zstd":
+        try:
+            import zstandard
+        except ImportError:
+            raise ConfigError("PPTRACE_COMPRESS=zstd needs the zstandard package "
+                              "(pip install zstandard), or use gzip") from None
+        compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
+        lock = threading.Lock()  # one compressor is not to be used by two threads at once
+
+        def zstd(lines: Sequence[str]) -> bytes:
+            with lock:
+                frame: bytes = compressor.compress(_plain(lines))
+            return frame
+
+        return zstd
+    raise ConfigError(f"PPTRACE_COMPRESS={compress!r}: expected none, gzip or zstd")
 
 
 def _check_directory(directory: str, st: os.stat_result) -> None:
@@ -85,13 +130,13 @@ def _check_file(path: str, st: os.stat_result) -> None:
         raise TraceFileRefused(f"trace file {path} exists and {why}; not appending to it")
 
 
-def open_trace_file(path: str, allow_unsafe_dir: bool = False) -> IO[str]:
+def open_trace_file(path: str, allow_unsafe_dir: bool = False) -> IO[bytes]:
     """Open ``path`` for appending as the module docstring says (``TraceFileRefused`` if not)."""
     directory = os.path.dirname(path) or "."
     os.makedirs(directory, mode=0o700, exist_ok=True)
     if not _POSIX:  # no owners nor dir_fd here: the flags are all there is
         fd = os.open(path, _APPEND | os.O_CREAT, 0o600)
-        return os.fdopen(fd, "a", encoding="ascii")
+        return os.fdopen(fd, "ab", buffering=0)
     name = os.path.basename(path)
     dfd = os.open(directory, _DIRECTORY)
     try:
@@ -113,17 +158,19 @@ def open_trace_file(path: str, allow_unsafe_dir: bool = False) -> IO[str]:
     finally:
         os.close(dfd)
     os.set_blocking(fd, True)
-    return os.fdopen(fd, "a", encoding="ascii")
+    return os.fdopen(fd, "ab", buffering=0)
 
 
 class TraceFile:
-    """Append whole lines to one trace file; opened at the first line, so that a process that
-    records nothing writes nothing."""
+    """Append whole writes (lines, or a compressed member of lines) to one trace file; opened at
+    the first write, so that a process that records nothing writes nothing."""
 
     def __init__(self, path: str, allow_unsafe_dir: bool = False) -> None:
         self.path = path
         self.allow_unsafe_dir = allow_unsafe_dir
-        self._file: IO[str] | None = None
+        #: Bytes in the file: what it held when opened, and every write since.
+        self.size = 0
+        self._file: IO[bytes] | None = None
         self._ident: tuple[int, int] = (0, 0)
         self._lock = threading.Lock()
         #: Why the file was refused, once it was: final for this process (every later line
@@ -137,7 +184,7 @@ class TraceFile:
             return True
         return (st.st_dev, st.st_ino) != self._ident
 
-    def _open(self) -> IO[str]:
+    def _open(self) -> IO[bytes]:
         if self._file is not None and self._replaced():
             # Deleted under us (file or directory), or something else put in its place: writing
             # on would put every further line into an unlinked file, lost silently; start the
@@ -155,15 +202,34 @@ class TraceFile:
                 self.refused = exc
                 raise
             st = os.fstat(f.fileno())
-            self._file, self._ident = f, (st.st_dev, st.st_ino)
+            self._file, self._ident, self.size = f, (st.st_dev, st.st_ino), st.st_size
         return self._file
+
+    def write(self, data: bytes) -> None:
+        """Append ``data`` (whole lines, or a whole compressed member) to the OS's file.
+
+        A write that fails part way (disk full) is cut back off, so that the file still ends
+        with a whole line or member, and the next write does not continue a torn one.
+        """
+        with self._lock:
+            f = self._open()
+            fd, done = f.fileno(), 0
+            try:
+                view = memoryview(data)
+                while done < len(data):
+                    done += os.write(fd, view[done:])
+            except BaseException:
+                if done:
+                    try:
+                        os.ftruncate(fd, self.size)
+                    except OSError:
+                        pass
+                raise
+            self.size += done
 
     def write_line(self, line: str) -> None:
         """Append one line (its newline added here) and flush it to the OS."""
-        with self._lock:
-            f = self._open()
-            f.write(line + "\n")
-            f.flush()
+        self.write(_plain([line]))
 
     def close(self) -> None:
         """Close the file (a later line opens it again)."""

@@ -9,6 +9,7 @@ Every variable is listed in ``ENV_DOC`` (printed by ``pptrace run --help``); a b
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import os
 from collections.abc import Mapping
@@ -25,6 +26,14 @@ ENV_DOC: dict[str, str] = {
     "PPTRACE_DIR_UNSAFE_OK": "1/0: write into a PPTRACE_DIR that other users can write to or"
                              " that is not this user's (default 0: refused, with a warning)",
     "PPTRACE_EXPORT": "comma list of sinks: file, otlp, none (default file)",
+    "PPTRACE_COMPRESS": "none, gzip or zstd (zstd needs the zstandard package): compress the"
+                        " trace files, one gzip member / zstd frame per flush (default none)",
+    "PPTRACE_ROTATE_MB": "segment size in MB (decimals allowed): write numbered segments"
+                         " (default 0: one file; min(100, MAX_MB/10) when PPTRACE_MAX_MB is set)",
+    "PPTRACE_MAX_MB": "the most MB a process keeps on disk, its segments together; the oldest are"
+                      " deleted first and counted (default 0: no cap; 100 segments when only"
+                      " PPTRACE_ROTATE_MB is set)",
+    "PPTRACE_SCHEMA": "trace schema version to write: 2 (compact, default) or 1",
     "PPTRACE_MODE": "stream (every event exported) or flight (ring dumped on error/signal/exit)",
     "PPTRACE_FLIGHT_SIZE": "events kept per process in flight mode (default 4096)",
     "PPTRACE_BUFFER": "events held before new ones are dropped and counted (default 1000000)",
@@ -43,6 +52,14 @@ ENV_DOC: dict[str, str] = {
     "PPTRACE_TP_RANK": "override the tensor-parallel rank",
     "PPTRACE_TP_SIZE": "override the tensor-parallel size",
 }
+
+#: What ``PPTRACE_COMPRESS`` takes.
+COMPRESSIONS = ("none", "gzip", "zstd")
+#: The rotation a cap alone gets: segments of a tenth of the cap, at most the OpenTelemetry
+#: Collector file exporter's ``rotation.max_megabytes`` (100); a segment size alone keeps as many
+#: segments as its ``max_backups`` (100).
+DEFAULT_SEGMENT_MB, DEFAULT_SEGMENTS = 100.0, 100
+_MB = 1_000_000
 
 _TRUE = {"1", "true", "yes", "on"}
 _MAX_SECONDS = 1e9  # about 31 years
@@ -97,6 +114,15 @@ def _exporters(env: Mapping[str, str]) -> tuple[str, ...]:
     return ("file", "otlp") if "otlp" in otel else ("file",)
 
 
+def _schema(env: Mapping[str, str]) -> int:
+    raw = env.get("PPTRACE_SCHEMA", "").strip()
+    if raw in ("", "2"):
+        return 2
+    if raw == "1":
+        return 1
+    raise ConfigError(f"PPTRACE_SCHEMA={raw!r}: expected 1 or 2")
+
+
 def _targets(env: Mapping[str, str]) -> tuple[Target, ...]:
     raw = env.get("PPTRACE_TARGETS")
     try:
@@ -123,6 +149,10 @@ class Config:
     run_id: str = ""
     rank_overrides: dict[str, int] = field(default_factory=dict)
     targets: tuple[Target, ...] = DEFAULT_TARGETS  # see pptrace.model.target
+    compress: str = "none"  # "none" | "gzip" | "zstd" (trace files)
+    rotate_mb: float = 0.0  # segment size; 0: see ``segment_bytes``
+    max_mb: float = 0.0  # the most a process keeps on disk; 0: see ``max_bytes``
+    schema_version: int = 2  # what the sinks write (pptrace.model.schema)
 
     def __post_init__(self) -> None:
         if self.mode not in ("stream", "flight"):
@@ -139,6 +169,39 @@ class Config:
                 isinstance(t, Target) for t in targets):
             raise ConfigError("targets: expected at least one pptrace.model.target.Target "
                               "(pptrace.instrument(targets=...) also takes spec strings)")
+        self._check_files()
+
+    def _check_files(self) -> None:
+        if self.compress not in COMPRESSIONS:
+            raise ConfigError(f"PPTRACE_COMPRESS={self.compress!r}: expected none, gzip or zstd")
+        if self.compress == "zstd" and importlib.util.find_spec("zstandard") is None:
+            raise ConfigError("PPTRACE_COMPRESS=zstd needs the zstandard package "
+                              "(pip install zstandard), or use gzip")
+        for name, value in (("PPTRACE_ROTATE_MB", self.rotate_mb),
+                            ("PPTRACE_MAX_MB", self.max_mb)):
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+                raise ConfigError(f"{name}={value!r}: expected a number of MB, 0 or more")
+        if self.max_mb and self.rotate_mb > self.max_mb:
+            raise ConfigError(f"PPTRACE_ROTATE_MB={self.rotate_mb:g} is over PPTRACE_MAX_MB="
+                              f"{self.max_mb:g}: a segment must fit in the budget")
+        if self.schema_version not in (1, 2):
+            raise ConfigError(f"PPTRACE_SCHEMA={self.schema_version!r}: expected 1 or 2")
+
+    @property
+    def segment_bytes(self) -> int:
+        """Bytes per trace-file segment; 0: one file, not rotated."""
+        if self.rotate_mb:
+            return max(1, int(self.rotate_mb * _MB))
+        if self.max_mb:
+            return max(1, int(min(DEFAULT_SEGMENT_MB, self.max_mb / 10) * _MB))
+        return 0
+
+    @property
+    def max_bytes(self) -> int:
+        """The most bytes a process's trace keeps on disk; 0: no cap."""
+        if self.max_mb:
+            return max(1, int(self.max_mb * _MB))
+        return self.segment_bytes * DEFAULT_SEGMENTS
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> Config:
@@ -171,5 +234,9 @@ class Config:
             run_id=env.get("PPTRACE_RUN_ID", ""),
             rank_overrides=ranks,
             targets=_targets(env),
+            compress=env.get("PPTRACE_COMPRESS", "none").strip().lower() or "none",
+            rotate_mb=_number(env, "PPTRACE_ROTATE_MB", 0.0, integer=False),
+            max_mb=_number(env, "PPTRACE_MAX_MB", 0.0, integer=False),
+            schema_version=_schema(env),
         )
         return replace(cfg, **overrides) if overrides else cfg  # type: ignore[arg-type]
