@@ -1,0 +1,239 @@
+"""One test's traces: what its processes inherit, this process's tracing, and the verdict.
+
+The pytest plugin (``pptrace.plugins.pytest_plugin``) drives it; nothing here imports pytest.
+While a test runs, ``os.environ`` holds what ``pptrace run`` would set (``PPTRACE_ENABLED=1``,
+pptrace's bootstrap folder first on ``PYTHONPATH``, the test's own ``PPTRACE_DIR`` and
+``PPTRACE_RUN_ID``, ``PPTRACE_TARGETS``), so every Python process the test starts (``spawn``,
+``subprocess``, ``torchrun``) records into the test's folder; forked children carry this
+process's activation with them. This process itself is instrumented too, so the transport
+calls the test makes here are recorded. When the test ends, the folder is loaded and analyzed.
+
+    plan = Plan(fail_on=Severity.ERROR, root="/tmp/traces", keep=True)
+    case = plan.case("tests/test_pp.py::test_dtype")
+    case.start()              # the environment set, this process instrumented
+    ...                       # the test runs
+    verdict = case.judge()    # this process's tracing ends; the folder loaded and analyzed
+    case.restore()            # os.environ as it was
+
+A failure inside pptrace never reaches the test: ``judge`` returns ``None`` and the reason is
+counted in ``Plan.problems`` (the plugin says each distinct one once, at the end).
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import importlib.util
+import os
+import re
+import shutil
+import tempfile
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from pptrace.model.findings import Finding, Severity
+from pptrace.model.target import Target, format_targets
+
+__all__ = ["Case", "Plan", "Verdict", "bootstrap_dir", "traced_env"]
+
+# A trace file of pptrace's own (``pptrace.export.trace_file.trace_file_name``): what a test's
+# kept folder is emptied of when the test runs again.
+_OWN_TRACE = re.compile(r"pptrace-rank(?:\d+|X)-pid\d+\.otlp\.jsonl")
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def bootstrap_dir() -> str:
+    """The folder holding pptrace's ``sitecustomize.py`` (what ``pptrace run`` puts first)."""
+    spec = importlib.util.find_spec("pptrace.activation._bootstrap")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("pptrace's bootstrap folder (pptrace/activation/_bootstrap) is missing")
+    return list(spec.submodule_search_locations)[0]
+
+
+def traced_env(environ: Mapping[str, str], directory: str, run_id: str,
+               targets: tuple[Target, ...] = ()) -> dict[str, str]:
+    """The variables to set for a traced test (only those; ``environ`` is what is there now)."""
+    bootstrap = bootstrap_dir()
+    paths = [bootstrap] + [p for p in environ.get("PYTHONPATH", "").split(os.pathsep)
+                           if p and p != bootstrap]
+    env = {"PPTRACE_ENABLED": "1", "PPTRACE_DIR": directory, "PPTRACE_RUN_ID": run_id,
+           "PYTHONPATH": os.pathsep.join(paths)}
+    if targets:
+        env["PPTRACE_TARGETS"] = format_targets(targets)
+    exporters = environ.get("PPTRACE_EXPORT")
+    if exporters is not None and "file" not in [e.strip() for e in exporters.split(",")]:
+        # The verdict is read from the trace files: OTLP export may go on beside them.
+        env["PPTRACE_EXPORT"] = ",".join(e for e in ("file", exporters.strip()) if e)
+    return env
+
+
+def _slug(nodeid: str) -> str:
+    """A folder name for a test: readable, and distinct for distinct node ids."""
+    digest = hashlib.sha1(nodeid.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    text = _UNSAFE.sub("_", nodeid.replace("::", "__")).strip("._-")[-80:].lstrip("._-")
+    return f"{text or 'test'}-{digest}"
+
+
+class Verdict(NamedTuple):
+    """What pptrace found in one test's traces."""
+
+    directory: str  # the test's trace folder
+    findings: tuple[Finding, ...]  # every finding, earliest first
+    failing: tuple[Finding, ...]  # those at or above the test's threshold
+    fail_on: Severity
+    report: str  # ``pptrace analyze``'s text report of the folder
+    events: int  # pptrace events read
+
+    def headline(self) -> str:
+        """One line: how many findings fail the test, and where the traces are."""
+        n = len(self.failing)
+        return (f"pptrace: {n} finding{'s' if n != 1 else ''} at or above "
+                f"{self.fail_on.name.lower()} in this test's transport calls "
+                f"(traces in {self.directory})")
+
+    def message(self) -> str:
+        """The headline, the report, and the command to look closer."""
+        return (f"{self.headline()}\n{self.report}"
+                f"to look closer: pptrace view {self.directory}")
+
+
+@dataclass
+class Plan:
+    """The session's choices: the threshold, where traces go, the targets; what went wrong."""
+
+    fail_on: Severity = Severity.ERROR
+    root: str | None = None  # None: a temporary folder, made when a first test is traced
+    keep: bool = False  # keep every test's traces (``--pptrace-dir``), not only failing ones
+    targets: tuple[Target, ...] = ()
+    problems: collections.Counter[str] = field(default_factory=collections.Counter)
+
+    def folder(self) -> str:
+        """The session's folder of test folders (made on first use)."""
+        if self.root is None:
+            self.root = tempfile.mkdtemp(prefix="pptrace-pytest-")
+        return self.root
+
+    def case(self, nodeid: str, fail_on: Severity | None = None) -> Case:
+        """A test to trace (``fail_on``: the test's own threshold, else the session's)."""
+        return Case(self, nodeid, self.fail_on if fail_on is None else fail_on)
+
+    def problem(self, what: str, exc: BaseException, directory: str = "") -> str:
+        """Count a failure inside pptrace; return its one line (the same for every test)."""
+        line = f"{what}: {type(exc).__name__}: {exc}"
+        if directory:
+            line = line.replace(directory, "<the test's folder>")
+        self.problems[line] += 1
+        return line
+
+    def close(self) -> None:
+        """Remove the session's temporary folder when no test left traces in it."""
+        if self.root is not None and not self.keep:
+            try:
+                os.rmdir(self.root)
+            except OSError:  # a failing test's traces are in it: kept, and named
+                pass
+
+
+class Case:
+    """One traced test: its folder, the environment it changed, this process's recorder."""
+
+    def __init__(self, plan: Plan, nodeid: str, fail_on: Severity) -> None:
+        self.plan = plan
+        self.nodeid = nodeid
+        self.fail_on = fail_on
+        self.directory = ""
+        self._saved: dict[str, str | None] = {}
+        self._recorder: Any = None  # this process's recorder, when this case activated it
+        self.problem = ""  # the failure inside pptrace that left this test unjudged
+
+    def _fail(self, what: str, exc: BaseException, *, unjudged: bool = True) -> None:
+        line = self.plan.problem(what, exc, self.directory)
+        if unjudged:
+            self.problem = line
+
+    def start(self) -> None:
+        """Make the folder, set the environment, instrument this process."""
+        try:
+            self.directory = self._make_folder()
+            env = traced_env(os.environ, self.directory, uuid.uuid4().hex[:16],
+                             self.plan.targets)
+            self._saved = {name: os.environ.get(name) for name in env}
+            os.environ.update(env)
+        except Exception as exc:
+            self._fail("cannot set up this test's tracing", exc)
+            self.restore()
+            return
+        try:
+            from pptrace.activation.startup import active_recorder, instrument
+            from pptrace.model.config import Config
+
+            if active_recorder() is None:
+                self._recorder = instrument(Config.from_env())
+            else:  # pytest under ``pptrace run``, or a test that instruments pptrace itself
+                self.plan.problems["the pytest process is traced already (pptrace run?): its "
+                                   "own calls are in that trace, not in each test's"] += 1
+        except Exception as exc:
+            # The test's other processes are still traced, and judged.
+            self._fail("cannot trace the pytest process itself", exc, unjudged=False)
+
+    def _make_folder(self) -> str:
+        slug = _slug(self.nodeid)
+        if not self.plan.keep:
+            return tempfile.mkdtemp(prefix=slug[:90] + "-", dir=self.plan.folder())
+        path = os.path.join(os.path.abspath(self.plan.folder()), slug)
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        with os.scandir(path) as entries:  # an earlier run's traces of this test
+            for entry in entries:
+                if _OWN_TRACE.fullmatch(entry.name) and entry.is_file(follow_symlinks=False):
+                    os.unlink(entry.path)
+        return path
+
+    def stop(self) -> None:
+        """End this process's tracing, if this case started it (its last spans are written)."""
+        recorder, self._recorder = self._recorder, None
+        if recorder is None:
+            return
+        try:
+            from pptrace.activation.startup import active_recorder, uninstrument
+
+            if active_recorder() is recorder:  # the test may have ended it itself
+                uninstrument()
+        except Exception as exc:
+            self._fail("cannot stop tracing the pytest process itself", exc, unjudged=False)
+
+    def judge(self) -> Verdict | None:
+        """Stop this process's tracing; load and analyze the folder (None: pptrace failed)."""
+        self.stop()
+        if not self.directory or self.problem:
+            return None
+        try:
+            from pptrace.analyze.analyzer import analyze
+            from pptrace.load.loader import load_paths
+            from pptrace.report.text import render_text
+
+            trace = load_paths([self.directory], allow_empty=True)
+            findings = tuple(analyze(trace))
+            failing = tuple(f for f in findings if f.severity >= self.fail_on)
+            report = render_text(trace, findings, self.fail_on)
+        except Exception as exc:
+            self._fail("cannot judge this test's traces", exc)
+            return None
+        return Verdict(self.directory, findings, failing, self.fail_on, report, trace.event_count)
+
+    def restore(self) -> None:
+        """Put back the variables this case set (idempotent)."""
+        saved, self._saved = self._saved, {}
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+    def finish(self, passed: bool) -> None:
+        """After the test: tracing stopped, environment restored, a passing test's traces gone."""
+        self.stop()
+        self.restore()
+        if passed and not self.plan.keep and self.directory:
+            shutil.rmtree(self.directory, ignore_errors=True)
