@@ -16,6 +16,8 @@ keeps the keypress ratio near 1.
     python benchmarks/bench_view.py --sizes 100000
     python benchmarks/bench_view.py --files --sizes 100000   # end to end from OTLP files:
         # write per-rank files, then time loading and analyzing before the viewer
+    python benchmarks/bench_view.py --wide-pair 10000 100000   # one pair of N tensors: first
+        # paint, and a key that moves to the next such pair (the pair detail drawn again)
 """
 
 from __future__ import annotations
@@ -106,12 +108,49 @@ async def measure(events: int, files: str | None = None) -> dict[str, float]:
     return out
 
 
+async def measure_wide(tensors: int) -> dict[str, float]:
+    """A trace of 3 pairs whose payload has ``tensors`` tensors (issue 15, item 6)."""
+    from helpers_tui import pipeline, tensor
+    from pptrace_tui.widgets.pair_detail import PairDetail
+
+    trace = pipeline(3, payload=tuple(tensor(f"t{i}", (4,)) for i in range(tensors)))
+    start = time.perf_counter()
+    app = PptraceViewer.of(trace, [])
+    out: dict[str, float] = {}
+    async with app.run_test(size=(160, 45)) as pilot:
+        while not isinstance(app.screen, MainScreen) or app.screen.painted_at is None:
+            await asyncio.sleep(0.005)
+        out["first_paint_s"] = app.screen.painted_at - start
+        await pilot.pause()
+        times, drawn = [], []
+        for key in ["right", "right", "left", "left", "right"]:
+            t = time.perf_counter()
+            await pilot.press(key)
+            await pilot.pause()
+            times.append(time.perf_counter() - t)
+            drawn.append(app.screen.query_one(PairDetail).lines_drawn)
+        out["key_median_ms"] = 1000 * statistics.median(times)
+        out["key_max_ms"] = 1000 * max(times)
+        out["lines_drawn_max"] = float(max(drawn))
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000])
     parser.add_argument("--files", action="store_true",
                         help="write OTLP files first and time loading and analyzing them")
+    parser.add_argument("--wide-pair", type=int, nargs="*", default=None, metavar="N",
+                        help="instead: one pair of N tensors per cell (e.g. 10000 100000)")
     args = parser.parse_args()
+    if args.wide_pair:
+        for n in args.wide_pair:
+            r = asyncio.run(measure_wide(n))
+            print(f"== one pair of {n:,} tensors ==  first paint {r['first_paint_s']:.2f} s, "
+                  f"key to the next pair: median {r['key_median_ms']:.0f} ms, worst "
+                  f"{r['key_max_ms']:.0f} ms; tensor lines drawn per pair at most "
+                  f"{r['lines_drawn_max']:.0f}")
+        return 0
     results = {}
     for n in args.sizes:
         with tempfile.TemporaryDirectory() as tmp:

@@ -296,6 +296,8 @@ def save_screenshots(directory: str) -> None:
 
     shots = [
         ("view-overview.svg", "dtype-mismatch", nothing, {}),
+        ("view-80x24.svg", "dtype-mismatch", nothing, {"size": (80, 24)}),
+        ("view-tp-disagree.svg", "tp-disagree", nothing, {"size": (120, 40)}),
         ("view-engine-error.svg", "engine-error", error, {}),
         ("view-filter.svg", "dtype-mismatch", filtered, {}),
         ("view-help.svg", "dtype-mismatch", help_, {}),

@@ -514,3 +514,51 @@ async def test_a_pair_of_100k_tensors_draws_only_the_lines_on_screen() -> None:
         await pilot.press("right")
         await pilot.pause()
         assert 0 < detail.lines_drawn <= 2 * height
+
+
+@sync
+async def test_follow_says_on_screen_that_it_is_live_and_waits_for_traces() -> None:
+    from pptrace.model.trace import Trace
+
+    arrived = [False]  # set by the test: the first rank wrote its file
+
+    def loader(status):  # type: ignore[no-untyped-def]
+        return scenario("healthy") if arrived[0] else (Trace(processes=()), [])
+
+    app = PptraceViewer(loader, follow=True, follow_interval=0.05)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await wait_main(pilot)
+        await pilot.pause(0.2)  # a few polls that find nothing
+        assert "● live" in screen.sub_title and "waiting for traces" in screen.sub_title
+        arrived[0] = True
+        for _ in range(100):
+            await pilot.pause(0.05)
+            if screen.index.trace.event_count:
+                break
+        await pilot.pause(0.1)
+        assert screen.index.trace.event_count == 24
+        assert "● live, read at " in screen.sub_title and "waiting" not in screen.sub_title
+    still = viewer()
+    async with still.run_test(size=SIZE) as pilot:
+        screen = await wait_main(pilot)
+        assert "live" not in screen.sub_title  # a plain view says nothing of the kind
+
+
+@sync
+async def test_the_palette_screenshot_saves_in_the_current_directory_and_says_where(
+    tmp_path: Path,
+) -> None:
+    app = viewer(export_dir=tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await wait_main(pilot)
+        (shot,) = [c for c in app.get_system_commands(screen) if c.title == "Screenshot"]
+        assert str(tmp_path) in shot.help
+        shot.callback()
+        for _ in range(50):
+            await pilot.pause(0.05)
+            if app.last_export is not None:
+                break
+        saved = app.last_export
+        assert saved is not None and saved.parent == tmp_path and saved.suffix == ".svg"
+        assert "<svg" in saved.read_text()
+        assert f"screenshot saved to {saved}" in notes(app)

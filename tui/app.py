@@ -104,7 +104,8 @@ class PptraceViewer(App[None]):
             return
         if event.state is WorkerState.SUCCESS and isinstance(worker.result, TraceIndex):
             self.index = worker.result
-            self.switch_screen(MainScreen(self.index, export_dir=self.export_dir))
+            live = self.follow_interval if self.follow else None
+            self.switch_screen(MainScreen(self.index, export_dir=self.export_dir, live=live))
             if self.follow:
                 self.set_interval(self.follow_interval, self._poll)
         elif event.state is WorkerState.ERROR:
@@ -120,6 +121,7 @@ class PptraceViewer(App[None]):
     def _reload(self) -> None:
         try:
             trace, findings = self.loader(lambda _: None)
+            self.call_from_thread(self._checked)
             current = self.index
             if current is not None and (
                 trace.event_count == current.trace.event_count
@@ -133,6 +135,11 @@ class PptraceViewer(App[None]):
                                   markup=False)
         finally:
             self._polling = False
+
+    def _checked(self) -> None:
+        screen = self.main_screen
+        if screen is not None:
+            screen.checked()
 
     def _show_reloaded(self, index: TraceIndex) -> None:
         self.index = index
@@ -180,7 +187,8 @@ class PptraceViewer(App[None]):
         self.refresh_bindings()  # the footer names the other theme now
 
     def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
-        """The command palette lists every binding's action, then Textual's own commands."""
+        """The command palette lists every binding's action, then Textual's own commands
+        (its screenshot replaced: Textual's saves to ~/Downloads, and fails where there is none)."""
         for entry in self.binding_entries():
             key = self.get_key_display(entry.binding)
             yield SystemCommand(
@@ -188,4 +196,20 @@ class PptraceViewer(App[None]):
                 f"{entry.where} · key {key}",
                 partial(self.run_action, entry.binding.action, entry.node),
             )
-        yield from super().get_system_commands(screen)
+        for command in super().get_system_commands(screen):
+            if command.title != "Screenshot":
+                yield command
+        yield SystemCommand("Screenshot", f"Save an SVG of the screen in {self.export_dir}",
+                            lambda: self.set_timer(0.1, self.save_screen))
+
+    def save_screen(self) -> Path | None:
+        """Save an SVG of the screen in the export directory (the current one); say where."""
+        try:
+            name = self.save_screenshot(path=str(self.export_dir))
+        except OSError as exc:
+            self.notify(f"screenshot failed: {exc}", severity="error", markup=False)
+            return None
+        path = Path(name)
+        self.last_export = path
+        self.notify(f"screenshot saved to {path}", title="Screenshot", markup=False)
+        return path

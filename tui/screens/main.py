@@ -69,10 +69,14 @@ class MainScreen(Screen[None]):
         Binding("m", "export('markdown')", "Export Markdown", group=_EXPORT, show=False),
     ]
 
-    def __init__(self, index: TraceIndex, *, export_dir: Path) -> None:
+    def __init__(self, index: TraceIndex, *, export_dir: Path,
+                 live: float | None = None) -> None:
         super().__init__()
         self.index = index
         self.export_dir = export_dir
+        #: ``--follow``: the files are re-read every ``live`` seconds (the subtitle says so).
+        self.live = live
+        self._checked_at: str | None = None
         self.spec = FilterSpec()
         self.playing = False
         self.speed_level = 2
@@ -159,10 +163,20 @@ class MainScreen(Screen[None]):
         sub = " · ".join([counted(index.trace.event_count, "event"),
                           counted(len(index.findings), "finding"),
                           counted(bad, "cell") + " in trouble"])
+        if self.live is not None:
+            if not index.trace.event_count:
+                sub = f"waiting for traces (re-read every {self.live:g} s)"
+            when = f", read at {self._checked_at}" if self._checked_at else ""
+            sub = f"● live{when} · {sub}"
         if index.unplaced:
             sub += (f" · {counted(index.unplaced, 'event')} with an impossible sequence number "
                     "not drawn")
         self.sub_title = sub
+
+    def checked(self) -> None:
+        """``--follow`` re-read the files (whether or not they changed): show when."""
+        self._checked_at = time.strftime("%H:%M:%S")
+        self._update_subtitle()
 
     def replace_index(self, index: TraceIndex) -> None:
         """Show a fresh index (``--follow``), keeping the cursor and the filter."""
