@@ -1,0 +1,280 @@
+"""The PP message layer: every tensor dict sent or received between stages, and its spans.
+
+The auxiliary tensors that attach and extract move are one part of a larger message. In SGLang
+the last stage sends an **output** message to stage 0 (sampled token ids, logprob fields, then the
+auxiliary tensors), hidden states travel stage to stage as **proxy** messages, and each receiver
+demultiplexes on ``__msg_type__``. A ``MessageEvent`` is one send or one receive of such a dict:
+
+- a send is one event (``phase`` ``"end"``), recorded when the send call returns;
+- a receive is two: ``"begin"`` recorded *before* the call blocks (so a rank that hangs in a
+  receive leaves evidence of what it waited for, and from whom), then ``"end"`` with what
+  arrived. Both carry the same ``seq``.
+
+Every tensor of the dict is described by a ``MessageTensor`` (never its contents), with whether it
+travelled whole or as this TP rank's slice (re-assembled by an all-gather on the receiver). The
+span codec below is the one place these records become span attributes and back, as
+``pptrace.model.schema`` is for attach/extract events.
+
+    >>> ev = MessageEvent(op=MessageOp.SEND, phase="end", seq=0, kind="output", peer=0)
+    >>> from_attributes(to_attributes(ev), SPAN_SEND) == ev
+    True
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple
+
+__all__ = [
+    "MSG_TYPE_KEY",
+    "SPAN_NAMES",
+    "SPAN_RECV",
+    "SPAN_RECV_BEGIN",
+    "SPAN_SEND",
+    "MessageEvent",
+    "MessageOp",
+    "MessageTensor",
+    "from_attributes",
+    "span_name",
+    "to_attributes",
+]
+
+#: The key SGLang's receivers demultiplex on (``"output"``, ``"proxy"``...).
+MSG_TYPE_KEY = "__msg_type__"
+
+SPAN_SEND = "pptrace.send"
+SPAN_RECV = "pptrace.recv"  # a receive that returned (or raised)
+SPAN_RECV_BEGIN = "pptrace.recv.begin"  # a receive that has started: written before it returns
+SPAN_NAMES = frozenset({SPAN_SEND, SPAN_RECV, SPAN_RECV_BEGIN})
+
+# Attribute keys (the rank, host, pid, run id and schema version are the ones of
+# pptrace.model.schema, on the span or the resource as for attach/extract spans).
+OP = "pptrace.msg.op"  # "send" | "recv"
+PHASE = "pptrace.msg.phase"  # "begin" | "end"
+SEQ = "pptrace.msg.seq"  # int, per process and op, from 0; a receive's begin and end share it
+WALL_NS = "pptrace.msg.wall_ns"  # int, when the call started (wall clock)
+MONO_NS = "pptrace.msg.mono_ns"  # int, time.monotonic_ns at the call
+DURATION_NS = "pptrace.msg.duration_ns"  # int, -1 for a begin
+THREAD_ID = "pptrace.msg.thread.id"  # int
+PEER = "pptrace.msg.peer"  # int, the other end's global rank (dst of a send, src of a receive)
+PEER_PP = "pptrace.msg.peer.pp_rank"  # int, absent when unknown
+PEER_TP = "pptrace.msg.peer.tp_rank"  # int, absent when unknown
+KIND = "pptrace.msg.kind"  # str, the dict's __msg_type__ ("" when it has none)
+EXPECTED = "pptrace.msg.expected_kind"  # str, what a typed receive asked for ("" untyped)
+STASHED = "pptrace.msg.stashed"  # bool, a typed receive kept this message for later
+FROM_STASH = "pptrace.msg.from_stash"  # bool, a typed receive was served from its stash
+GATHER = "pptrace.msg.gather_size"  # int, the all-gather group's size for TP slices (1: none)
+CARRIES = "pptrace.msg.carries_attach"  # int, the seq of the attach whose output this carried
+KEYS = "pptrace.msg.keys"  # str[], the dict's keys in order
+T_KEYS = "pptrace.msg.tensor.keys"  # str[], per tensor (and per non-tensor value) below
+T_SHAPES = "pptrace.msg.tensor.shapes"  # str[], "8,5"
+T_DTYPES = "pptrace.msg.tensor.dtypes"  # str[], "float32"; a non-tensor's type name
+T_DEVICES = "pptrace.msg.tensor.devices"  # str[], device type ("cuda"), as the engine sends it
+T_NBYTES = "pptrace.msg.tensor.nbytes"  # int[], of the whole tensor
+T_SLICED = "pptrace.msg.tensor.sliced"  # bool[], travelled as this TP rank's slice
+T_IS_TENSOR = "pptrace.msg.tensor.is_tensor"  # bool[]
+T_FINGERPRINTS = "pptrace.msg.tensor.fingerprints"  # str[], only when fingerprinting is on
+ERROR_TYPE = "pptrace.msg.error.type"  # str, only when the call raised
+ERROR_MESSAGE = "pptrace.msg.error.message"  # str
+
+AttributeValue = str | bool | int | float | Sequence[str] | Sequence[bool] | Sequence[int]
+
+
+class MessageOp(str, enum.Enum):
+    """Which end of a message a call is."""
+
+    SEND = "send"
+    RECV = "recv"
+
+
+class MessageTensor(NamedTuple):
+    """One value of a message's dict: metadata only."""
+
+    key: str
+    shape: tuple[int, ...] = ()
+    dtype: str = ""  # "float32"; for a non-tensor value its type name
+    device: str = ""  # the device type ("cpu", "cuda"); empty for a non-tensor
+    nbytes: int = 0  # of the whole tensor, also when it travelled as a slice
+    sliced: bool = False  # sent as this TP rank's slice, re-assembled by an all-gather
+    is_tensor: bool = True
+    fingerprint: str | None = None
+
+    def describe(self) -> str:
+        """``float32[8, 5]`` (``/tp`` when it travelled as a TP slice), or a non-tensor's type."""
+        if not self.is_tensor:
+            return f"non-tensor {self.dtype}"
+        return f"{self.dtype}[{', '.join(map(str, self.shape))}]{'/tp' if self.sliced else ''}"
+
+
+class MessageEvent(NamedTuple):
+    """One send, or one phase of one receive, of a PP tensor dict (see the module docstring)."""
+
+    op: MessageOp
+    phase: str  # "begin" (a receive that has started) | "end"
+    seq: int
+    wall_ns: int = 0
+    mono_ns: int = 0
+    duration_ns: int = -1
+    thread_id: int = 0
+    peer: int = -1  # the other end's global rank; -1 when unknown
+    peer_pp_rank: int | None = None
+    peer_tp_rank: int | None = None
+    kind: str = ""
+    expected_kind: str = ""
+    stashed: bool = False
+    from_stash: bool = False
+    gather_size: int = 1
+    carries_attach: int | None = None
+    keys: tuple[str, ...] = ()
+    tensors: tuple[MessageTensor, ...] = ()
+    error_type: str | None = None
+    error_message: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """The call returned."""
+        return self.error_type is None
+
+    @property
+    def total_bytes(self) -> int:
+        """Bytes of every tensor of the message (whole tensors)."""
+        return sum(t.nbytes for t in self.tensors)
+
+
+def span_name(event: MessageEvent) -> str:
+    """The span a message event becomes."""
+    if event.op is MessageOp.SEND:
+        return SPAN_SEND
+    return SPAN_RECV_BEGIN if event.phase == "begin" else SPAN_RECV
+
+
+def to_attributes(event: MessageEvent) -> dict[str, AttributeValue]:
+    """A message event as span attributes (the inverse of ``from_attributes``)."""
+    out: dict[str, AttributeValue] = {
+        OP: event.op.value, PHASE: event.phase, SEQ: event.seq, WALL_NS: event.wall_ns,
+        MONO_NS: event.mono_ns, DURATION_NS: event.duration_ns, THREAD_ID: event.thread_id,
+        PEER: event.peer, KIND: event.kind, KEYS: list(event.keys),
+    }
+    if event.peer_pp_rank is not None:
+        out[PEER_PP] = event.peer_pp_rank
+    if event.peer_tp_rank is not None:
+        out[PEER_TP] = event.peer_tp_rank
+    if event.expected_kind:
+        out[EXPECTED] = event.expected_kind
+    if event.stashed:
+        out[STASHED] = True
+    if event.from_stash:
+        out[FROM_STASH] = True
+    if event.gather_size != 1:
+        out[GATHER] = event.gather_size
+    if event.carries_attach is not None:
+        out[CARRIES] = event.carries_attach
+    ts = event.tensors
+    if ts:
+        out[T_KEYS] = [t.key for t in ts]
+        out[T_SHAPES] = [",".join(map(str, t.shape)) for t in ts]
+        out[T_DTYPES] = [t.dtype for t in ts]
+        out[T_DEVICES] = [t.device for t in ts]
+        out[T_NBYTES] = [t.nbytes for t in ts]
+        out[T_SLICED] = [t.sliced for t in ts]
+        out[T_IS_TENSOR] = [t.is_tensor for t in ts]
+        if any(t.fingerprint is not None for t in ts):
+            out[T_FINGERPRINTS] = [t.fingerprint or "" for t in ts]
+    if event.error_type is not None:
+        out[ERROR_TYPE] = event.error_type
+        out[ERROR_MESSAGE] = event.error_message or ""
+    return out
+
+
+class BadMessageSpan(ValueError):
+    """A message span whose attributes cannot be a ``MessageEvent`` (names what is wrong)."""
+
+
+def _int(attrs: Mapping[str, object], key: str, default: int | None = None) -> int:
+    value = attrs.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        if value is None and default is not None:
+            return default
+        raise BadMessageSpan(f"{key}: expected an integer, got {value!r:.60}")
+    return value
+
+
+def _opt_int(attrs: Mapping[str, object], key: str) -> int | None:
+    return None if attrs.get(key) is None else _int(attrs, key)
+
+
+def _strs(attrs: Mapping[str, object], key: str, n: int | None = None) -> list[str]:
+    value = attrs.get(key, [] if n is None else [""] * n)
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        raise BadMessageSpan(f"{key}: expected a list of strings")
+    if n is not None and len(value) != n:
+        raise BadMessageSpan(f"{key}: {len(value)} entries for {n} tensors")
+    return list(value)
+
+
+def _ints(attrs: Mapping[str, object], key: str, n: int) -> list[int]:
+    value = attrs.get(key)
+    if not isinstance(value, (list, tuple)) or len(value) != n or not all(
+            isinstance(v, int) and not isinstance(v, bool) for v in value):
+        raise BadMessageSpan(f"{key}: expected {n} integers")
+    return [int(v) for v in value]
+
+
+def _bools(attrs: Mapping[str, object], key: str, n: int) -> list[bool]:
+    value = attrs.get(key)
+    if not isinstance(value, (list, tuple)) or len(value) != n or not all(
+            isinstance(v, bool) for v in value):
+        raise BadMessageSpan(f"{key}: expected {n} booleans")
+    return [bool(v) for v in value]
+
+
+def _shape(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(p) for p in text.split(",")) if text else ()
+    except ValueError:
+        raise BadMessageSpan(f"{T_SHAPES}: {text!r:.60} is not a shape") from None
+
+
+def from_attributes(attrs: Mapping[str, object], name: str) -> MessageEvent:
+    """Rebuild a message event from a span's name and attributes; ``BadMessageSpan`` if not one."""
+    if name not in SPAN_NAMES:
+        raise BadMessageSpan(f"{name!r:.60} is not a message span")
+    try:
+        op = MessageOp(attrs.get(OP))
+    except ValueError:
+        raise BadMessageSpan(f"{OP}: {attrs.get(OP)!r:.60} is not send or recv") from None
+    phase = attrs.get(PHASE)
+    if phase not in ("begin", "end") or (phase == "begin") != (name == SPAN_RECV_BEGIN):
+        raise BadMessageSpan(f"{PHASE}: {phase!r:.60} does not fit the span {name}")
+    keys = _strs(attrs, T_KEYS)
+    n = len(keys)
+    tensors: tuple[MessageTensor, ...] = ()
+    if n:
+        fps = _strs(attrs, T_FINGERPRINTS, n) if T_FINGERPRINTS in attrs else [""] * n
+        tensors = tuple(
+            MessageTensor(key=k, shape=_shape(s), dtype=d, device=dev, nbytes=b, sliced=sl,
+                          is_tensor=it, fingerprint=fp or None)
+            for k, s, d, dev, b, sl, it, fp in zip(
+                keys, _strs(attrs, T_SHAPES, n), _strs(attrs, T_DTYPES, n),
+                _strs(attrs, T_DEVICES, n), _ints(attrs, T_NBYTES, n),
+                _bools(attrs, T_SLICED, n), _bools(attrs, T_IS_TENSOR, n), fps,
+                strict=True))
+    error_type = attrs.get(ERROR_TYPE)
+    if error_type is not None and not isinstance(error_type, str):
+        raise BadMessageSpan(f"{ERROR_TYPE}: expected a string")
+    message = attrs.get(ERROR_MESSAGE)
+    kind, expected = attrs.get(KIND, ""), attrs.get(EXPECTED, "")
+    if not isinstance(kind, str) or not isinstance(expected, str):
+        raise BadMessageSpan(f"{KIND} and {EXPECTED}: expected strings")
+    return MessageEvent(
+        op=op, phase=str(phase), seq=_int(attrs, SEQ), wall_ns=_int(attrs, WALL_NS, 0),
+        mono_ns=_int(attrs, MONO_NS, 0), duration_ns=_int(attrs, DURATION_NS, -1),
+        thread_id=_int(attrs, THREAD_ID, 0), peer=_int(attrs, PEER, -1),
+        peer_pp_rank=_opt_int(attrs, PEER_PP), peer_tp_rank=_opt_int(attrs, PEER_TP),
+        kind=kind, expected_kind=expected, stashed=attrs.get(STASHED) is True,
+        from_stash=attrs.get(FROM_STASH) is True, gather_size=_int(attrs, GATHER, 1),
+        carries_attach=_opt_int(attrs, CARRIES), keys=tuple(_strs(attrs, KEYS)),
+        tensors=tensors, error_type=error_type,
+        error_message=message if isinstance(message, str) else None,
+    )
