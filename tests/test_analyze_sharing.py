@@ -159,6 +159,7 @@ def _naive(events: tuple[Event, ...], pp_rank: int | None) -> dict[str, Any]:
         "flagged": [(e, s) for e, s in flagged if s],
         "unobserved": [e for e in events if e.direction is Direction.EXTRACT and (
             e.subject_pp_capable is False or e.subject_type in ("NoneType", "None"))],
+        "attach_calls": sum(e.direction is Direction.ATTACH for e in events),
         "missing_seq": missing,
         "first_attach": first[Direction.ATTACH],
         "first_extract": first[Direction.EXTRACT],

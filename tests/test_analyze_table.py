@@ -14,7 +14,7 @@ import pytest
 from pptrace.analyze.analyzer import analyze
 from pptrace.model import errors
 from pptrace.model.findings import FindingKind, Severity
-from pptrace.model.records import PREFIX
+from pptrace.model.records import PREFIX, TensorMeta
 from pptrace.model.trace import Trace
 from tests.helpers_analyze import Run, meta
 
@@ -227,6 +227,34 @@ def dropped(run: Run) -> None:
     run.set_stats(0, dropped=4, recorded=10)
 
 
+def broadcast(pp: int = 2, tp: int = 2, *,
+              received: Callable[[int, int], list[TensorMeta]] | None = None,
+              lost_tp1: bool = False) -> Callable[[], Run]:
+    """A TP-broadcast layout: only the last stage's TP rank 0 attaches; every stage-0 TP rank
+    extracts (``received(k, tp)``: what stage-0 TP rank tp extracted for microbatch k)."""
+    def build() -> Run:
+        run = Run(pp_size=pp, tp_size=tp)
+        if lost_tp1:
+            run.absent.add((pp - 1, 1))
+        for k in range(6):
+            sent = [meta("scores", (k + 1, 5)), meta("ids", (k + 1,), "int64")]
+            run.attach(sent, tp=0)
+            for j in range(tp):  # an empty list: the dict arrived without its auxiliary keys
+                run.extract(sent if received is None else received(k, j), tp=j)
+        return run
+    return build
+
+
+def _float16_on_tp1(k: int, tp: int) -> list[TensorMeta]:
+    return [meta("scores", (k + 1, 5), "float16" if tp == 1 else "float32"),
+            meta("ids", (k + 1,), "int64")]
+
+
+def _none_on_tp1_at_2(k: int, tp: int) -> list[TensorMeta]:
+    return [] if (k, tp) == (2, 1) else [meta("scores", (k + 1, 5)),
+                                         meta("ids", (k + 1,), "int64")]
+
+
 def rotated(run: Run) -> None:
     healthy(run, 6)
     # The last stage's oldest segment, with its first 3 attaches, was rotated away.
@@ -301,6 +329,14 @@ ROWS: list[tuple[str, Callable[[Run], None] | Callable[[], Run], list[FindingKin
     ("events dropped", dropped, [K.EVENTS_DROPPED]),
     ("stats not final", not_final, [K.STATS_NOT_FINAL]),
     ("window cut by rotation", rotated, [K.WINDOW_CUT]),
+    ("clean tp broadcast pp2 tp2", broadcast(), []),
+    ("clean tp broadcast pp4 tp4", broadcast(4, 4), []),
+    ("tp broadcast: a dtype change on stage-0 tp 1", broadcast(received=_float16_on_tp1),
+     [K.DTYPE_MISMATCH]),
+    ("tp broadcast: an extract missing on stage-0 tp 1", broadcast(received=_none_on_tp1_at_2),
+     [K.ORPHAN_ATTACH]),
+    ("tp broadcast: the last stage's tp 1 left no trace", broadcast(lost_tp1=True),
+     [K.MISSING_RANK]),
     ("no stats at all", no_stats, [K.STATS_NOT_FINAL]),
 ]
 

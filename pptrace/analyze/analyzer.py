@@ -7,20 +7,24 @@ are summarised into it (``Finding.cascade``) instead of flooding the report.
 What it checks (see ``pptrace.model.findings.FindingKind`` for the list):
 
 - every call that raised, classified by the engine's own message, with where it happened;
-- pairing (``pptrace.analyze.pairing``): each payload-carrying attach on the last stage (TP rank j)
-  with its extract on stage 0 (TP rank j), then per pair: names, order, shape, dtype, bytes,
-  device type and content fingerprints;
+- pairing (``pptrace.analyze.pairing``) on each channel (``pptrace.analyze.channels``: the last
+  stage's TP rank j to stage 0's TP rank j, or TP rank 0 to every stage-0 TP rank in a
+  TP-broadcast layout), inside the window both ends still cover (``pptrace.analyze.window``):
+  each payload-carrying attach with its extract, then per pair: names, order, shape, dtype,
+  bytes, device type and content fingerprints;
 - across the last stage's TP ranks: the same payload per microbatch (``pptrace.analyze.tp``);
 - namespace hygiene: prefixed keys the attach did not write, names equal to engine keys, empty
   names, names carrying the prefix; prefixed keys left after an extract; extracts off stage 0;
   stage 0 without a PP-capable observer;
 - recorder losses and a missing final stats span, which lower the severity of absence findings
-  on the channels they touch (another sink's losses do not: the trace still has those events).
+  on the channels they touch (another sink's losses do not: the trace still has those events);
+  a cut window (rotated away, a flight ring) is an info finding and weakens nothing.
 
 Findings become one per distinct problem, each consequence after its cause, in
 ``pptrace.analyze.summary``; payloads are compared in ``pptrace.analyze.payload``.
 
     findings = analyze(load_paths(["pptrace-traces/"]))
+    result = analysis(trace)      # result.findings, and result.channels they were judged on
 
 A trace may hold millions of events, so the work per event is kept small and linear: one pass
 per process (``pptrace.analyze.scan``) gathers what the per-process checks need; a shape's
@@ -35,6 +39,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from pptrace.analyze.channels import Channel, Member, Roles, plan
 from pptrace.analyze.pairing import Alignment, align
 from pptrace.analyze.rules import (
     ENGINE_KEYS,
@@ -50,7 +55,6 @@ from pptrace.analyze.scan import scan
 from pptrace.analyze.summary import Counted, Raw, Ref, summarise
 from pptrace.analyze.tp import TpPayloads, tp_message
 from pptrace.analyze.window import (
-    channel_start,
     cut_message,
     excused,
     process_window,
@@ -62,7 +66,7 @@ from pptrace.model.records import Direction, Event, RankInfo, TensorMeta
 from pptrace.model.text import clip, plural
 from pptrace.model.trace import ProcessTrace, Trace
 
-__all__ = ["ENGINE_KEYS", "analyze", "classify_error"]
+__all__ = ["ENGINE_KEYS", "Analysis", "Channel", "analysis", "analyze", "classify_error"]
 
 K = FindingKind
 #: The most characters of a type name a message quotes (an error message: ``MESSAGE_LIMIT``).
@@ -113,13 +117,15 @@ class _Analysis:
         self.attaches = {p.index: self.scans[p.index].attaches for p in self.procs}
         self.extracts = {p.index: self.scans[p.index].extracts for p in self.procs}
         run_ids = [_run_id(p.trace) for p in self.procs]
-        several = len(set(run_ids)) > 1
+        self.several = len(set(run_ids)) > 1
         # Channel names carry the run when traces of several runs are analysed together.
-        self.run_prefix = [f"{run or '?'}:" if several else "" for run in run_ids]
-        pp_sizes = [p.rank.pp_size for p in self.procs if p.rank.pp_size is not None]
-        pp_ranks = [p.rank.pp_rank for p in self.procs if p.rank.pp_rank is not None]
-        self.pp_size = max(pp_sizes) if pp_sizes else None
-        self.max_pp = max(pp_ranks) if pp_ranks else None
+        self.run_prefix = [f"{run or '?'}:" if self.several else "" for run in run_ids]
+        self.members = [Member(p.index, p.rank, run, bool(self.attaches[p.index]),
+                               bool(self.extracts[p.index]), found.attach_calls > 0, False,
+                               window) for p, run, found, window in
+                        zip(self.procs, run_ids, self.scans, self.windows, strict=True)]
+        self.roles = Roles(self.members)
+        self.plan: list[Channel] = []
 
     def add(self, kind: FindingKind, message: str, *, ranks: Iterable[int] = (),
             microbatch: int | None = None, time_ns: int | None = None,
@@ -128,23 +134,6 @@ class _Analysis:
         self.raws.append(Raw(kind, message, tuple(ranks), microbatch, time_ns,
                               tuple(events), channel, subject, severity))
         return len(self.raws) - 1
-
-    # --- roles ----------------------------------------------------------------------------
-
-    def is_last(self, p: _Proc) -> bool:
-        r = p.rank
-        if r.pp_rank is None:
-            return bool(self.attaches[p.index])
-        size = r.pp_size if r.pp_size is not None else self.pp_size
-        if size is not None:
-            return r.pp_rank == size - 1
-        return r.pp_rank == self.max_pp and bool(self.attaches[p.index])
-
-    def is_first(self, p: _Proc) -> bool:
-        r = p.rank
-        if r.pp_rank is None:
-            return bool(self.extracts[p.index])
-        return r.pp_rank == 0
 
     # --- per process --------------------------------------------------------------------------
 
@@ -242,31 +231,24 @@ class _Analysis:
     # --- across ranks -----------------------------------------------------------------------
 
     def channels(self) -> None:
-        # Traces of several runs may be loaded together: pair only within one run.
-        runs: dict[str, list[_Proc]] = {}
-        for p in self.procs:
-            runs.setdefault(_run_id(p.trace), []).append(p)
-        for procs in runs.values():
-            lasts = [p for p in procs if self.is_last(p)]
-            firsts = [p for p in procs if self.is_first(p)]
-            for tp in sorted({tp_of(p.rank) for p in lasts + firsts}):
-                # A last stage whose window kept no attach is a sender all the same.
-                senders = [p for p in lasts if tp_of(p.rank) == tp and (
-                    self.attaches[p.index] or self.windows[p.index].cut)]
-                receivers = [p for p in firsts if tp_of(p.rank) == tp]
-                if not senders and not any(self.extracts[p.index] for p in receivers):
-                    continue
-                for k in range(max(len(senders), len(receivers))):
-                    s = senders[k] if k < len(senders) else None
-                    r = receivers[k] if k < len(receivers) else None
-                    self.channel(s, r, tp)
+        # A process with final stats that lost nothing is complete: what it has no record of
+        # did not happen (the evidence of a TP-broadcast layout).
+        members = [replace(m, complete=self.complete(m.index)) for m in self.members]
+        self.plan = plan(members, self.several)
+        for ch in self.plan:
+            self.channel(ch)
 
-    def channel(self, s: _Proc | None, r: _Proc | None, tp: int) -> None:
-        last_pp = s.rank.pp_rank if s is not None and s.rank.pp_rank is not None else "?"
+    def complete(self, index: int) -> bool:
+        stats = self.procs[index].trace.stats
+        return stats is not None and stats.final and index not in self.lost
+
+    def channel(self, ch: Channel) -> None:
+        s = self.procs[ch.sender] if ch.sender is not None else None
+        r = self.procs[ch.receiver] if ch.receiver is not None else None
         present = s or r
         if present is None:
             return
-        name = f"{self.run_prefix[present.index]}pp0<-pp{last_pp}/tp{tp}"
+        name = ch.name
         lost = [self.lost[p.index] for p in (s, r) if p is not None and p.index in self.lost]
         if lost:
             self.lowered[name] = "; ".join(lost)
@@ -275,7 +257,7 @@ class _Analysis:
             what = plural(n, "attach") if s else plural(n, "extract")
             missing = "stage 0" if s else "the last stage"
             self.add(K.MISSING_RANK,
-                     f"no trace from {missing} (tp {tp}): {what} on {who(present.rank)} "
+                     f"no trace from {missing} (tp {ch.tp}): {what} on {who(present.rank)} "
                      "cannot be paired (was that rank traced?)",
                      ranks=[rank_id(present.rank)], channel=name,
                      time_ns=present.trace.events[0].start_ns if present.trace.events else None)
@@ -283,7 +265,7 @@ class _Analysis:
         if s.index == r.index:
             return  # one process is both ends (pp_size 1): there is no transport to check
         self.observer(s, r, name)
-        start = channel_start(self.windows[s.index], self.windows[r.index])
+        start = ch.start
         attaches = trim(self.attaches[s.index], start)
         extracts = trim(self.extracts[r.index], start)
         result = align(attaches, extracts)
@@ -407,7 +389,8 @@ class _Analysis:
         return got
 
     def tensor_parallel(self) -> None:
-        lasts = [p for p in self.procs if self.is_last(p) and self.attaches[p.index]]
+        lasts = [p for p in self.procs
+                 if self.roles.is_last(self.members[p.index]) and self.attaches[p.index]]
         by_run: dict[tuple[str, int | None], list[_Proc]] = {}
         for p in lasts:
             run = p.trace.events[0].run_id if p.trace.events else ""
@@ -491,6 +474,21 @@ def _run_id(proc: ProcessTrace) -> str:
     if proc.events:
         return proc.events[0].run_id
     return proc.stats.run_id if proc.stats is not None else ""
+
+
+@dataclass(frozen=True, slots=True)
+class Analysis:
+    """The findings, and the channels they were judged on (for the viewer's pairing)."""
+
+    findings: tuple[Finding, ...]
+    channels: tuple[Channel, ...]
+
+
+def analysis(trace: Trace) -> Analysis:
+    """Check every cross-rank invariant; return the findings and the channels judged."""
+    work = _Analysis(trace)
+    findings = work.run()
+    return Analysis(tuple(findings), tuple(work.plan))
 
 
 def analyze(trace: Trace) -> list[Finding]:

@@ -36,6 +36,7 @@ class Scan:
     failed: list[Event] = field(default_factory=list)  # calls that raised
     flagged: list[tuple[Event, tuple[Spec, ...]]] = field(default_factory=list)  # hygiene
     unobserved: list[Event] = field(default_factory=list)  # extracts without a PP observer
+    attach_calls: int = 0  # attach calls of any kind (None outputs and errors included)
     missing_seq: int = 0  # sequence numbers missing after each direction's first kept one
     first_attach: int | None = None  # the lowest attach seq kept (None: no attach kept)
     first_extract: int | None = None  # the lowest extract seq kept
@@ -131,6 +132,7 @@ def scan(events: Sequence[Event], pp_rank: int | None) -> Scan:
             flagged.append((ev, specs))
     # Numbers below the first kept one are a cut window (rotated away, overwritten by a flight
     # ring), not a gap: ``pptrace.analyze.window`` judges around them.
+    out.attach_calls = n_attach
     if n_attach:
         out.first_attach = int(min_attach)
         out.missing_seq += int(max_attach) + 1 - int(min_attach) - n_attach
