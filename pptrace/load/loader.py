@@ -25,8 +25,13 @@ schema version is always an error: this pptrace cannot read it. Only regular fil
 opening one never blocks: a FIFO, a device or a link to one is skipped and said (an error when
 named directly), so a planted special file cannot hang the loader.
 
+The numbered segments of a rotated trace (``pptrace-rank3-pid42.000007.otlp.jsonl.gz``) are one
+process, read in segment order however they were named (``pptrace.load.segments``): a segment
+missing between two others is a problem naming it; one rotated away meanwhile is just gone.
+
 The parts: ``files`` (which files, each file's format), ``builder`` (spans into a ``Trace``),
-``fast``, ``stream``, ``otlp``, ``jaeger`` (the readers), ``worker`` (the second process).
+``fast``, ``stream``, ``otlp``, ``jaeger`` (the readers), ``compressed`` (gzip, zstd),
+``segments`` (a rotated trace's order), ``worker`` (the second process).
 
     trace = load_paths(["pptrace-traces/"])
 """
@@ -40,6 +45,7 @@ from collections.abc import Iterable, Sequence
 from pptrace.load import worker as load_worker
 from pptrace.load.builder import TraceBuilder
 from pptrace.load.files import TRACE_SUFFIXES, error_detail, expand_paths, read_files
+from pptrace.load.segments import is_segment, missing_segments, order_segments
 from pptrace.model.errors import SchemaVersionError, TraceInputError
 from pptrace.model.progress import Progress
 from pptrace.model.trace import InputProblem, Trace
@@ -66,18 +72,29 @@ def load_paths(paths: Iterable[str], progress: Progress | None = None, *,
             gc.enable()
 
 
+def _gone(path: str) -> bool:
+    """Whether ``path`` is a rotated trace's segment that is no longer there (rotated away)."""
+    return is_segment(path) and not os.path.lexists(path)
+
+
 def _load(paths: Iterable[str], progress: Progress | None, allow_empty: bool) -> Trace:
-    files, skipped = expand_paths(paths, allow_missing=allow_empty)
-    if not files:
-        if allow_empty:
-            return Trace(processes=(), problems=tuple(skipped))
-        raise TraceInputError("no input files given")
+    found, skipped = expand_paths(paths, allow_missing=allow_empty)
+    found, twice = order_segments(found)
+    skipped += twice
+    files = []
     sizes = {}
-    for f in files:
+    for f in found:
         try:
             sizes[f] = os.path.getsize(f)
         except OSError as exc:
+            if _gone(f):
+                continue  # deleted by rotation since it was listed
             raise TraceInputError(f"cannot read: {exc.strerror or exc}", path=f) from None
+        files.append(f)
+    if not files:
+        if allow_empty or found:
+            return Trace(processes=(), problems=tuple(skipped))
+        raise TraceInputError("no input files given")
     total = sum(sizes.values())
     builder = TraceBuilder()
     builder.problems.extend(skipped)
@@ -95,6 +112,10 @@ def _load(paths: Iterable[str], progress: Progress | None, allow_empty: bool) ->
             errors = _read_with_worker(files, split, sizes, total, builder, progress, worker)
         finally:
             worker.close()
+    gone = {err.path for err in errors if err.path is not None and _gone(err.path)}
+    if gone:  # rotated away while this loader read the others: never there, as above
+        errors = [err for err in errors if err.path not in gone]
+        files = [f for f in files if f not in gone]
     if errors:
         if len(errors) == len(files):
             raise errors[0]
@@ -102,6 +123,7 @@ def _load(paths: Iterable[str], progress: Progress | None, allow_empty: bool) ->
             builder.problems.append(
                 InputProblem(err.path or "", err.line, f"file skipped: {error_detail(err)}")
             )
+    builder.problems.extend(missing_segments(files))
     return builder.build(files)
 
 
