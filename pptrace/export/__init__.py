@@ -3,7 +3,9 @@
 - ``file_sink``: ``FileSink``, the one trace-file encoder (events, or the recorder's raw tuples
   through per-shape templates, straight to OTLP/JSON lines; held byte for byte to the official
   protobuf encoding by the tests);
-- ``trace_file``: the file's name and its safe, append-only writer;
+- ``trace_file``: the file's name, its safe, append-only writer and its compression;
+- ``segments``: ``TraceSegments``, a process's trace as one file or as numbered segments within
+  a disk budget, the oldest deleted and counted;
 - ``spans``: ``SdkSpanSink`` (events as SDK spans through any tracer provider), the process's
   resource, pptrace's own provider;
 - ``otlp``: the fail-open OTLP processor and the official exporters, bounded in what they read;

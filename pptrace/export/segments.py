@@ -23,11 +23,12 @@ the budget, and deleted first.
 
 from __future__ import annotations
 
-import gzip
 import logging
 import os
 import re
+import stat
 import threading
+import zlib
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -58,21 +59,37 @@ class _Segment:
 
 def _events_in(path: str) -> int:
     """The event spans a segment holds (of an earlier activation: read once, to count them)."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
     try:
+        with os.fdopen(os.open(path, flags), "rb") as f:
+            raw = f.read()
         if path.endswith(".gz"):
-            with gzip.open(path, "rb") as f:
-                data = f.read()
+            data = _whole_gzip(raw)
         elif path.endswith(".zst"):
             import zstandard
 
-            with open(path, "rb") as f:
-                data = zstandard.ZstdDecompressor().decompressobj().decompress(f.read())
+            data = zstandard.ZstdDecompressor().decompressobj().decompress(raw)
         else:
-            with open(path, "rb") as f:
-                data = f.read()
-    except Exception:  # torn or unreadable: what was read is all there is to count
+            data = raw
+    except Exception:  # unreadable: nothing to count
         return 0
     return sum(data.count(name) for name in _EVENT_NAMES)
+
+
+def _whole_gzip(raw: bytes) -> bytes:
+    """What the whole gzip members of ``raw`` hold (a torn last one left out)."""
+    out = []
+    while raw:
+        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        try:
+            text = d.decompress(raw)
+        except zlib.error:
+            break
+        if not d.eof:
+            break
+        out.append(text)
+        raw = d.unused_data
+    return b"".join(out)
 
 
 class TraceSegments:
@@ -96,6 +113,7 @@ class TraceSegments:
         self._out: TraceFile | None = None
         self._refused: TraceFileRefused | None = None
         self._warned = False
+        self._skip = 0  # the highest index found under this trace's name at the first write
         if not segment_bytes:
             self._out = TraceFile(path + SUFFIXES[compress], allow_unsafe_dir)
 
@@ -125,10 +143,12 @@ class TraceSegments:
         return sum(self._sizes.values()) + current
 
     def _next_index(self) -> int:
-        return self._kept[-1].index + 1 if self._kept else 1
+        return max(self._kept[-1].index if self._kept else 0, self._skip) + 1
 
     def _earlier(self) -> None:
-        """Adopt the segments an earlier activation of this process left (at the first write)."""
+        """Adopt the segments an earlier activation of this process left (at the first write):
+        regular files of this user with one link only; anything else under a segment's name is
+        skipped, never read, followed nor deleted."""
         directory, name = os.path.split(self.base)
         ext = _EXT if name.endswith(_EXT) else ""
         stem = name[:len(name) - len(ext)]
@@ -137,15 +157,19 @@ class TraceSegments:
             names = os.listdir(directory or ".")
         except OSError:
             return
+        euid = os.geteuid() if hasattr(os, "geteuid") else None
         for index, found in sorted((int(m.group(1)), n) for n in names
                                    if (m := pattern.fullmatch(n))):
             path = os.path.join(directory, found)
+            self._skip = max(self._skip, index)
             try:
-                size = os.lstat(path).st_size
+                st = os.lstat(path)
             except OSError:
                 continue
-            self._kept.append(_Segment(index, path, _events_in(path)))
-            self._sizes[index] = size
+            if (stat.S_ISREG(st.st_mode) and st.st_nlink == 1
+                    and euid in (None, st.st_uid)):
+                self._kept.append(_Segment(index, path, _events_in(path)))
+                self._sizes[index] = st.st_size
 
     def _open_next(self) -> None:
         if self._out is not None:
