@@ -10,8 +10,9 @@
    ``export``, ``activation``) loads no Textual, no read side and no network exporter (export
    loads no torch; activation loads export only when it starts exporting); the read side
    (``model``, ``load``, ``analyze``, ``report`` and the reading commands) loads no torch and no
-   OpenTelemetry. The module lists are computed from the folders, so a new module is covered
-   by itself; a folder the rules name that is missing fails, it never skips.
+   OpenTelemetry; a plugin (``plugins``, which pytest loads in every session) loads nothing of
+   pptrace's but the model. The module lists are computed from the folders, so a new module is
+   covered by itself; a folder the rules name that is missing fails, it never skips.
 4. ``pptrace`` never imports the viewer, even by a name given to ``importlib``; the network
    exporters are imported only inside functions of ``pptrace.export.otlp``;
    ``pptrace.__all__`` is sorted.
@@ -117,6 +118,10 @@ WRONG_IMPORTS = [
      "export never imports torch, not even through record's raw-event reader"),
     ("pptrace_tui/export.py", "import pptrace.cli.main",
      "nothing imports the command line but `python -m pptrace`"),
+    ("pptrace/cli/main.py", "import pptrace.plugins.pytest_plugin",
+     "nothing imports the plugins, and only the plugins import pytest"),
+    ("pptrace/report/text.py", "import pytest",
+     "nothing imports the plugins, and only the plugins import pytest"),
 ]
 
 
@@ -271,6 +276,7 @@ TORCH_AND_OTEL = ("torch", "opentelemetry")
 MODEL = modules_in("model")
 RECORDING = modules_in("record", "export", "activation")
 READING = modules_in("load", "analyze", "report")
+PLUGINS = modules_in("plugins")
 # The commands that only read traces (the viewer itself is checked below).
 READING_COMMANDS = ["pptrace.cli.main", "pptrace.cli.inputs", "pptrace.cli.analyze",
                     "pptrace.cli.diff", "pptrace.cli.view"]
@@ -343,6 +349,17 @@ def test_the_viewer_loads_no_torch_and_no_opentelemetry() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("module", PLUGINS, ids=[
+    f"{m} loads nothing of pptrace's but the model" for m in PLUGINS])
+def test_a_plugin_loads_nothing_until_it_traces(module: str) -> None:
+    """pytest loads its plugins in every session: pptrace installed must cost nothing there."""
+    loaded = loaded_by(module)
+    found = forbidden_in(loaded, TORCH_AND_OTEL + ("numpy",) + READ_SIDE + (
+        "pptrace.record", "pptrace.export", "pptrace.activation"))
+    assert found == [], f"importing {module} loads {found}"
+
+
+@pytest.mark.slow
 def test_import_pptrace_alone_imports_no_torch() -> None:
     assert forbidden_in(loaded_by("pptrace"), TORCH_AND_OTEL) == []
 
@@ -356,14 +373,15 @@ def test_the_probe_sees_what_a_module_imports() -> None:
 def test_every_folder_has_its_rule_and_every_module_is_probed() -> None:
     """The lists above are read from the folders; a new folder must be given a rule here."""
     folders = sorted(p.name for p in PACKAGES["pptrace"].iterdir() if (p / "__init__.py").exists())
-    assert folders == ["activation", "analyze", "cli", "export", "load", "model", "record",
-                       "report"], "a folder was added or renamed: give it its rules"
+    assert folders == ["activation", "analyze", "cli", "export", "load", "model", "plugins",
+                       "record", "report"], "a folder was added or renamed: give it its rules"
     assert "pptrace.record" in RECORDING and "pptrace.record.wrapper" in RECORDING
     assert "pptrace.activation._bootstrap.sitecustomize" in RECORDING
     assert "pptrace.load.loader" in READING and "pptrace.model.records" in MODEL
+    assert "pptrace.plugins.pytest_plugin" in PLUGINS
     in_folders = [p.relative_to(PACKAGES["pptrace"]).parts for p in
                   PACKAGES["pptrace"].rglob("*.py")]
-    assert len(MODEL + RECORDING + READING) == len(
+    assert len(MODEL + RECORDING + READING + PLUGINS) == len(
         [parts for parts in in_folders if len(parts) > 1 and parts[0] != "cli"])
 
 
