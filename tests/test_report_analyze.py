@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from pptrace.analyze.analyzer import analyze
 from pptrace.cli.main import main
 from pptrace.model.findings import FindingKind, Severity
-from pptrace.report.text import JSON_SCHEMA
+from pptrace.report.text import JSON_SCHEMA, to_json
 from tests.helpers_analyze import Run, meta, write_run
 
 GOLDEN = Path(__file__).parent / "data" / "golden-pp2"
@@ -39,8 +40,10 @@ def test_json_schema(capsys: pytest.CaptureFixture[str]) -> None:
     status, out, err = _cli(capsys, str(GOLDEN), "--format", "json")
     assert status == 1 and err == ""
     doc = json.loads(out)
-    assert doc["schema"] == JSON_SCHEMA == "pptrace.analyze/1"
-    assert list(doc) == ["schema", "summary", "sources", "processes", "findings", "problems"]
+    assert doc["schema"] == JSON_SCHEMA == "pptrace.analyze/2"
+    assert list(doc) == ["schema", "summary", "sources", "processes", "findings", "truncated",
+                         "problems"]
+    assert doc["truncated"] is None
     assert doc["summary"] == {
         "processes": 2, "events": 12, "foreign_spans": 0, "input_problems": 0, "findings": 2,
         "occurrences": 3, "by_severity": {"info": 0, "warning": 1, "error": 1},
@@ -132,6 +135,50 @@ def test_readme_documents_every_kind_and_the_json_schema() -> None:
         assert field in section, field
     for status in ("| 0 |", "| 1 |", "| 2 |"):
         assert status in section
+
+
+def _distinct(n: int) -> Run:
+    """``n`` distinct dtype mismatches (one per name) in one pair."""
+    run = Run()
+    run.attach([meta(f"t{i}") for i in range(n)])
+    run.extract([meta(f"t{i}", dtype="float16") for i in range(n)])
+    return run
+
+
+def test_json_lists_at_most_10_findings_a_kind_and_says_what_it_left_out(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_run(_distinct(25), str(tmp_path))
+    _, out, _ = _cli(capsys, str(tmp_path), "--format", "json")
+    doc = json.loads(out)
+    assert doc["summary"]["findings"] == 25 and doc["summary"]["by_kind"] == {
+        "dtype-mismatch": 25}
+    assert [f["message"].split("`")[1] for f in doc["findings"]] == [f"t{i}" for i in range(10)]
+    assert doc["truncated"] == {"per_kind": 10, "findings": 15, "occurrences": 15,
+                                "by_kind": {"dtype-mismatch": 15}}
+    _, out, _ = _cli(capsys, str(tmp_path), "--format", "json", "--max-per-kind", "0")
+    doc = json.loads(out)
+    assert len(doc["findings"]) == 25 and doc["truncated"] is None
+    _, out, _ = _cli(capsys, str(tmp_path), "--max-per-kind", "3")
+    assert out.count("] rank 1 attached `t") == 1 + 3  # the first divergence, then its kind
+    assert "  ... 22 more (--max-per-kind 0 lists every one)" in out
+
+
+def test_consequences_are_capped_under_their_cause_and_point_at_it() -> None:
+    # The TP ranks disagree on 12 names: 24 content mismatches (12 per channel) follow.
+    run = Run(pp_size=2, tp_size=2)
+    for tp in (0, 1):
+        run.attach([meta(f"n{i}", (4,), fingerprint=f"{tp}{i}") for i in range(12)], tp=tp)
+    for tp in (0, 1):
+        run.extract([meta(f"n{i}", (4,), fingerprint=f"x{i}") for i in range(12)], tp=tp)
+    trace = run.trace()
+    findings = analyze(trace)
+    assert sorted(f.kind.value for f in findings) == ["content-mismatch"] * 24 + ["tp-disagree"]
+    doc = to_json(trace, findings, Severity.ERROR)
+    kinds = [f["kind"] for f in doc["findings"]]
+    assert kinds == ["tp-disagree"] + ["content-mismatch"] * 10
+    assert all(f["cause"] == 0 for f in doc["findings"][1:])
+    assert doc["truncated"]["by_kind"] == {"content-mismatch": 14}
+    assert doc["summary"]["findings"] == 25
 
 
 def test_severity_parse() -> None:

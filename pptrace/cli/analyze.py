@@ -17,16 +17,17 @@ from pptrace.analyze.analyzer import analyze
 from pptrace.cli.inputs import add_input_arguments, input_paths, inputs_from_args, load_trace
 from pptrace.cli.progress import Status
 from pptrace.model.findings import Severity
-from pptrace.report.text import JSON_SCHEMA, exit_status, render_text, to_json
+from pptrace.report.text import JSON_SCHEMA, PER_KIND, exit_status, render_text, to_json
 
 __all__ = ["add_parser", "run"]
 
 EPILOG = f"""\
 exit status: 0 no findings at or above --fail-on, 1 findings at or above it, 2 unusable input.
 
-The JSON report (--format json) has "schema": "{JSON_SCHEMA}", a "summary", the "processes"
-read, every "findings" item (kind, severity, message, ranks, microbatch, time_ns, channel,
-cascade, events) and the input "problems" that were skipped. See the README for the full schema.
+The JSON report (--format json) has "schema": "{JSON_SCHEMA}", a "summary" (every finding
+counted), the "processes" read, the "findings" (kind, severity, message, ranks, microbatch,
+time_ns, channel, cascade, events, cause), "truncated" (null, or what --max-per-kind left out)
+and the input "problems" that were skipped. See the README for the full schema.
 
 Large inputs: with two or more cores and 32 MB or more in several files, a second process reads
 half of them (the result is the same; PPTRACE_LOAD_WORKERS=0 reads in this process only).
@@ -58,8 +59,22 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         help="text for people (default) or json for CI")
     parser.add_argument("--fail-on", choices=("info", "warning", "error"), default="error",
                         help="exit 1 when a finding is at least this severe (default: error)")
+    parser.add_argument("--max-per-kind", type=_count, default=PER_KIND, metavar="N",
+                        help=f"list at most N findings of a kind, in text and JSON (default "
+                        f"{PER_KIND}; 0: every one)")
     parser.set_defaults(func=run)
     return parser
+
+
+def _count(text: str) -> int:
+    """A whole number 0 or more (argparse prints the message as one line)."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number 0 or more")
+    return n
 
 
 def run(args: argparse.Namespace) -> int:
@@ -72,9 +87,10 @@ def run(args: argparse.Namespace) -> int:
     status.stage(f"pptrace: analyzing {trace.event_count:,} events")
     findings = analyze(trace)
     status.end()
+    per_kind = args.max_per_kind if args.max_per_kind > 0 else None
     if args.format == "json":
-        json.dump(to_json(trace, findings, fail_on), sys.stdout, indent=2)
+        json.dump(to_json(trace, findings, fail_on, per_kind=per_kind), sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        sys.stdout.write(render_text(trace, findings, fail_on))
+        sys.stdout.write(render_text(trace, findings, fail_on, per_kind=per_kind))
     return exit_status(findings, fail_on)

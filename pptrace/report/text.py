@@ -3,10 +3,12 @@
 The text report opens with what was read, then the first divergence (the earliest error), then
 the findings grouped by kind (worst first, counted), then the input problems. The JSON document
 follows ``JSON_SCHEMA`` (documented in the README); its ``schema`` field changes only when a
-field is removed or changes meaning.
+field is removed or changes meaning. Both show at most ``PER_KIND`` findings of a kind (and as
+many consequences under each): a million distinct findings make neither a report of gigabytes;
+the counts stay exact, and the JSON's ``truncated`` says what was left out.
 
     text = render_text(trace, findings, fail_on=Severity.ERROR)
-    doc = to_json(trace, findings, fail_on=Severity.ERROR)
+    doc = to_json(trace, findings, fail_on=Severity.ERROR, per_kind=None)  # None: every one
 """
 
 from __future__ import annotations
@@ -24,17 +26,23 @@ from pptrace.report.groups import consequences, first_divergence, kind_groups, o
 
 __all__ = [
     "JSON_SCHEMA",
+    "PER_KIND",
     "event_ref_json",
     "exit_status",
     "finding_json",
     "render_text",
+    "shown",
     "to_json",
 ]
 
-#: The JSON report's schema id.
-JSON_SCHEMA = "pptrace.analyze/1"
+#: The JSON report's schema id (2: ``findings`` holds at most ``PER_KIND`` of a kind unless
+#: asked for all, and ``truncated`` says what was left out).
+JSON_SCHEMA = "pptrace.analyze/2"
 
-_SHOWN_PER_KIND = 10
+#: The most findings of one kind a report shows by default (and consequences under each).
+PER_KIND = 10
+#: The most input problems the text report lists.
+_SHOWN_PROBLEMS = 10
 
 
 def exit_status(findings: Sequence[Finding], fail_on: Severity) -> int:
@@ -79,31 +87,49 @@ def _finding_line(f: Finding, indent: str = "  ", head: str = "") -> str:
     return f"{indent}{head}[{', '.join(where)}] {clip(f.message)}"
 
 
-def _group_lines(findings: Sequence[Finding]) -> list[str]:
+def shown(findings: Sequence[Finding], per_kind: int | None) -> set[int]:
+    """The indexes a report shows: the first ``per_kind`` of each kind's group, and the first
+    ``per_kind`` consequences of each (``None``: every finding)."""
+    if per_kind is None:
+        return set(range(len(findings)))
+    effects = consequences(findings)
+    out: set[int] = set()
+    for group in kind_groups(findings):
+        for i in group.findings[:per_kind]:
+            out.add(i)
+            out.update(effects.get(i, ())[:per_kind])
+    return out
+
+
+def _more(n: int, what: str) -> str:
+    return f"... {n} more{what} (--max-per-kind 0 lists every one)"
+
+
+def _group_lines(findings: Sequence[Finding], per_kind: int | None) -> list[str]:
     lines: list[str] = []
     effects = consequences(findings)
+    limit = len(findings) if per_kind is None else per_kind
     for group in kind_groups(findings):
         kind = group.kind
         lines += ["", f"{group.severity.name} {kind.value}: {kind.description} "
                   f"({plural(len(group.findings), 'finding')}, "
                   f"{plural(group.occurrences, 'occurrence')})"]
-        for i in group.findings[:_SHOWN_PER_KIND]:
+        for i in group.findings[:limit]:
             lines.append(_finding_line(findings[i]))
             followers = effects.get(i, ())
-            for j in followers[:_SHOWN_PER_KIND]:
+            for j in followers[:limit]:
                 f = findings[j]
                 lines.append(_finding_line(f, "    ", f"then {f.kind.value} "))
-            if len(followers) > _SHOWN_PER_KIND:
-                lines.append(f"    ... {len(followers) - _SHOWN_PER_KIND} more that follow "
-                             "from it (see --format json)")
-        if len(group.findings) > _SHOWN_PER_KIND:
-            lines.append(f"  ... {len(group.findings) - _SHOWN_PER_KIND} more "
-                         "(see --format json)")
+            if len(followers) > limit:
+                lines.append("    " + _more(len(followers) - limit, " that follow from it"))
+        if len(group.findings) > limit:
+            lines.append("  " + _more(len(group.findings) - limit, ""))
     return lines
 
 
-def render_text(trace: Trace, findings: Sequence[Finding], fail_on: Severity) -> str:
-    """The human report."""
+def render_text(trace: Trace, findings: Sequence[Finding], fail_on: Severity, *,
+                per_kind: int | None = PER_KIND) -> str:
+    """The human report (``per_kind``: the most findings of a kind it lists; None: all)."""
     lines = [f"pptrace analyze: {_summary_line(trace)}"]
     if trace.event_count == 0:
         lines.append("No pptrace events in this input: nothing to check (was pptrace active?).")
@@ -121,12 +147,12 @@ def render_text(trace: Trace, findings: Sequence[Finding], fail_on: Severity) ->
         f = findings[first]
         lines += ["", f"First divergence ({f.severity.name.lower()}, {f.kind.value}):",
                   _finding_line(f)]
-        lines += _group_lines(findings)
+        lines += _group_lines(findings, per_kind)
     if trace.problems:
         lines += ["", f"Input problems (skipped and counted): {len(trace.problems)}"]
-        lines += [f"  {clip(str(p))}" for p in trace.problems[:_SHOWN_PER_KIND]]
-        if len(trace.problems) > _SHOWN_PER_KIND:
-            lines.append(f"  ... {len(trace.problems) - _SHOWN_PER_KIND} more")
+        lines += [f"  {clip(str(p))}" for p in trace.problems[:_SHOWN_PROBLEMS]]
+        if len(trace.problems) > _SHOWN_PROBLEMS:
+            lines.append(f"  ... {len(trace.problems) - _SHOWN_PROBLEMS} more")
     failing = exit_status(findings, fail_on)
     verdict = "FAIL" if failing else "OK"
     at_or_above = sum(counts[s] for s in counts if s >= fail_on)
@@ -159,10 +185,25 @@ def finding_json(f: Finding, cause: int | None = None) -> dict[str, Any]:
     }
 
 
-def _findings_json(findings: Sequence[Finding]) -> list[dict[str, Any]]:
-    position = {id(f): i for i, f in enumerate(findings)}
-    return [finding_json(f, position.get(id(f.cause)) if f.cause is not None else None)
-            for f in findings]
+def _findings_json(findings: Sequence[Finding], kept: set[int]) -> list[dict[str, Any]]:
+    order = [i for i in range(len(findings)) if i in kept]  # analyze's order: causes first
+    position = {id(findings[i]): k for k, i in enumerate(order)}
+    out = []
+    for i in order:
+        f = findings[i]
+        out.append(finding_json(f, position.get(id(f.cause)) if f.cause is not None else None))
+    return out
+
+
+def _truncated(findings: Sequence[Finding], kept: set[int],
+               per_kind: int | None) -> dict[str, Any] | None:
+    """What the JSON's ``findings`` left out, or None when it holds every finding."""
+    cut = [f for i, f in enumerate(findings) if i not in kept]
+    if not cut:
+        return None
+    return {"per_kind": per_kind, "findings": len(cut),
+            "occurrences": sum(1 + f.cascade for f in cut),
+            "by_kind": dict(Counter(f.kind.value for f in cut))}
 
 
 def _process_json(index: int, trace: Trace) -> dict[str, Any]:
@@ -186,9 +227,12 @@ def _process_json(index: int, trace: Trace) -> dict[str, Any]:
     }
 
 
-def to_json(trace: Trace, findings: Sequence[Finding], fail_on: Severity) -> dict[str, Any]:
-    """The JSON report (see ``JSON_SCHEMA`` and the README)."""
+def to_json(trace: Trace, findings: Sequence[Finding], fail_on: Severity, *,
+            per_kind: int | None = PER_KIND) -> dict[str, Any]:
+    """The JSON report (see ``JSON_SCHEMA`` and the README); ``per_kind``: the most findings
+    of a kind it holds (None: all). The summary counts every finding."""
     by_sev = Counter(f.severity.name.lower() for f in findings)
+    kept = shown(findings, per_kind)
     return {
         "schema": JSON_SCHEMA,
         "summary": {
@@ -205,7 +249,8 @@ def to_json(trace: Trace, findings: Sequence[Finding], fail_on: Severity) -> dic
         },
         "sources": list(trace.sources),
         "processes": [_process_json(i, trace) for i in range(len(trace.processes))],
-        "findings": _findings_json(findings),
+        "findings": _findings_json(findings, kept),
+        "truncated": _truncated(findings, kept, per_kind),
         "problems": [
             {"source": p.source, "line": p.line, "message": p.message} for p in trace.problems
         ],
