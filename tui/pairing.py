@@ -18,6 +18,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from pptrace.analyze.pairing import align
+from pptrace.analyze.window import excused
 from pptrace.model.findings import Finding
 from pptrace.model.records import Direction, Event
 from pptrace.model.trace import Trace
@@ -123,12 +124,32 @@ def _runs(pairs: Iterator[tuple[int, int, int, int]]) -> Iterator[Run]:
         yield Run(*run)
 
 
+def _first_kept(trace: Trace, procs: list[int], direction: Direction) -> int:
+    """The first sequence number the side's traces still hold (0 unless history was cut)."""
+    seqs = [ev.seq for p in procs for ev in trace.processes[p].events
+            if ev.direction is direction]
+    return min(seqs, default=0)
+
+
+def _trim(events: list[Event], procs: list[int], start: int) -> tuple[list[Event], list[int]]:
+    kept = [i for i, ev in enumerate(events) if ev.seq >= start]
+    return [events[i] for i in kept], [procs[i] for i in kept]
+
+
 def _channels(trace: Trace, unpaired: list[tuple[int, Direction, int]]) -> Iterator[Run]:
     extract_side = _extract_side(trace)
     for tp, attach_procs in _attach_side(trace).items():
         attaches, a_procs = _side(trace, attach_procs, Direction.ATTACH)
         e_procs_all = extract_side.get(tp, [])
         extracts, e_procs = _side(trace, e_procs_all, Direction.EXTRACT)
+        # A channel is judged from the newest first kept number of its two ends, as the
+        # analyzer does (``pptrace.analyze.window``): what lies before a cut is not an orphan.
+        start = max(_first_kept(trace, attach_procs, Direction.ATTACH),
+                    _first_kept(trace, e_procs_all, Direction.EXTRACT))
+        cut = start > 0
+        if cut:
+            attaches, a_procs = _trim(attaches, a_procs, start)
+            extracts, e_procs = _trim(extracts, e_procs, start)
         if not attaches or not extracts:
             if attaches and e_procs_all:  # stage 0 is traced and received none of them
                 unpaired += [(p, Direction.ATTACH, ev.seq) for ev, p in zip(attaches, a_procs,
@@ -140,8 +161,14 @@ def _channels(trace: Trace, unpaired: list[tuple[int, Direction, int]]) -> Itera
             yield Run(a_procs[0], attaches[0].seq, e_procs[0], extracts[0].seq, len(attaches))
             continue
         outcome = align(attaches, extracts)
-        unpaired += [(a_procs[i], Direction.ATTACH, attaches[i].seq) for i in outcome.orphans]
-        unpaired += [(e_procs[j], Direction.EXTRACT, extracts[j].seq) for j in outcome.unmatched]
+        orphans, unmatched = set(outcome.orphans), set(outcome.unmatched)
+        if cut:  # calls just after the cut whose partner lies before it cannot be judged
+            at_cut_a, at_cut_e = excused(outcome)
+            orphans -= set(at_cut_a)
+            unmatched -= set(at_cut_e)
+        unpaired += [(a_procs[i], Direction.ATTACH, attaches[i].seq) for i in sorted(orphans)]
+        unpaired += [(e_procs[j], Direction.EXTRACT, extracts[j].seq)
+                     for j in sorted(unmatched)]
         yield from _runs(
             (a_procs[i], attaches[i].seq, e_procs[j], extracts[j].seq) for i, j in outcome.pairs()
         )
