@@ -17,7 +17,7 @@ from pptrace.activation.patch import EnginePatch, module_status
 from pptrace.activation.sglang_module import ATTACH, EXTRACT, MODULE
 from pptrace.activation.startup import active_recorder
 from pptrace.model.config import Config
-from pptrace.record.wrapper import WRAPPED_ATTR, is_wrapped, unwrap
+from pptrace.record.wrapper import is_wrapped, unwrap
 from tests.doubles import NotPP, Observer, Output
 from tests.helpers_startup import real_module, sample_output, write_consumer
 
@@ -63,7 +63,7 @@ def test_instrument_uninstrument_repeated_never_double_wraps(engine: Any, tmp_pa
         again = pptrace.instrument(QUIET)
         assert again is first
         wrapper = getattr(consumer, ATTACH)
-        assert getattr(wrapper, WRAPPED_ATTR) is attach  # exactly one layer
+        assert is_wrapped(wrapper) and wrapper.__wrapped__ is attach  # exactly one layer
         consumer.send({}, sample_output())
         assert first is not None and first.recorded == 1  # recorded once, not twice
         pptrace.uninstrument()
@@ -79,7 +79,7 @@ def test_an_older_wrapper_is_replaced_not_wrapped_again(engine: Any, tmp_path: P
     attach = getattr(engine, ATTACH)
     consumer.__dict__[ATTACH] = wrap_attach(attach, Recorder(QUIET))  # left by someone earlier
     pptrace.instrument(QUIET)
-    assert getattr(getattr(consumer, ATTACH), WRAPPED_ATTR) is attach
+    assert getattr(consumer, ATTACH).__wrapped__ is attach
     pptrace.uninstrument()
     assert getattr(consumer, ATTACH) is attach
 

@@ -31,7 +31,7 @@ from pptrace.model.target import (
     parse_target,
     parse_targets,
 )
-from pptrace.record.wrapper import WRAPPED_ATTR, is_wrapped, unwrap
+from pptrace.record.wrapper import is_wrapped, unwrap
 from tests.doubles import Observer
 from tests.helpers_startup import real_module, sample_output
 
@@ -219,7 +219,7 @@ def test_a_target_is_never_wrapped_twice(own: Own, tmp_path: Path) -> None:
             rec = pptrace.instrument(QUIET, targets=[own.spec, own.spec,
                                                      f"{alias.__name__}:put,take"])
             assert pptrace.instrument(QUIET, targets=own.spec) is rec  # idempotent
-            assert getattr(transport.send_aux, WRAPPED_ATTR) is send  # exactly one layer
+            assert transport.send_aux.__wrapped__ is send  # exactly one layer
             assert alias.put is transport.send_aux
             alias.put({}, sample_output())
             assert rec is not None and rec.recorded == 1  # recorded once, not twice

@@ -7,6 +7,16 @@ hook (``pptrace.activation.hook``) does the same for a target module imported la
 imported after that binds the wrappers by itself). ``restore`` puts the originals back everywhere
 a wrapper is bound. A function bound under several names or by several targets is wrapped once.
 
+Other wrappers of the same functions (SGLang's plugin ``HookRegistry`` patches them the same
+way) are kept, in any order. pptrace knows its own wrappers by identity
+(``pptrace.record.wrapper.is_wrapped``), so a wrapper around one of them is never taken for
+pptrace's, replaced or unwrapped: pptrace wraps whatever is bound when it patches. When
+someone wrapped pptrace's wrapper after it was bound, ``restore`` takes it out of their chain:
+a plain function whose ``__wrapped__`` is pptrace's wrapper and whose closure holds it (as
+``functools.wraps`` wrappers do) gets the original in both places. Any other holder keeps
+pptrace's wrapper as an inert pass-through (its recorder is shut down: it only calls the
+original), counted in ``EnginePatch.inert``.
+
     patch = EnginePatch(make_wrappers)      # make_wrappers(attach, extract) -> (w_attach, w_ext)
     patch = EnginePatch(make_wrappers, parse_targets("mytransport:send_aux,recv_aux"))
     patch.apply()                            # now, and for modules imported later
@@ -38,7 +48,9 @@ log = logging.getLogger("pptrace")
 
 #: ``(original attach, original extract) -> (wrapped attach, wrapped extract)``
 WrapperFactory = Callable[[Any, Any], tuple[Any, Any]]
-WRAPPED_ATTR = "__pptrace_wrapped__"  # the same marker pptrace.record.wrapper sets
+#: The module that makes (and so knows) pptrace's wrappers; none exists before it is loaded.
+_WRAPPER_MODULE = "pptrace.record.wrapper"
+_MAX_CHAIN = 64  # wrappers followed down one chain (a cycle or a freak stops there)
 _said: set[str] = set()
 #: How a user names another transport module (quoted where a target cannot be traced).
 TARGET_HINT = "--target MODULE[:ATTACH,EXTRACT] or PPTRACE_TARGETS"
@@ -107,6 +119,9 @@ class EnginePatch:
         self._hook: ImportHook | None = None
         self._lock = threading.RLock()
         self.applied = False
+        #: pptrace wrappers the last ``restore`` left inside someone else's wrapper, as inert
+        #: pass-throughs (their holder did not let them be replaced).
+        self.inert = 0
 
     @property
     def patched(self) -> bool:
@@ -191,17 +206,15 @@ class EnginePatch:
     def _rebind_everywhere(self) -> None:
         """Point every module-level binding of an original (or foreign wrapper) at our wrapper."""
         table = self._wrappers
+        is_own, unwrap = _marks()
         for mod in list(sys.modules.values()):
             names = _module_dict(mod)
             if names is None:
                 continue
             for name, value in list(names.items()):
                 entry = table.get(id(value))
-                # type(), not isinstance(): some module globals are proxies whose __class__
-                # lookup has side effects (deprecation warnings, lazy imports).
-                if entry is None and type(value) in _WRAPPER_TYPES and (
-                        WRAPPED_ATTR in value.__dict__):
-                    entry = table.get(id(_unwrap(value)))  # an older wrapper: replace it
+                if entry is None and is_own(value):
+                    entry = table.get(id(unwrap(value)))  # an older wrapper: replace it
                 if entry is None or entry[1] is value:
                     continue
                 names[name] = entry[1]
@@ -215,6 +228,13 @@ class EnginePatch:
                 self._hook = None
             back = {id(w): o for o, w in self._wrappers.values()}
             restored = 0
+            is_own, unwrap = _marks()
+            # Where someone else's wrapper may hold one of ours: what is bound now where ours
+            # were bound, and any module function whose closure holds one of ours.
+            starts: list[Any] = [_bound(site.module, site.name) for site in self.sites]
+            for target in self.seen:
+                mod = sys.modules.get(target.module)
+                starts += [_bound(mod, target.attach), _bound(mod, target.extract)]
             for mod in list(sys.modules.values()):
                 names = _module_dict(mod)
                 if names is None:
@@ -224,6 +244,12 @@ class EnginePatch:
                     if original is not None:
                         names[name] = original
                         restored += 1
+                    elif type(value) is types.FunctionType and _holds_own(value, is_own):
+                        starts.append(value)
+            self.inert = 0
+            done: set[int] = set()
+            for start in starts:
+                restored += self._splice(start, is_own, unwrap, done)
             self.sites.clear()
             self.seen.clear()
             self._wrappers.clear()
@@ -231,7 +257,65 @@ class EnginePatch:
             return restored
 
 
+    def _splice(self, fn: Any, is_own: Callable[[Any], bool], unwrap: Callable[[Any], Any],
+                done: set[int]) -> int:
+        """Take pptrace's wrappers out of the chain of wrappers from ``fn`` down; return how
+        many were replaced by what they wrap (the others are counted in ``inert``)."""
+        spliced = 0
+        for _ in range(_MAX_CHAIN):
+            if is_own(fn):
+                fn = unwrap(fn)
+                continue
+            # type(), not isinstance(): some module globals are proxies whose __class__
+            # lookup has side effects (deprecation warnings, lazy imports).
+            if type(fn) is not types.FunctionType or id(fn) in done:
+                break
+            done.add(id(fn))
+            inner = fn.__dict__.get("__wrapped__")
+            if inner is None:
+                break
+            if is_own(inner):
+                original = unwrap(inner)
+                cells = [c for c in fn.__closure__ or () if _cell(c) is inner]
+                for cell in cells:
+                    cell.cell_contents = original
+                if cells:
+                    fn.__dict__["__wrapped__"] = original
+                    spliced += 1
+                else:
+                    self.inert += 1
+                inner = original
+            fn = inner
+        return spliced
+
+
 _MISSING = object()
+
+
+def _marks() -> tuple[Callable[[Any], bool], Callable[[Any], Any]]:
+    """(is_wrapped, unwrap) of pptrace's wrapper module, asked only once it is loaded:
+    importing it here would import torch, and no pptrace wrapper exists before it is."""
+    wrapper = sys.modules.get(_WRAPPER_MODULE)
+    if wrapper is None:
+        return (lambda fn: False), (lambda fn: fn)
+    return wrapper.is_wrapped, wrapper.unwrap
+
+
+def _bound(mod: object, name: str) -> Any:
+    names = _module_dict(mod)
+    return None if names is None else names.get(name)
+
+
+def _cell(cell: Any) -> Any:
+    try:
+        return cell.cell_contents
+    except ValueError:  # an empty cell
+        return None
+
+
+def _holds_own(fn: types.FunctionType, is_own: Callable[[Any], bool]) -> bool:
+    """True when ``fn``'s closure holds one of pptrace's wrappers."""
+    return any(is_own(_cell(c)) for c in fn.__closure__ or ())
 
 
 def _module_dict(mod: object) -> dict[str, Any] | None:
@@ -244,24 +328,5 @@ def _module_dict(mod: object) -> dict[str, Any] | None:
     return names if isinstance(names, dict) else None
 
 
-class _WrapperTypes:
-    """The types a pptrace wrapper has: a Python function, or the native reader's C wrapper
-    (``pptrace_meta.Hot``), recognised by name so that patching never imports the reader."""
-
-    def __contains__(self, tp: type) -> bool:
-        if tp is types.FunctionType:
-            return True
-        # type's own getters: a metaclass's __getattribute__ (user code) never runs here.
-        module: object = type.__getattribute__(tp, "__module__")
-        name: object = type.__getattribute__(tp, "__qualname__")
-        return (type(module) is str and module == "pptrace_meta"
-                and type(name) is str and name == "Hot")
-
-
-_WRAPPER_TYPES = _WrapperTypes()
-
-
 def _unwrap(fn: Any) -> Any:
-    while hasattr(fn, WRAPPED_ATTR):
-        fn = getattr(fn, WRAPPED_ATTR)
-    return fn
+    return _marks()[1](fn)

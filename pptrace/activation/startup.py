@@ -319,6 +319,10 @@ def _after_fork() -> None:
     state, _state = _state, None
     if state is None:
         return
+    # The parent's recorder has no thread here: a wrapper of it still held somewhere (inside
+    # someone else's wrapper, a partial) must pass calls through, not fill a dead buffer.
+    state.recorder.enabled = False
+    state.recorder.buffer.clear()
     try:
         state.patch.restore()
         activate(state.config, tracer_provider=state.tracer_provider)

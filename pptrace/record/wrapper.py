@@ -26,6 +26,11 @@ tuple, the tensors' metadata packed in one call) and hands every other call to t
 below, before the engine's function runs, and the engine's exceptions to the same ``failed``
 recorders.
 
+``is_wrapped`` knows pptrace's wrappers by identity (their code, the C wrapper's type), never by
+an attribute: ``functools.wraps`` copies attributes onto whoever wraps pptrace's wrapper next
+(SGLang's plugin ``HookRegistry``), and that wrapper is someone else's. ``unwrap`` peels
+pptrace's layers only, stopping at someone else's.
+
 Dict snapshots go through ``dict``'s own methods so that a dict subclass sees no extra calls. A
 container that is not a dict is never read (any call into it could have effects the engine would
 see): its events carry no keys and no tensors.
@@ -37,6 +42,7 @@ import functools
 import itertools
 import threading
 import time
+import types
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -51,7 +57,12 @@ from pptrace.record.recorder import HOT_READS, Recorder
 __all__ = ["is_wrapped", "unwrap", "wrap_attach", "wrap_extract", "wrap_transport"]
 
 F = TypeVar("F", bound=Callable[..., Any])
-WRAPPED_ATTR = "__pptrace_wrapped__"
+# What pptrace made, by identity: the code of its Python wrappers and the type of its C wrapper.
+# Never an attribute: functools.wraps copies a wrapper's attributes onto whoever wraps it next
+# (SGLang's plugin HookRegistry does), and that wrapper is not pptrace's to replace or unwrap.
+_OWN_CODES: list[types.CodeType] = []
+_OWN_TYPES: list[type] = []
+_Function = types.FunctionType
 
 _Tensor = torch.Tensor
 _dict_keys = dict.keys
@@ -97,8 +108,8 @@ def _hot(rec: Recorder, reader: Any, fn: Any, slow: Any, direction: Direction,
                          ring=rec.flight, prefix=prefix, on_error=on_error, on_items=on_items,
                          thread=_current_thread, drop_new=rec.drop_new,
                          internal_error=rec.internal_error, learn_rank=rec.learn_rank)
-        functools.update_wrapper(hot, fn)
-        setattr(hot, WRAPPED_ATTR, fn)
+        functools.update_wrapper(hot, fn)  # its __wrapped__ is fn: unwrap() reads it there
+        _own(type(hot))
         # Pickled by name, as a function is: it works where the module's name is bound to it.
         name = getattr(fn, "__qualname__", None)
         if isinstance(name, str):
@@ -155,15 +166,35 @@ def _fingerprints(rec: Recorder, values: list[Any]) -> tuple[Any, ...]:
     return tuple(out)
 
 
+def _own(made: type) -> None:
+    """Note the type of a wrapper pptrace made (by identity; once)."""
+    if not any(t is made for t in _OWN_TYPES):
+        _OWN_TYPES.append(made)
+
+
 def is_wrapped(fn: Any) -> bool:
-    """True when ``fn`` is a pptrace wrapper."""
-    return hasattr(fn, WRAPPED_ATTR)
+    """True when ``fn`` is a wrapper pptrace made (someone else's wrapper around one is not)."""
+    tp = type(fn)  # type(), not isinstance(): no user __class__ or metaclass code runs here
+    if tp is _Function:
+        code = fn.__code__
+        return any(code is c for c in _OWN_CODES)
+    return any(tp is t for t in _OWN_TYPES)
+
+
+def _inner(wrapper: Any) -> Any:
+    """The function a wrapper pptrace made calls: its closure's ``fn`` (the C wrapper's
+    ``__wrapped__``, which its maker set)."""
+    if type(wrapper) is _Function:
+        code = wrapper.__code__
+        return (wrapper.__closure__ or ())[code.co_freevars.index("fn")].cell_contents
+    return wrapper.__dict__["__wrapped__"]
 
 
 def unwrap(fn: F) -> F:
-    """Return the function a pptrace wrapper wraps (``fn`` itself when not wrapped)."""
-    while hasattr(fn, WRAPPED_ATTR):
-        fn = getattr(fn, WRAPPED_ATTR)
+    """Return what pptrace's wrappers around ``fn`` call (``fn`` itself when not pptrace's);
+    stops at someone else's wrapper."""
+    while is_wrapped(fn):
+        fn = _inner(fn)
     return fn
 
 
@@ -246,7 +277,6 @@ def wrap_attach(fn: F, recorder: Recorder) -> F:
         except Exception as inner:
             rec.internal_error("attach record", inner)
 
-    setattr(pptrace_attach, WRAPPED_ATTR, fn)
     return _hot(rec, reader, fn, pptrace_attach, attach, seq, None, failed,  # type: ignore
                 _inserted_items)
 
@@ -333,7 +363,6 @@ def wrap_extract(fn: F, recorder: Recorder, prefix: str = PREFIX) -> F:
         except Exception as inner:
             rec.internal_error("extract record", inner)
 
-    setattr(pptrace_extract, WRAPPED_ATTR, fn)
     return _hot(rec, reader, fn, pptrace_extract, extract, seq, prefix, failed,  # type: ignore
                 None)
 
@@ -341,3 +370,9 @@ def wrap_extract(fn: F, recorder: Recorder, prefix: str = PREFIX) -> F:
 def wrap_transport(attach: F, extract: Callable[..., Any], recorder: Recorder) -> tuple[F, Any]:
     """Wrap an (attach, extract) pair with one recorder."""
     return wrap_attach(attach, recorder), wrap_extract(extract, recorder)
+
+
+# The code objects every Python wrapper made by wrap_attach and wrap_extract runs.
+_OWN_CODES += [c for maker in (wrap_attach, wrap_extract) for c in maker.__code__.co_consts
+               if isinstance(c, types.CodeType) and c.co_name in ("pptrace_attach",
+                                                                  "pptrace_extract")]
