@@ -42,7 +42,8 @@ async def _drive(trace: Any, findings: Any, seen_index: list[Any] | None = None)
     app = PptraceViewer.of(trace, findings)
     seen = []
     async with app.run_test(size=SIZE) as pilot:
-        for _ in range(300):
+        # Wait for the main screen itself (generously: other test runs share the machine).
+        for _ in range(3000):
             if isinstance(app.screen, MainScreen):
                 break
             await pilot.pause(0.02)
