@@ -100,8 +100,8 @@ def test_float16(tmp_path):
     run_ranks(tmp_path, "float16")
 
 
-def test_renamed(tmp_path):
-    run_ranks(tmp_path, "renamed")
+def test_renamed(tmp_path):  # forked ranks (quicker): they carry the pytest process's tracing
+    run_ranks(tmp_path, "renamed", start="fork")
 
 
 def test_forked_float16(tmp_path):
@@ -109,7 +109,7 @@ def test_forked_float16(tmp_path):
 
 
 def test_engine_error_expected(tmp_path, pptrace_findings):
-    run_ranks(tmp_path, "engine-error")
+    run_ranks(tmp_path, "engine-error", start="fork")
     assert pptrace_findings.kinds() == ["attach-empty"]
 '''
 

@@ -27,14 +27,20 @@ import importlib.util
 import os
 import re
 import shutil
+import sys
 import tempfile
+import types
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from functools import cache
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pptrace.model.findings import Finding, Severity
 from pptrace.model.target import Target, format_targets
+
+if TYPE_CHECKING:
+    from pptrace.activation.hook import ImportHook
 
 __all__ = ["Case", "Plan", "Verdict", "bootstrap_dir", "traced_env"]
 
@@ -44,6 +50,7 @@ _OWN_TRACE = re.compile(r"pptrace-rank(?:\d+|X)-pid\d+\.otlp\.jsonl")
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
+@cache
 def bootstrap_dir() -> str:
     """The folder holding pptrace's ``sitecustomize.py`` (what ``pptrace run`` puts first)."""
     spec = importlib.util.find_spec("pptrace.activation._bootstrap")
@@ -146,6 +153,7 @@ class Case:
         self.directory = ""
         self._saved: dict[str, str | None] = {}
         self._recorder: Any = None  # this process's recorder, when this case activated it
+        self._hook: ImportHook | None = None  # waiting for a target module to load here
         self.problem = ""  # the failure inside pptrace that left this test unjudged
 
     def _fail(self, what: str, exc: BaseException, *, unjudged: bool = True) -> None:
@@ -166,17 +174,45 @@ class Case:
             self.restore()
             return
         try:
-            from pptrace.activation.startup import active_recorder, instrument
-            from pptrace.model.config import Config
-
-            if active_recorder() is None:
-                self._recorder = instrument(Config.from_env())
-            else:  # pytest under ``pptrace run``, or a test that instruments pptrace itself
-                self.plan.problems["the pytest process is traced already (pptrace run?): its "
-                                   "own calls are in that trace, not in each test's"] += 1
+            self._trace_here()
         except Exception as exc:
             # The test's other processes are still traced, and judged.
             self._fail("cannot trace the pytest process itself", exc, unjudged=False)
+
+    def _trace_here(self) -> None:
+        """Instrument this process once a target module is loaded (now, or when it loads).
+
+        As pptrace's bootstrap does: a test that never loads the transport here costs an
+        import hook, not an activation (whose restore sweeps every loaded module).
+        """
+        from pptrace.activation.hook import ImportHook
+        from pptrace.model.target import parse_targets
+
+        startup = sys.modules.get("pptrace.activation.startup")
+        if startup is not None and startup.active_recorder() is not None:
+            # pytest under ``pptrace run``, or a test that instruments pptrace itself.
+            self.plan.problems["the pytest process is traced already (pptrace run?): its own "
+                               "calls are in that trace, not in each test's"] += 1
+            return
+        modules = list(dict.fromkeys(t.module for t in parse_targets(
+            os.environ.get("PPTRACE_TARGETS"))))
+        if any(name in sys.modules for name in modules):
+            self._activate()
+        else:
+            self._hook = ImportHook(modules, self._activate_on_import, once=True)
+            self._hook.install()
+
+    def _activate_on_import(self, module: types.ModuleType) -> None:
+        try:
+            self._activate()
+        except Exception as exc:  # never into the test's import
+            self._fail("cannot trace the pytest process itself", exc, unjudged=False)
+
+    def _activate(self) -> None:
+        from pptrace.activation.startup import instrument
+        from pptrace.model.config import Config
+
+        self._recorder = instrument(Config.from_env())
 
     def _make_folder(self) -> str:
         slug = _slug(self.nodeid)
@@ -192,6 +228,9 @@ class Case:
 
     def stop(self) -> None:
         """End this process's tracing, if this case started it (its last spans are written)."""
+        hook, self._hook = self._hook, None
+        if hook is not None:
+            hook.remove()
         recorder, self._recorder = self._recorder, None
         if recorder is None:
             return
