@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from pptrace.model.messages import MessageEvent
 from pptrace.model.records import Direction, Event, RankInfo, RecorderStats
 
 __all__ = ["EventId", "ForeignSpan", "InputProblem", "ProcessTrace", "Trace"]
@@ -62,6 +63,8 @@ class ProcessTrace:
     events: tuple[Event, ...]  # sorted by (mono_ns, direction, seq)
     stats: RecorderStats | None = None  # the last stats span this process wrote
     sources: tuple[str, ...] = ()
+    # The PP message layer (pptrace.model.messages): sends and receives, in call order.
+    messages: tuple[MessageEvent, ...] = ()
 
     @property
     def key(self) -> tuple[str, int]:
