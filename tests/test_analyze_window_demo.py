@@ -1,0 +1,67 @@
+"""Rotated traces from real runs (issue 17, item 4): ``pptrace demo`` with a tiny disk budget,
+its ranks rotating at different points, analyzes with no finding but the window-cut infos on a
+healthy run, and still finds an injected ``dtype-in-transit`` inside the kept window.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pptrace.analyze.analyzer import analyze
+from pptrace.load.loader import load_paths
+from pptrace.model.findings import FindingKind, Severity
+
+pytestmark = pytest.mark.slow
+
+K = FindingKind
+# 20 KB segments, 100 KB a process: a few hundred steps rotate many segments away.
+BUDGET = ("--rotate-mb", "0.02", "--max-mb", "0.1")
+
+
+def _demo(out: Path, *args: str, status: int = 0) -> None:
+    """Run the demo (its status: 1 when an output changed on the way)."""
+    done = subprocess.run([sys.executable, "-m", "pptrace.cli.main", "demo", "--no-view",
+                           "--no-analyze", "--out", str(out), *BUDGET, *args],
+                          capture_output=True, text=True, timeout=240)
+    assert done.returncode == status, done.stdout + done.stderr
+
+
+def _rotated(out: Path) -> dict[int, int]:
+    """Each traced rank's events rotated away (its stats say)."""
+    trace = load_paths([str(out)])
+    return {p.rank.rank: p.stats.rotated for p in trace.processes
+            if p.rank.rank is not None and p.stats is not None and p.events}
+
+
+def test_a_healthy_rotated_run_gives_only_window_cuts(tmp_path: Path) -> None:
+    out = tmp_path / "healthy"
+    _demo(out, "--ranks", "4", "--steps", "400")
+    rotated = _rotated(out)
+    assert set(rotated) == {0, 3} and all(n > 0 for n in rotated.values())
+    findings = analyze(load_paths([str(out)]))
+    assert [(f.kind, f.severity, f.channel) for f in findings] == [
+        (K.WINDOW_CUT, Severity.INFO, "pp0<-pp3/tp0")]
+    assert "are outside the kept window of rank" in findings[0].message
+
+
+def test_a_dtype_change_inside_the_kept_window_is_found(tmp_path: Path) -> None:
+    out = tmp_path / "dtype"
+    _demo(out, "--ranks", "2", "--steps", "400", "--fault", "dtype-in-transit", status=1)
+    findings = analyze(load_paths([str(out)]))
+    assert sorted(f.kind.value for f in findings) == ["dtype-mismatch", "window-cut"]
+    cut = next(f for f in findings if f.kind is K.WINDOW_CUT)
+    dtype = next(f for f in findings if f.kind is K.DTYPE_MISMATCH)
+    start = int(cut.message.split("judged from microbatch ")[1].split(" ")[0])
+    assert dtype.microbatch == start and dtype.cascade == 399 - start
+
+
+def test_a_rotated_tp_broadcast_run(tmp_path: Path) -> None:
+    out = tmp_path / "broadcast"
+    _demo(out, "--ranks", "4", "--tp", "2", "--tp-broadcast", "--steps", "300")
+    findings = analyze(load_paths([str(out)]))
+    assert sorted((f.kind.value, f.channel) for f in findings) == [
+        ("window-cut", "pp0/tp1<-pp1/tp0"), ("window-cut", "pp0<-pp1/tp0")]
