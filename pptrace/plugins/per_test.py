@@ -4,16 +4,17 @@ The pytest plugin (``pptrace.plugins.pytest_plugin``) drives it; nothing here im
 While a test runs, ``os.environ`` holds what ``pptrace run`` would set (``PPTRACE_ENABLED=1``,
 pptrace's bootstrap folder first on ``PYTHONPATH``, the test's own ``PPTRACE_DIR`` and
 ``PPTRACE_RUN_ID``, ``PPTRACE_TARGETS``), so every Python process the test starts (``spawn``,
-``subprocess``, ``torchrun``) records into the test's folder; forked children carry this
-process's activation with them. This process itself is instrumented too, so the transport
-calls the test makes here are recorded. When the test ends, the folder is loaded and analyzed.
+``subprocess``, ``torchrun``) records into the test's folder. This process is instrumented
+the moment a target module loads in it (at once when it is loaded already), so the calls the
+test makes here are recorded too, and forked children carry that with them. When the test
+function returns, the folder is loaded and analyzed.
 
     plan = Plan(fail_on=Severity.ERROR, root="/tmp/traces", keep=True)
     case = plan.case("tests/test_pp.py::test_dtype")
-    case.start()              # the environment set, this process instrumented
+    case.start()              # the environment set; this process traced once the transport loads
     ...                       # the test runs
     verdict = case.judge()    # this process's tracing ends; the folder loaded and analyzed
-    case.restore()            # os.environ as it was
+    case.finish(passed=True)  # os.environ as it was; a passing test's temporary folder removed
 
 A failure inside pptrace never reaches the test: ``judge`` returns ``None`` and the reason is
 counted in ``Plan.problems`` (the plugin says each distinct one once, at the end).

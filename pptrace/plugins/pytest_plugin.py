@@ -6,8 +6,9 @@ changes unless a test is traced: with ``--pptrace`` (every test), the ``pptrace`
 
 - while it runs (fixtures included), ``os.environ`` holds what ``pptrace run`` sets, with a folder
   and a run id of the test's own, so each Python process it starts records there; the pytest
-  process is instrumented too, and forked children carry that with them;
-- when the test function returns, the folder is analyzed: findings at or above ``fail_on``
+  process is instrumented the moment a transport module loads in it, and forks carry that;
+- when the test function returns, the folder is analyzed (so ranks are joined in the test, or in
+  a fixture's setup, not in its teardown): findings at or above ``fail_on``
   (``--pptrace-fail-on``, default ``error``) fail the test, with ``pptrace analyze``'s messages
   and the folder named; a test that fails anyway keeps its failure and gets the report as a
   ``pptrace`` section; a test using ``pptrace_findings`` is never failed for them;
@@ -24,7 +25,8 @@ changes unless a test is traced: with ``--pptrace`` (every test), the ``pptrace`
         run_ranks(bad_output=True)
         assert [f.kind.value for f in pptrace_findings()] == ["attach-empty"]
 
-A failure inside pptrace never fails a test: it is said once, in the session's summary.
+A failure inside pptrace never fails a test: it is said once, in the session's summary (only a
+``pptrace_findings()`` call that cannot be answered fails its test, with the reason).
 """
 
 from __future__ import annotations
