@@ -117,6 +117,7 @@ def test_a_written_trace_reads_back_with_the_plain_protobuf_parser(tmp_path: Pat
         assert resource["process.pid"] == os.getpid()
         assert resource["pptrace.run_id"] == "run-file"
         assert (resource["pptrace.rank"], resource["pp_rank"], resource["tp_rank"]) == (3, 3, 0)
+        assert resource[schema.VERSION] == 2 and resource[schema.R_THREAD_MAIN_NAME]
         for scope_spans in resource_spans.scope_spans:
             assert scope_spans.scope.name == "pptrace"
             spans.extend(scope_spans.spans)
@@ -137,11 +138,14 @@ def test_a_written_trace_reads_back_with_the_plain_protobuf_parser(tmp_path: Pat
     assert len(stats) == len(tee.stats) == 2
     for span, event in zip(events, tee.events, strict=True):
         attrs = attributes(span.attributes)
-        assert attrs == otel_form(schema.event_to_attributes(event))
+        # Version 2: the span says only what its resource does not (the constants are there).
+        assert attrs == otel_form(schema.event_to_attributes(event, resource))
+        assert not {schema.RUN_ID, schema.RANK, schema.HOST, schema.PID, schema.VERSION,
+                    schema.T_KEYS, schema.KEYS_AFTER} & set(attrs)
         assert (span.start_time_unix_nano, span.end_time_unix_nano) == (event.start_ns,
                                                                          event.end_ns)
         assert schema.attributes_to_event(attrs, span.start_time_unix_nano,
-                                          span.end_time_unix_nano) == event
+                                          span.end_time_unix_nano, resource=resource) == event
         if event.ok:
             assert span.status.code == Status.STATUS_CODE_UNSET and not span.events
         else:
@@ -151,7 +155,8 @@ def test_a_written_trace_reads_back_with_the_plain_protobuf_parser(tmp_path: Pat
                 ("exception", {"exception.type": event.error_type,
                                "exception.message": event.error_message})]
     for span, recorded in zip(stats, tee.stats, strict=True):
-        assert schema.attributes_to_stats(attributes(span.attributes)) == recorded
+        assert schema.attributes_to_stats(attributes(span.attributes),
+                                          resource=resource) == recorded
     assert tee.stats[-1].recorded == tee.stats[-1].exported == 4
     assert tee.stats[-1].dropped == 0
 

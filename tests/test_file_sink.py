@@ -29,6 +29,7 @@ from pptrace.export.file_sink import SPANS_PER_LINE, FileSink
 from pptrace.export.sinks import build_sink
 from pptrace.export.spans import SPAN_LIMITS, SdkSpanSink, process_resource, scope_version
 from pptrace.load.loader import load_paths
+from pptrace.model import schema
 from pptrace.model.config import Config
 from pptrace.model.records import PREFIX, Direction, Event, RankInfo, RecorderStats, TensorMeta
 from pptrace.record.convert import RawEvents
@@ -44,17 +45,39 @@ RANK = RankInfo(rank=3, world_size=4, pp_rank=3, pp_size=4, tp_rank=0, tp_size=1
 
 class Oracle:
     """A sink writing each chunk with FileSink (from raws and from records) and, as SDK spans,
-    to memory, remembering how many spans each call made (FileSink's lines follow calls)."""
+    to memory, remembering how many spans each call made (FileSink's lines follow calls).
+
+    Under a version 2 resource FileSink writes each line under the resource of its events'
+    process (the given one, with the rank and run id they were recorded with and the main
+    thread's name): the SDK spans go through one provider per such resource, and a new line
+    starts where it changes, as FileSink's do.
+    """
 
     def __init__(self, tmp: Path, resource: Resource) -> None:
         self.raw_path, self.records_path = tmp / "raw.jsonl", tmp / "records.jsonl"
         self.raw = FileSink(str(self.raw_path), resource, scope_version())
         self.records = FileSink(str(self.records_path), resource, scope_version())
+        self.resource = resource
+        self.compact = resource.attributes.get(schema.VERSION) == 2
+        self.main: str | None = None
         self.memory = InMemorySpanExporter()
-        self.provider = TracerProvider(resource=resource, span_limits=SPAN_LIMITS)  # pptrace's own
-        self.provider.add_span_processor(SimpleSpanProcessor(self.memory))
-        self.sdk = SdkSpanSink(self.provider)
+        self.sdks: dict[tuple[RankInfo, str] | None, SdkSpanSink] = {}
         self.calls: list[int] = []
+
+    def sdk(self, rank: RankInfo, run_id: str) -> SdkSpanSink:
+        key = (rank, run_id) if self.compact else None
+        if key not in self.sdks:
+            resource = self.resource
+            if self.compact:  # the events' constants, in place of the given resource's
+                own = schema.resource_attributes(rank, run_id, 2, self.main)
+                merged = {**resource.attributes, **own}
+                for key in set(schema.RESOURCE_KEYS.values()) - set(own):
+                    merged.pop(key, None)
+                resource = Resource(merged, resource.schema_url)
+            provider = TracerProvider(resource=resource, span_limits=SPAN_LIMITS)  # pptrace's
+            provider.add_span_processor(SimpleSpanProcessor(self.memory))
+            self.sdks[key] = SdkSpanSink(provider)
+        return self.sdks[key]
 
     def _count(self, call: Any) -> None:
         before = len(self.memory.get_finished_spans())
@@ -68,23 +91,34 @@ class Oracle:
         if not isinstance(events, RawEvents):
             self.raw.export(records)
         self.records.export(records)
-        self._count(lambda: self.sdk.export(records))
+        if records and self.main is None:
+            self.main = records[0].thread_name
+        for event in records:  # a call per run of events under one resource
+            at = (event.rank, event.run_id) if self.compact else None
+            if not self.calls or self.calls[-1] < 0 or self._at != at:
+                self.calls.append(0)
+                self._at = at
+            self.sdk(event.rank, event.run_id).export([event])
+            self.calls[-1] += 1
+        self.calls.append(-1)  # the end of a call
 
     def export_stats(self, stats: RecorderStats) -> None:
         self.raw.export_stats(stats)
         self.records.export_stats(stats)
-        self._count(lambda: self.sdk.export_stats(stats))
+        self._count(lambda: self.sdk(stats.rank, stats.run_id).export_stats(stats))
+        self.calls.append(-1)
 
     def shutdown(self, timeout: float) -> None:
         self.raw.shutdown(timeout)
         self.records.shutdown(timeout)
-        self.sdk.shutdown(timeout)
+        for sdk in self.sdks.values():
+            sdk.shutdown(timeout)
 
     def expected(self) -> list[str]:
         """The oracle's lines: each call's spans, cut every SPANS_PER_LINE as FileSink cuts."""
         spans = list(self.memory.get_finished_spans())
         lines, at = [], 0
-        for n in self.calls:
+        for n in (n for n in self.calls if n >= 0):
             for start in range(0, n, SPANS_PER_LINE):
                 lines.append(official_line(spans[at + start:at + min(n, start + SPANS_PER_LINE)]))
             at += n
@@ -96,6 +130,8 @@ class Oracle:
         for path in (self.raw_path, self.records_path):
             assert_same_lines(path.read_text("ascii").splitlines(), expected)
         return expected
+
+    _at: tuple[RankInfo, str] | None = None
 
 
 def assert_same_lines(written: list[str], expected: list[str]) -> None:
@@ -136,17 +172,29 @@ def test_records_encode_as_the_official_encoder_does(tmp_path: Path) -> None:
     oracle.export_stats(RecorderStats(rank=RANK, time_ns=9_000, recorded=9, exported=9,
                                       run_id="r"))
     oracle.shutdown(1.0)
-    assert len(oracle.check()) == 2 and oracle.calls == [9, 1]
+    # Version 2: a line per run of events under one resource (the run id alternates: r, "", "")
+    assert len(oracle.check()) == 7 and oracle.calls == [1, 2] * 3 + [-1, 1, -1]
+    v1 = Oracle(tmp_path / "v1", process_resource(RANK, "r", version=1))
+    v1.export(_events())
+    v1.export_stats(RecorderStats(rank=RANK, time_ns=9_000, recorded=9, exported=9, run_id="r"))
+    v1.shutdown(1.0)
+    assert len(v1.check()) == 2 and v1.calls == [9, -1, 1, -1]
 
 
-def test_a_resource_with_a_schema_url_and_any_attribute_kind(tmp_path: Path) -> None:
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_resource_with_a_schema_url_and_any_attribute_kind(tmp_path: Path,
+                                                             version: int) -> None:
     resource = Resource({"service.name": "x", "f": 0.25, "neg": -7, "on": True,
-                         "u": "ü\u2028\"q\"", "list": ("a", "b")}, schema_url="https://schema/1")
+                         "u": "ü\u2028\"q\"", "list": ("a", "b"),
+                         **({schema.VERSION: 2} if version == 2 else {})},
+                        schema_url="https://schema/1")
     oracle = Oracle(tmp_path, resource)
     oracle.export(_events()[:2])
     oracle.shutdown(1.0)
-    (line,) = oracle.check()
-    assert '"schemaUrl":"https://schema/1"' in line and '"doubleValue":0.25' in line
+    lines = oracle.check()
+    assert len(lines) == version  # version 2: the second event's run id is another resource's
+    assert all('"schemaUrl":"https://schema/1"' in ln and '"doubleValue":0.25' in ln
+               for ln in lines)
 
 
 def test_long_batches_split_into_lines_as_the_oracle_is_cut(tmp_path: Path) -> None:

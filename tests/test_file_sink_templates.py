@@ -73,15 +73,24 @@ def attributes(span: dict[str, Any]) -> dict[str, Any]:
     return {a["key"]: next(iter(a["value"].values())) for a in span["attributes"]}
 
 
+def thread_name(span: dict[str, Any]) -> str:
+    """The span's thread name: its own, else (version 2) its resource's main thread's."""
+    found = attributes(span).get(schema.THREAD_NAME)
+    if found is None:
+        found = attributes(span["resource"])[schema.R_THREAD_MAIN_NAME]
+    assert isinstance(found, str)
+    return found
+
+
 @pytest.fixture
 def counted(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Count calls of schema.event_to_attributes (the record path's per-event cost)."""
     calls = [0]
     real = schema.event_to_attributes
 
-    def counting(event: Event) -> dict[str, Any]:
+    def counting(event: Event, resource: Any = None) -> dict[str, Any]:
         calls[0] += 1
-        return real(event)
+        return real(event, resource)
 
     monkeypatch.setattr(schema, "event_to_attributes", counting)
     return calls
@@ -169,10 +178,13 @@ def test_dropped_before_and_thread_names_change_between_calls(tmp_path: Path) ->
         named.join()
 
     sink, rec, written = run(tmp_path, body)
-    events = [attributes(s) for s in written if s["name"] != schema.SPAN_STATS]
+    spans = [s for s in written if s["name"] != schema.SPAN_STATS]
+    events = [attributes(s) for s in spans]
     assert [e[schema.DROPPED_BEFORE] for e in events[::2]] == (
         ["0"] * 3 + ["5"] * 6 + ["6"] * 6)
-    names = [e[schema.THREAD_NAME] for e in events[::2]]
+    names = [thread_name(s) for s in spans[::2]]
+    # Version 2: the main thread's name is the resource's; another thread's is on its spans.
+    assert schema.THREAD_NAME not in events[0] and events[24][schema.THREAD_NAME] == "worker-c"
     assert names[6:9] == ["worker-a"] * 3 and names[12:] == ["worker-c"] * 3
     assert sink.raw.templates_built >= 4
 
@@ -219,7 +231,7 @@ def test_hand_made_raws_odd_values_and_int_thread_idents(tmp_path: Path) -> None
     assert rec.internal_errors == 4 and rec.dropped == 4 and rec.exported == 15
     # The int ident and its Thread make one shape (same ident and name); and the error.
     assert sink.raw.templates_built == 2
-    names = {attributes(s)[schema.THREAD_NAME] for s in written if s["name"] != schema.SPAN_STATS}
+    names = {thread_name(s) for s in written if s["name"] != schema.SPAN_STATS}
     assert names == {threading.current_thread().name}
 
 
@@ -331,8 +343,10 @@ def test_templates_last_across_flushes_until_the_rank_changes(tmp_path: Path) ->
     rec.shutdown(timeout=5.0)
     written = spans(tmp_path / "raw.jsonl")
     assert written == spans(tmp_path / "records.jsonl")
-    ranks_seen = [attributes(s).get(schema.RANK) for s in written
+    # Version 2: the rank is on each line's resource, the one its events were recorded under.
+    ranks_seen = [attributes(s["resource"]).get(schema.RANK) for s in written
                   if s["name"] == schema.SPAN_ATTACH]
+    assert all(schema.RANK not in attributes(s) for s in written)
     assert None in ranks_seen and ranks_seen[-1] == str(RANK.rank)
     # Two shapes, templated once under the guessed rank and once under the final one.
     assert sink.raw.templates_built == 4

@@ -115,7 +115,7 @@ def attributes_are_otel_values(attrs: dict[str, Any]) -> bool:
 
 
 def test_schema_constants() -> None:
-    assert schema.SCHEMA_VERSION == 1
+    assert schema.SCHEMA_VERSION == 2  # what the sinks write; PPTRACE_SCHEMA=1 keeps 1
     assert schema.SPAN_NAMES == {"pptrace.attach", "pptrace.extract", "pptrace.recorder"}
     assert schema.span_name(Direction.ATTACH) == schema.SPAN_ATTACH
     assert schema.span_name(Direction.EXTRACT) == schema.SPAN_EXTRACT

@@ -42,7 +42,7 @@ from opentelemetry.sdk.resources import Resource
 
 from pptrace.export.segments import TraceSegments
 from pptrace.model import schema
-from pptrace.model.records import Event, RecorderStats
+from pptrace.model.records import Event, RankInfo, RecorderStats
 from pptrace.record.convert import RawEvents
 
 __all__ = ["FileSink"]
@@ -56,6 +56,7 @@ _CACHE_LIMIT = 50_000
 _TEMPLATE_LIMIT = 1024
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_RESOURCE_CONSTANTS = frozenset(schema.RESOURCE_KEYS.values())
 
 
 def _int(value: int) -> str:
@@ -166,14 +167,20 @@ class FileSink:
         self._out = out if isinstance(out, TraceSegments) else TraceSegments(
             out, allow_unsafe_dir=allow_unsafe_dir)
         self.path = self._out.base
-        res = _attributes(resource.attributes).lstrip(",")
-        scope = '{"name":"pptrace","version":' + _esc(scope_version) + "}"
-        head = '{"resourceSpans":[{"resource":{' + res + '},"scopeSpans":[{"scope":' + scope
+        self._scope = '{"name":"pptrace","version":' + _esc(scope_version) + "}"
         if resource.schema_url:
             self._tail = ']}],"schemaUrl":' + _esc(resource.schema_url) + "}]}"
         else:
             self._tail = "]}]}]}"
-        self._head = head + ',"spans":['
+        # Version 2 (a resource that says so): each line's resource carries the constants of
+        # the process as its spans were recorded (a rank learnt late changes them), and the
+        # spans leave out what it says. ``_res`` is what they are compacted against.
+        self._base = dict(resource.attributes)
+        self._compact = self._base.get(schema.VERSION) == 2
+        self._main: str | None = None  # the main thread's name, from the first event
+        self._heads: dict[tuple[RankInfo, str], tuple[str, dict[str, Any]]] = {}
+        self._head = self._head_of(self._base)
+        self._res: dict[str, Any] | None = None
         self._cache: dict[tuple[str, Any], str] = {}
         self._bits = random.getrandbits
         # Templates hold the converter's context (rank, run id, prefix): they are kept from one
@@ -184,6 +191,31 @@ class FileSink:
         self._context: object = None
         #: Templates built (for tests and benchmarks).
         self.templates_built = 0
+
+    def _head_of(self, attrs: Mapping[str, Any]) -> str:
+        res = _attributes(attrs).lstrip(",")
+        return ('{"resourceSpans":[{"resource":{' + res + '},"scopeSpans":[{"scope":'
+                + self._scope + ',"spans":[')
+
+    def _use(self, rank: RankInfo, run_id: str, first: Event | None = None) -> None:
+        """Write the next spans under the resource of ``rank`` and ``run_id`` (version 2);
+        ``first``: an event of the batch, whose thread is the main one if none is known yet."""
+        if not self._compact:
+            return
+        if self._main is None and first is not None:
+            self._main = first.thread_name
+            self._heads.clear()
+            self._templates, self._seen, self._context = {}, {}, None
+        found = self._heads.get((rank, run_id))
+        if found is None:
+            if len(self._heads) > 16:
+                self._heads.clear()
+            own = schema.resource_attributes(rank, run_id, 2, self._main)
+            # The base's own constants give way to the events' (a rank unknown then is absent).
+            attrs = {k: v for k, v in {**self._base, **own}.items()
+                     if k in own or k not in _RESOURCE_CONSTANTS}
+            found = self._heads[(rank, run_id)] = (self._head_of(attrs), attrs)
+        self._head, self._res = found
 
     def _attributes(self, attrs: Mapping[str, Any]) -> str:
         cache, values = self._cache, _VALUES
@@ -224,7 +256,7 @@ class FileSink:
         if event.error_type is not None:
             error = (event.error_type, event.error_message or "")
         return self._span(schema.span_name(event.direction), event.start_ns, event.end_ns,
-                          schema.event_to_attributes(event), error, ids)
+                          schema.event_to_attributes(event, self._res), error, ids)
 
     def _lines(self, spans: Sequence[str]) -> list[str]:
         return [self._head + ",".join(spans[i:i + SPANS_PER_LINE]) + self._tail
@@ -236,13 +268,32 @@ class FileSink:
         if isinstance(events, RawEvents):
             lines, count = self._raw_lines(events)
         else:
-            lines, count = self._lines([self._event_span(event) for event in events]), len(events)
+            lines, count = self._record_lines(events), len(events)
         if lines:
             self._out.write_lines(lines, count)
+
+    def _record_lines(self, events: Sequence[Event]) -> list[str]:
+        """The lines of the events' spans, a new line where the process's constants change."""
+        lines: list[str] = []
+        spans: list[str] = []
+        at: tuple[RankInfo, str] | None = None
+        for event in events:
+            if self._compact and (event.rank, event.run_id) != at:
+                lines += self._lines(spans)
+                spans, at = [], (event.rank, event.run_id)
+                self._use(event.rank, event.run_id, event)
+            spans.append(self._event_span(event))
+        return lines + self._lines(spans)
 
     def _raw_lines(self, batch: RawEvents) -> tuple[list[str], int]:
         """The lines ``_lines`` would make of the batch's spans, each joined once from pieces
         (a template's span is never a string of its own), and how many spans they hold."""
+        if self._compact:
+            first = None
+            if self._main is None:  # the first convertible event names the main thread
+                first = next((e for i in range(len(batch.raws))
+                              if (e := batch.event(i)) is not None), None)
+            self._use(batch.convert.rank, batch.convert.run_id, first)
         if batch.convert.context != self._context:
             self._templates, self._seen = {}, {}
             self._context = batch.convert.context
@@ -331,13 +382,14 @@ class FileSink:
         out = self._out
         if out.refused is not None:
             return
+        self._use(stats.rank, stats.run_id)
         with out.lock:
             while True:
                 counted = dataclasses.replace(stats, rotated=out.rotated,
                                               rotated_segments=out.rotated_segments)
                 data = out.encode(self._lines([self._span(
                     schema.SPAN_STATS, stats.time_ns, stats.time_ns,
-                    schema.stats_to_attributes(counted))]))
+                    schema.stats_to_attributes(counted, self._res))]))
                 if not out.make_room(len(data)):
                     break
             out.write(data)

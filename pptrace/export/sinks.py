@@ -60,7 +60,7 @@ def build_sink(
     ``on_drop(events, cause)`` hears of spans the OTLP exporter lost. With neither ``file`` nor
     ``otlp`` named, spans are built on pptrace's provider and go nowhere.
     """
-    resource = process_resource(rank, config.run_id)
+    resource = process_resource(rank, config.run_id, config.schema_version)
     sinks: list[Any] = []
     if "file" in config.exporters:
         path = os.path.join(config.trace_dir, trace_file_name(rank))

@@ -4,8 +4,13 @@
   ``TracerProvider`` (pptrace's own, or the engine's when it configured one), with the event's
   original timestamps; the provider's processors (pptrace's fail-open OTLP processor, or the
   engine's) take them on. Trace files never go this way: ``FileSink`` encodes them itself.
+  Its spans are compact (schema version 2) under a provider whose resource says version 2
+  (pptrace's own: the constants are there); under any other (the engine's) they are version 1
+  spans, complete in themselves. The main thread's name is never on such a resource (it is
+  fixed before the first event), so these spans always carry their thread's name.
 - ``process_resource`` is the OpenTelemetry resource that names this process (service, host,
-  pid, run id, ranks); trace files and OTLP carry the same one.
+  pid, run id, ranks, in version 2 every per-process constant); trace files and OTLP carry the
+  same one.
 - ``pptrace_provider`` is pptrace's own tracer provider for a process, when the engine has none.
 
     sink = SdkSpanSink(pptrace_provider(process_resource(rank, run_id)), owns_provider=True)
@@ -46,19 +51,12 @@ def scope_version() -> str:
         return "0"
 
 
-def process_resource(rank: RankInfo, run_id: str = "") -> Resource:
-    """The resource naming this process: service, host, pid, run id and its ranks (merged with
-    ``OTEL_RESOURCE_ATTRIBUTES``)."""
-    attrs: dict[str, Any] = {
-        "service.name": os.environ.get("OTEL_SERVICE_NAME") or "pptrace",
-        "host.name": rank.host,
-        "process.pid": rank.pid,
-        schema.RUN_ID: run_id,
-    }
-    for key, value in ((schema.RANK, rank.rank), (schema.PP_RANK, rank.pp_rank),
-                       (schema.TP_RANK, rank.tp_rank)):
-        if value is not None:
-            attrs[key] = value
+def process_resource(rank: RankInfo, run_id: str = "",
+                     version: int = schema.SCHEMA_VERSION) -> Resource:
+    """The resource naming this process: service, host, pid, run id and its ranks, in version 2
+    every per-process constant of its spans (merged with ``OTEL_RESOURCE_ATTRIBUTES``)."""
+    attrs: dict[str, Any] = {"service.name": os.environ.get("OTEL_SERVICE_NAME") or "pptrace"}
+    attrs.update(schema.resource_attributes(rank, run_id, version))
     # Not Resource.create: it runs its detectors on a thread pool, which refuses work once the
     # interpreter is exiting, and a short process's first flush is its exit flush. The detector
     # reads OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME, as Resource.create would.
@@ -77,6 +75,9 @@ class SdkSpanSink:
         self.provider = provider
         self.tracer = provider.get_tracer(SCOPE, scope_version())
         self._owns = owns_provider
+        resource = getattr(provider, "resource", None)
+        #: What the spans are compacted against (None: version 1 spans).
+        self.resource = dict(resource.attributes) if isinstance(resource, Resource) else None
 
     def _span(self, name: str, start: int, end: int, attrs: dict[str, Any]) -> trace_api.Span:
         # Every event is a root span: ranks are separate processes with no shared parent.
@@ -88,7 +89,7 @@ class SdkSpanSink:
     def export(self, events: Sequence[Event]) -> None:
         for event in events:
             span = self._span(schema.span_name(event.direction), event.start_ns, event.end_ns,
-                              schema.event_to_attributes(event))
+                              schema.event_to_attributes(event, self.resource))
             if event.error_type is not None:
                 span.add_event(
                     "exception",
@@ -101,7 +102,7 @@ class SdkSpanSink:
 
     def export_stats(self, stats: RecorderStats) -> None:
         span = self._span(schema.SPAN_STATS, stats.time_ns, stats.time_ns,
-                          schema.stats_to_attributes(stats))
+                          schema.stats_to_attributes(stats, self.resource))
         span.end(end_time=stats.time_ns)
 
     def shutdown(self, timeout: float) -> None:

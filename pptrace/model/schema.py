@@ -8,6 +8,14 @@ tensor, in dict order) rather than span events, so that every backend shows it a
     attrs = event_to_attributes(event)        # -> {"pptrace.direction": "attach", ...}
     event = attributes_to_event(attrs, ...)   # -> the same Event
 
+Version 2 (what the sinks write) keeps the per-process constants on the resource
+(``resource_attributes``) and leaves out of each span what its resource already says and what
+follows from the rest of the span:
+
+    res = resource_attributes(rank, run_id, main_thread="MainThread")
+    attrs = event_to_attributes(event, res)   # only what the resource does not say
+    event = attributes_to_event(attrs, ..., resource=res)
+
 It imports neither torch nor OpenTelemetry.
 """
 
@@ -32,11 +40,13 @@ __all__ = [
     "attributes_to_stats",
     "event_to_attributes",
     "implied_keys_after",
+    "resource_attributes",
     "stats_to_attributes",
 ]
 
-#: Bumped on any incompatible change; readers refuse versions above theirs.
-SCHEMA_VERSION = 1
+#: The version the sinks write (``PPTRACE_SCHEMA=1`` keeps writing 1); bumped on any
+#: incompatible change; readers refuse versions above theirs.
+SCHEMA_VERSION = 2
 #: The newest version this pptrace reads (it reads every version from 1 up to it).
 READ_VERSION = 2
 
@@ -126,23 +136,57 @@ def span_name(direction: Direction) -> str:
     return SPAN_ATTACH if direction is Direction.ATTACH else SPAN_EXTRACT
 
 
-def _rank_attributes(rank: RankInfo, out: dict[str, AttributeValue]) -> None:
-    for key, value in (
-        (RANK, rank.rank),
-        (WORLD_SIZE, rank.world_size),
-        (PP_RANK, rank.pp_rank),
-        (PP_SIZE, rank.pp_size),
-        (TP_RANK, rank.tp_rank),
-        (TP_SIZE, rank.tp_size),
-    ):
+def _rank_items(rank: RankInfo) -> tuple[tuple[str, int | None], ...]:
+    return ((RANK, rank.rank), (WORLD_SIZE, rank.world_size), (PP_RANK, rank.pp_rank),
+            (PP_SIZE, rank.pp_size), (TP_RANK, rank.tp_rank), (TP_SIZE, rank.tp_size))
+
+
+def resource_attributes(rank: RankInfo, run_id: str, version: int = SCHEMA_VERSION,
+                        main_thread: str | None = None) -> dict[str, AttributeValue]:
+    """The attributes of a process's resource: in version 2 every per-process constant
+    (``RESOURCE_KEYS``, the main thread's name when known); in version 1 the host, pid, run id
+    and ranks that it always named (its spans carry everything themselves)."""
+    if version == 1:
+        old: dict[str, AttributeValue] = {R_HOST: rank.host, R_PID: rank.pid, RUN_ID: run_id}
+        for key, value in ((RANK, rank.rank), (PP_RANK, rank.pp_rank), (TP_RANK, rank.tp_rank)):
+            if value is not None:
+                old[key] = value
+        return old
+    out: dict[str, AttributeValue] = {VERSION: version, RUN_ID: run_id}
+    for key, value in _rank_items(rank):
         if value is not None:
             out[key] = value
-    out[HOST] = rank.host
-    out[PID] = rank.pid
+    out[R_HOST] = rank.host
+    out[R_PID] = rank.pid
+    if main_thread is not None:
+        out[R_THREAD_MAIN_NAME] = main_thread
+    return out
 
 
-def event_to_attributes(event: Event) -> dict[str, AttributeValue]:
+def _constants(rank: RankInfo, run_id: str, resource: Mapping[str, Any] | None,
+               out: dict[str, AttributeValue]) -> None:
+    """The process's constants on the span: all of them (version 1: no version-2 resource), or
+    only those the resource does not say (a rank learnt after the resource was made)."""
+    items: list[tuple[str, AttributeValue | None]] = [(RUN_ID, run_id), *_rank_items(rank),
+                                                      (HOST, rank.host), (PID, rank.pid)]
+    for key, value in items:
+        if value is not None and (resource is None or resource.get(RESOURCE_KEYS[key]) != value):
+            out[key] = value
+
+
+def _compact(resource: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """The resource to compact against: one that says version 2, else None (version 1)."""
+    return resource if resource is not None and resource.get(VERSION) == 2 else None
+
+
+def event_to_attributes(event: Event,
+                        resource: Mapping[str, Any] | None = None) -> dict[str, AttributeValue]:
     """Encode an event as span attributes (the inverse of ``attributes_to_event``).
+
+    Under a version 2 ``resource`` (``resource_attributes``) the span leaves out what the
+    resource says (the process's constants; the thread name when it is the main thread's),
+    the tensor keys when each is ``PREFIX + name``, and the keys after the call when they are
+    ``implied_keys_after``; without one it is a version 1 span, complete in itself.
 
     The attributes that change from one call to the next come first, in a fixed order, and
     everything that repeats from one microbatch to the next after them: a reader can then tell
@@ -150,25 +194,28 @@ def event_to_attributes(event: Event) -> dict[str, AttributeValue]:
     Readers must not depend on the order; pptrace's own fast path falls back when it differs.
     """
     t = event.tensors
+    res = _compact(resource)
     out: dict[str, AttributeValue] = {
         SEQ: event.seq,
         MONO_NS: event.mono_ns,
         DURATION_NS: event.duration_ns,
         DROPPED_BEFORE: event.dropped_before,
         THREAD_ID: event.thread_id,
-        VERSION: SCHEMA_VERSION,
-        DIRECTION: event.direction.value,
-        RUN_ID: event.run_id,
     }
-    _rank_attributes(event.rank, out)
+    if res is None:
+        out[VERSION] = 1
+    out[DIRECTION] = event.direction.value
+    _constants(event.rank, event.run_id, res, out)
+    if res is None or res.get(R_THREAD_MAIN_NAME) != event.thread_name:
+        out[THREAD_NAME] = event.thread_name
+    out[SUBJECT_TYPE] = event.subject_type
+    out[TENSOR_COUNT] = len(t)
+    out[TOTAL_BYTES] = sum(m.nbytes for m in t)
+    out[T_NAMES] = [m.name for m in t]
+    if res is None or any(m.key != PREFIX + m.name for m in t):
+        out[T_KEYS] = [m.key for m in t]
     out.update(
         {
-            THREAD_NAME: event.thread_name,
-            SUBJECT_TYPE: event.subject_type,
-            TENSOR_COUNT: len(t),
-            TOTAL_BYTES: sum(m.nbytes for m in t),
-            T_NAMES: [m.name for m in t],
-            T_KEYS: [m.key for m in t],
             T_SHAPES: [",".join(map(str, m.shape)) for m in t],
             T_DTYPES: [m.dtype for m in t],
             T_DEVICES: [m.device for m in t],
@@ -176,10 +223,11 @@ def event_to_attributes(event: Event) -> dict[str, AttributeValue]:
             T_CONTIG: [m.contiguous for m in t],
             T_IS_TENSOR: [m.is_tensor for m in t],
             KEYS_BEFORE: list(event.keys_before),
-            KEYS_AFTER: list(event.keys_after),
-            RETURNED_NONE: event.returned_none,
         }
     )
+    if res is None or tuple(event.keys_after) != implied_keys_after(event):
+        out[KEYS_AFTER] = list(event.keys_after)
+    out[RETURNED_NONE] = event.returned_none
     if event.subject_pp_capable is not None:
         out[SUBJECT_PP] = event.subject_pp_capable
     if any(m.fingerprint is not None for m in t):
@@ -385,10 +433,13 @@ def attributes_to_event(
     return event
 
 
-def stats_to_attributes(stats: RecorderStats) -> dict[str, AttributeValue]:
-    """Encode recorder counters as the stats span's attributes."""
-    out: dict[str, AttributeValue] = {VERSION: SCHEMA_VERSION, RUN_ID: stats.run_id}
-    _rank_attributes(stats.rank, out)
+def stats_to_attributes(stats: RecorderStats,
+                        resource: Mapping[str, Any] | None = None) -> dict[str, AttributeValue]:
+    """Encode recorder counters as the stats span's attributes (under a version 2
+    ``resource``, without what it says, as ``event_to_attributes``)."""
+    res = _compact(resource)
+    out: dict[str, AttributeValue] = {} if res is not None else {VERSION: 1}
+    _constants(stats.rank, stats.run_id, res, out)
     out.update(
         {
             S_TIME_NS: stats.time_ns,
