@@ -285,6 +285,7 @@ def test_in_process_tests_thresholds_markers_sections_and_the_environment(
     assert not Path((inner.path / "passing_folder.txt").read_text()).exists()
 
 
+@pytest.mark.slow
 def test_without_the_option_nothing_is_traced(inner: pytest.Pytester) -> None:
     inner.makepyfile(test_in=IN_PROCESS)
     result = inner.runpytest_subprocess("-p", "no:cacheprovider", "-k",
@@ -294,6 +295,7 @@ def test_without_the_option_nothing_is_traced(inner: pytest.Pytester) -> None:
     assert [ln for ln in result.outlines if ln.startswith("pptrace")] == []
 
 
+@pytest.mark.slow
 def test_another_target_and_fail_on_warning(inner: pytest.Pytester) -> None:
     inner.makepyfile(test_ref='''
 import torch
@@ -323,6 +325,7 @@ def test_sglang_is_not_a_target_now():
         "test_reference_transport_attach_only": (1, "warning")}
 
 
+@pytest.mark.slow
 def test_a_failure_inside_pptrace_is_said_once_and_fails_no_test(inner: pytest.Pytester) -> None:
     inner.makeconftest('''
 import pptrace.analyze.analyzer
@@ -341,6 +344,7 @@ pptrace.analyze.analyzer.analyze = _broken
                     "(2 tests)"], result.stdout.str()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("args", "source", "says"), [
     (["--pptrace-target", "no such module"], "def test_x():\n    pass\n",
      "ERROR: --pptrace-target: *"),
@@ -358,6 +362,7 @@ def test_a_bad_option_or_marker_is_a_one_line_usage_error(
     assert "Traceback" not in result.stderr.str()
 
 
+@pytest.mark.slow
 def test_a_bad_pptrace_variable_is_a_usage_error(inner: pytest.Pytester,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PPTRACE_MODE", "loud")
