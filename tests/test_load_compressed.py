@@ -157,6 +157,26 @@ def test_decompression_streams(tmp_path: Path) -> None:
     assert max(reads) <= 1 << 18
 
 
+@pytest.mark.parametrize("bound", [77, 1000, 1 << 16])
+def test_members_larger_than_one_decompress_call_stay_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bound: int
+) -> None:
+    """A member whose output takes several calls, ending where the next member begins."""
+    monkeypatch.setattr(compressed, "_OUT", bound)
+    monkeypatch.setattr(compressed, "_CHUNK", 4096)
+    rng = random.Random(bound)
+    lines = [b"%x\n" % rng.getrandbits(rng.choice((8, 64, 4000))) for _ in range(3000)]
+    cuts = sorted(rng.sample(range(1, len(lines)), 40))
+    members = [b"".join(lines[a:b]) for a, b in zip([0, *cuts], [*cuts, len(lines)],
+                                                    strict=True)]
+    path = tmp_path / "t.jsonl.gz"
+    path.write_bytes(b"".join(gzip.compress(m, compresslevel=1) for m in members))
+    with path.open("rb") as f:
+        reader = CompressedLines(f, "gzip", str(path))
+        assert list(reader) == lines
+    assert reader.problem is None
+
+
 def test_gzip_dc_gives_the_plain_lines(tmp_path: Path) -> None:
     """The README's one command for tools that cannot read gzip: ``gzip -dc FILE``."""
     gz = shutil.which("gzip")

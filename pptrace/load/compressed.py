@@ -61,17 +61,16 @@ class _Zlib:
         self._d = zlib.decompressobj(16 + zlib.MAX_WBITS)  # gzip header and trailer
 
     def feed(self, data: bytes) -> tuple[bytes, bytes]:
-        """(output, input left for later) with at most ``_OUT`` bytes of output."""
+        """(output, input left: for this member, or after its end) with at most ``_OUT``
+        bytes of output."""
         out = self._d.decompress(data, _OUT)
-        return out, self._d.unconsumed_tail
+        # At the end of the member the rest is in unused_data alone (unconsumed_tail may still
+        # hold a stale copy of it when an earlier call was cut at _OUT).
+        return out, self._d.unused_data if self._d.eof else self._d.unconsumed_tail
 
     @property
     def eof(self) -> bool:
         return self._d.eof
-
-    @property
-    def unused(self) -> bytes:
-        return self._d.unused_data
 
 
 class _Zstd:
@@ -82,15 +81,12 @@ class _Zstd:
 
     def feed(self, data: bytes) -> tuple[bytes, bytes]:
         out: bytes = self._d.decompress(data[:_ZSTD_CHUNK])
-        return out, data[_ZSTD_CHUNK:]
+        rest = data[_ZSTD_CHUNK:]
+        return out, bytes(self._d.unused_data) + rest if self._d.eof else rest
 
     @property
     def eof(self) -> bool:
         return bool(self._d.eof)
-
-    @property
-    def unused(self) -> bytes:
-        return bytes(self._d.unused_data)
 
 
 def _zstd_module(path: str) -> Any:
@@ -143,8 +139,6 @@ class CompressedLines:
                     self.problem = (f"compressed data damaged in the {what} at byte {member:,} "
                                     f"({exc}); the rest of the file skipped")
                     return
-                if d.eof:
-                    data = d.unused + data
                 if out:
                     yield out
             offset += len(chunk)
