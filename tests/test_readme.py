@@ -36,9 +36,10 @@ def named_modules() -> list[str]:
     names = set()
     for ref in re.findall(r"`([^`\s]*pptrace[\w.]*(?::\w+)?)`", README):
         ref = ref.split(":")[0]
-        # pptrace_meta is the native reader's compiled module, built on demand.
-        if ref.startswith(("pptrace.", "pptrace_")) and not NOT_MODULES.match(ref) and (
-                not ref.startswith("pptrace_meta")):
+        # pptrace_tui and pptrace_samples are packages; other pptrace_* names are fixtures, or
+        # the native reader's compiled module (pptrace_meta), built on demand.
+        if ref.startswith(("pptrace.", "pptrace_tui", "pptrace_samples")) and (
+                not NOT_MODULES.match(ref)):
             names.add(ref)
     return sorted(names)
 
