@@ -69,12 +69,15 @@ def read_traces(trace_dir: str) -> TraceFiles:
             for line in fh:
                 doc = json.loads(line)
                 for rs in doc.get("resourceSpans", []):
+                    res = {a["key"]: any_value(a["value"])
+                           for a in rs.get("resource", {}).get("attributes", [])}
                     for ss in rs.get("scopeSpans", []):
                         for span in ss.get("spans", []):
                             if span["name"] not in (schema.SPAN_ATTACH, schema.SPAN_EXTRACT):
                                 continue
                             attrs = {a["key"]: any_value(a["value"]) for a in span["attributes"]}
-                            ev = schema.attributes_to_event(attrs, int(span["startTimeUnixNano"]))
+                            ev = schema.attributes_to_event(attrs, int(span["startTimeUnixNano"]),
+                                                            resource=res)
                             assert ev.rank.rank is not None
                             by_rank.setdefault(ev.rank.rank, []).append(ev)
     return TraceFiles(by_rank, files)
