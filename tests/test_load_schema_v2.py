@@ -1,7 +1,7 @@
 """Schema version 2 (issue 17, item 1, the reading half): the same ``Event``s as version 1.
 
-Version 1 files come from pptrace's real exporter. Their version 2 form is made here, from the
-spec (``/tmp/brief/format17.md``, the README's schema section): the per-process constants move to
+Version 1 files come from pptrace's real exporter (``PPTRACE_SCHEMA=1``). Their version 2 form
+is made here by hand, from the format's description: the per-process constants move to
 the resource (host and pid as ``host.name`` and ``process.pid``, the version with them), the
 thread name stays on a span only where it differs from the resource's
 ``pptrace.thread.main_name``, and ``pptrace.tensor.keys`` / ``pptrace.keys.after`` are left out
@@ -67,11 +67,12 @@ def _run() -> Trace:
     return Trace(processes=tuple(procs))
 
 
-def _write_v1(directory: Path, trace: Trace) -> None:
+def _write_v1(directory: Path, trace: Trace, version: int = 1) -> None:
     """Each process with pptrace's real exporter, 5 events an export, then its stats."""
     directory.mkdir(parents=True, exist_ok=True)
     for proc in trace.processes:
-        sink = build_sink(Config(trace_dir=str(directory)), proc.rank)
+        config = Config(trace_dir=str(directory), schema_version=version)
+        sink = build_sink(config, proc.rank)
         for i in range(0, len(proc.events), 5):
             sink.export(list(proc.events[i:i + 5]))
         sink.export_stats(RecorderStats(rank=proc.rank, time_ns=5, recorded=len(proc.events),
@@ -176,6 +177,15 @@ def test_v1_and_v2_give_identical_events_plain_and_compressed(tmp_path: Path) ->
         (gz / (f.name + ".gz")).write_bytes(gzip.compress(f.read_bytes()))
     assert _fields(load_paths([str(gz)])) == _fields(expected)
     assert not load_paths([str(gz)]).problems
+
+
+def test_the_writers_version_2_reads_as_the_one_built_from_the_spec(tmp_path: Path) -> None:
+    v1, v2 = _pair(tmp_path)
+    _write_v1(tmp_path / "written", _run(), version=2)
+    written = load_paths([str(tmp_path / "written")])
+    assert _fields(written) == _fields(load_paths([str(v2)])) == _fields(load_paths([str(v1)]))
+    for f in (tmp_path / "written").iterdir():
+        assert '"pptrace.schema_version","value":{"intValue":"2"}' in f.read_text()
 
 
 def test_the_fast_path_reads_version_2_and_keeps_processes_apart(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import re
+from array import array
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
@@ -224,7 +225,7 @@ class FastLines:
         # values) -> index into ``shapes``: the template event, or None when it cannot be cached.
         self.own: dict[tuple[int, bytes, bytes], int] = {}
         self.shapes: list[Event | None] = []
-        self.rows: list[tuple[int, ...]] | None = None  # see ``_spans``
+        self.rows: array[int] | None = None  # see ``_spans``
         # The text before the spans -> its resource: number (a part of every template's key:
         # schema version 2 keeps the process's constants there), service name, attributes.
         self.heads: dict[bytes, _Resource] = {}
@@ -286,8 +287,9 @@ class FastLines:
         """(events from cached shapes, everything else: decoded events and raw spans).
 
         With ``rows`` set (a loader worker, ``pptrace.load.worker``), a cached span becomes a
-        row ``(shape index, seq, start, mono, duration)`` instead of an event: the process
-        that receives the rows builds the events.
+        row ``(shape index, seq, start, mono, duration)`` of int64s in it instead of an event
+        (40 bytes, not about 200 for a tuple): the process that receives the rows builds the
+        events.
         """
         events: list[Event] = []
         others: list[Any] = []
@@ -309,10 +311,13 @@ class FastLines:
                 others.append(self._parse(chunk))
                 continue
             _, begin, seq, mono, dur = m.groups()
-            if rows is None:
-                events.append(with_numbers(t, int(seq), int(begin), int(mono), int(dur)))
-            else:
-                rows.append((i, int(seq), int(begin), int(mono), int(dur)))
+            if rows is not None:
+                try:  # (fromlist adds the whole row or, failing, none of it)
+                    rows.fromlist([i, int(seq), int(begin), int(mono), int(dur)])
+                    continue
+                except OverflowError:  # beyond int64 (20 digits pass the cut): as an event
+                    pass
+            events.append(with_numbers(t, int(seq), int(begin), int(mono), int(dur)))
         self.hits += len(chunks) - len(others)
         return events, others
 

@@ -27,7 +27,6 @@ import sys
 from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, fields
-from itertools import chain
 from typing import IO, Any
 
 from pptrace.load.builder import TraceBuilder
@@ -231,18 +230,7 @@ def _encode(builder: TraceBuilder, errors: Sequence[TraceInputError],
             fatal: SchemaVersionError | None) -> tuple[bytes, bytes]:
     """(the result as JSON, the rows as int64s) for what ``builder`` read."""
     fast = builder.fast
-    rows = fast.rows or []
-    try:
-        packed = array("q", chain.from_iterable(rows))
-    except OverflowError:  # a number beyond int64 (up to 20 digits pass the cut): send it whole
-        packed = array("q")
-        for row in rows:
-            try:
-                packed.extend(array("q", row))  # the whole row or none of it
-            except OverflowError:
-                t = fast.shapes[row[0]]
-                if t is not None:  # (always: a row is only taken for a cached shape)
-                    builder.add_process_events([with_numbers(t, *row[1:])])
+    packed = fast.rows if fast.rows is not None else array("q")
     pack = _Packer()
     result = {
         "module": _MODULE,
@@ -269,7 +257,7 @@ def main() -> int:
     out = sys.stdout.buffer
     files = json.loads(sys.stdin.buffer.read())
     builder = TraceBuilder()
-    builder.fast.rows = []
+    builder.fast.rows = array("q")
     sizes = {f: os.path.getsize(f) if os.path.isfile(f) else 0 for f in files}
     fatal: SchemaVersionError | None = None
 
