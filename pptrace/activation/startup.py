@@ -68,10 +68,6 @@ class _Active:
 _state: _Active | None = None
 _lock = threading.RLock()
 _hooks_registered = False
-# Held while _prepare imports in the background: a fork in the middle would leave the child a
-# half-imported module that no thread will ever finish.
-_importing = threading.Lock()
-_held_for_fork = False
 
 
 _said: set[str] = set()
@@ -198,7 +194,7 @@ def _arm(state: _Active) -> None:
             state.processor = otlp_processor(state.config, on_drop=state.on_drop)
         except Exception as exc:
             state.recorder.warn("cannot set up OTLP export", f"{type(exc).__name__}: {exc}")
-    threading.Thread(target=_prepare, name="pptrace-prepare", daemon=True).start()
+    _prepare()
     if threading.current_thread() is threading.main_thread():
         _install(state, signal.SIGTERM, _on_sigterm)
         if state.config.mode == "flight" and hasattr(signal, "SIGUSR1"):
@@ -210,10 +206,17 @@ def _arm(state: _Active) -> None:
 
 
 def _prepare() -> None:
-    """Off the engine's path: import the SDK now rather than in the exit flush."""
+    """Import the sinks (the OTel SDK) now, on this thread, rather than in the exit flush.
+
+    Here and not in a thread of pptrace's: a fork while another thread is importing leaves the
+    child a half-imported module whose lock no thread will release, so that the child's own
+    import of it (OTel's SDK, which engines import too) hangs for ever; and waiting for such a
+    thread at each fork made the engine's forks slow (0.18 s instead of 0.004 s; up to the wait's
+    5 s bound). This costs about 0.06-0.1 s once, where the engine loads its transport module
+    (or calls ``instrument()``), never on a call or a fork.
+    """
     try:
-        with _importing:
-            import pptrace.export.sinks  # noqa: F401  (the OTel SDK: a second or so, better now)
+        import pptrace.export.sinks  # noqa: F401
     except Exception:  # the flush will meet the same error and report it
         pass
 
@@ -259,21 +262,8 @@ def _register_process_hooks() -> None:
     _hooks_registered = True
     atexit.register(_finish_active)
     if hasattr(os, "register_at_fork"):
-        os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_parent,
-                            after_in_child=_after_fork)
-
-
-def _before_fork() -> None:
-    global _held_for_fork
-    # Bounded: if the importing thread waits on a lock this thread holds, fork anyway.
-    _held_for_fork = _importing.acquire(timeout=5.0)
-
-
-def _after_fork_parent() -> None:
-    global _held_for_fork
-    if _held_for_fork:
-        _held_for_fork = False
-        _importing.release()
+        # Nothing before the fork, nothing after it in the parent: pptrace never delays a fork.
+        os.register_at_fork(after_in_child=_after_fork)
 
 
 def _finish_active() -> None:
@@ -313,9 +303,8 @@ def exit_message(stats: RecorderStats, causes: collections.Counter[str]) -> str:
 
 def _after_fork() -> None:
     """In a forked child: a fresh recorder (the parent's thread does not exist here)."""
-    global _state, _lock, _importing, _held_for_fork
+    global _state, _lock
     _lock = threading.RLock()
-    _importing, _held_for_fork = threading.Lock(), False
     state, _state = _state, None
     if state is None:
         return
