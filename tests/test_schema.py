@@ -245,7 +245,8 @@ def test_readme_documents_every_stats_attribute_with_its_type() -> None:
     documented = tables["Stats span attributes (`pptrace.recorder`)"]
     rank_keys = {schema.VERSION, schema.RUN_ID, schema.RANK, schema.WORLD_SIZE, schema.PP_RANK,
                  schema.PP_SIZE, schema.TP_RANK, schema.TP_SIZE, schema.HOST, schema.PID}
-    sample = RecorderStats(rank=FULL_RANK, time_ns=1, sink_dropped=(("otlp", 1),))
+    sample = RecorderStats(rank=FULL_RANK, time_ns=1, sink_dropped=(("otlp", 1),), rotated=1,
+                           rotated_segments=1)
     produced = {k.replace(".otlp.", ".<name>.") if k.startswith("pptrace.stats.sink.") else k:
                 type_name(v) for k, v in schema.stats_to_attributes(sample).items()}
     # The shared ones are documented once, in the event table, and named in the stats prose.
