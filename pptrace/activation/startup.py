@@ -291,14 +291,24 @@ def _finish(state: _Active) -> None:
 
 
 def exit_message(stats: RecorderStats, causes: collections.Counter[str]) -> str:
-    """The one line printed at exit when anything was lost (empty when all went through)."""
-    if not (stats.dropped or stats.export_errors or stats.internal_errors):
+    """The one line printed at exit when anything was lost (empty when all went through).
+
+    ``dropped`` is what no sink received; what one sink lost after taking the events (OTLP's
+    failed batches, which the trace file still has) follows as "N lost by SINK", so that
+    "0 dropped" never stands for the whole truth when a sink lost spans. ``causes`` are the
+    OTLP exporter's reasons, by count.
+    """
+    sink_losses = [(sink, n) for sink, n in stats.sink_dropped if n]
+    if not (stats.dropped or sink_losses or stats.export_errors or stats.internal_errors):
         return ""
     why = ", ".join(f"{n} {cause}" for cause, n in causes.most_common()) or "see the log"
     who = stats.rank.label() + (f" pid {stats.rank.pid}" if stats.rank.rank is not None else "")
-    return (f"pptrace: {who}: {stats.recorded} events "
-            f"recorded, {stats.dropped} dropped, {stats.export_errors} export errors, "
-            f"{stats.internal_errors} internal errors (lost spans: {why})")
+    counts = [f"{stats.recorded} events recorded", f"{stats.dropped} dropped"]
+    counts += [f"{n} lost by {sink}" for sink, n in sink_losses]
+    if stats.rotated:  # deleted on purpose (the disk budget), but not in the file either
+        counts.append(f"{stats.rotated} deleted by rotation")
+    counts += [f"{stats.export_errors} export errors", f"{stats.internal_errors} internal errors"]
+    return f"pptrace: {who}: {', '.join(counts)} (lost spans: {why})"
 
 
 def _after_fork() -> None:
