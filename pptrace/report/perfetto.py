@@ -1,0 +1,409 @@
+"""A trace as Chrome trace-event JSON, the file ui.perfetto.dev (and chrome://tracing) opens.
+
+Engine engineers read PP timelines in Perfetto; this puts pptrace's records there, beside them:
+
+- a track (process) per rank, named ``rank 3 (pp 1/2, tp 1)`` and sorted by PP stage, then TP
+  rank; a thread under it per recording thread;
+- a slice per attach and extract call (``ph`` ``X``; ``args``: seq, names, shapes, dtypes, bytes,
+  and the error when the call raised);
+- a flow arrow from each attach to the extract the analyzer paired it with (its channels and
+  ``pptrace.analyze.pairing.align``, as ``analyze`` judges them);
+- each finding as an instant (``ph`` ``i``, scope ``p``) on the ranks it names, with its message;
+- the message layer, where a process carries ``messages`` (``pptrace.model.messages``): a slice
+  per send and receive, a flow arrow from each send to its receive (paired per source,
+  destination and kind, in order), and a receive that began and never ended as a slice
+  ``recv (waiting)`` running to the end of the trace (the last record or stats span).
+
+Times are wall-clock (``start_ns``) in µs after the earliest record, as the format wants
+(``ts``/``dur`` in µs; fractions keep the nanoseconds). Pids and tids are small numbers given
+here (Perfetto keeps 32 bits of a tid; a Python thread id has 64): the real host, pid and
+thread id are in ``otherData`` and the thread names.
+
+    doc = to_chrome_trace(trace, findings)          # runs the analyzer's channel plan
+    doc = to_chrome_trace(trace, result.findings, channels=result.channels)
+    json.dump(doc, fh)
+
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pptrace.analyze.analyzer import analysis
+from pptrace.analyze.channels import Channel
+from pptrace.analyze.pairing import align
+from pptrace.analyze.rules import rank_id
+from pptrace.analyze.scan import Scan, scan
+from pptrace.analyze.window import trim
+from pptrace.model.findings import Finding
+from pptrace.model.messages import MessageEvent, MessageOp, MessageTensor
+from pptrace.model.records import Direction, Event, TensorMeta
+from pptrace.model.text import clip, inert
+from pptrace.model.trace import ProcessTrace, Trace
+
+__all__ = ["AUX_FLOW", "MESSAGE_FLOW", "MIN_DUR_NS", "WAITING", "to_chrome_trace"]
+
+#: The name (and category) of the flow from an attach to its extract, and from a send to its
+#: receive. Perfetto matches a flow's ends by id, category and name: both ends carry them.
+AUX_FLOW = "attach->extract"
+MESSAGE_FLOW = "send->recv"
+#: The name of the slice of a receive that began and never returned.
+WAITING = "recv (waiting)"
+#: The shortest slice drawn: a flow end binds to the slice around its time, so a slice needs a
+#: middle strictly inside it.
+MIN_DUR_NS = 2
+_CAT = "pptrace"
+
+_Key = tuple[str, int, int, str]  # a message channel: (run, source, destination, kind)
+
+
+#: The two layers a recording thread's records are drawn on, each its own Perfetto thread (a
+#: receive waiting to the end must not swallow the thread's later calls, and two layers'
+#: clocks must not make their slices cross).
+CALLS, MESSAGES = "calls", "messages"
+
+
+@dataclass(frozen=True, slots=True)
+class _Track:
+    """One process as a Perfetto process: its pid here and its threads' tids."""
+
+    index: int  # in ``Trace.processes``
+    pid: int
+    run: str
+    tids: dict[tuple[int, str], int]  # (recording thread id, layer) -> tid here
+
+    @property
+    def first_tid(self) -> int:
+        return next(iter(self.tids.values()))
+
+
+@dataclass(slots=True)
+class _Slice:
+    """A complete event being built (its times settle before it is written)."""
+
+    name: str
+    pid: int
+    tid: int
+    start: int  # wall-clock ns
+    end: int
+    args: dict[str, Any]
+
+
+class _Doc:
+    """The events being built, and the clock they are placed on."""
+
+    def __init__(self, t0: int) -> None:
+        self.t0 = t0
+        self.events: list[dict[str, Any]] = []  # metadata and instants
+        self.slices: list[_Slice] = []
+        self.arrows: list[tuple[str, int, int]] = []  # (flow name, slice, slice)
+        self.flows: dict[str, int] = {AUX_FLOW: 0, MESSAGE_FLOW: 0}  # arrows drawn, by name
+
+    def us(self, ns: int) -> float:
+        """Wall-clock ns -> µs after the earliest record (never negative)."""
+        return round(max(ns - self.t0, 0) / 1000, 3)
+
+    def slice(self, name: str, track: _Track, thread: tuple[int, str], start_ns: int,
+              dur_ns: int, args: dict[str, Any]) -> int:
+        """Add a complete event; return its handle, which ``flow`` takes."""
+        start = max(start_ns, self.t0)
+        self.slices.append(_Slice(name, track.pid, track.tids[thread], start,
+                                  start + max(dur_ns, MIN_DUR_NS), args))
+        return len(self.slices) - 1
+
+    def flow(self, name: str, a: int, b: int) -> None:
+        """An arrow from slice ``a`` to slice ``b``."""
+        self.flows[name] += 1
+        self.arrows.append((name, a, b))
+
+    def settle(self) -> None:
+        """Move a slice that starts inside the one before it on its thread to that one's end.
+
+        One layer of one thread makes one call at a time, so its slices never nest; two wall
+        clock readings can still cross by a little (the clock was stepped, or is coarse), and
+        Perfetto draws crossing slices wrongly. ``args.shifted_ns`` says how far one moved.
+        """
+        threads: dict[tuple[int, int], list[_Slice]] = defaultdict(list)
+        for s in self.slices:
+            threads[(s.pid, s.tid)].append(s)
+        for group in threads.values():
+            group.sort(key=lambda s: s.start)
+            end = None
+            for s in group:
+                if end is not None and s.start < end:
+                    s.args["shifted_ns"] = end - s.start
+                    s.end = max(s.end, end + MIN_DUR_NS)
+                    s.start = end
+                end = s.end
+
+    def document(self) -> list[dict[str, Any]]:
+        """Every event: metadata and instants, slices, then the flows' two ends."""
+        self.settle()
+        out = list(self.events)
+        for s in self.slices:
+            out.append({"name": s.name, "cat": _CAT, "ph": "X", "ts": self.us(s.start),
+                        "dur": round((s.end - s.start) / 1000, 3), "pid": s.pid, "tid": s.tid,
+                        "args": s.args})
+        for n, (name, a, b) in enumerate(self.arrows, 1):
+            for ph, s in (("s", self.slices[a]), ("f", self.slices[b])):
+                # A flow end binds to the slice around its time: the middle of its slice.
+                ev: dict[str, Any] = {"name": name, "cat": name, "ph": ph, "id": n,
+                                      "ts": self.us(s.start + (s.end - s.start) // 2),
+                                      "pid": s.pid, "tid": s.tid}
+                if ph == "f":
+                    ev["bp"] = "e"  # bind to the enclosing slice, not the next one
+                out.append(ev)
+        return out
+
+
+def _messages(proc: ProcessTrace) -> tuple[MessageEvent, ...]:
+    """The process's message-layer records (none until the trace model carries them)."""
+    return tuple(getattr(proc, "messages", ()) or ())
+
+
+def _run(proc: ProcessTrace) -> str:
+    for ev in proc.events[:1]:
+        return ev.run_id
+    return proc.stats.run_id if proc.stats is not None else ""
+
+
+def _order(proc: ProcessTrace) -> tuple[int, int, int, str, int]:
+    """PP stage, then TP rank (unknown last), then the global rank."""
+    r = proc.rank
+    big = 1 << 30
+    return (big if r.pp_rank is None else r.pp_rank, big if r.tp_rank is None else r.tp_rank,
+            big if r.rank is None else r.rank, r.host, r.pid)
+
+
+def _bounds(trace: Trace) -> tuple[int, int]:
+    """The earliest start of every record, and the latest end of every record and stats span
+    (a rank that hangs records nothing after its wait began; its exit's stats say when it
+    stopped), wall clock."""
+    starts, ends = [], []
+    for proc in trace.processes:
+        if proc.stats is not None and proc.stats.time_ns > 0:
+            ends.append(proc.stats.time_ns)
+        if proc.events:
+            starts.append(min(ev.start_ns for ev in proc.events))
+            ends.append(max(ev.end_ns for ev in proc.events))
+        for m in _messages(proc):
+            if m.wall_ns:
+                starts.append(m.wall_ns)
+                ends.append(m.wall_ns + max(m.duration_ns, 0))
+    if not starts:
+        return 0, 0
+    return min(starts), max(max(ends), min(starts))
+
+
+def _tracks(trace: Trace, doc: _Doc) -> list[_Track]:
+    """A track per process, its metadata events added; indexed like ``trace.processes``."""
+    order = sorted(range(len(trace.processes)), key=lambda i: _order(trace.processes[i]))
+    runs = [_run(p) for p in trace.processes]
+    several = len(set(runs)) > 1
+    tracks: list[_Track | None] = [None] * len(trace.processes)
+    next_tid = len(order) + 1  # tids apart from every pid: a tid equal to a pid means its
+    for sort, i in enumerate(order):  # main thread to Perfetto
+        proc, pid = trace.processes[i], sort + 1
+        names: dict[int, str] = {}  # recording thread id -> its name
+        layers: dict[tuple[int, str], None] = {}  # in order of first appearance
+        for ev in proc.events:
+            names.setdefault(ev.thread_id, ev.thread_name)
+            layers.setdefault((ev.thread_id, CALLS))
+        for m in _messages(proc):
+            names.setdefault(m.thread_id, "")
+            layers.setdefault((m.thread_id, MESSAGES))
+        if not layers:  # a rank with no record still gets a track, for its findings
+            names[0] = ""
+            layers[(0, CALLS)] = None
+        tids: dict[tuple[int, str], int] = {}
+        for k, (thread, layer) in enumerate(sorted(layers, key=lambda t: (t[0], t[1]))):
+            tids[(thread, layer)] = next_tid
+            name = names[thread]
+            label = f"{inert(name)} ({thread})" if name else f"thread {thread}"
+            doc.events.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": next_tid,
+                               "args": {"name": label if layer == CALLS else f"{label}: sends, "
+                                        "receives"}})
+            doc.events.append({"name": "thread_sort_index", "ph": "M", "pid": pid,
+                               "tid": next_tid, "args": {"sort_index": k}})
+            next_tid += 1
+        track = _Track(i, pid, runs[i], tids)
+        label = inert(proc.rank.label()) + (f" [run {inert(runs[i] or '?')}]" if several else "")
+        doc.events.append({"name": "process_name", "ph": "M", "pid": pid,
+                           "tid": track.first_tid, "args": {"name": label}})
+        doc.events.append({"name": "process_sort_index", "ph": "M", "pid": pid,
+                           "tid": track.first_tid, "args": {"sort_index": sort}})
+        tracks[i] = track
+    return [t for t in tracks if t is not None]
+
+
+def _tensor_args(tensors: Sequence[TensorMeta]) -> dict[str, Any]:
+    return {
+        "names": [inert(t.name) for t in tensors],
+        "shapes": [f"[{', '.join(map(str, t.shape))}]" if t.is_tensor else "" for t in tensors],
+        "dtypes": [inert(t.dtype) for t in tensors],
+        "bytes": [t.nbytes for t in tensors],
+        "total_bytes": sum(t.nbytes for t in tensors),
+    }
+
+
+def _call_args(ev: Event) -> dict[str, Any]:
+    args: dict[str, Any] = {"seq": ev.seq, **_tensor_args(ev.tensors)}
+    if ev.subject_type:
+        args["subject_type"] = inert(ev.subject_type)
+    if ev.error_type is not None:
+        args["error"] = inert(clip(f"{ev.error_type}: {ev.error_message or ''}"))
+    return args
+
+
+def _pairs(trace: Trace, channels: Iterable[Channel]) -> list[tuple[int, Event, int, Event]]:
+    """(sending process, attach, receiving process, extract): the analyzer's pairs.
+
+    The steps of the analyzer's ``channel`` check: each channel's payload-carrying calls
+    (``scan``), trimmed to the window both ends cover (``trim``), paired by ``align``.
+    """
+    scans: dict[int, Scan] = {}
+
+    def found(i: int) -> Scan:
+        if i not in scans:
+            proc = trace.processes[i]
+            scans[i] = scan(proc.events, proc.rank.pp_rank)
+        return scans[i]
+
+    out = []
+    for ch in channels:
+        if ch.sender is None or ch.receiver is None or ch.sender == ch.receiver:
+            continue  # an end left no trace, or one process is both ends: no transport
+        attaches = trim(found(ch.sender).attaches, ch.start)
+        extracts = trim(found(ch.receiver).extracts, ch.start)
+        for ia, ie in align(attaches, extracts).pairs():
+            out.append((ch.sender, attaches[ia], ch.receiver, extracts[ie]))
+    return out
+
+
+def _calls(trace: Trace, tracks: list[_Track], doc: _Doc, channels: Iterable[Channel]) -> None:
+    """A slice per attach/extract, and a flow from each attach to its extract."""
+    handle: dict[tuple[int, Direction, int], int] = {}
+    for track in tracks:
+        for ev in trace.processes[track.index].events:
+            handle[(track.index, ev.direction, ev.seq)] = doc.slice(
+                ev.direction.value, track, (ev.thread_id, CALLS), ev.start_ns, ev.duration_ns,
+                _call_args(ev))
+    for s, a, r, e in _pairs(trace, channels):
+        doc.flow(AUX_FLOW, handle[(s, a.direction, a.seq)], handle[(r, e.direction, e.seq)])
+
+
+def _message_tensor_args(tensors: Sequence[MessageTensor]) -> dict[str, Any]:
+    return {
+        "tensor_keys": [inert(t.key) for t in tensors],
+        "tensors": [inert(t.describe()) for t in tensors],
+        "bytes": [t.nbytes for t in tensors],
+        "total_bytes": sum(t.nbytes for t in tensors),
+    }
+
+
+def _message_args(m: MessageEvent, proc: ProcessTrace) -> dict[str, Any]:
+    me = rank_id(proc.rank)
+    src, dst = (me, m.peer) if m.op is MessageOp.SEND else (m.peer, me)
+    args: dict[str, Any] = {"seq": m.seq, "kind": inert(m.kind), "src": src, "dst": dst,
+                            "keys": [inert(k) for k in m.keys],
+                            **_message_tensor_args(m.tensors)}
+    if m.expected_kind:
+        args["expected_kind"] = inert(m.expected_kind)
+    for flag in ("stashed", "from_stash"):
+        if getattr(m, flag):
+            args[flag] = True
+    if m.gather_size != 1:
+        args["gather_size"] = m.gather_size
+    if m.carries_attach is not None:
+        args["carries_attach"] = m.carries_attach
+    if m.error_type is not None:
+        args["error"] = inert(clip(f"{m.error_type}: {m.error_message or ''}"))
+    return args
+
+
+def _message_layer(trace: Trace, tracks: list[_Track], doc: _Doc, end_ns: int) -> None:
+    """Slices per send and receive, a flow per send to its receive, waits to the end."""
+    sends: dict[_Key, list[int]] = defaultdict(list)  # slice handles, in call order
+    recvs: dict[_Key, list[int]] = defaultdict(list)
+    for track in tracks:
+        proc = trace.processes[track.index]
+        me = rank_id(proc.rank)
+        messages = _messages(proc)
+        ended = {m.seq for m in messages if m.op is MessageOp.RECV and m.phase == "end"}
+        for m in sorted(messages, key=lambda m: (m.op.value, m.seq, m.phase != "begin")):
+            args, thread = _message_args(m, proc), (m.thread_id, MESSAGES)
+            if m.op is MessageOp.SEND:
+                at = doc.slice("send", track, thread, m.wall_ns, m.duration_ns, args)
+                if m.ok:
+                    sends[(track.run, me, m.peer, m.kind)].append(at)
+            elif m.phase == "begin":
+                if m.seq not in ended:  # it began and never returned: it waits to the end
+                    doc.slice(WAITING, track, thread, m.wall_ns, end_ns - m.wall_ns, args)
+            else:
+                at = doc.slice("recv", track, thread, m.wall_ns, m.duration_ns, args)
+                # A receive served from its stash moved nothing: the receive that stashed
+                # the message is the one its send reached.
+                if m.ok and not m.from_stash:
+                    recvs[(track.run, m.peer, me, m.kind)].append(at)
+    for key, out in sends.items():
+        for a, b in zip(out, recvs.get(key, ()), strict=False):
+            doc.flow(MESSAGE_FLOW, a, b)
+
+
+def _findings(trace: Trace, tracks: list[_Track], doc: _Doc,
+              findings: Sequence[Finding]) -> None:
+    """Each finding as an instant on the processes of the ranks it names."""
+    by_rank: dict[int, list[_Track]] = defaultdict(list)
+    for t in tracks:
+        by_rank[rank_id(trace.processes[t.index].rank)].append(t)
+    by_index = {t.index: t for t in tracks}
+    for f in findings:
+        runs = {by_index[e.process].run for e in f.events if e.process in by_index}
+        named = [t for r in f.ranks for t in by_rank.get(r, ()) if not runs or t.run in runs]
+        named += [by_index[e.process] for e in f.events if e.process in by_index]
+        args: dict[str, Any] = {"message": inert(f.message), "kind": f.kind.value,
+                                "severity": f.severity.name.lower()}
+        for key, value in (("channel", f.channel), ("microbatch", f.microbatch),
+                           ("cascade", f.cascade)):
+            if value:
+                args[key] = value
+        ts = doc.us(f.time_ns if f.time_ns is not None else doc.t0)
+        unique = list({t.pid: t for t in named}.values())
+        scope, where = ("p", unique) if unique else ("g", tracks[:1])
+        for t in where:
+            doc.events.append({"name": f.kind.value, "cat": "finding", "ph": "i", "s": scope,
+                               "ts": ts, "pid": t.pid, "tid": t.first_tid,
+                               "args": args})
+
+
+def to_chrome_trace(trace: Trace, findings: Sequence[Finding], *,
+                    channels: Sequence[Channel] | None = None) -> dict[str, Any]:
+    """The trace and its findings as a Chrome trace-event JSON document (a dict to dump).
+
+    ``channels``: the analyzer's channel plan (``analysis(trace).channels``); planned here when
+    not given.
+    """
+    if channels is None:
+        channels = analysis(trace).channels
+    t0, end_ns = _bounds(trace)
+    doc = _Doc(t0)
+    tracks = _tracks(trace, doc)
+    _calls(trace, tracks, doc, channels)
+    _message_layer(trace, tracks, doc, end_ns)
+    _findings(trace, tracks, doc, findings)
+    processes = [{"pid": t.pid, "label": trace.processes[t.index].rank.label(),
+                  "host": inert(trace.processes[t.index].rank.host),
+                  "os_pid": trace.processes[t.index].rank.pid, "run": inert(t.run),
+                  "threads": {str(tid): {"thread_id": thread, "layer": layer}
+                              for (thread, layer), tid in t.tids.items()}}
+                 for t in tracks]
+    return {
+        "traceEvents": doc.document(),
+        "displayTimeUnit": "ns",
+        "otherData": {"producer": "pptrace", "t0_unix_ns": t0, "flows": doc.flows,
+                      "processes": processes},
+    }
