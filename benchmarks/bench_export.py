@@ -2,6 +2,7 @@
 
     python benchmarks/bench_export.py                       # all rows, 3 repeats
     python benchmarks/bench_export.py --rate 20000 --seconds 5 --repeats 5
+    python benchmarks/bench_export.py --only files --seconds 60   # the trace-file figures
 
 Rows (each repeat runs every row once, interleaved; figures are medians over repeats):
 
@@ -20,6 +21,20 @@ Rows (each repeat runs every row once, interleaved; figures are medians over rep
   timeout. It prints what was recorded,
   exported and dropped (the stream mode must drop nothing while the buffer has room), the backlog
   the recorder thread had at the end, and what the exit flush did with it.
+
+The trace-file figures (``--only files``, also part of a full run):
+
+- ``bytes per event``: real attach/extract calls with 1, 3 (the demo's payload: top-k log-probs,
+  ids and entropy of a batch of 8) and 16 tensors, written as schema version 1 and 2, plain,
+  gzip and zstd (when ``zstandard`` is importable), flushed every ``--per-flush`` events (50: a
+  second of a stage at 50 decode steps/s); bytes on disk per event, and the recorder thread's
+  CPU per event in the flush (encoding and compression). "fp": with fingerprints (as the demo
+  records), over tensors whose contents change every call;
+- ``sustained, compressed``: the sustained row with gzip on;
+- ``soak``: ``--rate`` events/s for ``--seconds`` s into a budget (``--soak-max-mb`` 8,
+  ``--soak-segment-mb`` 1): disk and resident memory sampled every 100 ms; disk never above the
+  budget plus one segment, memory flat (last tenth against the second), every event accounted
+  for (recorded = in the files + rotated + dropped, the files read with pptrace's loader).
 """
 
 from __future__ import annotations
@@ -170,14 +185,15 @@ def _received(rx: Any) -> int:
 # --- sustained ------------------------------------------------------------------------------
 
 
-def sustained_row(tmp: str, rate: int, seconds: float, raw: bool) -> dict[str, float]:
+def sustained_row(tmp: str, rate: int, seconds: float, raw: bool,
+                  compress: str = "none") -> dict[str, float]:
     """A paced producer at ``rate`` events/s with the recorder thread running (stream, files).
 
     ``raw``: the producer appends copies of a real recorded event (fresh sequence numbers) as the
     wrapper would, so that the offered rate is reached even where the wrapped calls alone could
     not run that fast on this machine; otherwise it calls the wrapped attach+extract.
     """
-    config = Config(trace_dir=tmp)
+    config = Config(trace_dir=tmp, compress=compress)
     rec = recorder(config, lambda rank: build_sink(config, rank)).start()
     attach, extract = transport(rec)
     out, obs, ids = Output(4), Observer(), torch.zeros(8, dtype=torch.long)
@@ -231,13 +247,177 @@ def sustained_row(tmp: str, rate: int, seconds: float, raw: bool) -> dict[str, f
     }
 
 
+# --- trace files ----------------------------------------------------------------------------
+
+DEMO = (("topk_logprobs", (8, 4), torch.float32), ("topk_ids", (8, 4), torch.int64),
+        ("entropy", (8,), torch.float32))
+
+
+class Payload:
+    """An output of ``n`` tensors (3: the demo's), fresh contents per call when ``fresh``."""
+
+    def __init__(self, n: int, fresh: bool = False) -> None:
+        spec = DEMO if n == 3 else tuple((f"t{i}", (8, 4), torch.float32) for i in range(n))
+        self.named = {name: torch.zeros(shape, dtype=dtype) for name, shape, dtype in spec}
+        self.fresh = fresh
+
+    def to_pp_tensors(self) -> dict[str, torch.Tensor]:
+        if self.fresh:
+            return {k: torch.randint(0, 1000, v.shape).to(v.dtype) for k, v in self.named.items()}
+        return self.named
+
+
+def bytes_row(tmp: str, n: int, version: int, compress: str, fingerprint: bool, events: int,
+              per_flush: int) -> tuple[float, float]:
+    """Bytes on disk per event, and recorder-thread CPU per event in the flushes (us)."""
+    config = Config(trace_dir=tmp, flush_interval=3600, schema_version=version,
+                    compress=compress, fingerprint=fingerprint)
+    rec = recorder(config, lambda rank: build_sink(config, rank))
+    attach, extract = transport(rec)
+    out, obs = Payload(n, fresh=fingerprint), Observer()
+    cpu = 0.0
+    for done in range(0, events, 2):
+        d = {"next_token_ids": torch.zeros(8, dtype=torch.long), "hidden_states": None}
+        attach(d, out)
+        extract(d, obs)
+        if (done + 2) % per_flush == 0:
+            c0 = time.thread_time()
+            rec.flush()
+            cpu += time.thread_time() - c0
+    rec.shutdown(5.0)
+    assert rec.exported == events, (rec.exported, events)
+    size = sum(p.stat().st_size for p in Path(tmp).iterdir())
+    return size / events, cpu / events * 1e6
+
+
+def bytes_table(tmp: str, events: int, per_flush: int) -> None:
+    kinds = ["none", "gzip"] + (["zstd"] if _has_zstd() else [])
+    print(f"\nbytes per event on disk ({events} events, a flush every {per_flush}; stats spans "
+          f"included), and the recorder thread's flush CPU per event in us:")
+    head = "".join(f"{f'v{v} {c}':>17}" for v in (1, 2) for c in kinds)
+    print(f"  {'tensors':<12}{head}")
+    for n, fp in ((1, False), (3, False), (3, True), (16, False)):
+        cells = []
+        for version in (1, 2):
+            for compress in kinds:
+                where = f"{tmp}/bytes-{n}-{fp}-{version}-{compress}"
+                size, cpu = bytes_row(where, n, version, compress, fp, events, per_flush)
+                cells.append(f"{size:>9.0f} B {cpu:>4.1f}us")
+        label = f"{n}{' fp' if fp else ''}"
+        print(f"  {label:<12}" + "".join(f"{c:>17}" for c in cells), flush=True)
+    if "zstd" not in kinds:
+        print("  note: zstd: skipped, the zstandard package is not importable")
+
+
+def _has_zstd() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("zstandard") is not None
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def soak_row(tmp: str, rate: int, seconds: float, max_mb: float, segment_mb: float,
+             compress: str) -> dict[str, float]:
+    """``rate`` events/s for ``seconds`` into a ``max_mb`` budget: disk, memory, accounting."""
+    import threading
+
+    from pptrace.load.loader import load_paths
+
+    config = Config(trace_dir=tmp, rotate_mb=segment_mb, max_mb=max_mb, compress=compress)
+    rec = recorder(config, lambda rank: build_sink(config, rank)).start()
+    probe = recorder(Config(flush_interval=3600), lambda rank: None)
+    fill(probe, 2, tensors=3)
+    templates = list(probe._buf)
+    append, seqs = rec.append, [rec.seq[t[0]] for t in templates]
+    disk: list[int] = []
+    rss: list[int] = []
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.wait(0.1):
+            try:
+                disk.append(sum(e.stat().st_size for e in os.scandir(tmp)))
+            except FileNotFoundError:  # a segment deleted between listing and stat
+                continue
+            rss.append(_rss())
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    done, start = 0, time.perf_counter()
+    while (now := time.perf_counter()) < start + seconds:
+        due = int((now - start) * rate / 2)
+        if done >= due:
+            time.sleep(0.0005)
+            continue
+        for _ in range(due - done):
+            for t, s in zip(templates, seqs, strict=True):
+                append((t[0], next(s), time.time_ns(), time.monotonic_ns(), *t[4:]))
+        done = due
+    elapsed = time.perf_counter() - start
+    rec.shutdown(10.0)
+    stop.set()
+    sampler.join()
+    stats = rec.stats()
+    (proc,) = load_paths([tmp]).processes
+    final = proc.stats
+    rotated = final.rotated if final is not None else 0
+    tenth = max(1, len(rss) // 10)
+    early, late = statistics.median(rss[tenth:2 * tenth]), statistics.median(rss[-tenth:])
+    return {
+        "offered/s": 2 * done / elapsed,
+        "recorded": float(stats.recorded),
+        "in the files": float(len(proc.events)),
+        "rotated": float(rotated),
+        "dropped": float(stats.dropped),
+        "unaccounted": float(stats.recorded - len(proc.events) - rotated - stats.dropped),
+        "rotated segments": float(final.rotated_segments if final is not None else 0),
+        "disk max MB": max(disk) / 1e6,
+        "budget+segment MB": max_mb + segment_mb,
+        "RSS 2nd tenth MB": early / 1e6,
+        "RSS last tenth MB": late / 1e6,
+        "RSS change %": (late - early) / early * 100,
+        "samples": float(len(disk)),
+    }
+
+
+def files_section(tmp: str, args: argparse.Namespace) -> None:
+    bytes_table(tmp, args.bytes_events, args.per_flush)
+    print(f"\nsustained {args.rate} events/s for {args.seconds:.0f} s (hot-path appends), "
+          "stream mode, files, gzip:")
+    result = sustained_row(f"{tmp}/sustained-gzip", args.rate, args.seconds, True, "gzip")
+    for key, value in result.items():
+        print(f"  {key:<22}{value:>12.1f}")
+    for compress in ("none", "gzip"):
+        print(f"\nsoak: {args.rate} events/s for {args.seconds:.0f} s (3 tensors), budget "
+              f"{args.soak_max_mb:g} MB in {args.soak_segment_mb:g} MB segments, {compress}:")
+        soak = soak_row(f"{tmp}/soak-{compress}", args.rate, args.seconds, args.soak_max_mb,
+                        args.soak_segment_mb, compress)
+        for key, value in soak.items():
+            print(f"  {key:<22}{value:>12.1f}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--events", type=int, default=4000)
     parser.add_argument("--rate", type=int, default=20_000)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--only", choices=("files",), help="only the trace-file figures")
+    parser.add_argument("--bytes-events", type=int, default=2000)
+    parser.add_argument("--per-flush", type=int, default=50)
+    parser.add_argument("--soak-max-mb", type=float, default=8.0)
+    parser.add_argument("--soak-segment-mb", type=float, default=1.0)
     args = parser.parse_args()
+    if args.only == "files":
+        print(f"python {sys.version.split()[0]}, torch {torch.__version__}, "
+              f"{os.cpu_count()} CPUs")
+        with tempfile.TemporaryDirectory(prefix="pptrace-export-") as tmp:
+            files_section(tmp, args)
+        return
     print(f"python {sys.version.split()[0]}, torch {torch.__version__}, {os.cpu_count()} CPUs; "
           f"events of 4 tensors each")
     rows: dict[str, list[dict[str, float]]] = {}
@@ -275,6 +455,7 @@ def main() -> None:
             result = sustained_row(f"{tmp}/sustained{raw}", args.rate, args.seconds, raw)
             for key, value in result.items():
                 print(f"  {key:<22}{value:>12.1f}")
+        files_section(tmp, args)
 
 
 if __name__ == "__main__":
