@@ -41,7 +41,8 @@ from typing import Any
 from opentelemetry.sdk.resources import Resource
 
 from pptrace.export.segments import TraceSegments
-from pptrace.model import schema
+from pptrace.model import messages, schema
+from pptrace.model.messages import MessageEvent
 from pptrace.model.records import Event, RankInfo, RecorderStats
 from pptrace.record.convert import RawEvents
 
@@ -374,6 +375,21 @@ class FileSink:
         text = self._event_span(probe, (_P_TRACE, _P_SPAN))
         order = [_PROBES[m] for m in _PROBE_RE.findall(text)]
         return _renderer(_PROBE_RE.split(text), order)
+
+    def export_messages(self, events: Sequence[MessageEvent], rank: RankInfo,
+                        run_id: str) -> None:
+        """Write the message layer's events (``pptrace.model.messages``) of the process
+        ``rank``, in one write; they are not attach/extract events (rotation counts none)."""
+        if not events:
+            return
+        self._use(rank, run_id)
+        own = schema.stats_to_attributes(RecorderStats(rank=rank, time_ns=0, run_id=run_id),
+                                         self._res)
+        constants = {k: v for k, v in own.items() if not k.startswith("pptrace.stats.")}
+        spans = [self._span(messages.span_name(ev), ev.wall_ns,
+                            ev.wall_ns + max(ev.duration_ns, 0),
+                            {**messages.to_attributes(ev), **constants}) for ev in events]
+        self._out.write_lines(self._lines(spans), 0)
 
     def export_stats(self, stats: RecorderStats) -> None:
         """Write one stats span, with what rotation has deleted so far, this write's own

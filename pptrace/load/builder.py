@@ -21,10 +21,13 @@ import operator
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from pptrace.load import messages as load_messages
 from pptrace.load.fast import FastLines
 from pptrace.load.layout import DIRECTION, MONO_NS, SEQ
 from pptrace.model import schema
 from pptrace.model.errors import SchemaVersionError, inert
+from pptrace.model.messages import SPAN_NAMES as MESSAGE_SPANS
+from pptrace.model.messages import BadMessageSpan, MessageEvent
 from pptrace.model.records import Direction, Event, RankInfo, RecorderStats, TensorMeta
 from pptrace.model.trace import ForeignSpan, InputProblem, ProcessTrace, Trace
 
@@ -48,6 +51,7 @@ class TraceBuilder:
     def __init__(self) -> None:
         self.events: dict[ProcessKey, list[Event]] = {}
         self.stats: dict[ProcessKey, RecorderStats] = {}
+        self.messages: dict[ProcessKey, list[MessageEvent]] = {}  # the message layer's spans
         self.ranks: dict[ProcessKey, RankInfo] = {}
         self.proc_sources: dict[ProcessKey, list[str]] = {}
         self.foreign: list[ForeignSpan] = []
@@ -204,6 +208,15 @@ class TraceBuilder:
             bucket.append(ev)
         self.accepted += len(events)
 
+    def add_message(self, rank: RankInfo, message: MessageEvent) -> None:
+        """Add a decoded message-layer event to its process."""
+        rank = self.intern_rank(rank)
+        key = (rank.host, rank.pid)
+        self.messages.setdefault(key, []).append(message)
+        if self._noted.get(key) != (rank, self.source):
+            self._note_process(key, rank)
+        self.accepted += 1
+
     def add_event(self, ev: Event) -> None:
         """Add a decoded event to its process."""
         self.add_events((ev,))
@@ -229,6 +242,15 @@ class TraceBuilder:
                 return
             self.add_event(ev)
             return
+        if name in MESSAGE_SPANS:
+            self._check_version(attrs, resource)
+            try:
+                rank, _, message = load_messages.decode_span(name, attrs, resource)
+            except BadMessageSpan as exc:
+                self.problem(f"skipped a {name} span: {exc}")
+                return
+            self.add_message(rank, message)
+            return
         if name == schema.SPAN_STATS:
             self._check_version(attrs, resource)
             try:
@@ -249,7 +271,7 @@ class TraceBuilder:
         """The ``Trace`` of everything added (each process's events leave the builder)."""
         processes: list[ProcessTrace] = []
         duplicates = 0
-        for key in set(self.events) | set(self.stats):
+        for key in set(self.events) | set(self.stats) | set(self.messages):
             events = self.events.get(key, [])
             # (mono_ns, direction, seq): a str enum orders as its value, "attach" first.
             events.sort(key=_ORDER)
@@ -270,6 +292,7 @@ class TraceBuilder:
                     events=tuple(unique),
                     stats=self.stats.get(key),
                     sources=tuple(self.proc_sources.get(key, ())),
+                    messages=load_messages.in_call_order(self.messages.pop(key, ())),
                 )
             )
             self.events.pop(key, None)

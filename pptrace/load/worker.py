@@ -33,6 +33,7 @@ from pptrace.load.builder import TraceBuilder
 from pptrace.load.compressed import COMPRESSED_SUFFIXES
 from pptrace.load.files import error_detail, read_files
 from pptrace.load.layout import with_numbers
+from pptrace.load.messages import from_json, to_json
 from pptrace.model.errors import SchemaVersionError, TraceInputError
 from pptrace.model.records import Direction, Event, RankInfo, RecorderStats, TensorMeta
 from pptrace.model.trace import ForeignSpan, InputProblem
@@ -241,6 +242,8 @@ def _encode(builder: TraceBuilder, errors: Sequence[TraceInputError],
         "ranks": [[k[0], k[1], asdict(r)] for k, r in builder.ranks.items()],
         "sources": [[k[0], k[1], v] for k, v in builder.proc_sources.items()],
         "foreign": [list(asdict(s).values()) for s in builder.foreign],
+        "messages": [[k[0], k[1], asdict(builder.ranks[k]), [to_json(m) for m in ms]]
+                     for k, ms in builder.messages.items()],
         "problems": [[p.source, p.line, p.message] for p in builder.problems],
         "errors": [_error_json(e) for e in errors],
         "fatal": None if fatal is None else _error_json(fatal),
@@ -400,6 +403,8 @@ def take(builder: TraceBuilder, result: dict[str, Any], rows: bytes
     ranks = [((host, pid), RankInfo(**fields)) for host, pid, fields in result["ranks"]]
     sources = [((host, pid), list(map(str, found))) for host, pid, found in result["sources"]]
     foreign = [ForeignSpan(*f) for f in result["foreign"]]
+    messages = [(RankInfo(**fields), [from_json(m) for m in ms])
+                for _, _, fields, ms in result.get("messages", ())]
     problems = [InputProblem(*p) for p in result["problems"]]
     errors = [TraceInputError(m, path=p, line=n) for m, p, n in result["errors"]]
     fatal = result["fatal"]
@@ -413,6 +418,9 @@ def take(builder: TraceBuilder, result: dict[str, Any], rows: bytes
     for key, found in sources:
         builder.merge_sources(key, found)
     builder.foreign.extend(foreign)
+    for rank, ms in messages:
+        for m in ms:
+            builder.add_message(rank, m)
     builder.problems.extend(problems)
     return errors, fatal_error
 

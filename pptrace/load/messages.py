@@ -1,0 +1,87 @@
+"""Read the message layer's spans (``pptrace.send``, ``pptrace.recv.begin``, ``pptrace.recv``).
+
+A message span becomes a ``MessageEvent`` of its process (``ProcessTrace.messages``), in call
+order. The process's constants (rank, host, pid, run id, schema version) are read as for
+attach/extract spans: on the span (schema version 1) or on its resource (version 2). A span that
+cannot be a message event is an input problem of its file, named by what is wrong.
+
+    process, event = decode_span("pptrace.send", attrs, resource)
+    ordered = in_call_order(events)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from pptrace.model import messages as M
+from pptrace.model import schema
+from pptrace.model.messages import BadMessageSpan, MessageEvent
+from pptrace.model.records import RankInfo
+
+__all__ = ["decode_span", "from_json", "in_call_order", "to_json"]
+
+_RANK_KEYS = (schema.RANK, schema.WORLD_SIZE, schema.PP_RANK, schema.PP_SIZE, schema.TP_RANK,
+              schema.TP_SIZE)
+
+
+def _constant(attrs: Mapping[str, Any], resource: Mapping[str, Any], key: str) -> Any:
+    if key in attrs:
+        return attrs[key]
+    return resource.get(schema.RESOURCE_KEYS[key])
+
+
+def _opt_int(attrs: Mapping[str, Any], resource: Mapping[str, Any], key: str) -> int | None:
+    value = _constant(attrs, resource, key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BadMessageSpan(f"{key}: expected an integer, got {value!r:.60}")
+    return value
+
+
+def decode_span(name: str, attrs: Mapping[str, Any],
+                resource: Mapping[str, Any]) -> tuple[RankInfo, str, MessageEvent]:
+    """(the process's rank, its run id, the event) of one message span; ``BadMessageSpan``
+    naming what is wrong."""
+    event = M.from_attributes(attrs, name)
+    host = _constant(attrs, resource, schema.HOST)
+    pid = _opt_int(attrs, resource, schema.PID)
+    run_id = _constant(attrs, resource, schema.RUN_ID)
+    if not isinstance(host, str) or pid is None:
+        raise BadMessageSpan("no host and pid on the span or its resource")
+    ranks = [_opt_int(attrs, resource, key) for key in _RANK_KEYS]
+    rank = RankInfo(rank=ranks[0], world_size=ranks[1], pp_rank=ranks[2], pp_size=ranks[3],
+                    tp_rank=ranks[4], tp_size=ranks[5], host=host, pid=pid)
+    return rank, run_id if isinstance(run_id, str) else "", event
+
+
+def _order(ev: MessageEvent) -> tuple[int, int, int, int]:
+    # A receive's begin sorts before its end at the same instant (they share mono_ns).
+    return (ev.mono_ns, ev.op is M.MessageOp.RECV, ev.seq, ev.phase == "end")
+
+
+def in_call_order(events: Iterable[MessageEvent]) -> tuple[MessageEvent, ...]:
+    """The events by call start, a receive's begin before its end; one read twice kept once."""
+    seen: set[tuple[str, int, str]] = set()
+    out = []
+    for ev in sorted(events, key=_order):
+        ident = (ev.op.value, ev.seq, ev.phase)
+        if ident not in seen:
+            seen.add(ident)
+            out.append(ev)
+    return tuple(out)
+
+
+def to_json(event: MessageEvent) -> list[Any]:
+    """An event as plain JSON values (the loader worker's result): its span name and
+    attributes."""
+    return [M.span_name(event), M.to_attributes(event)]
+
+
+def from_json(value: list[Any]) -> MessageEvent:
+    """The inverse of ``to_json`` (``BadMessageSpan`` when it is not one)."""
+    name, attrs = value
+    if not isinstance(name, str) or not isinstance(attrs, dict):
+        raise BadMessageSpan("not a message event")
+    return M.from_attributes(attrs, name)
