@@ -3,7 +3,9 @@
 ``problems(doc)`` is a validator of the trace-event format as Perfetto's JSON importer reads it:
 the fields each phase needs, non-negative times, pids and tids that fit its 32 bits, metadata
 naming every process and thread used, complete slices that nest on each thread, and v1 flows
-whose ``s`` and ``f`` (same id, category and name) each land inside a slice of their thread.
+whose ``s`` and ``f`` (same id, category and name) each bind to a slice of their thread: inside
+it (as Perfetto binds) and at its very start, in its category (as Chrome's trace viewer and
+DevTools bind a flow event: equal ts, pid, tid and cat).
 It is tested to fail on broken documents first, then run on every document built here.
 """
 
@@ -54,6 +56,7 @@ def problems(doc: Any) -> list[str]:
         out.append("displayTimeUnit is neither ms nor ns")
     named_pids, named_threads, used_pids, used_threads = set(), set(), set(), set()
     slices: dict[tuple[int, int], list[tuple[int, int]]] = defaultdict(list)
+    starts: set[tuple[int, int, int, Any]] = set()  # (pid, tid, ts, cat) of every slice
     flows: dict[tuple[str, str, Any], dict[str, list[tuple[int, int, int]]]] = defaultdict(
         lambda: {"s": [], "f": []})
     for n, ev in enumerate(doc["traceEvents"]):
@@ -85,6 +88,7 @@ def problems(doc: Any) -> list[str]:
         if ph == "X":
             used_threads.add((pid, tid))
             slices[(pid, tid)].append((_ns(ev["ts"]), _ns(ev["ts"]) + _ns(ev["dur"])))
+            starts.add((pid, tid, _ns(ev["ts"]), ev.get("cat")))
         elif ph == "i" and ev["s"] not in ("g", "p", "t"):
             out.append(f"event {n}: instant scope {ev['s']!r}")
         elif ph in ("s", "f"):
@@ -109,6 +113,9 @@ def problems(doc: Any) -> list[str]:
         for pid, tid, ns in (ends["s"][0], ends["f"][0]):
             if not any(a <= ns < b for a, b in slices.get((pid, tid), ())):
                 out.append(f"flow {key}: no slice of thread {(pid, tid)} around {ns}")
+            elif (pid, tid, ns, key[0]) not in starts:
+                out.append(f"flow {key}: no slice of category {key[0]!r} on thread "
+                           f"{(pid, tid)} starts at {ns}")
     return out
 
 
@@ -150,10 +157,10 @@ def _tiny() -> dict[str, Any]:
     return {"traceEvents": [
         {"name": "process_name", "ph": "M", "pid": 1, "tid": 2, "args": {"name": "rank 0"}},
         {"name": "thread_name", "ph": "M", "pid": 1, "tid": 2, "args": {"name": "main"}},
-        {"name": "attach", "ph": "X", "ts": 0, "dur": 2.0, "pid": 1, "tid": 2},
-        {"name": "extract", "ph": "X", "ts": 3.0, "dur": 1.0, "pid": 1, "tid": 2},
-        {"name": "a", "cat": "a", "ph": "s", "id": 1, "ts": 1.0, "pid": 1, "tid": 2},
-        {"name": "a", "cat": "a", "ph": "f", "id": 1, "ts": 3.5, "pid": 1, "tid": 2, "bp": "e"},
+        {"name": "attach", "cat": "c", "ph": "X", "ts": 0, "dur": 2.0, "pid": 1, "tid": 2},
+        {"name": "extract", "cat": "c", "ph": "X", "ts": 3.0, "dur": 1.0, "pid": 1, "tid": 2},
+        {"name": "a", "cat": "c", "ph": "s", "id": 1, "ts": 0, "pid": 1, "tid": 2},
+        {"name": "a", "cat": "c", "ph": "f", "id": 1, "ts": 3.0, "pid": 1, "tid": 2, "bp": "e"},
     ], "displayTimeUnit": "ns"}
 
 
@@ -165,12 +172,15 @@ def _tiny() -> dict[str, Any]:
     (lambda d: d["traceEvents"][5].update(name="b"), "1 starts and 0 ends"),
     (lambda d: d["traceEvents"][5].update(bp="n"), "binds to the next slice"),
     (lambda d: d["traceEvents"][4].update(ts=2.5), "no slice of thread"),
+    (lambda d: d["traceEvents"][4].update(ts=1.0), "starts at 1000"),
+    (lambda d: [e.update(cat="other") for e in d["traceEvents"][4:]], "of category 'other'"),
     (lambda d: d["traceEvents"].pop(0), "pid 1 has no process_name"),
     (lambda d: d["traceEvents"].pop(1), "has no thread_name"),
     (lambda d: d["traceEvents"][3].update(ts=1.5), "overlaps its parent"),
     (lambda d: d["traceEvents"][3].update(tid=2**40), "not a 31-bit number"),
 ], ids=["no dur", "negative ts", "string dur", "start without end", "ends differ by name",
-        "end binds next", "start outside slices", "no process name", "no thread name",
+        "end binds next", "start outside slices", "start inside, not at the start",
+        "flow in another category", "no process name", "no thread name",
         "slices cross", "64-bit tid"])
 def test_the_validator_finds_each_break(break_it: Any, said: str) -> None:
     doc = _tiny()

@@ -47,15 +47,14 @@ from pptrace.model.trace import ProcessTrace, Trace
 
 __all__ = ["AUX_FLOW", "MESSAGE_FLOW", "MIN_DUR_NS", "WAITING", "to_chrome_trace"]
 
-#: The name (and category) of the flow from an attach to its extract, and from a send to its
-#: receive. Perfetto matches a flow's ends by id, category and name: both ends carry them.
+#: The name of the flow from an attach to its extract, and from a send to its receive.
+#: Perfetto matches a flow's two ends by id, category and name: both ends carry them.
 AUX_FLOW = "attach->extract"
 MESSAGE_FLOW = "send->recv"
 #: The name of the slice of a receive that began and never returned.
 WAITING = "recv (waiting)"
-#: The shortest slice drawn: a flow end binds to the slice around its time, so a slice needs a
-#: middle strictly inside it.
-MIN_DUR_NS = 2
+#: The shortest slice drawn: a slice of no length would hold no time for a flow end to bind at.
+MIN_DUR_NS = 1
 _CAT = "pptrace"
 
 _Key = tuple[str, int, int, str]  # a message channel: (run, source, destination, kind)
@@ -150,10 +149,11 @@ class _Doc:
                         "args": s.args})
         for n, (name, a, b) in enumerate(self.arrows, 1):
             for ph, s in (("s", self.slices[a]), ("f", self.slices[b])):
-                # A flow end binds to the slice around its time: the middle of its slice.
-                ev: dict[str, Any] = {"name": name, "cat": name, "ph": ph, "id": n,
-                                      "ts": self.us(s.start + (s.end - s.start) // 2),
-                                      "pid": s.pid, "tid": s.tid}
+                # A flow end carries its slice's start, thread and category: Chrome binds it
+                # to the slice with exactly those, Perfetto to the slice open on the thread at
+                # that time (written after the slices, as Perfetto's own tests have it).
+                ev: dict[str, Any] = {"name": name, "cat": _CAT, "ph": ph, "id": n,
+                                      "ts": self.us(s.start), "pid": s.pid, "tid": s.tid}
                 if ph == "f":
                     ev["bp"] = "e"  # bind to the enclosing slice, not the next one
                 out.append(ev)
