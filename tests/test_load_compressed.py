@@ -266,6 +266,25 @@ def test_the_worker_reads_compressed_files_as_this_process_does(
     assert parallel == load_paths([str(tmp_path)])
 
 
+def test_the_workers_share_is_judged_by_uncompressed_size(tmp_path: Path) -> None:
+    """A compressed file counts as about its uncompressed size, so that the split between this
+    process and the worker is the plain files' split."""
+    rng = random.Random(3)
+    sizes = {}
+    for i, repeat in enumerate((1, 4, 16)):  # three ratios of compression
+        lines = [b'{"x": "%016x"}\n' % rng.getrandbits(64) * repeat for _ in range(20_000)]
+        plain = b"".join(lines)
+        path = tmp_path / f"f{i}.jsonl.gz"
+        path.write_bytes(_gzip_members(plain, lines_per_member=2000))
+        sizes[str(path)] = (path.stat().st_size, len(plain))
+    copy = tmp_path / "plain.jsonl"
+    copy.write_bytes(b"x" * 1000)
+    work = load_worker.work_sizes({**{f: n for f, (n, _) in sizes.items()}, str(copy): 1000})
+    assert work[str(copy)] == 1000
+    for f, (_, plain_size) in sizes.items():
+        assert 0.8 * plain_size < work[f] < 1.25 * plain_size, (f, work[f], plain_size)
+
+
 def test_analyze_and_diff_report_compressed_traces_as_plain_ones(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

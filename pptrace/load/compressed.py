@@ -27,7 +27,8 @@ from typing import IO, Any
 
 from pptrace.model.errors import TraceInputError
 
-__all__ = ["COMPRESSED_SUFFIXES", "CompressedLines", "compression_of", "strip_compression"]
+__all__ = ["COMPRESSED_SUFFIXES", "CompressedLines", "compression_of", "expansion",
+           "strip_compression"]
 
 GZIP, ZSTD = "gzip", "zstd"
 _MAGIC = ((b"\x1f\x8b", GZIP), (b"\x28\xb5\x2f\xfd", ZSTD))
@@ -44,6 +45,26 @@ def compression_of(head: bytes) -> str | None:
         if head.startswith(magic):
             return kind
     return None
+
+
+def expansion(head: bytes) -> float | None:
+    """About how many times its size a compressed file's data is, judged from its first bytes
+    (``head``); None when it is not compressed or that cannot be told."""
+    kind = compression_of(head)
+    if kind is None:
+        return None
+    try:
+        if kind == GZIP:
+            d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            out = d.decompress(head, _OUT)
+            used = len(head) - len(d.unused_data if d.eof else d.unconsumed_tail)
+        else:
+            z = importlib.import_module("zstandard").ZstdDecompressor().decompressobj()
+            out = z.decompress(head)
+            used = len(head) - (len(z.unused_data) if z.eof else 0)
+    except Exception:  # damaged, or zstd without zstandard: the reader will say so
+        return None
+    return len(out) / used if out and used > 0 else None
 
 
 def strip_compression(path: str) -> str:

@@ -30,8 +30,8 @@ from dataclasses import asdict, fields
 from typing import IO, Any
 
 from pptrace.load.builder import TraceBuilder
-from pptrace.load.compressed import COMPRESSED_SUFFIXES
-from pptrace.load.files import error_detail, read_files
+from pptrace.load.compressed import COMPRESSED_SUFFIXES, expansion
+from pptrace.load.files import error_detail, open_regular, read_files
 from pptrace.load.layout import with_numbers
 from pptrace.load.messages import from_json, to_json
 from pptrace.model.errors import SchemaVersionError, TraceInputError
@@ -50,15 +50,34 @@ _MODULE = os.path.realpath(os.path.abspath(__file__))  # which pptrace is readin
 
 
 #: About how many times its size a compressed trace file is to read (gzip shrinks pptrace's
-#: files 10 to 20 times): a split by bytes on disk would give the worker too little, or nothing.
+#: files 20 to 40 times), where its first bytes are not sampled.
 COMPRESSED_WORK = 10
+_SAMPLED = 256  # files whose first 64 KiB are decompressed to judge their work; the rest: names
+_SAMPLE = 1 << 16
 
 
 def work_sizes(sizes: dict[str, int]) -> dict[str, int]:
-    """Each file's size as work to read: a compressed file's (by its name) times
-    ``COMPRESSED_WORK``."""
-    return {f: n * COMPRESSED_WORK if f.endswith(COMPRESSED_SUFFIXES) else n
-            for f, n in sizes.items()}
+    """Each file's size as work to read: a compressed file's is about its uncompressed size,
+    judged from its first 64 KiB (of up to 256 files; the others by name, ``COMPRESSED_WORK``).
+
+    A split by bytes on disk would give the worker too little or nothing, and by a fixed ratio
+    one file too many or too few: files of one run compress differently (stage 0's extracts
+    less well than the last stage's attaches), and eight files leave no room for error.
+    """
+    out = {}
+    sample = len(sizes) <= _SAMPLED
+    for f, n in sizes.items():
+        ratio = None
+        if sample:
+            try:
+                with open_regular(f) as fh:
+                    ratio = expansion(fh.read(_SAMPLE) or b"")
+            except (OSError, TraceInputError):
+                pass
+        elif f.endswith(COMPRESSED_SUFFIXES):
+            ratio = COMPRESSED_WORK
+        out[f] = int(n * ratio) if ratio is not None else n
+    return out
 
 
 def split_files(files: Sequence[str], sizes: dict[str, int]) -> int:
