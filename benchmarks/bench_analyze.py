@@ -1,19 +1,29 @@
-"""Benchmark: load and analyze 10k, 100k and 1M events over 8 ranks, from real trace files.
+"""Benchmark: load and analyze 10k, 100k and 1M events over 8 ranks, from real trace files,
+plain and gzip-compressed, in schema version 1 and 2, side by side.
 
-    python benchmarks/bench_analyze.py                 # 10k, 100k, 1M
-    python benchmarks/bench_analyze.py --sizes 10000   # just one size
+    python benchmarks/bench_analyze.py                 # 10k, 100k, 1M; v1, v1.gz, v2, v2.gz
+    python benchmarks/bench_analyze.py --sizes 1000000 --formats v1 v1.gz
     python benchmarks/bench_analyze.py --keep DIR      # keep the generated files in DIR
     python benchmarks/bench_analyze.py --serial        # also load in one process: the ratio
+    python benchmarks/bench_analyze.py --repeat 5      # the best of 5 rounds (default 3)
 
 The layout is pp=2 x tp=4: the last stage's 4 ranks attach, stage 0's 4 ranks extract, so every one
 of the 8 ranks records events. The files are OTLP/JSON lines with exactly the attributes pptrace's
-exporter writes (``pptrace.model.schema.event_to_attributes``), as many spans a line as the file
-sink writes (``pptrace.export.file_sink.SPANS_PER_LINE``); they are generated from per-rank
-templates so that writing 1M events takes seconds. One microbatch in 1000 carries a dtype change,
-so the analyzer has findings to report.
+exporter writes (``pptrace.model.schema.event_to_attributes`` under the resource of
+``schema.resource_attributes``: version 2 leaves the per-process constants and what can be
+derived to it), as many spans a line as the file sink writes
+(``pptrace.export.file_sink.SPANS_PER_LINE``). Compressed, every 16 lines (1024 events: one
+flush a second at about 1k events a second a rank) are one gzip member made by the writer's own
+encoder (``pptrace.export.trace_file.encoder``).
+They are generated from per-rank templates so that writing 1M events takes seconds. One
+microbatch in 1000 carries a dtype change, so the analyzer has findings to report; every rank
+ends with the final stats of a clean exit, as a traced run writes them.
 
-Each size is measured in a fresh subprocess: load seconds, analysis seconds, and peak resident
-memory (``ru_maxrss``) of that process.
+Each size and format is measured in a fresh subprocess, ``--repeat`` times (3), the formats in
+turn, and its best round shown: load seconds, analysis seconds, and peak resident memory
+(``ru_maxrss``) of that process and its loader worker. "x plain" is a compressed format's load
++ analyze time over the same version's plain one; "cpu s" is the CPU time both processes spent
+on it (on a busy machine a truer comparison than the wall time).
 """
 
 from __future__ import annotations
@@ -27,18 +37,37 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any
 
 PP, TP = 2, 4
 BATCHES = (1, 3, 8, 16)  # batch sizes cycle, so shapes vary like a real run's
+FORMATS = ("v1", "v1.gz", "v2", "v2.gz")
+FLUSH_LINES = 16  # lines a gzip member holds
 
 
-def _templates(pp: int, tp: int, direction: str, batch: int, dtype: str) -> str:
+def _rank(pp: int, tp: int) -> Any:
+    from pptrace.model.records import RankInfo
+
+    return RankInfo(rank=pp * TP + tp, world_size=PP * TP, pp_rank=pp, pp_size=PP, tp_rank=tp,
+                    tp_size=TP, host="bench-host", pid=40000 + pp * TP + tp)
+
+
+def _value(v: object) -> dict[str, object]:
+    if isinstance(v, bool):
+        return {"boolValue": v}
+    if isinstance(v, int):
+        return {"intValue": str(v)}
+    if isinstance(v, str):
+        return {"stringValue": v}
+    assert isinstance(v, list)
+    return {"arrayValue": {"values": [_value(x) for x in v]}}
+
+
+def _templates(pp: int, tp: int, direction: str, batch: int, dtype: str, version: int) -> str:
     """One span's JSON with %-placeholders for what changes per event."""
     from pptrace.model import schema
-    from pptrace.model.records import PREFIX, Direction, Event, RankInfo, TensorMeta
+    from pptrace.model.records import PREFIX, Direction, Event, TensorMeta
 
-    rank = RankInfo(rank=pp * TP + tp, world_size=PP * TP, pp_rank=pp, pp_size=PP, tp_rank=tp,
-                    tp_size=TP, host="bench-host", pid=40000 + pp * TP + tp)
     device = f"cuda:{tp}"
     tensors = (
         TensorMeta("topk_logprobs", PREFIX + "topk_logprobs", (batch, 20), "float32", device,
@@ -57,28 +86,18 @@ def _templates(pp: int, tp: int, direction: str, batch: int, dtype: str) -> str:
         before, after = engine + ("__msg_type__",) + keys, engine + ("__msg_type__",)
         d = Direction.EXTRACT
         subject = "pptrace_samples.observer.TopKObserver"
-    ev = Event(direction=d, seq=123456789, rank=rank, start_ns=0, mono_ns=987654321,
+    ev = Event(direction=d, seq=123456789, rank=_rank(pp, tp), start_ns=0, mono_ns=987654321,
                duration_ns=2100, thread_id=140000000 + tp, thread_name="MainThread",
                subject_type=subject, subject_pp_capable=True, tensors=tensors,
                keys_before=before, keys_after=after, returned_none=direction == "attach",
                run_id="bench")
-    attrs = schema.event_to_attributes(ev)
-
-    def value(v: object) -> dict[str, object]:
-        if isinstance(v, bool):
-            return {"boolValue": v}
-        if isinstance(v, int):
-            return {"intValue": str(v)}
-        if isinstance(v, str):
-            return {"stringValue": v}
-        assert isinstance(v, list)
-        return {"arrayValue": {"values": [value(x) for x in v]}}
+    attrs = schema.event_to_attributes(ev, _resource_attrs(pp, tp, version))
 
     span = {
-        "traceId": "TRACEID", "spanId": "SPANID", "name": schema.span_name(d), "kind": 1,
-        "startTimeUnixNano": "START", "endTimeUnixNano": "END",
-        "attributes": [{"key": k, "value": value(v)} for k, v in attrs.items()],
-        "status": {},
+        "traceId": "TRACEID", "spanId": "SPANID", "name": schema.span_name(d),
+        "kind": "SPAN_KIND_INTERNAL", "startTimeUnixNano": "START", "endTimeUnixNano": "END",
+        "attributes": [{"key": k, "value": _value(v)} for k, v in attrs.items()],
+        "status": {}, "flags": 256,
     }
     text = json.dumps(span, separators=(",", ":")).replace("%", "%%")
     for token, fmt in (('"TRACEID"', '"%032x"'), ('"SPANID"', '"%016x"'), ('"START"', '"%d"'),
@@ -88,34 +107,61 @@ def _templates(pp: int, tp: int, direction: str, batch: int, dtype: str) -> str:
     return text
 
 
-def _resource(pp: int, tp: int) -> str:
-    r = pp * TP + tp
-    attrs = [{"key": "service.name", "value": {"stringValue": "pptrace"}},
-             {"key": "host.name", "value": {"stringValue": "bench-host"}},
-             {"key": "process.pid", "value": {"intValue": str(40000 + r)}}]
-    return json.dumps({"attributes": attrs}, separators=(",", ":"))
+def _stats_span(pp: int, tp: int, version: int, events: int, time_ns: int) -> str:
+    """The final stats span of a clean exit, as every traced rank writes one."""
+    from pptrace.model import schema
+    from pptrace.model.records import RecorderStats
+
+    stats = RecorderStats(rank=_rank(pp, tp), time_ns=time_ns, recorded=events,
+                          exported=events, run_id="bench", final=True)
+    attrs = schema.stats_to_attributes(stats, _resource_attrs(pp, tp, version))
+    return json.dumps({
+        "traceId": f"{time_ns:032x}", "spanId": f"{time_ns % 2**64:016x}",
+        "name": schema.SPAN_STATS, "kind": "SPAN_KIND_INTERNAL",
+        "startTimeUnixNano": str(time_ns), "endTimeUnixNano": str(time_ns),
+        "attributes": [{"key": k, "value": _value(v)} for k, v in attrs.items()],
+        "status": {}, "flags": 256}, separators=(",", ":"))
 
 
-def generate(directory: str, total: int) -> int:
-    """Write ``total`` events (half attach, half extract) as 8 per-rank files; return bytes."""
+def _resource_attrs(pp: int, tp: int, version: int) -> dict[str, Any]:
+    """The process's resource attributes as the file sink writes them."""
+    from pptrace.model import schema
+
+    return schema.resource_attributes(_rank(pp, tp), "bench", version, main_thread="MainThread")
+
+
+def _resource(pp: int, tp: int, version: int) -> str:
+    attrs = {"service.name": "pptrace", **_resource_attrs(pp, tp, version)}
+    items = [{"key": k, "value": _value(v)} for k, v in attrs.items()]
+    return json.dumps({"attributes": items}, separators=(",", ":"))
+
+
+def generate(directory: str, total: int, fmt: str = "v1") -> int:
+    """Write ``total`` events (half attach, half extract) as 8 per-rank files in format ``fmt``
+    (``v1``, ``v1.gz``, ``v2``, ``v2.gz``); return the bytes on disk."""
     from pptrace.export.file_sink import SPANS_PER_LINE as PER_LINE
+    from pptrace.export.trace_file import encoder
 
+    version = 2 if fmt.startswith("v2") else 1
+    compress = "gzip" if fmt.endswith(".gz") else "none"
+    encode = encoder(compress)
     os.makedirs(directory, exist_ok=True)
     per_rank = total // (PP * TP)
     written = 0
     for pp in range(PP):
         direction = "attach" if pp == PP - 1 else "extract"
         for tp in range(TP):
-            tpl = {(b, dt): _templates(pp, tp, direction, b, dt)
+            tpl = {(b, dt): _templates(pp, tp, direction, b, dt, version)
                    for b in BATCHES for dt in ("float32", "float16")}
-            head = '{"resourceSpans":[{"resource":' + _resource(pp, tp) + \
-                ',"scopeSpans":[{"scope":{"name":"pptrace"},"spans":['
-            tail = "]}]}]}\n"
-            path = os.path.join(directory, f"pptrace-rank{pp * TP + tp}-pid{40000 + pp * TP + tp}"
-                                ".otlp.jsonl")
+            head = '{"resourceSpans":[{"resource":' + _resource(pp, tp, version) + \
+                ',"scopeSpans":[{"scope":{"name":"pptrace","version":"0"},"spans":['
+            tail = "]}]}]}"
+            name = f"pptrace-rank{pp * TP + tp}-pid{40000 + pp * TP + tp}.otlp.jsonl"
+            path = os.path.join(directory, name + (".gz" if compress == "gzip" else ""))
             # Stage 0 extracts 50 us after the last stage attached the same microbatch.
             t0 = 1_750_000_000_000_000_000 + (50_000 if direction == "extract" else 0)
-            with open(path, "w", encoding="ascii") as f:
+            with open(path, "wb") as f:
+                lines: list[str] = []
                 for start in range(0, per_rank, PER_LINE):
                     spans = []
                     for seq in range(start, min(per_rank, start + PER_LINE)):
@@ -127,9 +173,14 @@ def generate(directory: str, total: int) -> int:
                         n = (pp * TP + tp) * per_rank + seq + 1
                         spans.append(tpl[(b, dt)] % (n, n, begin, begin + 2100, seq,
                                                      seq * 1_000_000))
-                    line = head + ",".join(spans) + tail
-                    f.write(line)
-                    written += len(line)
+                    lines.append(head + ",".join(spans) + tail)
+                    if len(lines) == FLUSH_LINES:
+                        written += f.write(encode(lines))
+                        lines = []
+                end = t0 + per_rank * 1_000_000
+                lines.append(head + _stats_span(pp, tp, version, per_rank, end) + tail)
+                if lines:
+                    written += f.write(encode(lines))
     return written
 
 
@@ -142,14 +193,19 @@ def measure(directory: str) -> dict[str, float]:
     from pptrace.analyze.analyzer import analyze
     from pptrace.load.loader import load_paths
 
-    t0 = time.perf_counter()
+    def cpu() -> float:
+        return sum(r.ru_utime + r.ru_stime for r in (resource.getrusage(resource.RUSAGE_SELF),
+                                                     resource.getrusage(resource.RUSAGE_CHILDREN)))
+
+    c0, t0 = cpu(), time.perf_counter()
     trace = load_paths([directory])
     t1 = time.perf_counter()
     findings = analyze(trace)
     t2 = time.perf_counter()
+    cpu_s = cpu() - c0
     peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     worker_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return {"events": trace.event_count, "load_s": t1 - t0, "analyze_s": t2 - t1,
+    return {"events": trace.event_count, "load_s": t1 - t0, "analyze_s": t2 - t1, "cpu_s": cpu_s,
             "peak_mb": (peak_kb + worker_kb) / 1024, "findings": len(findings),
             "occurrences": sum(1 + f.cascade for f in findings)}
 
@@ -167,6 +223,10 @@ def measure_serial_load(directory: str) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
+    parser.add_argument("--formats", nargs="+", choices=FORMATS, default=list(FORMATS),
+                        help="schema version and compression of the files (default: all)")
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="measure each format this many times, in turns; show the best")
     parser.add_argument("--keep", help="write the files here and keep them")
     parser.add_argument("--serial", action="store_true",
                         help="also load each size in one process, for the ratio")
@@ -180,36 +240,55 @@ def main() -> None:
         print(json.dumps(measure_serial_load(args.measure_serial)))
         return
     base = args.keep or tempfile.mkdtemp(prefix="pptrace-bench-")
-    print(f"cpus available: {len(os.sched_getaffinity(0))}; python {sys.version.split()[0]}")
-    print(f"{'events':>9} {'file MB':>8} {'write s':>8} {'load s':>8} {'analyze s':>9} "
-          f"{'total s':>8} {'us/event':>8} {'peak MB':>8} {'findings':>8}"
-          + (f" {'1-proc load s':>13} {'x':>5}" if args.serial else ""))
+    print(f"cpus available: {len(os.sched_getaffinity(0))}; python {sys.version.split()[0]}; "
+          f"load average {os.getloadavg()[0]:.1f}")
+    print(f"{'format':>6} {'events':>9} {'file MB':>8} {'B/event':>7} {'write s':>8} "
+          f"{'load s':>7} {'analyze s':>9} {'total s':>8} {'x plain':>7} {'cpu s':>6} "
+          f"{'peak MB':>7} "
+          f"{'findings':>9}" + (f" {'1-proc load s':>13} {'x':>5}" if args.serial else ""))
     try:
         for size in args.sizes:
-            directory = os.path.join(base, f"n{size}")
-            shutil.rmtree(directory, ignore_errors=True)
-            t0 = time.perf_counter()
-            nbytes = generate(directory, size)
-            write_s = time.perf_counter() - t0
-            out = subprocess.run(
-                [sys.executable, os.path.abspath(__file__), "--measure", directory],
-                check=True, capture_output=True, text=True,
-            ).stdout
-            m = json.loads(out.strip().splitlines()[-1])
-            total = m["load_s"] + m["analyze_s"]
-            serial = ""
-            if args.serial:
-                one = float(subprocess.run(
-                    [sys.executable, os.path.abspath(__file__), "--measure-serial", directory],
-                    check=True, capture_output=True, text=True,
-                ).stdout.strip().splitlines()[-1])
-                serial = f" {one:>13.2f} {one / m['load_s']:>5.2f}"
-            print(f"{m['events']:>9} {nbytes / 1e6:>8.1f} {write_s:>8.2f} {m['load_s']:>8.2f} "
-                  f"{m['analyze_s']:>9.2f} {total:>8.2f} {1e6 * total / m['events']:>8.2f} "
-                  f"{m['peak_mb']:>8.0f} {m['findings']:>4}/{m['occurrences']:<4}{serial}",
-                  flush=True)
-            if not args.keep:
+            written: dict[str, tuple[str, int, float]] = {}  # format -> directory, bytes, s
+            for fmt in args.formats:
+                directory = os.path.join(base, f"n{size}-{fmt}")
                 shutil.rmtree(directory, ignore_errors=True)
+                t0 = time.perf_counter()
+                nbytes = generate(directory, size, fmt)
+                written[fmt] = (directory, nbytes, time.perf_counter() - t0)
+            # Rounds over every format in turn, so that a busy moment costs each format alike;
+            # each format's best round is shown.
+            best: dict[str, dict[str, float]] = {}
+            for _ in range(args.repeat):
+                for fmt in args.formats:
+                    out = subprocess.run(
+                        [sys.executable, os.path.abspath(__file__), "--measure",
+                         written[fmt][0]], check=True, capture_output=True, text=True,
+                    ).stdout
+                    m = json.loads(out.strip().splitlines()[-1])
+                    m["total_s"] = m["load_s"] + m["analyze_s"]
+                    if fmt not in best or m["total_s"] < best[fmt]["total_s"]:
+                        best[fmt] = m
+            for fmt in args.formats:
+                directory, nbytes, write_s = written[fmt]
+                m = best[fmt]
+                version = fmt.split(".")[0]
+                ratio = (f"{m['total_s'] / best[version]['total_s']:>7.2f}" if version in best
+                         else f"{'':>7}")
+                serial = ""
+                if args.serial:
+                    one = float(subprocess.run(
+                        [sys.executable, os.path.abspath(__file__), "--measure-serial",
+                         directory], check=True, capture_output=True, text=True,
+                    ).stdout.strip().splitlines()[-1])
+                    serial = f" {one:>13.2f} {one / m['load_s']:>5.2f}"
+                print(f"{fmt:>6} {m['events']:>9} {nbytes / 1e6:>8.1f} "
+                      f"{nbytes / m['events']:>7.0f} {write_s:>8.2f} {m['load_s']:>7.2f} "
+                      f"{m['analyze_s']:>9.2f} {m['total_s']:>8.2f} {ratio} {m['cpu_s']:>6.2f} "
+                      f"{m['peak_mb']:>7.0f} "
+                      f"{m['findings']:>4}/{m['occurrences']:<4}{serial}", flush=True)
+            if not args.keep:
+                for directory, _, _ in written.values():
+                    shutil.rmtree(directory, ignore_errors=True)
     finally:
         if not args.keep:
             shutil.rmtree(base, ignore_errors=True)
