@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from pptrace.analyze.analyzer import analyze
+from pptrace.analyze.analyzer import analysis
 from pptrace.cli import main as cli
 from pptrace.cli import view as cli_view
 from pptrace.load.loader import load_paths
@@ -126,8 +126,9 @@ def test_follow_waits_for_traces_that_are_not_there_yet(
     seen: list[int] = []
 
     def viewer(loader: Callable[..., Any], *, follow: bool, theme: str) -> None:
-        first, findings = loader(lambda phase: None)
-        assert (first.processes, first.sources, findings) == ((), (), [])
+        first, result = loader(lambda phase: None)
+        assert (first.processes, first.sources) == ((), ())
+        assert (result.findings, result.channels) == ((), ())
         write(directory, 2)  # the engine starts and writes
         second, _ = loader(lambda phase: None)
         seen.extend((first.event_count, second.event_count))
@@ -149,9 +150,9 @@ def test_the_loader_hands_over_the_first_load_then_rereads_for_follow(
         phases: list[str] = []
         first, _ = loader(phases.append)
         write(tmp_path, 5)  # the engine wrote more
-        second, second_findings = loader(phases.append)
+        second, second_result = loader(phases.append)
         seen.update(first=first.event_count, second=second.event_count, follow=follow,
-                    theme=theme, phases=phases, findings=second_findings)
+                    theme=theme, phases=phases, result=second_result)
         return None
 
     monkeypatch.setattr(cli_view, "_viewer", lambda: fake_viewer)
@@ -159,7 +160,9 @@ def test_the_loader_hands_over_the_first_load_then_rereads_for_follow(
     assert seen["first"] == 6 and seen["second"] == 10
     assert seen["follow"] is True and seen["theme"] == "light"
     assert seen["phases"] == ["reading 1 input(s)", "analyzing 10 events"]
-    assert seen["findings"] == analyze(load_paths([str(tmp_path)]))  # of what it re-read
+    # The analyzer's analysis of what it re-read: its findings, and the channels the grid
+    # pairs on.
+    assert seen["result"] == analysis(load_paths([str(tmp_path)]))
 
 
 def test_a_load_error_inside_the_app_exits_2(

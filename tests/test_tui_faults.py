@@ -22,7 +22,7 @@ import pytest
 from pptrace_samples.faults import FAULTS
 from pptrace_tui.index import Cell, TraceIndex
 
-from pptrace.analyze.analyzer import analyze
+from pptrace.analyze.analyzer import analysis
 from pptrace.load.loader import load_paths
 from pptrace.model.findings import Category, Finding, FindingKind
 from pptrace.report.groups import first_divergence
@@ -37,13 +37,19 @@ MARKED = frozenset({Cell.ERROR, Cell.MISMATCH, Cell.ORPHAN, Cell.FAILED})
 SEEN_IN_TRACE = frozenset({Category.PAYLOAD, Category.ABSENCE, Category.ENGINE_ERROR})
 
 
-def _traced(tmp_path: Path, fault: str | None) -> tuple[TraceIndex, list[Finding]]:
-    tp = FAULTS[fault].needs_tp if fault else 1
+def _traced(tmp_path: Path, fault: str | None, *, broadcast: bool = False
+            ) -> tuple[TraceIndex, list[Finding]]:
+    """Run the sample, load and analyze its traces and index them as ``pptrace view`` does
+    (the analyzer's channels handed to the index). ``broadcast``: the TP-broadcast layout,
+    pp2 x tp2; otherwise pp3 (a silent middle stage)."""
+    tp = 2 if broadcast else FAULTS[fault].needs_tp if fault else 1
     out = str(tmp_path / (fault or "healthy"))
-    run_sample(out, ranks=3 * tp, tp=tp, steps=8, fault=fault)  # pp3: a silent middle stage
+    run_sample(out, ranks=(2 if broadcast else 3) * tp, tp=tp, steps=8, fault=fault,
+               tp_broadcast=broadcast)
     trace = load_paths([out])
-    findings = list(analyze(trace))
-    return TraceIndex.build(trace, findings), findings
+    result = analysis(trace)
+    findings = list(result.findings)
+    return TraceIndex.build(trace, findings, channels=result.channels), findings
 
 
 def _marked(index: TraceIndex) -> set[tuple[int, int]]:
@@ -54,6 +60,13 @@ def _marked(index: TraceIndex) -> set[tuple[int, int]]:
 @pytest.mark.parametrize("fault", sorted(FAULTS))
 def test_the_grid_marks_the_events_the_findings_name(tmp_path: Path, fault: str) -> None:
     index, findings = _traced(tmp_path, fault)
+    _check_marks(index, findings, fault)
+    # A middle stage never attaches or extracts: its row names no direction.
+    assert [row.label for row in index.rows if row.rank.pp_rank == 1] == [
+        f"pp1 tp{t} no calls" for t in range(FAULTS[fault].needs_tp)]
+
+
+def _check_marks(index: TraceIndex, findings: list[Finding], fault: str) -> None:
     assert findings, f"{fault}: the analyzer found nothing"
     marked = _marked(index)
     named: dict[tuple[int, int], list[Finding]] = defaultdict(list)
@@ -86,9 +99,6 @@ def test_the_grid_marks_the_events_the_findings_name(tmp_path: Path, fault: str)
             if f.kind.category in SEEN_IN_TRACE and f.kind is not FindingKind.TP_DISAGREE:
                 on_row = sum(1 for rr, _ in marked if rr == r)
                 assert on_row >= 1 + f.cascade, (fault, row.label, f.kind.value, on_row)
-    # A middle stage never attaches or extracts: its row names no direction.
-    assert [row.label for row in index.rows if row.rank.pp_rank == 1] == [
-        f"pp1 tp{t} no calls" for t in range(FAULTS[fault].needs_tp)]
 
 
 def test_a_healthy_run_marks_nothing(tmp_path: Path) -> None:
@@ -96,3 +106,33 @@ def test_a_healthy_run_marks_nothing(tmp_path: Path) -> None:
     assert findings == [] and _marked(index) == set()
     assert index.first_divergence is None and index.first_divergence_cell is None
     assert all(state in (Cell.PAIRED,) for row in index.rows for state in row.cells)
+
+
+def test_a_healthy_tp_broadcast_run_pairs_every_stage0_tp_rank_with_tp_rank_0(
+        tmp_path: Path) -> None:
+    # Only the last stage's TP rank 0 attaches; stage 0's TP rank 1 receives its dict. The grid
+    # pairs on the analyzer's channels, so tp 1's extracts are paired (not unpaired "e" cells,
+    # nor "?"), with TP rank 0's attaches, whose own partner stays stage 0's TP rank 0.
+    index, findings = _traced(tmp_path, None, broadcast=True)
+    assert findings == [] and _marked(index) == set()
+    labels = [row.label for row in index.rows]
+    assert labels == ["pp0 tp0 extract", "pp0 tp1 extract", "pp1 tp0 attach", "pp1 tp1 attach"]
+    assert index.rows[3].cells == bytearray()  # tp 1 of the last stage never attaches
+    assert all(state == Cell.PAIRED for row in index.rows[:3] for state in row.cells)
+    assert len(index.rows[1].cells) == 8
+    for col in range(8):
+        assert index.partner(1, col) == (2, col)
+        assert index.partner(0, col) == (2, col) and index.partner(2, col) == (0, col)
+
+
+@pytest.mark.parametrize("fault", ["dtype-in-transit", "skipped-send"])
+def test_a_tp_broadcast_run_marks_the_events_the_findings_name(tmp_path: Path,
+                                                               fault: str) -> None:
+    index, findings = _traced(tmp_path, fault, broadcast=True)
+    _check_marks(index, findings, fault)
+    # The fault bites both channels, the broadcast one (to stage 0's TP rank 1) included.
+    assert {f.channel for f in findings} == {"pp0<-pp1/tp0", "pp0/tp1<-pp1/tp0"}
+    if fault == "dtype-in-transit":  # both stage-0 TP ranks received the changed dtype
+        for label in ("pp0 tp0 extract", "pp0 tp1 extract"):
+            row = next(r for r in index.rows if r.label == label)
+            assert row.problems, (fault, label, bytes(row.cells))

@@ -1,11 +1,14 @@
 """The ``pptrace view`` app: a trace and its findings in, a keyboard-first viewer out.
 
 The app never opens a file. It gets a *loader*, a callable that returns a fresh
-``(Trace, findings)`` pair (the CLI builds one on ``pptrace.load.loader``; tests build traces from
-records), calls it in a worker thread behind a loading screen, and with ``follow=True`` calls it
-again every second to watch a running engine.
+``(Trace, analysis)`` pair, the analysis being the analyzer's ``analysis(trace)``: its findings
+and the channels the grid pairs on (the CLI builds one on ``pptrace.load.loader``; tests build
+traces from records, and may hand findings alone, the channels then asked of the analyzer),
+calls it in a worker thread behind a loading screen, and with ``follow=True`` calls it again
+every second to watch a running engine.
 
-    app = PptraceViewer(loader=lambda status: (trace, findings))
+    app = PptraceViewer(loader=lambda status: (trace, analysis(trace)))
+    app = PptraceViewer.of(trace, findings)
     app.run()
 """
 
@@ -20,6 +23,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.worker import Worker, WorkerState
 
+from pptrace.analyze.analyzer import Analysis
 from pptrace.model.findings import Finding
 from pptrace.model.trace import Trace
 
@@ -34,8 +38,10 @@ from .widgets.grid import GridView
 
 __all__ = ["Loaded", "Loader", "PptraceViewer", "THEMES"]
 
-Loaded = tuple[Trace, Sequence[Finding]]
-#: Returns a fresh trace and its findings; may report its phase ("reading 4 files") as it goes.
+#: A trace and the analyzer's analysis of it (or findings alone: the index then asks the
+#: analyzer for the channels).
+Loaded = tuple[Trace, Analysis | Sequence[Finding]]
+#: Returns a fresh trace and its analysis; may report its phase ("reading 4 files") as it goes.
 Loader = Callable[[Callable[[str], None]], Loaded]
 #: ``--theme`` names mapped to Textual themes.
 THEMES = {"dark": "textual-dark", "light": "textual-light"}
@@ -78,7 +84,8 @@ class PptraceViewer(App[None]):
         self._polling = False
 
     @classmethod
-    def of(cls, trace: Trace, findings: Sequence[Finding], **kwargs: object) -> PptraceViewer:
+    def of(cls, trace: Trace, findings: Analysis | Sequence[Finding], **kwargs: object
+           ) -> PptraceViewer:
         """A viewer on an already loaded trace."""
         return cls(lambda status: (trace, findings), **kwargs)  # type: ignore[arg-type]
 
@@ -93,9 +100,9 @@ class PptraceViewer(App[None]):
             self.call_from_thread(screen.set_phase, text)
 
     def _load_first(self) -> TraceIndex:
-        trace, findings = self.loader(self._phase)
+        trace, result = self.loader(self._phase)
         self._phase(f"indexing {trace.event_count:,} events")
-        return TraceIndex.build(trace, findings, verify=False)  # verified after first paint
+        return _index(trace, result)
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         """Swap in the main screen when the first load finishes (or say why it failed)."""
@@ -120,7 +127,8 @@ class PptraceViewer(App[None]):
 
     def _reload(self) -> None:
         try:
-            trace, findings = self.loader(lambda _: None)
+            trace, result = self.loader(lambda _: None)
+            findings = result.findings if isinstance(result, Analysis) else result
             self.call_from_thread(self._checked)
             current = self.index
             if current is not None and (
@@ -128,7 +136,7 @@ class PptraceViewer(App[None]):
                 and len(findings) == len(current.findings)
             ):
                 return
-            index = TraceIndex.build(trace, findings, verify=False)
+            index = _index(trace, result)
             self.call_from_thread(self._show_reloaded, index)
         except Exception as exc:  # a torn write mid-poll: say so, keep the last good view
             self.call_from_thread(self.notify, f"reload failed: {exc}", severity="warning",
@@ -213,3 +221,11 @@ class PptraceViewer(App[None]):
         self.last_export = path
         self.notify(f"screenshot saved to {path}", title="Screenshot", markup=False)
         return path
+
+
+def _index(trace: Trace, result: Analysis | Sequence[Finding]) -> TraceIndex:
+    """The index of a loaded trace, paired on the analyzer's channels (its pairs are verified
+    after first paint)."""
+    if isinstance(result, Analysis):
+        return TraceIndex.build(trace, result.findings, channels=result.channels, verify=False)
+    return TraceIndex.build(trace, result, verify=False)

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from itertools import accumulate, chain, compress, count
 from operator import attrgetter, ne
 
+from pptrace.analyze.analyzer import analysis
+from pptrace.analyze.channels import Channel
 from pptrace.analyze.payload import FAST_KEY, same
 from pptrace.model.findings import Category, Finding, FindingKind
 from pptrace.model.records import Direction, Event, RankInfo
@@ -61,8 +63,10 @@ _CATEGORY_CELL: dict[Category, Cell | None] = {
 
 
 def cell_for_finding(kind: FindingKind) -> Cell | None:
-    """The cell state a finding of this kind gives the events it names (None: leave them)."""
-    return _CATEGORY_CELL[kind.category]
+    """The cell state a finding of this kind gives the events it names (None: leave them).
+    A category with no state of its own (the message layer's: a send and its receive
+    disagree) marks a disagreement."""
+    return _CATEGORY_CELL.get(kind.category, Cell.MISMATCH)
 
 
 @dataclass(slots=True)
@@ -149,9 +153,13 @@ def _pair_states(attaches: list[Event | None], extracts: list[Event | None]) -> 
 class TraceIndex:
     """Rows, cell states, pairs, finding locations and (lazily) the time order of a trace."""
 
-    def __init__(self, trace: Trace, findings: Sequence[Finding]) -> None:
+    def __init__(self, trace: Trace, findings: Sequence[Finding],
+                 channels: Sequence[Channel] | None = None) -> None:
         self.trace = trace
         self.findings: tuple[Finding, ...] = tuple(findings)
+        #: the analyzer's channels (``analysis(trace).channels``), which the grid pairs on
+        self.channels: tuple[Channel, ...] = (
+            tuple(channels) if channels is not None else analysis(trace).channels)
         self.rows: list[Row] = []
         self.row_of: dict[tuple[int, Direction | None], int] = {}
         self.width = 0
@@ -172,12 +180,14 @@ class TraceIndex:
         self._lock = threading.Lock()
 
     @classmethod
-    def build(cls, trace: Trace, findings: Sequence[Finding], *, verify: bool = True
-              ) -> TraceIndex:
-        """Index a trace and its findings. With ``verify=False`` paired cells show as equal
-        until ``verify_pairs()`` has compared both sides (the viewer does that after first
-        paint: at 1M events it is the slowest part of indexing)."""
-        index = cls(trace, findings)
+    def build(cls, trace: Trace, findings: Sequence[Finding], *,
+              channels: Sequence[Channel] | None = None, verify: bool = True) -> TraceIndex:
+        """Index a trace, its findings and the channels the analyzer judged them on
+        (``analysis(trace).channels``; None: asked of the analyzer here, for findings made by
+        hand). With ``verify=False`` paired cells show as equal until ``verify_pairs()`` has
+        compared both sides (the viewer does that after first paint: at 1M events it is the
+        slowest part of indexing)."""
+        index = cls(trace, findings, channels)
         index._build_rows()
         index._build_pairs()
         index._build_findings()
@@ -265,7 +275,7 @@ class TraceIndex:
             self.width = max(self.width, size)
 
     def _build_pairs(self) -> None:
-        pairing = pair_runs(self.trace, self.findings)
+        pairing = pair_runs(self.trace, self.findings, self.channels)
         for run in pairing.runs:
             ra = self.row_of.get((run.attach_process, Direction.ATTACH))
             re_ = self.row_of.get((run.extract_process, Direction.EXTRACT))
@@ -277,7 +287,9 @@ class TraceIndex:
             if n <= 0 or a0 < 0 or e0 < 0:
                 continue
             # Whole runs at once: slices and C-driven maps, not a Python loop per pair.
-            a_row.partners[a0 : a0 + n] = array("q", range((re_ << 32) | e0, (re_ << 32) | e0 + n))
+            if not run.broadcast:  # a broadcast attach keeps its own TP rank's extract
+                a_row.partners[a0 : a0 + n] = array(
+                    "q", range((re_ << 32) | e0, (re_ << 32) | e0 + n))
             e_row.partners[e0 : e0 + n] = array("q", range((ra << 32) | a0, (ra << 32) | a0 + n))
             self._runs.append((a_row, a0, e_row, e0, n))
             paired = bytes([Cell.PAIRED]) * n

@@ -1,41 +1,50 @@
 """Which attach went with which extract, as grid coordinates for the viewer.
 
-Two sources, in order of trust:
-1. a finding's ``events`` (attach first, extract second) names a pair the analyzer made;
-2. otherwise the analyzer's own channel pairing (``pptrace.analyze.pairing.align``: FIFO per
-   channel, re-aligned across gaps) between the last stage's TP rank j and stage 0's TP rank j.
+The viewer pairs nothing by itself. The analyzer decides which processes are the two ends of
+each channel (``pptrace.analyze.channels``: the last stage's TP rank j to stage 0's TP rank j,
+or TP rank 0 to every stage-0 TP rank in a TP-broadcast layout) and from which microbatch on
+both ends can be judged (``pptrace.analyze.window``); it hands those channels over with its
+findings (``analysis(trace).channels``). On each channel the viewer runs the analyzer's own walk
+(``pptrace.analyze.pairing.align`` on the same payload-carrying calls, the same trim, the same
+calls excused at a cut), so a cell is paired exactly when the report's pairing paired it. A
+finding's ``events`` (attach first, extract second) then name the pairs the analyzer made on top.
 
-    pairing = pair_runs(trace, findings)
+    pairing = pair_runs(trace, findings, analysis(trace).channels)
     for run in pairing.runs:
         run.attach_process, run.attach_seq, run.extract_process, run.extract_seq, run.length
+        run.broadcast   # the attach also went to other stage-0 TP ranks (TP broadcast)
     for process, direction, seq in pairing.unpaired: ...   # what the walk left unpaired
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+from pptrace.analyze.channels import Channel
 from pptrace.analyze.pairing import align
-from pptrace.analyze.window import excused
+from pptrace.analyze.window import excused, trim
 from pptrace.model.findings import Finding
 from pptrace.model.records import Direction, Event
 from pptrace.model.trace import Trace
 
-__all__ = ["Pairing", "Run", "pair_runs", "receives", "sends"]
+__all__ = ["Pairing", "Run", "pair_runs"]
 
 
 @dataclass(frozen=True, slots=True)
 class Run:
     """``length`` consecutive pairs: attach seq ``attach_seq + k`` with extract seq
-    ``extract_seq + k``. A healthy channel is one run, so 1M events cost a handful of these."""
+    ``extract_seq + k``. A healthy channel is one run, so 1M events cost a handful of these.
+
+    ``broadcast``: the channel reached its stage-0 TP rank by broadcast from another TP rank's
+    attach, which has (and keeps, in the grid) a partner of its own TP rank."""
 
     attach_process: int
     attach_seq: int
     extract_process: int
     extract_seq: int
     length: int = 1
+    broadcast: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,137 +57,79 @@ class Pairing:
     unpaired: list[tuple[int, Direction, int]]  # (process, direction, seq)
 
 
-def sends(event: Event) -> bool:
-    """An attach that put something in the dict and returned normally (so it was sent)."""
-    return event.error_type is None and bool(event.tensors)
+class _Sides:
+    """Each process's payload-carrying attaches and extracts (the analyzer's ``scan`` keeps
+    the same two lists), gathered once per process however many channels it is an end of."""
+
+    def __init__(self, trace: Trace) -> None:
+        self.trace = trace
+        self.attaches: dict[int, list[Event]] = {}
+        self.extracts: dict[int, list[Event]] = {}
+
+    def of(self, process: int, direction: Direction) -> list[Event]:
+        got = self.attaches if direction is Direction.ATTACH else self.extracts
+        events = got.get(process)
+        if events is None:
+            every = self.trace.processes[process].events
+            if direction is Direction.ATTACH:  # a call that returned and put something in
+                events = [ev for ev in every
+                          if ev.direction is direction and ev.error_type is None and ev.tensors]
+            else:
+                events = [ev for ev in every if ev.direction is direction and ev.tensors]
+            got[process] = events
+        return events
 
 
-def receives(event: Event) -> bool:
-    """An extract that found prefixed values (whether or not the engine then raised)."""
-    return bool(event.tensors)
-
-
-def _has(events: Sequence[Event], direction: Direction) -> bool:
-    return any(ev.direction is direction for ev in events)
-
-
-def _attach_side(trace: Trace) -> dict[int | None, list[int]]:
-    out: dict[int | None, list[int]] = defaultdict(list)
-    for i, proc in enumerate(trace.processes):
-        rank = proc.rank
-        if rank.is_last_stage or (rank.pp_rank is None and _has(proc.events, Direction.ATTACH)):
-            out[rank.tp_rank].append(i)
-    return out
-
-
-def _extract_side(trace: Trace) -> dict[int | None, list[int]]:
-    out: dict[int | None, list[int]] = defaultdict(list)
-    for i, proc in enumerate(trace.processes):
-        rank = proc.rank
-        if rank.pp_rank == 0 or (rank.pp_rank is None and _has(proc.events, Direction.EXTRACT)):
-            out[rank.tp_rank].append(i)
-    return out
-
-
-def _side(trace: Trace, procs: list[int], direction: Direction) -> tuple[list[Event], list[int]]:
-    """The events that took part in a transfer in call order, and each one's process."""
-    if len(procs) == 1:  # the common case: no sort, and no per-event tuples at 1M events
-        events = trace.processes[procs[0]].events
-        if direction is Direction.ATTACH:  # inlined `sends`/`receives`: 1M calls add up
-            picked = [ev for ev in events
-                      if ev.direction is direction and ev.error_type is None and ev.tensors]
-        else:
-            picked = [ev for ev in events if ev.direction is direction and ev.tensors]
-        return picked, [procs[0]] * len(picked)
-    keep = sends if direction is Direction.ATTACH else receives
-    timed = sorted(
-        ((ev.start_ns, p, ev.seq, ev) for p in procs for ev in trace.processes[p].events
-         if ev.direction is direction and keep(ev)),
-        key=lambda item: item[:3],
-    )
-    return [item[3] for item in timed], [item[1] for item in timed]
-
-
-def _steady(events: list[Event], procs: list[int]) -> bool:
-    """One process, numbered without gaps."""
-    if not events:
-        return True
-    return procs[0] == procs[-1] and events[-1].seq - events[0].seq == len(events) - 1 and (
-        len(set(procs)) == 1
-    )
-
-
-def _runs(pairs: Iterator[tuple[int, int, int, int]]) -> Iterator[Run]:
-    """Compress (attach process, seq, extract process, seq) pairs into runs."""
+def _runs(pairs: Iterator[tuple[int, int]], sender: int, receiver: int,
+          broadcast: bool) -> Iterator[Run]:
+    """Compress (attach seq, extract seq) pairs into runs."""
     run: list[int] | None = None
-    for ap, a, ep, e in pairs:
-        if run is not None and (ap, ep) == (run[0], run[2]) and (
-            a == run[1] + run[4] and e == run[3] + run[4]
-        ):
-            run[4] += 1
+    for a, e in pairs:
+        if run is not None and a == run[0] + run[2] and e == run[1] + run[2]:
+            run[2] += 1
             continue
         if run is not None:
-            yield Run(*run)
-        run = [ap, a, ep, e, 1]
+            yield Run(sender, run[0], receiver, run[1], run[2], broadcast)
+        run = [a, e, 1]
     if run is not None:
-        yield Run(*run)
+        yield Run(sender, run[0], receiver, run[1], run[2], broadcast)
 
 
-def _first_kept(trace: Trace, procs: list[int], direction: Direction) -> int:
-    """The first sequence number the side's traces still hold (0 unless history was cut)."""
-    seqs = [ev.seq for p in procs for ev in trace.processes[p].events
-            if ev.direction is direction]
-    return min(seqs, default=0)
+def _channel(sides: _Sides, ch: Channel, unpaired: list[tuple[int, Direction, int]]
+             ) -> Iterator[Run]:
+    """One channel's pairs, as the analyzer's ``_Analysis.channel`` walks it."""
+    s, r = ch.sender, ch.receiver
+    if s is None or r is None or s == r:  # a missing end, or no transport (pp_size 1)
+        return
+    attaches = trim(sides.of(s, Direction.ATTACH), ch.start)
+    extracts = trim(sides.of(r, Direction.EXTRACT), ch.start)
+    outcome = align(attaches, extracts)
+    orphans: Sequence[int] = outcome.orphans
+    unmatched: Sequence[int] = outcome.unmatched
+    if ch.start:  # calls just after the cut whose partner lies before it cannot be judged
+        at_cut_a, at_cut_e = excused(outcome)
+        orphans = [i for i in orphans if i not in at_cut_a]
+        unmatched = [j for j in unmatched if j not in at_cut_e]
+    unpaired += [(s, Direction.ATTACH, attaches[i].seq) for i in orphans]
+    unpaired += [(r, Direction.EXTRACT, extracts[j].seq) for j in unmatched]
+    for i, j, n in outcome.runs:
+        # A run of the walk is a run of seqs when neither side has a gap inside it.
+        if (attaches[i + n - 1].seq - attaches[i].seq == n - 1
+                and extracts[j + n - 1].seq - extracts[j].seq == n - 1):
+            yield Run(s, attaches[i].seq, r, extracts[j].seq, n, ch.broadcast)
+        else:
+            yield from _runs(((attaches[i + k].seq, extracts[j + k].seq) for k in range(n)),
+                             s, r, ch.broadcast)
 
 
-def _trim(events: list[Event], procs: list[int], start: int) -> tuple[list[Event], list[int]]:
-    kept = [i for i, ev in enumerate(events) if ev.seq >= start]
-    return [events[i] for i in kept], [procs[i] for i in kept]
-
-
-def _channels(trace: Trace, unpaired: list[tuple[int, Direction, int]]) -> Iterator[Run]:
-    extract_side = _extract_side(trace)
-    for tp, attach_procs in _attach_side(trace).items():
-        attaches, a_procs = _side(trace, attach_procs, Direction.ATTACH)
-        e_procs_all = extract_side.get(tp, [])
-        extracts, e_procs = _side(trace, e_procs_all, Direction.EXTRACT)
-        # A channel is judged from the newest first kept number of its two ends, as the
-        # analyzer does (``pptrace.analyze.window``): what lies before a cut is not an orphan.
-        start = max(_first_kept(trace, attach_procs, Direction.ATTACH),
-                    _first_kept(trace, e_procs_all, Direction.EXTRACT))
-        cut = start > 0
-        if cut:
-            attaches, a_procs = _trim(attaches, a_procs, start)
-            extracts, e_procs = _trim(extracts, e_procs, start)
-        if not attaches or not extracts:
-            if attaches and e_procs_all:  # stage 0 is traced and received none of them
-                unpaired += [(p, Direction.ATTACH, ev.seq) for ev, p in zip(attaches, a_procs,
-                                                                            strict=True)]
-            continue
-        if (len(attaches) == len(extracts) and _steady(attaches, a_procs)
-                and _steady(extracts, e_procs)):
-            # No gap on either side: the analyzer's walk pairs straight across; one run.
-            yield Run(a_procs[0], attaches[0].seq, e_procs[0], extracts[0].seq, len(attaches))
-            continue
-        outcome = align(attaches, extracts)
-        orphans, unmatched = set(outcome.orphans), set(outcome.unmatched)
-        if cut:  # calls just after the cut whose partner lies before it cannot be judged
-            at_cut_a, at_cut_e = excused(outcome)
-            orphans -= set(at_cut_a)
-            unmatched -= set(at_cut_e)
-        unpaired += [(a_procs[i], Direction.ATTACH, attaches[i].seq) for i in sorted(orphans)]
-        unpaired += [(e_procs[j], Direction.EXTRACT, extracts[j].seq)
-                     for j in sorted(unmatched)]
-        yield from _runs(
-            (a_procs[i], attaches[i].seq, e_procs[j], extracts[j].seq) for i, j in outcome.pairs()
-        )
-
-
-def pair_runs(trace: Trace, findings: Sequence[Finding]) -> Pairing:
-    """Every pair as runs: each channel's pairing, then the findings' own pairs on top
-    (apply in order: a later run overrides an earlier one for the events it names)."""
+def pair_runs(trace: Trace, findings: Sequence[Finding], channels: Sequence[Channel]
+              ) -> Pairing:
+    """Every pair as runs: each of the analyzer's channels walked, then the findings' own
+    pairs on top (apply in order: a later run overrides an earlier one for the events it
+    names)."""
     unpaired: list[tuple[int, Direction, int]] = []
-    out = list(_channels(trace, unpaired))
+    sides = _Sides(trace)
+    out = [run for ch in channels for run in _channel(sides, ch, unpaired)]
     for f in findings:
         if len(f.events) >= 2:
             a, e = f.events[0], f.events[1]

@@ -24,6 +24,7 @@ from pptrace.cli.progress import Status
 from pptrace.model.errors import ConfigError
 
 if TYPE_CHECKING:
+    from pptrace.analyze.analyzer import Analysis
     from pptrace.model.findings import Finding
     from pptrace.model.trace import Trace
 
@@ -67,20 +68,20 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     return parser
 
 
-Loader = Callable[[Callable[[str], None]], "tuple[Trace, list[Finding]]"]
+Loader = Callable[[Callable[[str], None]], "tuple[Trace, Analysis | list[Finding]]"]
 
 
 def _reloader(paths: Sequence[str], follow: bool) -> Loader:
     """A loader for ``--follow``: re-reads the same inputs, analyzes, reports its phase."""
 
-    def load(status: Callable[[str], None]) -> tuple[Trace, list[Finding]]:
-        from pptrace.analyze.analyzer import analyze
+    def load(status: Callable[[str], None]) -> tuple[Trace, Analysis | list[Finding]]:
+        from pptrace.analyze.analyzer import analysis
         from pptrace.load.loader import load_paths
 
         status(f"reading {len(paths)} input(s)")
         trace = load_paths(paths, allow_empty=follow)
         status(f"analyzing {trace.event_count:,} events")
-        return trace, analyze(trace)
+        return trace, analysis(trace)  # the viewer pairs on the analyzer's channels
 
     return load
 
@@ -102,7 +103,7 @@ def has_terminal() -> bool:
 
 def run(args: argparse.Namespace) -> int:
     """Load and analyze the inputs, then run the viewer until the user quits."""
-    from pptrace.analyze.analyzer import analyze
+    from pptrace.analyze.analyzer import analysis
 
     if not has_terminal():
         named = " ".join(shlex.quote(p) for p in args.paths or ())
@@ -116,20 +117,22 @@ def run(args: argparse.Namespace) -> int:
     with input_paths(inputs) as paths:
         trace = load_trace(paths, status, allow_empty=args.follow)
         status.stage(f"pptrace: analyzing {trace.event_count:,} events")
-        findings = analyze(trace)
+        result = analysis(trace)
         status.end()
-        return view(trace, findings, paths, follow=args.follow, theme=args.theme)
+        return view(trace, result, paths, follow=args.follow, theme=args.theme)
 
 
-def view(trace: Trace, findings: list[Finding], paths: Sequence[str], *, follow: bool = False,
-         theme: str = "dark") -> int:
-    """Open the viewer on a loaded, analyzed trace (``pptrace demo`` calls this too); ``paths``
-    are re-read for ``follow``. Returns the exit status."""
+def view(trace: Trace, findings: Analysis | list[Finding], paths: Sequence[str], *,
+         follow: bool = False, theme: str = "dark") -> int:
+    """Open the viewer on a loaded, analyzed trace (``pptrace demo`` calls this too);
+    ``findings``: the analyzer's ``analysis(trace)`` (its channels are what the grid pairs on),
+    or its findings alone (the viewer then asks the analyzer for the channels); ``paths`` are
+    re-read for ``follow``. Returns the exit status."""
     open_viewer = _viewer()
     first = [True]
     reload = _reloader(paths, follow)
 
-    def loader(status: Callable[[str], None]) -> tuple[Trace, list[Finding]]:
+    def loader(status: Callable[[str], None]) -> tuple[Trace, Analysis | list[Finding]]:
         if first[0]:  # the first call gets what was just loaded; later calls re-read
             first[0] = False
             return trace, findings
