@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from pptrace.model import errors
 
-__all__ = ["FAULTS", "FIRST", "LAST", "Fault", "fault_names"]
+__all__ = ["ALL_FAULTS", "FAULTS", "FIRST", "LAST", "MESSAGE_FAULTS", "Fault", "fault_names"]
 
 LAST = "last"  # the last PP stage: attach
 FIRST = "first"  # PP stage 0: extract
@@ -197,6 +197,53 @@ _LIST = (
 )
 
 FAULTS: dict[str, Fault] = {f.name: f for f in _LIST}
+
+# Faults of the PP message layer (issue 18), named for the class of failure engine users report.
+# Their own registry: FAULTS' tests expect an auxiliary-output finding of each; these are found in
+# the message spans (``pptrace.send``/``pptrace.recv``). ``finding`` names the kind the message
+# analysis is to raise.
+_MESSAGE_LIST = (
+    Fault(
+        "tp-slice-not-replicated",
+        "last stage TP ranks, send",
+        "TP rank 1 of the last stage sends different next_token_logprobs; it travels as TP "
+        "slices and stage 0 re-assembles a mix of both",
+        "nothing: silently corrupted",
+        "the last stage's TP ranks sent different fingerprints for a tensor sent as TP slices",
+        needs_tp=2,
+        finding="message-slices-differ",
+    ),
+    Fault(
+        "wrong-kind-delivered",
+        "stage 0, proxy send",
+        "one proxy message is labelled 'output': the next stage's typed receive stashes it "
+        "and takes the following message as its proxy",
+        "hidden states from the wrong forward, then a receive that waits for ever",
+        "a receive that expected 'proxy' got 'output' (stashed), and the stashed kind's "
+        "consumer is out of step",
+        finding="message-wrong-kind",
+    ),
+    Fault(
+        "key-dropped",
+        "stage 0, output forward",
+        "stage 0 forwards the output message without 'next_token_logprobs'",
+        "nothing at this layer; a later stage misses the logprobs",
+        "the keys sent on one hop differ from the keys the message had on the previous hop",
+        finding="message-keys-differ",
+    ),
+    Fault(
+        "recv-hangs",
+        "stage 0, last proxy send",
+        "stage 0 never sends the proxy of the last forward",
+        "the next stage waits for it until the communication timeout",
+        "a receive begun and never completed (or failed at the timeout): who waited, for "
+        "which kind, from whom, and what that peer last sent",
+        finding="message-hang",
+    ),
+)
+
+MESSAGE_FAULTS: dict[str, Fault] = {f.name: f for f in _MESSAGE_LIST}
+ALL_FAULTS: dict[str, Fault] = {**FAULTS, **MESSAGE_FAULTS}
 
 
 def fault_names() -> list[str]:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 
 from pptrace.model.errors import ConfigError
 
-from .faults import FAULTS
+from .faults import ALL_FAULTS
 
 __all__ = [
     "EXIT_CRASH",
@@ -96,11 +96,11 @@ class PipelineOptions:
     def resolved(self) -> PipelineOptions:
         """Validate, and give a fault the TP size it needs; raise ConfigError on a bad layout."""
         opts = self
-        if opts.fault is not None and opts.fault not in FAULTS:
+        if opts.fault is not None and opts.fault not in ALL_FAULTS:
             raise ConfigError(
                 f"unknown fault {opts.fault!r} (see 'pptrace demo --list-faults')"
             )
-        need = FAULTS[opts.fault].needs_tp if opts.fault else 1
+        need = ALL_FAULTS[opts.fault].needs_tp if opts.fault else 1
         if opts.tp < need:
             ranks = max(opts.ranks, 2 * need)
             opts = replace(opts, tp=need, ranks=ranks + ranks % need)

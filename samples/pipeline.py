@@ -29,6 +29,7 @@ import socket
 import sys
 import traceback
 import types
+from collections import defaultdict, deque
 from collections.abc import Callable
 from typing import Any
 
@@ -40,10 +41,11 @@ from pptrace.export.sinks import build_sink
 from pptrace.export.trace_file import trace_file_name
 from pptrace.model.config import Config
 from pptrace.model.records import PREFIX, RankInfo
+from pptrace.record.messages import MessageLog, wrap_recv, wrap_send, wrap_typed_recv
 from pptrace.record.recorder import Recorder
 from pptrace.record.wrapper import wrap_transport
 
-from .faults import FAULTS
+from .faults import FAULTS, MESSAGE_FAULTS
 from .inject import LOOKALIKE_KEY, FaultPlan
 from .model import ModelSpec, TinyDecoder, sample
 from .observer import TopKObserver, TopKOutput, describe_difference
@@ -126,6 +128,9 @@ class Stage:
         # Every token id sampled (last stage) or received (stage 0), in order: tracing on and
         # off must give the same digest (the engine's results never change).
         self.token_digest = hashlib.blake2b(digest_size=16)
+        # The typed receive's stash (SGLang's _pp_tensor_dict_inbox): kind -> dicts.
+        self.inbox: defaultdict[str, deque[dict[str, Any]]] = defaultdict(deque)
+        self.msg_fault = opts.fault if opts.fault in MESSAGE_FAULTS else None
 
     # --- calls that can fail -------------------------------------------------------------
 
@@ -142,6 +147,19 @@ class Stage:
             return fn(*args)
         except Exception as exc:
             raise PeerLost(f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}") from exc
+
+    def recv_typed(self, expected_kind: str) -> dict[str, Any]:
+        """Receive a dict of ``expected_kind`` from the previous stage, as SGLang's
+        ``_pp_recv_typed_dict`` does: a stashed one first, else receive, stashing other kinds."""
+        queue = self.inbox.get(expected_kind)
+        if queue:
+            return queue.popleft()
+        while True:
+            tensors: dict[str, Any] = self._comm(self.link.recv_tensor_dict, self.prev_rank)
+            kind = tensors.get(MSG_TYPE, "default")
+            if kind == expected_kind:
+                return tensors
+            self.inbox[kind].append(tensors)
 
     def _note(self, text: str) -> None:
         if text not in self.notes:
@@ -166,9 +184,7 @@ class Stage:
 
     def output_phase(self, j: int) -> None:
         """Receive forward ``j``'s output dict; stage 0 extracts and checks it; pass it on."""
-        tensors = self._comm(self.link.recv_tensor_dict, self.prev_rank)
-        if tensors.get(MSG_TYPE) != "output":
-            raise RuntimeError(f"expected an output message, got {tensors.get(MSG_TYPE)!r}")
+        tensors = self.recv_typed("output")
         skip = bool(tensors.get("__skip__"))
         if self.first:
             if skip:
@@ -188,6 +204,8 @@ class Stage:
         if not self.last:
             send = dict(tensors)
             send[MSG_TYPE] = "output"
+            if self.msg_fault == "key-dropped" and self.first and j == self.opts.fault_at:
+                send.pop("next_token_logprobs", None)
             self._comm(self.link.send_tensor_dict, send, self.next_rank)
 
     def consume(self, tensors: dict[str, Any]) -> None:
@@ -226,14 +244,15 @@ class Stage:
             self.inputs[k] = (tokens, position)
             hidden = self.model.embed(tokens, position)
         else:
-            proxy = self._comm(self.link.recv_tensor_dict, self.prev_rank)
-            if proxy.get(MSG_TYPE) != "proxy":
-                raise RuntimeError(f"expected a proxy message, got {proxy.get(MSG_TYPE)!r}")
+            proxy = self.recv_typed("proxy")
             hidden = proxy["hidden_states"]
         hidden = self.model.run_layers(hidden, self.layers)
         if not self.last:
             proxy = {"hidden_states": hidden, MSG_TYPE: "proxy"}
-            self._comm(self.link.send_tensor_dict, proxy, self.next_rank)
+            if self.first and self.msg_fault == "wrong-kind-delivered" and k == opts.fault_at:
+                proxy[MSG_TYPE] = "output"
+            if not (self.first and self.msg_fault == "recv-hangs" and k == opts.steps - 1):
+                self._comm(self.link.send_tensor_dict, proxy, self.next_rank)
             return
         logits = self.model.head(hidden)
         ids = sample(logits, _seed(opts, k))
@@ -255,7 +274,11 @@ class Stage:
             if self.opts.tp_broadcast:
                 self._comm(self.link.broadcast_tensor_dict, tensors)
         self.attached += 1
-        self._comm(self.link.send_tensor_dict, self.plan.to_send(k, tensors), self.next_rank)
+        send = self.plan.to_send(k, tensors)
+        if self.msg_fault == "tp-slice-not-replicated" and self.tp_rank > 0 and k == opts.fault_at:
+            send = dict(send)  # this TP rank's copy differs: not replicated, yet sent as slices
+            send["next_token_logprobs"] = send["next_token_logprobs"] + 1e-3
+        self._comm(self.link.send_tensor_dict, send, self.next_rank)
 
 
 def _rank_info(opts: PipelineOptions, rank: int) -> RankInfo:
@@ -274,6 +297,25 @@ def _tp_group(opts: PipelineOptions, pp_rank: int) -> Any:
         if stage == pp_rank:
             mine = group
     return mine
+
+
+def _trace_messages(stage: Stage, log: MessageLog) -> None:
+    """Send and receive through pptrace's message-layer wrappers, as the engine's
+    ``GroupCoordinator`` and typed receive are wrapped (the link's methods, on the instance)."""
+    link, tp = stage.link, stage.opts.tp
+
+    def peer(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[int, int | None, int]:
+        rank = int(args[-1] if args else next(iter(kwargs.values())))
+        return rank, rank // tp, tp
+
+    def prev(_args: tuple[Any, ...], _kwargs: dict[str, Any]) -> tuple[int, int | None, int]:
+        return stage.prev_rank, stage.prev_rank // tp, tp
+
+    link.send_tensor_dict = wrap_send(link.send_tensor_dict, log, peer,  # type: ignore[method-assign]
+                                      dict_arg=0, dict_name="tensors")
+    link.recv_tensor_dict = wrap_recv(link.recv_tensor_dict, log, peer)  # type: ignore[method-assign]
+    stage.recv_typed = wrap_typed_recv(  # type: ignore[method-assign]
+        stage.recv_typed, log, lambda a, kw: str(a[0] if a else kw["expected_kind"]), prev)
 
 
 def run_rank(opts: PipelineOptions, rank: int, progress: Progress) -> RankReport:
@@ -303,6 +345,8 @@ def run_rank(opts: PipelineOptions, rank: int, progress: Progress) -> RankReport
         tp_group = _tp_group(opts, info.pp_rank or 0) if opts.tp > 1 else None
         link = Link(opts.tp, info.tp_rank or 0, tp_group, tp_root=(info.pp_rank or 0) * opts.tp)
         stage = Stage(opts, rank, attach, extract, link, progress)
+        if opts.trace:
+            _trace_messages(stage, MessageLog(recorder))
         stage.run()
         dist.destroy_process_group()
     except BaseException as exc:
