@@ -11,6 +11,8 @@ from __future__ import annotations
 import functools
 import json
 import os
+import struct
+import time
 import types
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -194,9 +196,14 @@ def _attr_value(value: dict[str, Any]) -> Any:
     return None
 
 
-def iter_spans(path: str) -> Iterator[tuple[int, dict[str, Any] | None]]:
-    """Yield (line number, span dict) for every span of an OTLP JSON lines file; a line that
-    does not parse yields (line number, None)."""
+def _attributes(owner: dict[str, Any]) -> dict[str, Any]:
+    return {a["key"]: _attr_value(a.get("value", {})) for a in owner.get("attributes", [])}
+
+
+def iter_resource_spans(
+        path: str) -> Iterator[tuple[int, dict[str, Any], dict[str, Any] | None]]:
+    """Yield (line number, resource attributes, span dict) for every span of an OTLP JSON lines
+    file; a line that does not parse yields (line number, {}, None)."""
     with open(path, encoding="utf-8", errors="replace") as f:
         for number, line in enumerate(f, 1):
             if not line.strip():
@@ -204,30 +211,39 @@ def iter_spans(path: str) -> Iterator[tuple[int, dict[str, Any] | None]]:
             try:
                 data = json.loads(line)
             except json.JSONDecodeError:
-                yield number, None
+                yield number, {}, None
                 continue
             for rs in data.get("resourceSpans", []):
+                resource = _attributes(rs.get("resource", {}))
                 for ss in rs.get("scopeSpans", []):
                     for span in ss.get("spans", []):
-                        yield number, span
+                        yield number, resource, span
+
+
+def iter_spans(path: str) -> Iterator[tuple[int, dict[str, Any] | None]]:
+    """Yield (line number, span dict) for every span of an OTLP JSON lines file; a line that
+    does not parse yields (line number, None)."""
+    for number, _, span in iter_resource_spans(path):
+        yield number, span
 
 
 def read_trace_file(path: str) -> tuple[list[Event], list[RecorderStats], list[int]]:
-    """Decode a pptrace OTLP JSON lines file directly: (events, stats, unparsable line numbers)."""
+    """Decode a pptrace OTLP JSON lines file directly, schema version 1 or 2 (what a version 2
+    span leaves to its resource is read there): (events, stats, unparsable line numbers)."""
     events: list[Event] = []
     stats: list[RecorderStats] = []
     bad: list[int] = []
-    for number, span in iter_spans(path):
+    for number, resource, span in iter_resource_spans(path):
         if span is None:
             bad.append(number)
             continue
-        attrs = {a["key"]: _attr_value(a.get("value", {})) for a in span.get("attributes", [])}
+        attrs = _attributes(span)
         if span.get("name") == schema.SPAN_STATS:
-            stats.append(schema.attributes_to_stats(attrs))
+            stats.append(schema.attributes_to_stats(attrs, resource=resource))
         elif span.get("name") in (schema.SPAN_ATTACH, schema.SPAN_EXTRACT):
             start = int(span.get("startTimeUnixNano", 0))
             end = int(span.get("endTimeUnixNano", start))
-            events.append(schema.attributes_to_event(attrs, start, end))
+            events.append(schema.attributes_to_event(attrs, start, end, resource=resource))
     return events, stats, bad
 
 
@@ -441,3 +457,58 @@ def worker_child(trace_dir: str, threads: int, exit_timeout: float) -> None:
     sys.stdout.flush()
     while True:
         threading.Event().wait(1.0)
+
+
+# --- overload: a child recording faster than its recorder thread can write -----------------------
+
+#: One progress sample: (monotonic ns, events recorded at least by then), little-endian int64s.
+PROGRESS = struct.Struct("<qq")
+PROGRESS_SLOTS = 1 << 16
+
+
+def overload_child(trace_dir: str, interval: float, threads: int, progress: str) -> None:
+    """Record on ``threads`` threads as fast as they can, until killed, with a plain Recorder
+    and the file sink. Every 64 pairs a thread writes a progress sample into the memory-mapped
+    file ``progress`` (a memory write: no system call, no wait for the GIL, so the samples stay
+    dense while the threads starve everything else), slot ``n % PROGRESS_SLOTS``."""
+    import itertools
+    import mmap
+    import threading
+
+    from pptrace.export.sinks import build_sink
+    from pptrace.record.wrapper import wrap_transport
+
+    config = Config(trace_dir=trace_dir, flush_interval=interval, exit_timeout=5.0)
+    rec = Recorder(config, sink_factory=lambda rank: build_sink(config, rank),
+                   rank_provider=lambda: (RANK, True)).start()
+    mod = transport()
+    attach, extract = wrap_transport(mod.add_auxiliary_output_to_pp_tensors,
+                                     mod.pop_auxiliary_output_from_pp_tensors, rec)
+    with open(progress, "r+b") as f:
+        mm = mmap.mmap(f.fileno(), PROGRESS.size * PROGRESS_SLOTS)
+    slots = itertools.count()
+    pack, now = PROGRESS.pack_into, time.monotonic_ns
+
+    def work() -> None:
+        out, obs = Output({"a": T1}), Observer(SENTINEL)
+        while True:
+            for _ in range(64):
+                d = {"next_token_ids": IDS}
+                attach(d, out)
+                extract(d, obs)
+            recorded = rec.recorded  # read before the clock: at least this many by then
+            pack(mm, PROGRESS.size * (next(slots) % PROGRESS_SLOTS), now(), recorded)
+
+    for i in range(threads):
+        threading.Thread(target=work, name=f"engine-worker-{i}", daemon=True).start()
+    print("ready", flush=True)
+    while True:
+        threading.Event().wait(1.0)
+
+
+def read_progress(progress: str) -> list[tuple[int, int]]:
+    """The overload child's progress samples, (monotonic ns, recorded at least), by time."""
+    with open(progress, "rb") as f:
+        data = f.read()
+    samples = [PROGRESS.unpack_from(data, i) for i in range(0, len(data), PROGRESS.size)]
+    return sorted((t, n) for t, n in samples if t)

@@ -38,6 +38,7 @@ from pptrace.model.config import Config
 from pptrace.model.records import RankInfo, RecorderStats
 from pptrace.model.target import Target, as_targets
 from pptrace.record.recorder import Recorder, Sink
+from pptrace.record.sink import fan_out
 
 __all__ = ["activate", "activate_from_env", "active_recorder", "instrument", "uninstrument"]
 
@@ -400,16 +401,7 @@ class _Sinks:
         self._last: tuple[int, int] | None = None
 
     def _each(self, call: Callable[[Sink], None]) -> None:
-        errors = []
-        for sink in (self.files, self.otlp):
-            if sink is None:
-                continue
-            try:
-                call(sink)
-            except Exception as exc:
-                errors.append(exc)
-        if errors:
-            raise errors[0]
+        fan_out((("file", self.files), ("otlp", self.otlp)), call)  # names the one that failed
 
     def export(self, events: Any) -> None:
         self._each(lambda s: s.export(events))

@@ -22,25 +22,23 @@ from pptrace.export.spans import SdkSpanSink, pptrace_provider, process_resource
 from pptrace.export.trace_file import trace_file_name
 from pptrace.model.config import Config
 from pptrace.model.records import Event, RankInfo, RecorderStats
+from pptrace.record.sink import fan_out
 
 __all__ = ["FanOut", "build_sink"]
 
 
 class FanOut:
-    """Hand every batch to each sink; one failing does not stop the others (raised after)."""
+    """Hand every batch to each sink; one failing does not stop the others (raised after: as
+    ``SinkFailed`` naming it when others took the batch, see ``pptrace.record.sink.fan_out``).
+    ``names``: the sinks' names in the trace's per-sink counts (default ``sink0``, ...)."""
 
-    def __init__(self, sinks: Sequence[Any]) -> None:
+    def __init__(self, sinks: Sequence[Any], names: Sequence[str] = ()) -> None:
         self.sinks = list(sinks)
+        self.names = [*names, *(f"sink{i}" for i in range(len(names), len(self.sinks)))]
 
     def _each(self, method: str, *args: Any) -> None:
-        errors = []
-        for sink in self.sinks:
-            try:
-                getattr(sink, method)(*args)
-            except Exception as exc:
-                errors.append(exc)
-        if errors:
-            raise errors[0]
+        fan_out(zip(self.names, self.sinks, strict=False),
+                lambda sink: getattr(sink, method)(*args))
 
     def export(self, events: Sequence[Event]) -> None:
         self._each("export", events)
@@ -50,6 +48,12 @@ class FanOut:
 
     def shutdown(self, timeout: float) -> None:
         self._each("shutdown", timeout)
+
+    def export_messages(self, events: Sequence[Any], rank: RankInfo, run_id: str) -> None:
+        """The message layer's events, to the sinks that write them (the trace file)."""
+        fan_out(((n, s) for n, s in zip(self.names, self.sinks, strict=False)
+                 if hasattr(s, "export_messages")),
+                lambda sink: sink.export_messages(events, rank, run_id))  # type: ignore[attr-defined]
 
 
 def build_sink(
@@ -74,4 +78,4 @@ def build_sink(
 
             provider.add_span_processor(otlp_processor(config, on_drop=on_drop))
         sinks.append(SdkSpanSink(provider, owns_provider=True))
-    return sinks[0] if len(sinks) == 1 else FanOut(sinks)
+    return sinks[0] if len(sinks) == 1 else FanOut(sinks, ("file", "otlp"))

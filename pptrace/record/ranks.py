@@ -4,7 +4,8 @@ Order of precedence: explicit overrides (arguments or ``PPTRACE_*``), then an en
 layout (SGLang's parallel state when it is initialised), then ``torch.distributed``, then the
 launcher's environment (``RANK``, ``WORLD_SIZE``; ``LOCAL_RANK`` on a single node). PP and TP
 ranks missing after that are derived from the global rank and the sizes, in SGLang's layout
-(TP innermost). Anything unknown stays None.
+(TP innermost). Anything unknown stays None. ``RankCache`` keeps what was found and asks again
+until the answer is final (torch.distributed is up).
 """
 
 from __future__ import annotations
@@ -12,12 +13,13 @@ from __future__ import annotations
 import os
 import platform
 import sys
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pptrace.model.records import RankInfo
 
-__all__ = ["discover_rank"]
+__all__ = ["RankCache", "discover_rank"]
 
 
 def _env_int(env: Mapping[str, str], name: str) -> int | None:
@@ -102,3 +104,42 @@ def discover_rank(
         pid=os.getpid(),
     )
     return info, bool(from_torch)
+
+
+class RankCache:
+    """A process's rank info, asked of ``provider`` (``(rank, final)``) until it is final; a
+    provider that raises is reported to ``on_error`` and the last answer (or the bare pid)
+    is used."""
+
+    def __init__(self, provider: Callable[[], tuple[RankInfo, bool]],
+                 on_error: Callable[[str, BaseException], None]) -> None:
+        self._provider = provider
+        self._on_error = on_error
+        self._rank: RankInfo | None = None
+        self.final = False
+        self._lock = threading.Lock()
+        self._tries = 0
+
+    def learn(self, tries: int = 8) -> bool:
+        """Ask during a transport call; True once the rank is final or ``tries`` calls asked
+        (the engine's process group is surely up by then: asking further would cost it)."""
+        try:
+            self.get()
+        finally:
+            self._tries += 1
+        return self.final or self._tries >= tries
+
+    def get(self) -> RankInfo:
+        """The rank info (asked again while not final)."""
+        found = self._rank
+        if found is None or not self.final:
+            try:
+                rank, final = self._provider()
+            except Exception as exc:  # the events must still go out, and be counted
+                self._on_error("rank discovery", exc)
+                rank, final = found or RankInfo(pid=os.getpid()), False
+            with self._lock:  # two threads may ask: never replace a final rank by a guess
+                if self._rank is None or not self.final:
+                    self._rank, self.final = rank, final
+                found = self._rank or rank
+        return found

@@ -4,20 +4,20 @@ The engine's thread only appends a tuple (metadata already read; layout in ``ppt
 everything expensive (strings, ``Event`` records, spans, encoding, I/O) happens on the
 ``pptrace-recorder`` thread with the original timestamps (``pptrace.record.convert``). Two modes:
 
-- ``stream`` (default): every event is handed to the sinks within ``flush_interval``; when the
-  buffer is full new events are dropped and counted, never silently.
+- ``stream`` (default): every event is on disk or counted as dropped within ``flush_interval``
+  (plus the thread's own lateness), however fast events come: what the thread cannot write in
+  time is dropped and counted (``pptrace.record.pace``); so is a new event that finds
+  ``buffer_size`` waiting (the wrappers check the length before appending).
 - ``flight``: a ring of the last ``flight_size`` events, written to the sinks only when the engine
   raises in attach/extract, on ``request_dump()`` (what the SIGUSR1 handler calls; served by the
   thread within ``_TICK``), on ``dump()`` (synchronous) and at shutdown; each dump's stats span
   says how many events the ring overwrote.
 
-Memory stays bounded in both modes. Stream: at most ``buffer_size`` events wait (the wrappers
-check the length before appending; beyond it new events are dropped and counted). Flight: the
-engine's thread only appends (``deque.append``, in C); the recorder thread trims the ring back to
-``flight_size`` every ``_TICK``, so that freeing old events costs the engine nothing. Should that
-thread fall behind, the deque's own ``maxlen`` (``flight_size + max(flight_size, _SLACK)``) evicts
-the oldest event on append, as a plain ring would; sequence numbers count those too
-(``pptrace.record.ring``).
+Flight mode's memory: the engine's thread only appends (``deque.append``, in C); the recorder
+thread trims the ring back to ``flight_size`` every ``_TICK``, so that freeing old events costs
+the engine nothing. Should that thread fall behind, the deque's own ``maxlen`` (``flight_size +
+max(flight_size, _SLACK)``) evicts the oldest event on append, as a plain ring would; sequence
+numbers count those too (``pptrace.record.ring``).
 
 Every event ends up exported, dropped or overwritten, and the counts travel in the trace: a stats
 span at each flush that changed them, and ``dropped_before`` on each event. ``dropped`` counts
@@ -42,20 +42,20 @@ wrapper reads on each call.
 from __future__ import annotations
 
 import collections
-import itertools
-import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from pptrace.model.config import Config
 from pptrace.model.raw import Raw
-from pptrace.model.records import PREFIX, Direction, RankInfo, RecorderStats
+from pptrace.model.records import PREFIX, RankInfo
+from pptrace.record.accounts import Accounts
 from pptrace.record.convert import Converter, RawEvents
-from pptrace.record.ranks import discover_rank
-from pptrace.record.ring import RingCount, drain, take_excess
-from pptrace.record.sink import Sink, WarnOnce
+from pptrace.record.pace import Pace
+from pptrace.record.ranks import RankCache, discover_rank
+from pptrace.record.ring import drain, take_excess
+from pptrace.record.sink import Sink, SinkFailed, WarnOnce
 
 __all__ = ["HOT_READS", "Recorder", "Sink", "WarnOnce"]
 
@@ -65,8 +65,8 @@ __all__ = ["HOT_READS", "Recorder", "Sink", "WarnOnce"]
 HOT_READS = ("enabled", "rank_pending", "dropped")
 
 
-class Recorder:
-    """One process's event buffer, counters and background flush thread."""
+class Recorder(Accounts):
+    """One process's event buffer, counters (``Accounts``) and background flush thread."""
 
     #: The buffer's own ``deque.append`` (C, no check). ``add`` is the checked append: in
     #: stream mode it drops and counts a new event when ``buffer_size`` are waiting (flight
@@ -80,6 +80,7 @@ class Recorder:
         rank_provider: Callable[[], tuple[RankInfo, bool]] | None = None,
     ) -> None:
         self.config = config or Config()
+        super().__init__(self.config.buffer_size)
         #: False once ``shutdown`` began (or when the config disables pptrace): the wrappers
         #: then only call the engine's function.
         self.enabled = self.config.enabled
@@ -89,35 +90,22 @@ class Recorder:
         self.prefix = PREFIX
         self._sink_factory = sink_factory
         self._sink: Sink | None = None
-        self._rank_provider = rank_provider or (
-            lambda: discover_rank(self.config.rank_overrides)
-        )
-        self._rank: RankInfo | None = None
+        self._ranks = RankCache(rank_provider or (
+            lambda: discover_rank(self.config.rank_overrides)), self.internal_error)
         size = self._flight_size = self.config.flight_size
         # Flight: the thread trims to flight_size; maxlen is the hard bound if it falls behind.
         maxlen = size + max(size, _SLACK) if self.flight else None
         self._buf: collections.deque[Raw] = collections.deque(maxlen=maxlen)
-        self._cap = self.config.buffer_size
         self.append = self._buf.append
-        # itertools.count is atomic under the GIL: unique sequence numbers across threads.
-        self.seq = {Direction.ATTACH: itertools.count(), Direction.EXTRACT: itertools.count()}
-        self._lock = threading.Lock()  # counters touched off the common path
-        self.dropped = 0
-        self.internal_errors = 0
-        self.export_errors = 0
-        self.exported = 0
-        self._ring = RingCount()
-        #: Events each sink lost after taking them (by sink name, e.g. "otlp").
-        self.sink_dropped: dict[str, int] = {}
         self._last_stats: tuple[object, ...] | None = None
-        self.warn = WarnOnce()
         self._wake = threading.Event()
         self._dump_requested = False
         self._stop = False
-        self._abandoned = False  # the exit flush gave up: late exports no longer count
-        self._final: int | None = None  # events recorded when the counts became final
         self._thread: threading.Thread | None = None
         self._flush_lock = threading.Lock()
+        self._pace = Pace(self.config.flush_interval, _TICK, _CHUNK)
+        #: The message layer's log (``pptrace.record.messages``), written at each flush.
+        self.messages: Any = None
 
     # --- the wrappers' contract --------------------------------------------------------------
 
@@ -138,18 +126,6 @@ class Recorder:
         else:
             self.drop_new()
 
-    def drop_new(self) -> None:
-        """Count one new event that found the buffer full (stream mode)."""
-        with self._lock:
-            self.dropped += 1
-        self.warn("buffer full", f"more than {self._cap} events waiting; dropping new ones")
-
-    def internal_error(self, where: str, exc: BaseException) -> None:
-        """Count a failure inside pptrace; never raise it."""
-        with self._lock:
-            self.internal_errors += 1
-        self.warn(f"internal error in {where}", f"{type(exc).__name__}: {exc}")
-
     def request_dump(self) -> None:
         """Ask the background thread to write the buffer (the flight ring) out now.
 
@@ -161,14 +137,6 @@ class Recorder:
     def dump(self) -> int:
         """Write the buffer (the flight ring) out now, on this thread; return events exported."""
         return self.flush()
-
-    def exporter_dropped(self, events: int, cause: str, sink: str = "otlp") -> None:
-        """Count events a sink's asynchronous exporter lost after ``export`` returned (any
-        thread): that sink's loss only, never the other sinks' (``sink_dropped``)."""
-        with self._lock:
-            self.sink_dropped[sink] = self.sink_dropped.get(sink, 0) + events
-            self.export_errors += 1
-        self.warn(f"exporter dropped spans ({cause})", f"{events} events lost")
 
     # --- conversion helpers (the converter's ``Source``) ---------------------------------------
 
@@ -186,73 +154,23 @@ class Recorder:
 
         return resolve(pending)
 
-    # --- counters ----------------------------------------------------------------------------
-
-    @property
-    def recorded(self) -> int:
-        """Events taken on the hot path so far (once final: those the final counts cover)."""
-        if self._final is not None:
-            return self._final
-        return sum(_peek(c) for c in self.seq.values())
-
-    @property
-    def overwritten(self) -> int:
-        """Flight mode: events the ring overwrote."""
-        return self._ring.overwritten
-
     @property
     def buffered(self) -> int:
         """Events waiting in the buffer now."""
         return len(self._buf)
 
-    def stats(self) -> RecorderStats:
-        """Current counters."""
-        with self._lock:
-            sinks = tuple(sorted(self.sink_dropped.items()))
-        return RecorderStats(
-            rank=self.rank(),
-            time_ns=time.time_ns(),
-            recorded=self.recorded,
-            exported=self.exported,
-            dropped=self.dropped,
-            overwritten=self.overwritten,
-            internal_errors=self.internal_errors,
-            export_errors=self.export_errors,
-            mode=self.config.mode,
-            run_id=self.config.run_id,
-            final=self._final is not None,
-            sink_dropped=sinks,
-        )
-
     def rank(self) -> RankInfo:
         """This process's rank info (re-discovered until torch.distributed is up)."""
-        found = self._rank
-        if found is None or not self._rank_final:
-            try:
-                rank, final = self._rank_provider()
-            except Exception as exc:  # the events must still go out, and be counted
-                self.internal_error("rank discovery", exc)
-                rank, final = found or RankInfo(pid=os.getpid()), False
-            with self._lock:  # two threads may ask: never replace a final rank by a guess
-                if self._rank is None or not self._rank_final:
-                    self._rank, self._rank_final = rank, final
-                found = self._rank or rank
-        return found
+        return self._ranks.get()
 
-    _rank_final = False
     #: True until the rank is final or a few calls have tried: the wrappers then call
     #: ``learn_rank`` once per call, while the engine's process group is surely up.
     rank_pending = True
-    _rank_tries = 0
 
     def learn_rank(self) -> None:
         """Discover the rank during a transport call (the first few calls only)."""
-        try:
-            self.rank()
-        finally:
-            self._rank_tries += 1
-            if self._rank_final or self._rank_tries >= 8:
-                self.rank_pending = False
+        if self._ranks.learn():
+            self.rank_pending = False
 
     # --- background --------------------------------------------------------------------------
 
@@ -267,22 +185,26 @@ class Recorder:
         return self
 
     def _run(self) -> None:
-        last = time.monotonic()
-        interval = self.config.flush_interval
+        pace = self._pace
+        pace.begin(time.monotonic())
         while not self._stop:
-            self._wake.wait(min(_TICK, interval) if interval > 0 else _TICK)
-            self._wake.clear()
+            wait = _TICK if self.flight else min(_TICK, pace.due() - time.monotonic())
+            if wait > 0:
+                self._wake.wait(wait)
+                self._wake.clear()
             if self._stop:
                 break
             if self.flight:
                 self._trim()
+            deadline = None
             if self._dump_requested:
                 self._dump_requested = False
-            elif self.flight or time.monotonic() - last < interval:
+            elif self.flight or time.monotonic() < pace.due():
                 continue
-            last = time.monotonic()
+            if not self.flight:  # stream: a take every period, written by its deadline
+                deadline = pace.take(time.monotonic())
             try:
-                self.flush()
+                self.flush(deadline=deadline, background=True)
             except BaseException as exc:  # the thread must survive anything a sink raises
                 self.internal_error("background flush", exc)
 
@@ -299,14 +221,16 @@ class Recorder:
             self._ring.taken(old, trimmed=True)
         del old  # freed here, off the engine's thread
 
-    def flush(self, deadline: float | None = None, final: bool = False) -> int:
+    def flush(self, deadline: float | None = None, final: bool = False,
+              background: bool = False) -> int:
         """Convert and export everything buffered now; return the number of events exported.
 
         Events go to the sink in chunks of ``_CHUNK``; past ``deadline`` (a ``time.monotonic``
-        value) the rest are counted as dropped instead of exported. A flush without a deadline
-        in stream mode gives way to ``shutdown`` between chunks (the rest goes back to the
-        buffer, for the exit flush). ``final``: then count what is still outstanding as
-        dropped and write the final stats span; every later flush writes nothing.
+        value) the rest are counted as dropped instead of exported. ``background``: the
+        thread's write, paced in stream mode (``pptrace.record.pace``). A stream flush without
+        a deadline, or the thread's, gives way to ``shutdown`` between chunks (the rest goes
+        back to the buffer, for the exit flush). ``final``: then count what is still
+        outstanding as dropped and write the final stats span; later flushes write nothing.
         """
         with self._flush_lock:
             if self._final is not None:  # late appends were counted by the final flush
@@ -317,6 +241,9 @@ class Recorder:
             raws = self._drain()
             if self.flight:
                 self._ring.taken(raws)
+            msgs = self.messages
+            if msgs is not None and msgs.pending:
+                self._flush_messages(msgs)
             if not raws and not final and self._last_stats == self._stats_key():
                 return 0
             rank = self.rank()
@@ -327,72 +254,97 @@ class Recorder:
                 if final:
                     self._finalize()
                 return 0
-            exported = self._export(sink, rank, raws, deadline)
+            if background and deadline is not None and not self.flight:
+                self._shed(raws, deadline)
+            exported = self._export(sink, rank, raws, deadline, background)
             if final:
                 self._finalize()
-            self._export_stats(sink)
+            began = time.monotonic()
+            if self._export_stats(sink) and background:
+                self._pace.stats_took(time.monotonic() - began)
             return exported
 
+    def _flush_messages(self, msgs: Any) -> None:
+        sink = self._get_sink(self.rank())
+        if sink is None:
+            msgs.discard()
+        else:
+            msgs.flush(sink, self.rank(), self.config.run_id)
+
+    def _shed(self, raws: list[Raw], deadline: float) -> None:
+        """Overload: drop the newest of ``raws`` beyond what the measured rate can write by
+        ``deadline`` (with headroom), counted, before any of them is converted."""
+        keep = self._pace.keep(len(raws), deadline - time.monotonic())
+        if keep < len(raws):
+            excess = len(raws) - keep
+            del raws[keep:]  # freed here, on the recorder thread
+            with self._lock:
+                self.dropped += excess
+            self._warn_lost(excess, overload=True)
+
+    def _slices(self, count: int, deadline: float | None,
+                paced: bool) -> Iterator[tuple[int, int]]:
+        """A flush's chunks as (start, end): sized by the pace, else ``_CHUNK``s, the newest
+        first for a flight dump against the clock (they are the ones next to whatever went
+        wrong; readers order events by their own clocks)."""
+        if paced and deadline is not None:
+            return self._pace.slices(count, deadline)
+        starts = range(0, count, _CHUNK)
+        ordered = reversed(starts) if self.flight and deadline is not None else starts
+        return ((start, min(count, start + _CHUNK)) for start in ordered)
+
     def _export(self, sink: Sink, rank: RankInfo, raws: list[Raw],
-                deadline: float | None) -> int:
-        exported = 0
+                deadline: float | None, background: bool = False) -> int:
+        exported = handed = 0
         convert = Converter(self, rank)
-        starts = list(range(0, len(raws), _CHUNK))
-        if self.flight and deadline is not None:
-            # A flight dump against the clock writes the newest events first: they are the
-            # ones next to whatever went wrong (readers order events by their own clocks).
-            starts.reverse()
-        yields = not self.flight and deadline is None
-        for i, start in enumerate(starts):
-            if yields and self._stop and i:
+        yields = not self.flight and (deadline is None or background)
+        paced = background and not self.flight
+        for start, end in self._slices(len(raws), deadline, paced):
+            if yields and self._stop and handed:
                 # shutdown is waiting for the lock: the rest is the exit flush's, in order.
                 self._buf.extendleft(reversed(raws[start:]))
+                handed = len(raws)
                 break
-            chunk = raws[start:start + _CHUNK]
-            if deadline is not None and time.monotonic() > deadline:
-                left = sum(len(raws[s:s + _CHUNK]) for s in starts[i:])
-                with self._lock:
-                    self.dropped += left
-                self._warn_timeout(left)
+            began = time.monotonic()
+            if deadline is not None and began > deadline:
                 break
+            chunk = raws[start:end]
+            handed += len(chunk)
             # Converted as the sink reads them; a raw that fails conversion is counted then,
             # by _conversion_failed, and every other raw of the chunk counts as exported.
             events = RawEvents(chunk, convert, self._conversion_failed)
             try:
                 sink.export(events)
+            except SinkFailed as exc:  # the other sinks took them: the failed ones' loss only
+                for name, error in exc.failed:
+                    self.exporter_dropped(len(chunk) - events.failed,
+                                          f"export failed: {type(error).__name__}", name)
             except BaseException as exc:  # even a BaseException: count what was lost
                 with self._lock:
                     self.export_errors += 1
                     self.dropped += len(chunk) - events.failed
                 self.warn(f"export failed ({type(exc).__name__})", str(exc))
                 continue
+            if paced:
+                self._pace.wrote(len(chunk), time.monotonic() - began)
             done = len(chunk) - events.failed
             with self._lock:
                 if self._abandoned:  # exit already counted these as lost
                     continue
                 self.exported += done
             exported += done
+        left = len(raws) - handed  # past the deadline: counted, not written
+        if left:
+            with self._lock:
+                self.dropped += left
+            self._warn_lost(left, overload=background)
         return exported
 
-    def _finalize(self) -> None:
-        """Make the counts final: what was recorded and neither exported, dropped nor
-        overwritten (still inside a call, or appended after the drain) is dropped."""
-        with self._lock:
-            if self._final is not None:
-                return
-            recorded = sum(_peek(c) for c in self.seq.values())
-            lost = recorded - self.exported - self.dropped - self.overwritten
-            if lost > 0:
-                self.dropped += lost
-            self._final = recorded
-        if lost > 0:
-            self.warn("events in flight at exit",
-                      f"{lost} events recorded after the last drain counted as dropped")
-
-    def _export_stats(self, sink: Sink) -> None:
+    def _export_stats(self, sink: Sink) -> bool:
+        """Write a stats span if the counts changed since the last; True when one was."""
         key = self._stats_key()
         if key == self._last_stats:
-            return
+            return False
         self._last_stats = key
         try:
             sink.export_stats(self.stats())
@@ -400,15 +352,7 @@ class Recorder:
             with self._lock:
                 self.export_errors += 1
             self.warn(f"stats export failed ({type(exc).__name__})", str(exc))
-
-    def _warn_timeout(self, lost: int) -> None:
-        self.warn("exit flush timed out",
-                  f"ran out of time; {lost} unflushed events counted as dropped")
-
-    def _stats_key(self) -> tuple[object, ...]:
-        return (self.recorded, self.exported, self.dropped, self.overwritten,
-                self.internal_errors, self.export_errors, self._final is not None,
-                tuple(self.sink_dropped.items()))
+        return True
 
     def _get_sink(self, rank: RankInfo) -> Sink | None:
         if self._sink is None and self._sink_factory is not None:
@@ -457,14 +401,10 @@ class Recorder:
                 self.dropped += lost
                 if self._final is None:  # the file has no final stats span: the counts are
                     self._final = recorded
-            self._warn_timeout(lost)
+            self._warn_lost(lost)
         else:
             self._sink = self._sink_factory = None  # hold nothing once closed
 
-    def _conversion_failed(self, exc: BaseException) -> None:
-        self.internal_error("event conversion", exc)
-        with self._lock:
-            self.dropped += 1
 
 
 #: How often the background thread looks at the dump flag (seconds).
@@ -475,8 +415,3 @@ _CHUNK = 512
 #: deque's maxlen evicts on the engine's thread.
 _SLACK = 8192
 
-
-def _peek(counter: itertools.count[int]) -> int:
-    """The next value an itertools.count would give, without taking it."""
-    text = repr(counter)  # "count(17)"
-    return int(text[6:-1])
