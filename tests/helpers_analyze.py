@@ -18,6 +18,7 @@ from dataclasses import replace
 from typing import Any
 
 from pptrace.model import schema
+from pptrace.model.messages import MSG_TYPE_KEY, MessageEvent, MessageOp, MessageTensor
 from pptrace.model.records import PREFIX, Direction, Event, RankInfo, RecorderStats, TensorMeta
 from pptrace.model.trace import ProcessTrace, Trace
 
@@ -65,6 +66,8 @@ class Run:
         self.stats: dict[tuple[int, int], RecorderStats] = {}
         self.absent: set[tuple[int, int]] = set()  # (pp, tp) that left no trace at all
         self.unfinished: set[tuple[int, int]] = set()  # (pp, tp) that wrote no stats span
+        self.msgs: dict[tuple[int, int], list[MessageEvent]] = {}  # the PP message layer
+        self.msg_seqs: dict[tuple[int, int, MessageOp], int] = {}
 
     def rank(self, pp: int, tp: int = 0) -> RankInfo:
         r = pp * self.tp_size + tp
@@ -167,7 +170,7 @@ class Run:
         A process without ``set_stats`` gets the final stats of a clean exit (everything it
         recorded exported), unless it is in ``unfinished`` (then it has no stats at all).
         """
-        keys = set(self.events) | set(self.stats)
+        keys = set(self.events) | set(self.stats) | set(self.msgs)
         if all_ranks:
             keys |= {(pp, tp) for pp in range(self.pp_size) for tp in range(self.tp_size)}
         keys -= self.absent
@@ -179,11 +182,88 @@ class Run:
             if stats is None and (pp, tp) not in self.unfinished:
                 stats = RecorderStats(rank=self.rank(pp, tp), time_ns=BASE_NS, recorded=len(evs),
                                       exported=len(evs), run_id=self.run_id, final=True)
-            procs.append(ProcessTrace(rank=self.rank(pp, tp), events=tuple(evs), stats=stats))
+            procs.append(ProcessTrace(rank=self.rank(pp, tp), events=tuple(evs), stats=stats,
+                                      messages=tuple(self.msgs.get((pp, tp), ()))))
         return Trace(processes=tuple(procs))
 
     def all_events(self) -> list[Event]:
         return [e for evs in self.events.values() for e in evs]
+
+    # --- the PP message layer -----------------------------------------------------------------
+
+    def _msg(self, pp: int, tp: int, op: MessageOp, phase: str, seq: int | None,
+             peer_pp: int, **fields: Any) -> MessageEvent:
+        key = (pp, tp, op)
+        if seq is None:
+            seq = self.msg_seqs.get(key, 0)
+            self.msg_seqs[key] = seq + 1
+        t = self._tick()
+        peer = self.rank(peer_pp, tp)
+        m = MessageEvent(op=op, phase=phase, seq=seq, wall_ns=t, mono_ns=t - BASE_NS,
+                         duration_ns=300 if phase == "end" else -1, thread_id=1,
+                         peer=peer.rank if peer.rank is not None else -1, peer_pp_rank=peer_pp,
+                         peer_tp_rank=tp, **fields)
+        self.msgs.setdefault((pp, tp), []).append(m)
+        return m
+
+    def send(self, kind: str, tensors: Sequence[MessageTensor] = (), *, pp: int, to: int,
+             tp: int = 0, keys: Sequence[str] | None = None, gather: int | None = None,
+             carries: int | None = None, error: tuple[str, str] | None = None) -> MessageEvent:
+        """A send of a ``kind`` message from (pp, tp) to (to, tp): keys default to its tensors'."""
+        return self._msg(pp, tp, MessageOp.SEND, "end", None, to, kind=kind,
+                         keys=msg_keys(tensors) if keys is None else tuple(keys),
+                         tensors=tuple(tensors), gather_size=self.tp_size if gather is None
+                         else gather, carries_attach=carries,
+                         error_type=error[0] if error else None,
+                         error_message=error[1] if error else None)
+
+    def wait(self, expected: str, *, pp: int, frm: int, tp: int = 0) -> MessageEvent:
+        """A receive that begins (and, alone, never returns)."""
+        return self._msg(pp, tp, MessageOp.RECV, "begin", None, frm, expected_kind=expected,
+                         gather_size=self.tp_size)
+
+    def recv(self, kind: str, tensors: Sequence[MessageTensor] = (), *, pp: int, frm: int,
+             tp: int = 0, expected: str | None = None, keys: Sequence[str] | None = None,
+             gather: int | None = None, stashed: bool = False, from_stash: bool = False,
+             error: tuple[str, str] | None = None) -> MessageEvent:
+        """A receive on (pp, tp) from (frm, tp): its begin, then what arrived."""
+        expected = kind if expected is None else expected
+        begin = self.wait(expected, pp=pp, frm=frm, tp=tp)
+        return self._msg(pp, tp, MessageOp.RECV, "end", begin.seq, frm, kind=kind,
+                         expected_kind=expected,
+                         keys=msg_keys(tensors) if keys is None else tuple(keys),
+                         tensors=tuple(tensors), gather_size=self.tp_size if gather is None
+                         else gather, stashed=stashed, from_stash=from_stash,
+                         error_type=error[0] if error else None,
+                         error_message=error[1] if error else None)
+
+    def message(self, kind: str, tensors: Sequence[MessageTensor], *, frm: int, to: int,
+                tps: Iterable[int] | None = None, carries: int | None = None) -> None:
+        """A healthy message: each TP rank's send, then each one's receive."""
+        tp_ranks = list(range(self.tp_size) if tps is None else tps)
+        for tp in tp_ranks:
+            self.send(kind, tensors, pp=frm, to=to, tp=tp, carries=carries)
+        for tp in tp_ranks:
+            self.recv(kind, tensors, pp=to, frm=frm, tp=tp)
+
+
+def mt(key: str, shape: tuple[int, ...] = (8, 5), dtype: str = "float32", *,
+       sliced: bool = False, fingerprint: str | None = None, nbytes: int | None = None,
+       is_tensor: bool = True) -> MessageTensor:
+    """One value of a message's dict (bytes from shape and a 4-byte item, 2 for half types)."""
+    if nbytes is None:
+        numel = 1
+        for d in shape:
+            numel *= d
+        nbytes = numel * (2 if dtype in ("float16", "bfloat16") else 4) if is_tensor else 0
+    return MessageTensor(key=key, shape=shape, dtype=dtype, device="cpu" if is_tensor else "",
+                         nbytes=nbytes, sliced=sliced, is_tensor=is_tensor,
+                         fingerprint=fingerprint)
+
+
+def msg_keys(tensors: Sequence[MessageTensor]) -> tuple[str, ...]:
+    """The keys of a message holding ``tensors``: its values', then the kind's key."""
+    return tuple(t.key for t in tensors) + (MSG_TYPE_KEY,)
 
 
 def golden_run() -> Run:

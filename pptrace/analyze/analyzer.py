@@ -16,6 +16,8 @@ What it checks (see ``pptrace.model.findings.FindingKind`` for the list):
 - namespace hygiene: prefixed keys the attach did not write, names equal to engine keys, empty
   names, names carrying the prefix; prefixed keys left after an extract; extracts off stage 0;
   stage 0 without a PP-capable observer;
+- the PP message layer (``pptrace.analyze.messages``): each send with its receive, TP slices,
+  kinds, stashes, and the waits a hang leaves; a payload finding names its output message;
 - recorder losses and a missing final stats span, which lower the severity of absence findings
   on the channels they touch (another sink's losses do not: the trace still has those events);
   a cut window (rotated away, a flight ring) is an info finding and weakens nothing.
@@ -26,11 +28,11 @@ Findings become one per distinct problem, each consequence after its cause, in
     findings = analyze(load_paths(["pptrace-traces/"]))
     result = analysis(trace)      # result.findings, and result.channels they were judged on
 
-A trace may hold millions of events, so the work per event is kept small and linear: one pass
-per process (``pptrace.analyze.scan``) gathers what the per-process checks need; a shape's
-checks run once per distinct shape; a pair whose two ends share one tensors tuple (the loader
-shares equal ones) is not compared, and healthy pairs are kept as runs (``pairing.align``).
-Equal but unshared tuples take the slower path to the same findings.
+A trace may hold millions of events, so the work per event is small and linear: one pass per
+process (``pptrace.analyze.scan``) feeds the per-process checks; a shape's checks run once per
+distinct shape; a pair whose ends share one tensors tuple (the loader shares equal ones) is not
+compared, healthy pairs are kept as runs (``pairing.align``); equal unshared tuples take the
+slower path to the same findings.
 """
 
 from __future__ import annotations
@@ -40,12 +42,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from pptrace.analyze.channels import Channel, Member, Roles, plan
+from pptrace.analyze.messages import carried_by, check_messages
 from pptrace.analyze.pairing import Alignment, align
 from pptrace.analyze.rules import (
     ENGINE_KEYS,
     classify_error,
     compare_specs,
     rank_id,
+    run_of,
     stage_of,
     tensor_names,
     tp_of,
@@ -116,7 +120,7 @@ class _Analysis:
                         for found, p in zip(self.scans, self.procs, strict=True)]
         self.attaches = {p.index: self.scans[p.index].attaches for p in self.procs}
         self.extracts = {p.index: self.scans[p.index].extracts for p in self.procs}
-        run_ids = [_run_id(p.trace) for p in self.procs]
+        self.run_ids = run_ids = [run_of(p.trace) for p in self.procs]
         self.several = len(set(run_ids)) > 1
         # Channel names carry the run when traces of several runs are analysed together.
         self.run_prefix = [f"{run or '?'}:" if self.several else "" for run in run_ids]
@@ -139,7 +143,7 @@ class _Analysis:
 
     def losses(self, p: _Proc) -> None:
         events, stats = p.trace.events, p.trace.stats
-        if events and (stats is None or not stats.final):
+        if (events or p.trace.messages) and (stats is None or not stats.final):
             self.unfinished(p, "no stats at all" if stats is None else "no final stats")
         loss = window_losses(self.scans[p.index], self.windows[p.index], stats, events)
         if loss is None:
@@ -163,14 +167,14 @@ class _Analysis:
 
     def unfinished(self, p: _Proc, what: str) -> None:
         label = who(p.rank)
-        events = p.trace.events
+        last = p.trace.events[-1:]  # a process may have recorded messages only
         self.note_loss(p, f"{label} wrote {what}")
         self.add(K.STATS_NOT_FINAL,
                  f"{label} wrote {what} (killed, or out of time at exit): what it recorded "
                  "after its last flush is neither in the trace nor counted, so findings about "
-                 "missing events on its channels are less certain",
-                 ranks=[rank_id(p.rank)], time_ns=events[-1].start_ns,
-                 events=[p.eid(events[-1])], channel=self.proc_channel(p))
+                 "missing events on its channels are less certain", ranks=[rank_id(p.rank)],
+                 time_ns=last[0].start_ns if last else p.trace.messages[-1].wall_ns,
+                 events=[p.eid(e) for e in last], channel=self.proc_channel(p))
 
     def proc_channel(self, p: _Proc) -> str:
         r = p.rank
@@ -457,6 +461,8 @@ class _Analysis:
         self.tensor_parallel()
         if self.tp_causes:
             self.link_tp_causes()
+        carried_by(self.raws, check_messages(self.trace, self.raws, self.run_ids,
+                                             self.run_prefix, self.complete))
         echoes = self.drop_echoes() if self.extract_hygiene else set()
         raws: list[Counted] = []
         for index, r in enumerate(self.raws):
@@ -468,12 +474,6 @@ class _Analysis:
             repeats, last_mb = self.repeats.get(index, (0, None))
             raws.append((r, repeats, last_mb, mb))
         return summarise(raws, self.lowered)
-
-
-def _run_id(proc: ProcessTrace) -> str:
-    if proc.events:
-        return proc.events[0].run_id
-    return proc.stats.run_id if proc.stats is not None else ""
 
 
 @dataclass(frozen=True, slots=True)

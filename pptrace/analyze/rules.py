@@ -19,6 +19,7 @@ from pptrace.model import errors
 from pptrace.model.findings import FindingKind, Severity
 from pptrace.model.records import PREFIX, Direction, Event, RankInfo, TensorMeta
 from pptrace.model.text import clip
+from pptrace.model.trace import ProcessTrace
 
 __all__ = [
     "ENGINE_KEYS",
@@ -29,6 +30,7 @@ __all__ = [
     "hygiene_specs",
     "listed",
     "rank_id",
+    "run_of",
     "stage_of",
     "tensor_names",
     "tp_of",
@@ -149,6 +151,13 @@ def listed(items: Sequence[str], quote: str = "`") -> str:
 def tensor_names(tensors: Sequence[TensorMeta]) -> str:
     """```a`, `b`` (the first ``NAMES_SHOWN``, then how many more), or ``nothing``."""
     return listed([t.name for t in tensors]) or "nothing"
+
+
+def run_of(proc: ProcessTrace) -> str:
+    """The run id a process's trace belongs to (from its first event, else its stats)."""
+    if proc.events:
+        return proc.events[0].run_id
+    return proc.stats.run_id if proc.stats is not None else ""
 
 
 def stage_of(rank: RankInfo) -> str:

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from pptrace.model.findings import Category, Finding, FindingKind, Severity
+from pptrace.model.findings import Category, Finding, FindingKind, MessageId, Severity
 from pptrace.model.records import Direction
 from pptrace.model.trace import EventId
 
@@ -46,6 +46,7 @@ class Raw:
     subject: str = ""  # what separates findings of one kind on one channel (e.g. the name)
     severity: Severity | None = None
     cause: int | None = None  # the index of the raw finding this one follows from
+    messages: tuple[MessageId, ...] = ()  # the message-layer records involved
 
 
 # A raw finding, how many identical ones on the following pairs it stands for, the last of
@@ -123,4 +124,5 @@ def _finding(raws: Sequence[Counted], items: list[int], lowered: dict[str, str])
         events=tuple(EventId(*ref) for ref in first.events),
         channel=channel,
         cascade=cascade,
+        messages=first.messages,
     )

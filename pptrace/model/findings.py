@@ -11,9 +11,10 @@ import enum
 from dataclasses import dataclass
 from typing import Any
 
+from pptrace.model.messages import MessageOp
 from pptrace.model.trace import EventId
 
-__all__ = ["Category", "Finding", "FindingKind", "Severity"]
+__all__ = ["Category", "Finding", "FindingKind", "MessageId", "Severity"]
 
 
 class Severity(enum.IntEnum):
@@ -37,10 +38,13 @@ class Category(enum.Enum):
     PAYLOAD = "payload"  # what one end carried differs from what the other end carried
     NAMESPACE = "namespace"  # keys and names of the PP dict collide or leak
     RECORDER_LOSS = "recorder loss"  # pptrace itself lost events: other findings are less sure
+    # The PP message layer (pptrace.model.messages): a send and its receive disagree, a message
+    # went astray, or a receive waits for one that never comes.
+    MESSAGE = "message"
 
 
-E, A, P, N, R = (Category.ENGINE_ERROR, Category.ABSENCE, Category.PAYLOAD, Category.NAMESPACE,
-                 Category.RECORDER_LOSS)
+E, A, P, N, R, M = (Category.ENGINE_ERROR, Category.ABSENCE, Category.PAYLOAD,
+                    Category.NAMESPACE, Category.RECORDER_LOSS, Category.MESSAGE)
 _ERR, _WARN = Severity.ERROR, Severity.WARNING
 
 
@@ -125,9 +129,54 @@ class FindingKind(str, enum.Enum):
     WINDOW_CUT = ("window-cut", R, Severity.INFO,
                   "a channel's oldest microbatches lie outside a kept window (rotated away, "
                   "overwritten): not judged")
+    # The PP message layer (``pptrace.analyze.messages`` pairs each send with its receive).
+    MSG_RAISED = ("msg-raised", M, _ERR, "a send or receive of a PP message raised")
+    MSG_KEYS_DIFFER = ("msg-keys-differ", M, _ERR,
+                       "a message arrived with other keys than were sent (a key lost on the way)")
+    MSG_SHAPE_MISMATCH = ("msg-shape-mismatch", M, _ERR,
+                          "a key's shape differs between a send and its receive")
+    MSG_DTYPE_MISMATCH = ("msg-dtype-mismatch", M, _ERR,
+                          "a key's dtype (or value type) differs between a send and its receive")
+    MSG_BYTES_MISMATCH = ("msg-bytes-mismatch", M, _ERR,
+                          "a key's byte count differs between a send and its receive")
+    MSG_CONTENT_MISMATCH = ("msg-content-mismatch", M, _ERR,
+                            "a key's fingerprint differs between a send and its receive")
+    MSG_TP_SLICES_DIFFER = ("msg-tp-slices-differ", M, _ERR,
+                            "a tensor sent as TP slices differs across the sending TP ranks: the "
+                            "receiver re-assembles a mix (silent corruption)")
+    MSG_GATHER_GROUP = ("msg-gather-group", M, _ERR,
+                        "TP slices re-assembled over an all-gather group of another size than "
+                        "the sender sliced over (tensors that many times too large)")
+    MSG_WRONG_KIND = ("msg-wrong-kind", M, _ERR,
+                      "a typed receive got another message kind than it asked for")
+    MSG_STASH_UNCONSUMED = ("msg-stash-unconsumed", M, _WARN,
+                            "a typed receive stashed a message kind that no later receive took")
+    MSG_NEVER_RECEIVED = ("msg-never-received", M, _WARN,
+                          "a message sent that its receiver never received")
+    MSG_UNMATCHED_RECV = ("msg-unmatched-recv", M, _ERR,
+                          "a message received with no send on its sender to pair with")
+    MSG_HANG = ("msg-hang", M, _ERR,
+                "a receive began and never returned: the rank waits for a message when the "
+                "traces stop")
+    MSG_DEADLOCK = ("msg-deadlock", M, _ERR,
+                    "ranks wait on each other in a cycle of receives (deadlock)")
+    MSG_CUT = ("msg-cut", M, Severity.INFO,
+               "a process's oldest messages lie outside its kept window: its channels are not "
+               "paired")
 
 
-del E, A, P, N, R
+del E, A, P, N, R, M
+
+
+@dataclass(frozen=True, slots=True)
+class MessageId:
+    """A stable reference to one message-layer record: its process (index in
+    ``Trace.processes``), its op and its per-op sequence number (a receive's two phases share
+    it)."""
+
+    process: int
+    op: MessageOp
+    seq: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,3 +193,4 @@ class Finding:
     channel: str = ""  # "pp0<-pp3/tp0": the attach->extract channel it belongs to
     cascade: int = 0  # later findings on the same channel summarised into this one
     cause: Finding | None = None  # the finding this one follows from (listed just before it)
+    messages: tuple[MessageId, ...] = ()  # the message-layer records involved, send first

@@ -18,7 +18,8 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from pptrace.model.findings import Finding, Severity
+from pptrace.model.findings import Finding, MessageId, Severity
+from pptrace.model.messages import MessageOp
 from pptrace.model.records import Direction
 from pptrace.model.text import clip, inert, plural
 from pptrace.model.trace import EventId, Trace
@@ -30,6 +31,7 @@ __all__ = [
     "event_ref_json",
     "exit_status",
     "finding_json",
+    "message_ref_json",
     "render_text",
     "shown",
     "to_json",
@@ -69,11 +71,26 @@ def _summary_line(trace: Trace) -> str:
         plural(len(trace.processes), "process"),
         f"{plural(trace.event_count, 'pptrace event')} ({attaches} attach, {extracts} extract)",
     ]
+    sends, recvs = _message_counts(trace)
+    if sends or recvs:
+        parts.append(f"{plural(sends, 'message')} sent, {recvs} received")
     if trace.foreign:
         parts.append(f"{plural(len(trace.foreign), 'span')} from other tools set aside")
     if trace.problems:
         parts.append(plural(len(trace.problems), "input problem"))
     return ", ".join(parts)
+
+
+def _message_counts(trace: Trace) -> tuple[int, int]:
+    """Sends, and receives that returned, across every process."""
+    sends = recvs = 0
+    for proc in trace.processes:
+        for m in proc.messages:
+            if m.op is MessageOp.SEND:
+                sends += 1
+            elif m.phase == "end":
+                recvs += 1
+    return sends, recvs
 
 
 def _finding_line(f: Finding, indent: str = "  ", head: str = "") -> str:
@@ -131,12 +148,14 @@ def render_text(trace: Trace, findings: Sequence[Finding], fail_on: Severity, *,
                 per_kind: int | None = PER_KIND) -> str:
     """The human report (``per_kind``: the most findings of a kind it lists; None: all)."""
     lines = [f"pptrace analyze: {_summary_line(trace)}"]
-    if trace.event_count == 0:
+    if trace.event_count == 0 and not any(p.messages for p in trace.processes):
         lines.append("No pptrace events in this input: nothing to check (was pptrace active?).")
     counts = Counter(f.severity for f in findings)
     first = first_divergence(findings)
     if first is None:
-        lines.append("No findings: every attach and extract agrees across ranks.")
+        lines.append("No findings: every attach and extract agrees across ranks"
+                     + (", and every message with its receive." if any(
+                         p.messages for p in trace.processes) else "."))
     else:
         total = sum(occurrences(f) for f in findings)
         by_sev = ", ".join(
@@ -168,6 +187,11 @@ def event_ref_json(ref: EventId) -> dict[str, Any]:
     return {"process": ref.process, "direction": ref.direction.value, "seq": ref.seq}
 
 
+def message_ref_json(ref: MessageId) -> dict[str, Any]:
+    """A message-layer record reference as the JSON report writes it."""
+    return {"process": ref.process, "op": ref.op.value, "seq": ref.seq}
+
+
 def finding_json(f: Finding, cause: int | None = None) -> dict[str, Any]:
     """One finding as the JSON report writes it (the viewer's export uses the same shape);
     ``cause``: the index of ``f.cause`` in the report's findings."""
@@ -181,6 +205,7 @@ def finding_json(f: Finding, cause: int | None = None) -> dict[str, Any]:
         "channel": f.channel,
         "cascade": f.cascade,
         "events": [event_ref_json(e) for e in f.events],
+        "messages": [message_ref_json(m) for m in f.messages],
         "cause": cause,
     }
 
@@ -222,6 +247,8 @@ def _process_json(index: int, trace: Trace) -> dict[str, Any]:
         "pid": r.pid,
         "attaches": attaches,
         "extracts": len(proc.events) - attaches,
+        "sends": sum(1 for m in proc.messages if m.op is MessageOp.SEND),
+        "receives": sum(1 for m in proc.messages if m.op is MessageOp.RECV and m.phase == "end"),
         "dropped": proc.stats.dropped if proc.stats else None,
         "sources": list(proc.sources),
     }
@@ -238,6 +265,7 @@ def to_json(trace: Trace, findings: Sequence[Finding], fail_on: Severity, *,
         "summary": {
             "processes": len(trace.processes),
             "events": trace.event_count,
+            "messages": sum(_message_counts(trace)),
             "foreign_spans": len(trace.foreign),
             "input_problems": len(trace.problems),
             "findings": len(findings),

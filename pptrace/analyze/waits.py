@@ -1,0 +1,159 @@
+"""The hang: receives that began and never returned when the traces stop, and cycles of them.
+
+A receive records its ``begin`` before it blocks, so a rank that hangs in one leaves which kind
+it waited for and from whom. Each such wait becomes a finding naming the waiter, the kind, the
+peer, and what the peer's trace says: what it last sent to the waiter (kind, seq, when), that it
+left no trace, or that it waits too. Waits that lead back to themselves (rank 0 waits for rank
+3, which waits for rank 0) are one ``msg-deadlock`` finding naming the cycle; a wait that is no
+part of a cycle is a ``msg-hang`` (its chain of waiters named when the peer waits as well).
+
+    judge_waits(waits, trails, add)
+
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from pptrace.analyze.rules import rank_id, who
+from pptrace.model.findings import FindingKind, MessageId
+from pptrace.model.messages import MessageEvent, MessageOp
+from pptrace.model.records import RankInfo
+from pptrace.model.text import clip
+
+__all__ = ["Trail", "Wait", "judge_waits", "place", "wanted"]
+
+K = FindingKind
+Node = tuple[str, int]  # (run, global rank)
+
+
+def place(rank: RankInfo) -> str:
+    """``pp3``, ``pp3/tp1`` under TP, or ``rank7`` when the stage is unknown."""
+    if rank.pp_rank is None:
+        return f"rank{rank_id(rank)}"
+    tp = f"/tp{rank.tp_rank}" if (rank.tp_size or 1) > 1 and rank.tp_rank is not None else ""
+    return f"pp{rank.pp_rank}{tp}"
+
+
+def wanted(kind: str) -> str:
+    """```output``` message, or message when a receive asked for no kind."""
+    return f"`{clip(kind, 60)}` message" if kind else "message"
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """A receive that began and never returned."""
+
+    process: int
+    rank: RankInfo
+    run: str
+    prefix: str  # the channel-name prefix (the run, when several are analysed together)
+    begin: MessageEvent
+
+
+@dataclass(frozen=True, slots=True)
+class Trail:
+    """What one process's trace says about it, for the ranks that wait on it."""
+
+    rank: RankInfo
+    last_sends: Mapping[int, MessageEvent]  # receiver global rank -> the last send to it
+    stop_ns: int  # when its trace stops
+    complete: bool  # final stats: it shut down
+
+
+def _ago(ns: int, since: int) -> str:
+    dt = (ns - since) / 1e9
+    return f"{abs(dt):.3f} s {'before' if dt <= 0 else 'after'} the wait began"
+
+
+def _label(rank: RankInfo) -> str:
+    return f"{who(rank)} ({place(rank)})"
+
+
+AddFn = Callable[..., int]
+
+
+def judge_waits(waits: Sequence[Wait], trails: Mapping[Node, Trail], add: AddFn) -> None:
+    """One finding per wait that is no part of a cycle, one per cycle of waits."""
+    by_node: dict[Node, Wait] = {}
+    for w in sorted(waits, key=lambda w: w.begin.wall_ns):
+        by_node.setdefault((w.run, rank_id(w.rank)), w)  # a rank's earliest wait blocks it
+    cycles: list[list[Node]] = []
+    in_cycle: set[Node] = set()
+    for start in by_node:
+        chain, node = [start], (start[0], by_node[start].begin.peer)
+        while node in by_node and node not in chain and node not in in_cycle:
+            chain.append(node)
+            node = (node[0], by_node[node].begin.peer)
+        if node in chain:
+            cycle = chain[chain.index(node):]
+            cycles.append(cycle)
+            in_cycle.update(cycle)
+    for cycle in cycles:
+        _deadlock([by_node[n] for n in cycle], add)
+    for w in waits:
+        node = (w.run, rank_id(w.rank))
+        if node in in_cycle and by_node[node] is w:
+            continue
+        _hang(w, by_node, trails, add)
+
+
+def _ref(w: Wait) -> MessageId:
+    return MessageId(w.process, MessageOp.RECV, w.begin.seq)
+
+
+def _peer(w: Wait) -> RankInfo:
+    b = w.begin
+    return RankInfo(rank=b.peer if b.peer >= 0 else None, pp_rank=b.peer_pp_rank,
+                    tp_rank=b.peer_tp_rank, tp_size=w.rank.tp_size)
+
+
+def _deadlock(cycle: Sequence[Wait], add: AddFn) -> None:
+    parts = [f"{_label(w.rank)} waits for a {wanted(w.begin.expected_kind)} from rank "
+             f"{w.begin.peer} (receive #{w.begin.seq})" for w in cycle]
+    ring = " -> ".join([f"rank {rank_id(w.rank)}" for w in cycle] + [f"rank "
+                                                                      f"{rank_id(cycle[0].rank)}"])
+    first = min(cycle, key=lambda w: w.begin.wall_ns)
+    add(K.MSG_DEADLOCK, f"{'; '.join(parts)}: a cycle of waits, {ring} (deadlock)",
+        ranks=[rank_id(w.rank) for w in cycle], time_ns=first.begin.wall_ns,
+        channel=first.prefix + "~".join(place(w.rank) for w in cycle),
+        subject="", messages=[_ref(w) for w in cycle])
+
+
+def _hang(w: Wait, by_node: Mapping[Node, Wait], trails: Mapping[Node, Trail],
+          add: AddFn) -> None:
+    b, me = w.begin, rank_id(w.rank)
+    peer_node = (w.run, b.peer)
+    trail = trails.get(peer_node)
+    peer = trail.rank if trail is not None else _peer(w)
+    head = (f"{_label(w.rank)} waits for a {wanted(b.expected_kind)} from {_label(peer)} since "
+            f"its receive #{b.seq} began, and it never returned when the traces stop")
+    if b.peer < 0:
+        said = "the peer is unknown"
+    elif trail is None:
+        said = f"{who(peer)} left no trace (was it traced? did it start?)"
+    else:
+        last = trail.last_sends.get(me)
+        said = (f"{who(peer)} last sent it a {wanted(last.kind)} (send #{last.seq}, "
+                f"{_ago(last.wall_ns, b.wall_ns)})" if last is not None else
+                f"{who(peer)} sent it nothing")
+        theirs = by_node.get(peer_node)
+        if theirs is not None:
+            chain, node = [f"rank {me}"], peer_node
+            while f"rank {node[1]}" not in chain:
+                chain.append(f"rank {node[1]}")
+                if node not in by_node:
+                    break  # the chain ends at a rank that does not wait
+                node = (node[0], by_node[node].begin.peer)
+            said += (f", and waits too: for a {wanted(theirs.begin.expected_kind)} from rank "
+                     f"{theirs.begin.peer} ({' -> '.join(chain)})")
+        elif trail.complete:
+            said += f"; its trace ends {_ago(trail.stop_ns, b.wall_ns)} with final stats"
+        else:
+            said += f"; its trace stops {_ago(trail.stop_ns, b.wall_ns)}"
+    add(K.MSG_HANG, f"{head}: {said}", ranks=[me, b.peer] if b.peer >= 0 else [me],
+        time_ns=b.wall_ns,
+        channel=w.prefix + f"{place(peer)}->{place(w.rank)}",
+        subject=b.expected_kind, messages=[_ref(w)])
