@@ -250,13 +250,36 @@ def _tensor_args(tensors: Sequence[TensorMeta]) -> dict[str, Any]:
     }
 
 
-def _call_args(ev: Event) -> dict[str, Any]:
-    args: dict[str, Any] = {"seq": ev.seq, **_tensor_args(ev.tensors)}
-    if ev.subject_type:
-        args["subject_type"] = inert(ev.subject_type)
-    if ev.error_type is not None:
-        args["error"] = inert(clip(f"{ev.error_type}: {ev.error_message or ''}"))
-    return args
+class _CallArgs:
+    """The ``args`` of attach/extract slices, the tensors' part built once per distinct tuple.
+
+    A run repeats a few payload shapes; the loader shares equal tensors tuples, so most events
+    are found by the tuple's identity (the trace keeps every tuple alive meanwhile), the rest by
+    value. The lists are shared between slices, and never changed.
+    """
+
+    def __init__(self) -> None:
+        self.by_id: dict[int, dict[str, Any]] = {}
+        self.by_value: dict[tuple[TensorMeta, ...], dict[str, Any]] = {}
+        self.subjects: dict[str, str] = {}  # subject type -> as shown
+
+    def of(self, ev: Event) -> dict[str, Any]:
+        part = self.by_id.get(id(ev.tensors))
+        if part is None:
+            part = self.by_value.get(ev.tensors)
+            if part is None:
+                part = self.by_value[ev.tensors] = _tensor_args(ev.tensors)
+            self.by_id[id(ev.tensors)] = part
+        args: dict[str, Any] = {"seq": ev.seq, **part}
+        subject = ev.subject_type
+        if subject:
+            shown = self.subjects.get(subject)
+            if shown is None:
+                shown = self.subjects[subject] = inert(subject)
+            args["subject_type"] = shown
+        if ev.error_type is not None:
+            args["error"] = inert(clip(f"{ev.error_type}: {ev.error_message or ''}"))
+        return args
 
 
 def _pairs(trace: Trace, channels: Iterable[Channel]) -> list[tuple[int, Event, int, Event]]:
@@ -287,11 +310,12 @@ def _pairs(trace: Trace, channels: Iterable[Channel]) -> list[tuple[int, Event, 
 def _calls(trace: Trace, tracks: list[_Track], doc: _Doc, channels: Iterable[Channel]) -> None:
     """A slice per attach/extract, and a flow from each attach to its extract."""
     handle: dict[tuple[int, Direction, int], int] = {}
+    call_args = _CallArgs().of
     for track in tracks:
         for ev in trace.processes[track.index].events:
             handle[(track.index, ev.direction, ev.seq)] = doc.slice(
                 ev.direction.value, track, (ev.thread_id, CALLS), ev.start_ns, ev.duration_ns,
-                _call_args(ev))
+                call_args(ev))
     for s, a, r, e in _pairs(trace, channels):
         doc.flow(AUX_FLOW, handle[(s, a.direction, a.seq)], handle[(r, e.direction, e.seq)])
 
