@@ -45,15 +45,15 @@ def test_json_schema(capsys: pytest.CaptureFixture[str]) -> None:
                          "problems"]
     assert doc["truncated"] is None
     assert doc["summary"] == {
-        "processes": 2, "events": 12, "foreign_spans": 0, "input_problems": 0, "findings": 2,
-        "occurrences": 3, "by_severity": {"info": 0, "warning": 1, "error": 1},
+        "processes": 2, "events": 12, "messages": 0, "foreign_spans": 0, "input_problems": 0,
+        "findings": 2, "occurrences": 3, "by_severity": {"info": 0, "warning": 1, "error": 1},
         "by_kind": {"orphan-attach": 1, "dtype-mismatch": 1}, "fail_on": "error",
         "failed": True,
     }
     assert [p["rank"] for p in doc["processes"]] == [0, 1]
     assert set(doc["processes"][0]) == {
         "index", "rank", "world_size", "pp_rank", "pp_size", "tp_rank", "tp_size", "host",
-        "pid", "attaches", "extracts", "dropped", "sources"}
+        "pid", "attaches", "extracts", "sends", "receives", "dropped", "sources"}
     orphan, dtype = doc["findings"]
     assert dtype == {
         "kind": "dtype-mismatch",
@@ -67,6 +67,7 @@ def test_json_schema(capsys: pytest.CaptureFixture[str]) -> None:
         "cascade": 1,
         "events": [{"process": 1, "direction": "attach", "seq": 4},
                    {"process": 0, "direction": "extract", "seq": 4}],
+        "messages": [],
         "cause": None,
     }
     assert orphan["kind"] == "orphan-attach" and orphan["microbatch"] == 2
