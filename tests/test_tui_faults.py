@@ -81,7 +81,10 @@ def _check_marks(index: TraceIndex, findings: list[Finding], fault: str) -> None
             assert cell in marked, (fault, cell, index.state(*cell), [f.kind.value for f in fs])
     first = first_divergence(findings)
     assert first is not None and index.first_divergence == first
-    assert index.first_divergence_cell == index.cell_of(findings[first].events[0])
+    # The grid's cell of it: its first event's (none when it names only PP messages, which
+    # have no cell: the message layer's findings).
+    refs = findings[first].events
+    assert index.first_divergence_cell == (index.cell_of(refs[0]) if refs else None)
     # 2. Every other marked cell is the other side of a named call that raised, or a later
     #    occurrence of a named finding on its row.
     partners = {cell for cell in marked if index.state(*cell) is Cell.FAILED
