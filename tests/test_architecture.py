@@ -279,7 +279,7 @@ READING = modules_in("load", "analyze", "report")
 PLUGINS = modules_in("plugins")
 # The commands that only read traces (the viewer itself is checked below).
 READING_COMMANDS = ["pptrace.cli.main", "pptrace.cli.inputs", "pptrace.cli.analyze",
-                    "pptrace.cli.diff", "pptrace.cli.view"]
+                    "pptrace.cli.diff", "pptrace.cli.view", "pptrace.cli.export"]
 
 
 @pytest.mark.slow
