@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import gzip
 import os
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -190,3 +192,20 @@ def test_follow_sees_segments_appear_and_disappear(tmp_path: Path) -> None:
         assert loaded.problems == ()
         seen.append([len(p.events) for p in loaded.processes])
     assert seen == [[2, 2], [4, 4], [4, 4], [4, 4], [4, 4], [4, 4]]
+
+
+def test_gzip_dcf_makes_one_plain_file_of_a_rotated_trace(tmp_path: Path) -> None:
+    """The README's command for a tool that reads neither gzip nor segments: ``gzip -dcf
+    STEM.*`` (a shell glob sorts six-digit segment numbers in order; -f passes plain ones)."""
+    gz = shutil.which("gzip")
+    assert gz is not None, "gzip(1) is part of every system this runs on"
+    trace = _run()
+    whole = _whole(tmp_path / "whole", trace)
+    (tmp_path / "seg").mkdir()
+    segs = _write_segments(tmp_path / "seg", trace, gz=frozenset({1, 3, 4}))
+    (tmp_path / "one").mkdir()
+    for stem, paths in segs.items():
+        names = sorted(str(p) for p in paths)  # what the shell's glob gives
+        out = subprocess.run([gz, "-dcf", *names], check=True, capture_output=True).stdout
+        (tmp_path / "one" / f"{stem}.otlp.jsonl").write_bytes(out)
+    assert _content(load_paths([str(tmp_path / "one")])) == _content(whole)
