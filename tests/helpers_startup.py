@@ -79,6 +79,9 @@ def child_env(**extra: str) -> dict[str, str]:
 
 def run_pptrace(args: list[str], env: Mapping[str, str], cwd: Path,
                 timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """Run ``pptrace run ARGS`` in a child process."""
+    """Run ``pptrace run ARGS`` in a child process (``--native-build off`` unless ARGS say:
+    a background build would change which wrapper later tests' processes get)."""
+    if not any(a.startswith("--native-build") for a in args):
+        args = ["--native-build", "off", *args]
     return subprocess.run([PYTHON, "-m", "pptrace.cli.run", *args], env=dict(env),
                           cwd=str(cwd), capture_output=True, text=True, timeout=timeout)

@@ -38,7 +38,9 @@ def folder(tmp_path: Path) -> Path:
 def _env(tmp_path: Path) -> dict[str, str]:
     tmp = tmp_path / "tmp"
     tmp.mkdir(exist_ok=True)
-    return child_env(PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", TMPDIR=str(tmp))
+    # PPTRACE_NATIVE=0: no background build of the native reader here (its own test builds one).
+    return child_env(PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", TMPDIR=str(tmp),
+                     PPTRACE_NATIVE="0")
 
 
 def _steps(stdout: str) -> list[str]:

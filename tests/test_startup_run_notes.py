@@ -127,7 +127,7 @@ def test_a_malformed_pptrace_targets_stops_it_too(tmp_path: Path) -> None:
 def _args(*argv: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     run_cli.add_parser(parser.add_subparsers())
-    return parser.parse_args(["run", *argv])
+    return parser.parse_args(["run", "--native-build", "off", *argv])  # no build from here
 
 
 def test_targets_become_pptrace_targets(capsys: pytest.CaptureFixture[str]) -> None:

@@ -15,6 +15,12 @@ where the traces went and what to run next, or why nothing was traced. For that,
 also sets ``PPTRACE_RUN_PID`` (the command's process: ``exec`` keeps the pid) and
 ``PPTRACE_RUN_STATE`` (a private folder of marker files, removed when the command's process
 exits), for its own bookkeeping.
+
+Where a C++ compiler is present and this torch and Python have no build of pptrace's native
+reader (the fast path), the launcher starts one in a detached background process, said in one
+line and used by the processes started after it; ``--native-build wait`` builds it before
+COMMAND starts instead, ``--native-build off`` or ``PPTRACE_NATIVE=0`` never builds
+(``pptrace.activation.autobuild``).
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import tempfile
 import uuid
 from collections.abc import Mapping, Sequence
 
+from pptrace.activation import autobuild
 from pptrace.cli.tracing import add_export_arguments, export_env
 from pptrace.model.config import ENV_DOC
 from pptrace.model.errors import ConfigError
@@ -117,6 +124,11 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
                    "engine does not expose it (pp rank = rank // tp size)")
     p.add_argument("--tp-size", type=int, metavar="N", help="tensor-parallel size, likewise")
     add_export_arguments(p)
+    p.add_argument("--native-build", choices=autobuild.MODES, default="auto",
+                   help="build pptrace's native reader (the faster hot path) where this torch "
+                        "and Python have none and a C++ compiler is present: auto (default) in "
+                        "a background process, used by processes started after it; wait: "
+                        "before COMMAND starts; off: never (so does PPTRACE_NATIVE=0)")
     p.add_argument("--print-env", action="store_true",
                    help="print the variables as shell 'export' lines instead of running")
     p.add_argument("command", nargs=argparse.REMAINDER, help="the command to run, after '--'")
@@ -165,6 +177,7 @@ def run(args: argparse.Namespace) -> int:
               f"{sys.executable}, so nothing is traced unless a process loads it; to trace a "
               "transport module of your own: pptrace run --target MODULE[:ATTACH,EXTRACT] -- "
               "COMMAND", file=sys.stderr)
+    autobuild.launch(getattr(args, "native_build", "auto"), env)  # never raises
     env["PPTRACE_RUN_PID"] = str(os.getpid())  # the command's process: exec keeps the pid
     env["PPTRACE_RUN_STATE"] = state = tempfile.mkdtemp(prefix="pptrace-run-")
     try:
