@@ -93,10 +93,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def list_faults(out: IO[str]) -> None:
     """One line per fault: name, where, what the engine does."""
-    from pptrace_samples.faults import FAULTS
+    from pptrace_samples.faults import ALL_FAULTS
 
-    width = max(len(name) for name in FAULTS)
-    for fault in FAULTS.values():
+    width = max(len(name) for name in ALL_FAULTS)
+    for fault in ALL_FAULTS.values():
         out.write(f"{fault.name:<{width}}  {fault.where}: {fault.engine}\n")
 
 
@@ -272,9 +272,9 @@ def run(args: argparse.Namespace) -> int:
           f"{opts.steps} decode steps over {opts.slots} microbatch slots, "
           f"fault: {opts.fault or 'none'}")
     if opts.fault:
-        from pptrace_samples.faults import FAULTS
+        from pptrace_samples.faults import ALL_FAULTS
 
-        fault = FAULTS[opts.fault]
+        fault = ALL_FAULTS[opts.fault]
         print(f"  {fault.what} ({fault.where}); the engine: {fault.engine}")
     print(f"traces: {out_dir}{_exporters_line(env)}", flush=True)
     progress = Status(sys.stderr, quiet_below=0.0)  # off a terminal: the final steps, once
