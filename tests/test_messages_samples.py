@@ -11,12 +11,12 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from helpers_samples import run_sample
 from pptrace_samples.faults import FAULTS, MESSAGE_FAULTS
 
 from pptrace.load.loader import load_paths
 from pptrace.model.messages import MessageEvent, MessageOp
 from pptrace.model.trace import ProcessTrace, Trace
+from tests.helpers_samples import run_sample
 
 pytestmark = pytest.mark.slow
 
