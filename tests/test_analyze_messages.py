@@ -100,6 +100,31 @@ def wrong_kind() -> Run:
     return run
 
 
+def key_dropped_on_a_hop() -> Run:
+    # Stage 0 forwards the output message around the ring without one of its keys.
+    run = Run(pp_size=3)
+    logprobs = [*OUT, mt("next_token_logprobs", (8,))]
+    for k in range(3):
+        run.message("proxy", PROXY, frm=0, to=1)
+        run.message("proxy", PROXY, frm=1, to=2)
+        run.message("output", logprobs, frm=2, to=0, carries=k)
+        run.message("output", logprobs if k != 1 else OUT, frm=0, to=1)
+        run.message("output", logprobs, frm=1, to=2)
+    return run
+
+
+def mislabelled() -> Run:
+    run = Run(pp_size=2)
+    for k in range(3):  # stage 0 forwards each output to stage 1, as the ring does
+        run.message("proxy", PROXY, frm=0, to=1)
+        run.message("output", OUT, frm=1, to=0, carries=k)
+        run.message("output", OUT, frm=0, to=1)
+    run.send("output", PROXY, pp=0, to=1)  # a proxy that went out labelled 'output'
+    run.recv("output", PROXY, pp=1, frm=0, expected="proxy", stashed=True)
+    run.recv("output", PROXY, pp=1, frm=0, from_stash=True)
+    return run
+
+
 def stash_unconsumed() -> Run:
     run = healthy(Run(pp_size=2), 1)
     run.send("output", OUT, pp=0, to=1)
@@ -170,14 +195,17 @@ ROWS: list[tuple[str, Callable[[], Run], list[FindingKind]]] = [
     ("wrong all-gather group", one_pair([mt("x", (8, 5))], [mt("x", (16, 5), sliced=True)],
                                         gather=2), [K.MSG_GATHER_GROUP]),
     ("TP slices of different tensors", tp_slices,
-     [K.MSG_TP_SLICES_DIFFER, K.MSG_CONTENT_MISMATCH, K.MSG_CONTENT_MISMATCH]),
+     [K.MSG_SLICES_DIFFER, K.MSG_CONTENT_MISMATCH, K.MSG_CONTENT_MISMATCH]),
     ("a kind where another was expected", wrong_kind, [K.MSG_WRONG_KIND]),
     ("a stashed kind never taken", stash_unconsumed, [K.MSG_STASH_UNCONSUMED]),
+    ("a key dropped by a stage that forwards", key_dropped_on_a_hop, [K.MSG_KEYS_DIFFER]),
+    ("a message under another kind's label", mislabelled, [K.MSG_WRONG_KIND]),
     ("a send never received", never_received, [K.MSG_NEVER_RECEIVED]),
     ("a receive with no send", unmatched_recv, [K.MSG_UNMATCHED_RECV]),
     ("a send that raised", raised, [K.MSG_RAISED]),
     ("the hang", hang, [K.MSG_HANG, K.STATS_NOT_FINAL, K.STATS_NOT_FINAL]),
-    ("a cycle of waits", deadlock, [K.MSG_DEADLOCK, K.STATS_NOT_FINAL, K.STATS_NOT_FINAL]),
+    ("a cycle of waits", deadlock, [K.MSG_HANG, K.MSG_HANG, K.STATS_NOT_FINAL,
+                                    K.STATS_NOT_FINAL]),
     ("rotated messages", cut, [K.MSG_CUT, K.WINDOW_CUT]),
 ]
 
@@ -216,14 +244,14 @@ def test_messages_name_both_sides() -> None:
     assert "`ids` sent int64[1024], arrived int64[1015] (1024 elements against 1015)" in (
         size.message)
     kind = _one(analyze(wrong_kind().trace()), K.MSG_WRONG_KIND)
-    assert "rank 0 (pp0) asked rank 1 (pp1) for a `output` message and got a `proxy` message" in (
+    assert "rank 0 (pp0) asked rank 1 (pp1) for an `output` message and got a `proxy` message" in (
         kind.message)
 
 
 def test_the_hang_names_the_waiter_the_kind_the_peer_and_what_it_last_sent() -> None:
     findings = analyze(hang().trace())
     f = _one(findings, K.MSG_HANG)
-    assert f.message.startswith("rank 0 (pp0) waits for a `output` message from rank 1 (pp1) "
+    assert f.message.startswith("rank 0 (pp0) waits for an `output` message from rank 1 (pp1) "
                                 "since its receive #3 began")
     assert "rank 1 last sent it a `proxy` message (send #2, " in f.message
     assert f.severity is Severity.ERROR and f.ranks == (0, 1) and f.channel == "pp1->pp0"
@@ -231,15 +259,25 @@ def test_the_hang_names_the_waiter_the_kind_the_peer_and_what_it_last_sent() -> 
     index = first_divergence(findings)
     assert index is not None and findings[index] is f
     text = render_text(hang().trace(), findings, Severity.ERROR)
-    assert "First divergence (error, msg-hang):" in text
+    assert "First divergence (error, message-hang):" in text
 
 
 def test_a_cycle_of_waits_is_named() -> None:
-    f = _one(analyze(deadlock().trace()), K.MSG_DEADLOCK)
-    assert "a cycle of waits, rank 0 -> rank 1 -> rank 0 (deadlock)" in f.message
-    assert "rank 0 (pp0) waits for a `output` message from rank 1" in f.message
-    assert "rank 1 (pp1) waits for a `proxy` message from rank 0" in f.message
-    assert set(f.ranks) == {0, 1} and len(f.messages) == 2
+    first, second = [f for f in analyze(deadlock().trace()) if f.kind is K.MSG_HANG]
+    assert first.message.startswith("rank 0 (pp0) waits for an `output` message from rank 1")
+    assert first.message.endswith("and waits too: for a `proxy` message from rank 0 (rank 0 -> "
+                                  "rank 1 -> rank 0: a cycle of waits (deadlock))")
+    assert second.message.startswith("rank 1 (pp1) waits for a `proxy` message from rank 0")
+    assert "(rank 1 -> rank 0 -> rank 1: a cycle of waits (deadlock))" in second.message
+
+
+def test_a_receive_that_failed_at_its_timeout_is_a_wait() -> None:
+    run = healthy(Run(pp_size=2), 1)
+    run.recv("output", pp=0, frm=1, error=("RuntimeError", "Timed out waiting 4000ms"))
+    f = _one(analyze(run.trace()), K.MSG_HANG)
+    assert "since its receive #1 began, and it failed 0.000 s later with RuntimeError: Timed " in (
+        f.message)
+    assert "rank 1 last sent it an `output` message (send #0, " in f.message
 
 
 def test_a_chain_of_waits_that_is_no_cycle_names_the_chain() -> None:
@@ -249,14 +287,14 @@ def test_a_chain_of_waits_that_is_no_cycle_names_the_chain() -> None:
     findings = analyze(run.trace())
     hangs = [f for f in findings if f.kind is K.MSG_HANG]
     assert len(hangs) == 2
-    assert "and waits too: for a `proxy` message from rank 1 (rank 0 -> rank 2 -> rank 1)" in (
-        hangs[0].message)
+    assert hangs[0].message.endswith(
+        "and waits too: for a `proxy` message from rank 1 (rank 0 -> rank 2 -> rank 1)")
     assert "rank 1 last sent it a `proxy` message" in hangs[1].message
 
 
 def test_tp_slices_differ_is_the_cause_of_the_receivers_content_mismatch() -> None:
     findings = analyze(tp_slices().trace())
-    cause = _one(findings, K.MSG_TP_SLICES_DIFFER)
+    cause = _one(findings, K.MSG_SLICES_DIFFER)
     assert "rank 0 (pp0/tp0) and rank 1 (pp0/tp1) sent `hidden_states` as TP slices of " in (
         cause.message)
     assert "fingerprints fp0 on rank 0, fp1 on rank 1" in cause.message
@@ -286,7 +324,7 @@ def test_a_message_finding_cascades_and_reaches_the_json() -> None:
     assert f.cascade == 4 and "(and 4 more like this)" in f.message
     doc = to_json(trace, findings, Severity.ERROR)
     row = doc["findings"][0]
-    assert row["kind"] == "msg-dtype-mismatch"
+    assert row["kind"] == "message-dtype-mismatch"
     assert row["messages"] == [{"process": 1, "op": "send", "seq": 1},
                                {"process": 0, "op": "recv", "seq": 1}]
     assert doc["summary"]["messages"] == 14
@@ -306,3 +344,16 @@ def test_a_send_to_a_rank_that_left_no_trace_is_not_judged() -> None:
     run.send("output", OUT, pp=1, to=0)
     run.absent.add((0, 0))
     assert [f.kind for f in analyze(run.trace()) if f.kind.category is Category.MESSAGE] == []
+
+
+def test_a_hop_and_a_label_name_both_messages() -> None:
+    hop = _one(analyze(key_dropped_on_a_hop().trace()), K.MSG_KEYS_DIFFER)
+    assert hop.message == ("rank 0 (pp0) received an `output` message from rank 2 with "
+                           "`next_token_logprobs` (receive #1) and forwarded it to rank 1 (pp1) "
+                           "without it (send #3)")
+    assert hop.channel == "pp0->pp1"
+    label = _one(analyze(mislabelled().trace()), K.MSG_WRONG_KIND)
+    assert label.message == (
+        "rank 0 (pp0) sent rank 1 (pp1) a message labelled `output` (send #6) that carries the "
+        "keys of its `proxy` messages (`__msg_type__`, `hidden_states`, `residual`); rank 1's "
+        "receive #6, which asked for a `proxy` message, stashed it as an `output` message")

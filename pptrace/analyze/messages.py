@@ -12,12 +12,16 @@ dicts. Here they are judged across ranks:
   a receive with no send;
 - across a sending stage's TP ranks, per message: a tensor sent as TP slices must be the same
   tensor on every one (else the receivers re-assemble a mix);
-- a typed receive that got another kind than it asked for; a stashed kind no receive took;
-- a send or receive that raised;
-- the waits a hang leaves (``pptrace.analyze.waits``).
+- a typed receive that got another kind than it asked for; a message whose keys are another
+  kind's (mislabelled); a stashed kind no receive took;
+- a stage that forwards the output messages it receives keeps their keys (but the auxiliary
+  ones stage 0 extracts);
+- a send that raised;
+- the waits a hang leaves, a receive that failed at its timeout among them
+  (``pptrace.analyze.waits``).
 
 A process whose oldest messages were rotated away (its first kept seq above 0) gets one
-``msg-cut`` info and its channels are not paired: a message's per-process seq counts every
+``message-cut`` info and its channels are not paired: a message's per-process seq counts every
 channel and kind, so where a channel's history starts cannot be told.
 
     carried = check_messages(trace, raws, runs, prefixes, complete)
@@ -30,18 +34,19 @@ attach/extract pairs. Pure: no I/O.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
+from pptrace.analyze.message_sides import Pair, Side, numel
 from pptrace.analyze.rules import listed, rank_id, who
 from pptrace.analyze.summary import Raw
 from pptrace.analyze.waits import Trail, Wait, judge_waits, place, wanted
 from pptrace.model.findings import Category, FindingKind, MessageId, Severity
 from pptrace.model.messages import MessageEvent, MessageOp, MessageTensor
-from pptrace.model.records import Direction, RankInfo
+from pptrace.model.records import PREFIX, Direction, RankInfo
 from pptrace.model.text import clip, plural
-from pptrace.model.trace import ProcessTrace, Trace
+from pptrace.model.trace import Trace
 
 __all__ = ["Carried", "carried_by", "check_messages"]
 
@@ -49,67 +54,22 @@ K = FindingKind
 SEND, RECV = MessageOp.SEND, MessageOp.RECV
 #: (sending process index, attach seq) -> "output message #12 pp3->pp0"
 Carried = dict[tuple[int, int], str]
+#: The kind a stage that receives it forwards to the next stage (the ring of outputs).
+FORWARDED = "output"
 # (run, sender global rank, receiver global rank, kind)
 _Key = tuple[str, int, int, str]
-
-
-def _numel(shape: tuple[int, ...]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
-
-
-@dataclass(slots=True)
-class _Side:
-    """One process's message records, sorted out once."""
-
-    index: int
-    trace: ProcessTrace
-    run: str
-    prefix: str
-    sends: list[MessageEvent] = field(default_factory=list)
-    ends: list[MessageEvent] = field(default_factory=list)  # receives that returned or raised
-    begins: dict[int, MessageEvent] = field(default_factory=dict)
-    cut: bool = False
-
-    @property
-    def rank(self) -> RankInfo:
-        return self.trace.rank
-
-    def last_ns(self) -> int:
-        """When this process's trace stops (its latest record's end, wall clock)."""
-        ends = [m.wall_ns + max(m.duration_ns, 0) for m in self.trace.messages]
-        ends += [ev.end_ns for ev in self.trace.events[-1:]]
-        if self.trace.stats is not None:
-            ends.append(self.trace.stats.time_ns)
-        return max(ends, default=0)
-
-
-@dataclass(frozen=True, slots=True)
-class _Pair:
-    """One send and the receive it paired with."""
-
-    s: _Side
-    m: MessageEvent
-    r: _Side
-    e: MessageEvent
-    channel: str
-
-    def head(self) -> str:
-        return (f"{wanted(self.m.kind)} #{self.m.seq} {who(self.s.rank)} ({place(self.s.rank)})"
-                f" -> {who(self.r.rank)} ({place(self.r.rank)}) (receive #{self.e.seq})")
 
 
 class _Check:
     def __init__(self, trace: Trace, raws: list[Raw], runs: Sequence[str],
                  prefixes: Sequence[str], complete: Callable[[int], bool]) -> None:
         self.raws, self.complete = raws, complete
-        self.sides: list[_Side] = []
-        self.by_rank: dict[tuple[str, int], _Side] = {}
-        self.quiet: list[_Side] = []
+        self.sides: list[Side] = []
+        self.by_rank: dict[tuple[str, int], Side] = {}
+        self.quiet: list[Side] = []
+        self.sides_by_index: dict[int, Side] = {}
         for i, proc in enumerate(trace.processes):
-            side = _Side(i, proc, runs[i], prefixes[i])
+            side = Side(i, proc, runs[i], prefixes[i])
             if not proc.messages:
                 self.quiet.append(side)
                 continue
@@ -125,11 +85,15 @@ class _Check:
             side.cut = min((m.seq for m in proc.messages if m.op is SEND), default=0) > 0 or (
                 min((m.seq for m in proc.messages if m.op is RECV), default=0) > 0)
             self.sides.append(side)
+            self.sides_by_index[i] = side
             self.by_rank.setdefault((side.run, rank_id(proc.rank)), side)
         # Every process's ranks, also those that recorded no message (a peer that sent nothing).
         self.ranks = {(runs[i], rank_id(p.rank)): p.rank for i, p in enumerate(trace.processes)}
         self.carried: Carried = {}
         self.slices: dict[tuple[int, int], int] = {}  # (process, send seq) -> raw index
+        # (sending process, send seq) -> the receive it paired with
+        self.received: dict[tuple[int, int], tuple[Side, MessageEvent]] = {}
+        self.relabelled: set[tuple[int, int]] = set()  # (process, send seq) sent mislabelled
 
     def add(self, kind: FindingKind, message: str, *, ranks: Iterable[int], time_ns: int | None,
             channel: str, subject: str = "", microbatch: int | None = None,
@@ -139,29 +103,28 @@ class _Check:
                              subject, severity, cause, tuple(messages)))
         return len(self.raws) - 1
 
-    def peer_rank(self, side: _Side, m: MessageEvent) -> RankInfo:
+    def peer_rank(self, side: Side, m: MessageEvent) -> RankInfo:
         known = self.ranks.get((side.run, m.peer))
         if known is not None:
             return known
         return RankInfo(rank=m.peer if m.peer >= 0 else None, pp_rank=m.peer_pp_rank,
                         tp_rank=m.peer_tp_rank, tp_size=side.rank.tp_size)
 
-    def channel(self, side: _Side, m: MessageEvent) -> str:
+    def channel(self, side: Side, m: MessageEvent) -> str:
         """``pp3->pp0`` for a send of ``side``, ``pp3->pp0`` for a receive (sender first)."""
         here, there = place(side.rank), place(self.peer_rank(side, m))
         return side.prefix + (f"{here}->{there}" if m.op is SEND else f"{there}->{here}")
 
     # --- per process ------------------------------------------------------------------------
 
-    def per_process(self, side: _Side) -> None:
+    def per_process(self, side: Side) -> None:
         label = f"{who(side.rank)} ({place(side.rank)})"
-        for m in (*side.sends, *side.ends):
+        for m in side.sends:  # a receive that raised is a wait that ended (pptrace.waits)
             if m.ok:
                 continue
-            verb = "send" if m.op is SEND else "receive"
             self.add(K.MSG_RAISED,
-                     f"{label} {verb} #{m.seq} of a {wanted(m.kind or m.expected_kind)} "
-                     f"{'to' if m.op is SEND else 'from'} {who(self.peer_rank(side, m))} raised "
+                     f"{label} send #{m.seq} of {wanted(m.kind)} to "
+                     f"{who(self.peer_rank(side, m))} raised "
                      f"{clip(m.error_type or '', 200)}: {clip(m.error_message or '')}",
                      ranks=[rank_id(side.rank)], time_ns=m.wall_ns, channel=self.channel(side, m),
                      subject=m.error_type or "", messages=[MessageId(side.index, m.op, m.seq)])
@@ -178,7 +141,7 @@ class _Check:
                      channel=side.prefix + place(side.rank))
         self.stash(side, label)
 
-    def stash(self, side: _Side, label: str) -> None:
+    def stash(self, side: Side, label: str) -> None:
         stashed: dict[str, list[MessageEvent]] = defaultdict(list)
         taken: dict[str, int] = defaultdict(int)
         for m in side.ends:
@@ -195,8 +158,8 @@ class _Check:
                 note = (" (its trace ends without final stats: a later receive may have taken "
                         "it)") if early else ""
                 self.add(K.MSG_STASH_UNCONSUMED,
-                         f"{label} stashed a {wanted(kind)} from {who(self.peer_rank(side, m))} "
-                         f"(receive #{m.seq}, which asked for a {wanted(m.expected_kind)}) that "
+                         f"{label} stashed {wanted(kind)} from {who(self.peer_rank(side, m))} "
+                         f"(receive #{m.seq}, which asked for {wanted(m.expected_kind)}) that "
                          f"no later receive took ({plural(len(left), 'such message')}){note}",
                          ranks=[rank_id(side.rank), m.peer], time_ns=m.wall_ns,
                          channel=self.channel(side, m), subject=kind,
@@ -207,7 +170,7 @@ class _Check:
 
     def tp_slices(self) -> None:
         """A tensor sent as TP slices must be one tensor on every TP rank of the sending stage."""
-        stages: dict[tuple[str, int], list[_Side]] = defaultdict(list)
+        stages: dict[tuple[str, int], list[Side]] = defaultdict(list)
         for side in self.sides:
             if side.rank.pp_rank is not None and side.sends:
                 stages[(side.run, side.rank.pp_rank)].append(side)
@@ -224,7 +187,7 @@ class _Check:
                         continue
                     self.slices_differ(ref, base, other, m)
 
-    def slices_differ(self, ref: _Side, base: MessageEvent, other: _Side,
+    def slices_differ(self, ref: Side, base: MessageEvent, other: Side,
                       m: MessageEvent) -> None:
         mine = {t.key: t for t in base.tensors}
         for t in m.tensors:
@@ -239,7 +202,7 @@ class _Check:
             else:
                 continue
             index = self.add(
-                K.MSG_TP_SLICES_DIFFER,
+                K.MSG_SLICES_DIFFER,
                 f"{who(ref.rank)} ({place(ref.rank)}) and {who(other.rank)} ({place(other.rank)}) "
                 f"sent `{clip(t.key, 200)}` as TP slices of different tensors in "
                 f"{wanted(m.kind)} #{m.seq} ({what}): the receivers re-assemble a mix of them "
@@ -257,8 +220,8 @@ class _Check:
     # --- pairs ------------------------------------------------------------------------------
 
     def pairs(self) -> None:
-        sends: dict[_Key, list[tuple[_Side, MessageEvent]]] = defaultdict(list)
-        recvs: dict[_Key, list[tuple[_Side, MessageEvent]]] = defaultdict(list)
+        sends: dict[_Key, list[tuple[Side, MessageEvent]]] = defaultdict(list)
+        recvs: dict[_Key, list[tuple[Side, MessageEvent]]] = defaultdict(list)
         for side in self.sides:
             me = rank_id(side.rank)
             for m in side.sends:
@@ -274,6 +237,7 @@ class _Check:
                 continue
             out, got = sends.get(key, []), recvs.get(key, [])
             for (side, m), (rside, e) in zip(out, got, strict=False):
+                self.received[(side.index, m.seq)] = (rside, e)
                 if m.carries_attach is not None:
                     self.carried[(side.index, m.carries_attach)] = (
                         f"{m.kind or 'untyped'} message #{m.seq} {self.channel(side, m)}")
@@ -283,7 +247,7 @@ class _Check:
             if len(got) > len(out) and (run, src) in self.ranks:
                 for rside, e in got[len(out):]:
                     self.add(K.MSG_UNMATCHED_RECV,
-                             f"{who(rside.rank)} ({place(rside.rank)}) received a "
+                             f"{who(rside.rank)} ({place(rside.rank)}) received "
                              f"{wanted(e.kind)} (receive #{e.seq}) from "
                              f"{who(self.peer_rank(rside, e))} that has no send of it to pair "
                              "with", ranks=[src, dst], time_ns=e.wall_ns,
@@ -295,8 +259,76 @@ class _Check:
                         and e.kind != e.expected_kind):
                     self.wrong_kind(side, e)
 
-    def never_received(self, left: Sequence[tuple[_Side, MessageEvent]],
-                       r: _Side | None) -> None:
+    def hops(self, side: Side) -> None:
+        """A stage that forwards the output messages it receives keeps their keys (all but the
+        auxiliary ones, which stage 0 extracts)."""
+        if side.rank.pp_rank is None or side.rank.is_last_stage:
+            return
+        got = [e for e in side.ends if e.ok and not e.stashed and e.kind == FORWARDED]
+        out = [m for m in side.sends if m.ok and m.kind == FORWARDED
+               and (side.index, m.seq) not in self.relabelled]
+        for e, m in zip(got, out, strict=False):
+            if m.keys == e.keys:
+                continue
+            sent = set(m.keys)
+            lost = [k for k in e.keys if k not in sent and not k.startswith(PREFIX)]
+            if not lost:
+                continue
+            dst = self.peer_rank(side, m)
+            self.add(K.MSG_KEYS_DIFFER,
+                     f"{who(side.rank)} ({place(side.rank)}) received {wanted(e.kind)} from "
+                     f"{who(self.peer_rank(side, e))} with {listed(lost)} (receive #{e.seq}) "
+                     f"and forwarded it to {who(dst)} ({place(dst)}) without "
+                     f"{'them' if len(lost) > 1 else 'it'} (send #{m.seq})",
+                     ranks=[rank_id(side.rank), m.peer], time_ns=m.wall_ns,
+                     channel=self.channel(side, m), subject=f"hop:{m.kind}:{','.join(lost)}",
+                     microbatch=m.carries_attach,
+                     messages=[MessageId(side.index, RECV, e.seq),
+                               MessageId(side.index, SEND, m.seq)])
+
+    def labels(self) -> None:
+        """A message whose keys are those of another kind's messages on its channel, not its
+        own kind's: it went out under the wrong label (the receiver files it wrongly)."""
+        channels: dict[tuple[int, int], list[MessageEvent]] = defaultdict(list)
+        for side in self.sides:
+            for m in side.sends:
+                if m.ok:
+                    channels[(side.index, m.peer)].append(m)
+        for (index, _), sends in channels.items():
+            usual: dict[str, frozenset[str]] = {}
+            for kind in {m.kind for m in sends}:
+                counts = Counter(frozenset(m.keys) for m in sends if m.kind == kind)
+                keys, n = counts.most_common(1)[0]
+                if n > 1:
+                    usual[kind] = keys
+            owner = {keys: kind for kind, keys in usual.items()}
+            for m in sends:
+                keys = frozenset(m.keys)
+                other = owner.get(keys)
+                if other is None or m.kind not in usual or other == m.kind:
+                    continue
+                self.mislabelled(self.sides_by_index[index], m, other)
+
+    def mislabelled(self, side: Side, m: MessageEvent, other: str) -> None:
+        self.relabelled.add((side.index, m.seq))
+        dst = self.peer_rank(side, m)
+        where = self.received.get((side.index, m.seq))
+        filed = "" if where is None else (
+            f"; {who(dst)}'s receive #{where[1].seq}, which asked for "
+            f"{wanted(where[1].expected_kind)}, "
+            + ("stashed it" if where[1].stashed else "took it") + f" as {wanted(m.kind)}")
+        ids = [MessageId(side.index, SEND, m.seq)] + (
+            [MessageId(where[0].index, RECV, where[1].seq)] if where is not None else [])
+        self.add(K.MSG_WRONG_KIND,
+                 f"{who(side.rank)} ({place(side.rank)}) sent {who(dst)} ({place(dst)}) a message "
+                 f"labelled `{clip(m.kind, 60)}` (send #{m.seq}) that carries the keys of its "
+                 f"`{clip(other, 60)}` messages ({listed(sorted(m.keys))}){filed}",
+                 ranks=[rank_id(side.rank), m.peer], time_ns=m.wall_ns,
+                 channel=self.channel(side, m), subject=f"label:{m.kind}:{other}",
+                 microbatch=m.carries_attach, messages=ids)
+
+    def never_received(self, left: Sequence[tuple[Side, MessageEvent]],
+                       r: Side | None) -> None:
         # A send after the receiver's trace stopped was in flight: the receiver never had the
         # chance (a receiver that waits is the hang's finding).
         stop = r.last_ns() if r is not None else 0
@@ -305,7 +337,7 @@ class _Check:
                 continue
             dst = self.peer_rank(side, m)
             self.add(K.MSG_NEVER_RECEIVED,
-                     f"{who(side.rank)} ({place(side.rank)}) sent a {wanted(m.kind)} (send "
+                     f"{who(side.rank)} ({place(side.rank)}) sent {wanted(m.kind)} (send "
                      f"#{m.seq}) to {who(dst)} ({place(dst)}), which never received it "
                      + ("(it recorded no message at all)" if r is None else
                         "(its trace goes on after the send)"),
@@ -313,21 +345,21 @@ class _Check:
                      channel=self.channel(side, m), subject=m.kind,
                      microbatch=m.carries_attach, messages=[MessageId(side.index, SEND, m.seq)])
 
-    def wrong_kind(self, side: _Side, e: MessageEvent) -> None:
+    def wrong_kind(self, side: Side, e: MessageEvent) -> None:
         src = self.peer_rank(side, e)
         self.add(K.MSG_WRONG_KIND,
-                 f"{who(side.rank)} ({place(side.rank)}) asked {who(src)} ({place(src)}) for a "
-                 f"{wanted(e.expected_kind)} and got a {wanted(e.kind)} (receive #{e.seq}): it "
+                 f"{who(side.rank)} ({place(side.rank)}) asked {who(src)} ({place(src)}) for "
+                 f"{wanted(e.expected_kind)} and got {wanted(e.kind)} (receive #{e.seq}): it "
                  "goes on as if it held the one it asked for",
                  ranks=[rank_id(side.rank), e.peer], time_ns=e.wall_ns,
                  channel=self.channel(side, e), subject=f"{e.expected_kind}:{e.kind}",
                  messages=[MessageId(side.index, RECV, e.seq)])
 
-    def compare(self, s: _Side, m: MessageEvent, r: _Side, e: MessageEvent) -> None:
+    def compare(self, s: Side, m: MessageEvent, r: Side, e: MessageEvent) -> None:
         """What differs between one send and the receive it paired with."""
         if m.keys == e.keys and m.tensors == e.tensors and m.gather_size == e.gather_size:
             return
-        pair = _Pair(s, m, r, e, self.channel(s, m))
+        pair = Pair(s, m, r, e, self.channel(s, m))
         head = pair.head()
         if set(m.keys) != set(e.keys):
             got, sent_keys = set(e.keys), set(m.keys)
@@ -356,7 +388,7 @@ class _Check:
                       f"{who(r.rank)} re-assembled over an all-gather group of "
                       f"{e.gather_size} (its TP size {size}){what}", m.kind)
 
-    def pair(self, kind: FindingKind, p: _Pair, message: str, subject: str,
+    def pair(self, kind: FindingKind, p: Pair, message: str, subject: str,
              cause: int | None = None) -> None:
         self.add(kind, message, ranks=[rank_id(p.s.rank), rank_id(p.r.rank)],
                  time_ns=p.m.wall_ns, channel=p.channel, subject=subject,
@@ -364,7 +396,7 @@ class _Check:
                  messages=[MessageId(p.s.index, SEND, p.m.seq),
                            MessageId(p.r.index, RECV, p.e.seq)])
 
-    def tensor(self, p: _Pair, a: MessageTensor, t: MessageTensor) -> None:
+    def tensor(self, p: Pair, a: MessageTensor, t: MessageTensor) -> None:
         """What differs in one key between a send and its receive (the first difference)."""
         head, key, subject = p.head(), clip(t.key, 200), f"{p.m.kind}:{t.key}"
         if a.dtype != t.dtype or a.is_tensor != t.is_tensor:
@@ -373,7 +405,7 @@ class _Check:
         elif a.shape != t.shape:
             self.pair(K.MSG_SHAPE_MISMATCH, p,
                       f"{head}: `{key}` sent {a.describe()}, arrived {t.describe()} "
-                      f"({_numel(a.shape)} elements against {_numel(t.shape)})", subject)
+                      f"({numel(a.shape)} elements against {numel(t.shape)})", subject)
         elif a.nbytes != t.nbytes:
             self.pair(K.MSG_BYTES_MISMATCH, p,
                       f"{head}: `{key}` {a.describe()} sent {plural(a.nbytes, 'byte')}, "
@@ -385,11 +417,14 @@ class _Check:
                       cause=self.slices.get((p.s.index, p.m.seq)))
 
     def waits(self) -> None:
-        waits, trails = [], {}
+        waits: list[Wait] = []
+        trails: dict[tuple[str, int], Trail] = {}
         for side in self.sides:
-            ended = {m.seq for m in side.ends}
-            waits += [Wait(side.index, side.rank, side.run, side.prefix, b)
-                      for seq, b in sorted(side.begins.items()) if seq not in ended]
+            ended = {m.seq: m for m in side.ends}
+            for seq, b in sorted(side.begins.items()):
+                end = ended.get(seq)
+                if end is None or not end.ok:
+                    waits.append(Wait(side.index, side.rank, side.run, side.prefix, b, end))
             last: dict[int, MessageEvent] = {}
             for m in side.sends:
                 last[m.peer] = m
@@ -406,6 +441,9 @@ class _Check:
             self.per_process(side)
         self.tp_slices()
         self.pairs()
+        self.labels()
+        for side in self.sides:
+            self.hops(side)
         self.waits()
         return self.carried
 

@@ -1,11 +1,11 @@
 """The hang: receives that began and never returned when the traces stop, and cycles of them.
 
 A receive records its ``begin`` before it blocks, so a rank that hangs in one leaves which kind
-it waited for and from whom. Each such wait becomes a finding naming the waiter, the kind, the
-peer, and what the peer's trace says: what it last sent to the waiter (kind, seq, when), that it
-left no trace, or that it waits too. Waits that lead back to themselves (rank 0 waits for rank
-3, which waits for rank 0) are one ``msg-deadlock`` finding naming the cycle; a wait that is no
-part of a cycle is a ``msg-hang`` (its chain of waiters named when the peer waits as well).
+it waited for and from whom; one that gave up at its timeout leaves the error too. Each such
+wait is a ``message-hang`` finding naming the waiter, the kind, the peer, and what the peer's
+trace says: what it last sent to the waiter (kind, seq, when), that it left no trace, or that it
+waits too, with the chain of waits it leads to, named as a deadlock when the chain comes back
+to the waiter (rank 0 waits for rank 3, which waits for rank 0).
 
     judge_waits(waits, trails, add)
 
@@ -23,7 +23,7 @@ from pptrace.model.messages import MessageEvent, MessageOp
 from pptrace.model.records import RankInfo
 from pptrace.model.text import clip
 
-__all__ = ["Trail", "Wait", "judge_waits", "place", "wanted"]
+__all__ = ["Trail", "Wait", "judge_waits", "labelled", "place", "wanted"]
 
 K = FindingKind
 Node = tuple[str, int]  # (run, global rank)
@@ -37,9 +37,14 @@ def place(rank: RankInfo) -> str:
     return f"pp{rank.pp_rank}{tp}"
 
 
-def wanted(kind: str) -> str:
-    """```output``` message, or message when a receive asked for no kind."""
+def labelled(kind: str) -> str:
+    """```output``` message, or message for a message of no kind."""
     return f"`{clip(kind, 60)}` message" if kind else "message"
+
+
+def wanted(kind: str) -> str:
+    """an ```output``` message, a ```proxy``` message, or a message (one of no kind)."""
+    return f"{'an' if kind[:1] in tuple('aeiouAEIOU') else 'a'} {labelled(kind)}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +56,7 @@ class Wait:
     run: str
     prefix: str  # the channel-name prefix (the run, when several are analysed together)
     begin: MessageEvent
+    end: MessageEvent | None = None  # the receive's end when it raised (its timeout)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,28 +82,24 @@ AddFn = Callable[..., int]
 
 
 def judge_waits(waits: Sequence[Wait], trails: Mapping[Node, Trail], add: AddFn) -> None:
-    """One finding per wait that is no part of a cycle, one per cycle of waits."""
+    """One finding per wait, each naming the chain (or the cycle) of waits it leads to."""
     by_node: dict[Node, Wait] = {}
     for w in sorted(waits, key=lambda w: w.begin.wall_ns):
         by_node.setdefault((w.run, rank_id(w.rank)), w)  # a rank's earliest wait blocks it
-    cycles: list[list[Node]] = []
-    in_cycle: set[Node] = set()
-    for start in by_node:
-        chain, node = [start], (start[0], by_node[start].begin.peer)
-        while node in by_node and node not in chain and node not in in_cycle:
-            chain.append(node)
-            node = (node[0], by_node[node].begin.peer)
-        if node in chain:
-            cycle = chain[chain.index(node):]
-            cycles.append(cycle)
-            in_cycle.update(cycle)
-    for cycle in cycles:
-        _deadlock([by_node[n] for n in cycle], add)
     for w in waits:
-        node = (w.run, rank_id(w.rank))
-        if node in in_cycle and by_node[node] is w:
-            continue
         _hang(w, by_node, trails, add)
+
+
+def _chain(start: Node, by_node: Mapping[Node, Wait]) -> str:
+    """``rank 0 -> rank 3 -> rank 1``, or the cycle it comes back to, named as a deadlock."""
+    seen, node = [start], (start[0], by_node[start].begin.peer)
+    while node not in seen:
+        seen.append(node)
+        if node not in by_node:  # the chain ends at a rank that does not wait
+            return " -> ".join(f"rank {n[1]}" for n in seen)
+        node = (node[0], by_node[node].begin.peer)
+    names = " -> ".join(f"rank {n[1]}" for n in seen)
+    return f"{names} -> rank {node[1]}: a cycle of waits (deadlock)"
 
 
 def _ref(w: Wait) -> MessageId:
@@ -110,45 +112,33 @@ def _peer(w: Wait) -> RankInfo:
                     tp_rank=b.peer_tp_rank, tp_size=w.rank.tp_size)
 
 
-def _deadlock(cycle: Sequence[Wait], add: AddFn) -> None:
-    parts = [f"{_label(w.rank)} waits for a {wanted(w.begin.expected_kind)} from rank "
-             f"{w.begin.peer} (receive #{w.begin.seq})" for w in cycle]
-    ring = " -> ".join([f"rank {rank_id(w.rank)}" for w in cycle] + [f"rank "
-                                                                      f"{rank_id(cycle[0].rank)}"])
-    first = min(cycle, key=lambda w: w.begin.wall_ns)
-    add(K.MSG_DEADLOCK, f"{'; '.join(parts)}: a cycle of waits, {ring} (deadlock)",
-        ranks=[rank_id(w.rank) for w in cycle], time_ns=first.begin.wall_ns,
-        channel=first.prefix + "~".join(place(w.rank) for w in cycle),
-        subject="", messages=[_ref(w) for w in cycle])
-
-
 def _hang(w: Wait, by_node: Mapping[Node, Wait], trails: Mapping[Node, Trail],
           add: AddFn) -> None:
     b, me = w.begin, rank_id(w.rank)
     peer_node = (w.run, b.peer)
     trail = trails.get(peer_node)
     peer = trail.rank if trail is not None else _peer(w)
-    head = (f"{_label(w.rank)} waits for a {wanted(b.expected_kind)} from {_label(peer)} since "
-            f"its receive #{b.seq} began, and it never returned when the traces stop")
+    if w.end is None:
+        ended = "and it never returned when the traces stop"
+    else:
+        waited = (w.end.wall_ns + max(w.end.duration_ns, 0) - b.wall_ns) / 1e9
+        ended = (f"and it failed {waited:.3f} s later with {clip(w.end.error_type or '', 200)}: "
+                 f"{clip(w.end.error_message or '', 200)}")
+    head = (f"{_label(w.rank)} waits for {wanted(b.expected_kind)} from {_label(peer)} since "
+            f"its receive #{b.seq} began, {ended}")
     if b.peer < 0:
         said = "the peer is unknown"
     elif trail is None:
         said = f"{who(peer)} left no trace (was it traced? did it start?)"
     else:
         last = trail.last_sends.get(me)
-        said = (f"{who(peer)} last sent it a {wanted(last.kind)} (send #{last.seq}, "
+        said = (f"{who(peer)} last sent it {wanted(last.kind)} (send #{last.seq}, "
                 f"{_ago(last.wall_ns, b.wall_ns)})" if last is not None else
                 f"{who(peer)} sent it nothing")
         theirs = by_node.get(peer_node)
         if theirs is not None:
-            chain, node = [f"rank {me}"], peer_node
-            while f"rank {node[1]}" not in chain:
-                chain.append(f"rank {node[1]}")
-                if node not in by_node:
-                    break  # the chain ends at a rank that does not wait
-                node = (node[0], by_node[node].begin.peer)
-            said += (f", and waits too: for a {wanted(theirs.begin.expected_kind)} from rank "
-                     f"{theirs.begin.peer} ({' -> '.join(chain)})")
+            said += (f", and waits too: for {wanted(theirs.begin.expected_kind)} from rank "
+                     f"{theirs.begin.peer} ({_chain((w.run, me), by_node)})")
         elif trail.complete:
             said += f"; its trace ends {_ago(trail.stop_ns, b.wall_ns)} with final stats"
         else:

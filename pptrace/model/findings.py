@@ -130,37 +130,37 @@ class FindingKind(str, enum.Enum):
                   "a channel's oldest microbatches lie outside a kept window (rotated away, "
                   "overwritten): not judged")
     # The PP message layer (``pptrace.analyze.messages`` pairs each send with its receive).
-    MSG_RAISED = ("msg-raised", M, _ERR, "a send or receive of a PP message raised")
-    MSG_KEYS_DIFFER = ("msg-keys-differ", M, _ERR,
-                       "a message arrived with other keys than were sent (a key lost on the way)")
-    MSG_SHAPE_MISMATCH = ("msg-shape-mismatch", M, _ERR,
+    MSG_RAISED = ("message-raised", M, _ERR, "a send of a PP message raised")
+    MSG_KEYS_DIFFER = ("message-keys-differ", M, _ERR,
+                       "a message arrived with other keys than were sent, or was forwarded "
+                       "without a key it arrived with (a key lost on the way)")
+    MSG_SHAPE_MISMATCH = ("message-shape-mismatch", M, _ERR,
                           "a key's shape differs between a send and its receive")
-    MSG_DTYPE_MISMATCH = ("msg-dtype-mismatch", M, _ERR,
+    MSG_DTYPE_MISMATCH = ("message-dtype-mismatch", M, _ERR,
                           "a key's dtype (or value type) differs between a send and its receive")
-    MSG_BYTES_MISMATCH = ("msg-bytes-mismatch", M, _ERR,
+    MSG_BYTES_MISMATCH = ("message-bytes-mismatch", M, _ERR,
                           "a key's byte count differs between a send and its receive")
-    MSG_CONTENT_MISMATCH = ("msg-content-mismatch", M, _ERR,
+    MSG_CONTENT_MISMATCH = ("message-content-mismatch", M, _ERR,
                             "a key's fingerprint differs between a send and its receive")
-    MSG_TP_SLICES_DIFFER = ("msg-tp-slices-differ", M, _ERR,
-                            "a tensor sent as TP slices differs across the sending TP ranks: the "
-                            "receiver re-assembles a mix (silent corruption)")
-    MSG_GATHER_GROUP = ("msg-gather-group", M, _ERR,
+    MSG_SLICES_DIFFER = ("message-slices-differ", M, _ERR,
+                         "a tensor sent as TP slices differs across the sending TP ranks: the "
+                         "receiver re-assembles a mix (silent corruption)")
+    MSG_GATHER_GROUP = ("message-gather-group", M, _ERR,
                         "TP slices re-assembled over an all-gather group of another size than "
                         "the sender sliced over (tensors that many times too large)")
-    MSG_WRONG_KIND = ("msg-wrong-kind", M, _ERR,
-                      "a typed receive got another message kind than it asked for")
-    MSG_STASH_UNCONSUMED = ("msg-stash-unconsumed", M, _WARN,
+    MSG_WRONG_KIND = ("message-wrong-kind", M, _ERR,
+                      "a typed receive got another kind than it asked for, or a message "
+                      "carried another kind's keys under its label")
+    MSG_STASH_UNCONSUMED = ("message-stash-unconsumed", M, _WARN,
                             "a typed receive stashed a message kind that no later receive took")
-    MSG_NEVER_RECEIVED = ("msg-never-received", M, _WARN,
+    MSG_NEVER_RECEIVED = ("message-never-received", M, _WARN,
                           "a message sent that its receiver never received")
-    MSG_UNMATCHED_RECV = ("msg-unmatched-recv", M, _ERR,
+    MSG_UNMATCHED_RECV = ("message-unmatched-recv", M, _ERR,
                           "a message received with no send on its sender to pair with")
-    MSG_HANG = ("msg-hang", M, _ERR,
-                "a receive began and never returned: the rank waits for a message when the "
-                "traces stop")
-    MSG_DEADLOCK = ("msg-deadlock", M, _ERR,
-                    "ranks wait on each other in a cycle of receives (deadlock)")
-    MSG_CUT = ("msg-cut", M, Severity.INFO,
+    MSG_HANG = ("message-hang", M, _ERR,
+                "a receive began and never returned (or failed at its timeout): the rank waits "
+                "for a message when the traces stop; a cycle of waits is named (deadlock)")
+    MSG_CUT = ("message-cut", M, Severity.INFO,
                "a process's oldest messages lie outside its kept window: its channels are not "
                "paired")
 
