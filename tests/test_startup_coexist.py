@@ -101,7 +101,7 @@ def wrapper_kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
     """The Python wrapper, or the native reader's C wrapper (built once per machine)."""
     if request.param == "c":
         if not HAS_COMPILER:
-            pytest.fail("no C++ compiler: the C wrapper cannot be tested here")
+            pytest.skip("no C++ compiler to build the native reader (as tests/test_native.py)")
         monkeypatch.setenv("PPTRACE_NATIVE_DIR", NATIVE_CACHE)
         native.build()
     native._loaded = None
