@@ -26,9 +26,11 @@ from tests.helpers_reliability import PROGRESS, PROGRESS_SLOTS, read_progress, t
 
 ROOT = Path(__file__).resolve().parent.parent
 INTERVAL = 1.0  # Config.flush_interval for the child (the default)
-#: Beyond one interval: the last chunk's write, the stats span and the recorder thread's wait for
-#: the GIL against four threads that never wait (measured on the 2-core machine: see README).
-SLACK = 0.5
+#: Beyond one interval: how late the recorder thread itself runs (its last chunk's and its stats
+#: span's overrun of the deadline, its waits for the GIL against four threads that never wait
+#: and for a CPU). Measured on the shared 2-core machine at load averages of 6 to 13: windows of
+#: 0.08 to 0.85 s mostly, once 2.1 s; see the README's reliability section.
+SLACK = 1.0
 THREADS = 4
 KILLS = 4
 
@@ -45,7 +47,7 @@ def _spawn(trace_dir: Path, progress: Path) -> subprocess.Popen[str]:
 
 
 def _kill_at_random(tmp_path: Path, rng: random.Random) -> dict[str, float]:
-    """One child, killed 2.5-5 s after it started recording; what its trace covers."""
+    """One child, killed 3.5-6 s after it started recording; what its trace covers."""
     from pptrace.load.loader import load_paths
 
     tmp_path.mkdir()
@@ -56,7 +58,7 @@ def _kill_at_random(tmp_path: Path, rng: random.Random) -> dict[str, float]:
         assert proc.stdout is not None
         line = proc.stdout.readline()
         assert line.strip() == "ready", (line, proc.stderr.read() if proc.stderr else "")
-        time.sleep(rng.uniform(2.5, 5.0))
+        time.sleep(rng.uniform(3.5, 6.0))
         os.kill(proc.pid, signal.SIGKILL)
         killed = time.monotonic_ns()
         _, err = proc.communicate(timeout=60)

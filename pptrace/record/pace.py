@@ -60,8 +60,10 @@ class Pace:
         self.bound = max(interval, self.FLOOR)
         self.max_chunk = max_chunk
         self._taken = 0.0  # when the buffer was last taken (time.monotonic)
-        #: Events per second the chunks written so far achieved (None until measured).
-        self.rate: float | None = None
+        #: Seconds an event took to write, a moving average over the chunks (None until
+        #: measured): an average of times, not of rates, so that one chunk starved for a
+        #: second weighs as it should against a hundred quick ones.
+        self.per_event: float | None = None
         #: Seconds a stats span took to write (a moving average; 0 until measured).
         self.stats_s = 0.0
         self._stats_seen = False
@@ -110,12 +112,17 @@ class Pace:
             yield pos, min(count, pos + size)
             pos += size
 
+    @property
+    def rate(self) -> float | None:
+        """Events per second, as measured (None until measured)."""
+        return None if not self.per_event else 1.0 / self.per_event
+
     def wrote(self, events: int, seconds: float) -> None:
         """Learn from a chunk: ``events`` handed to the sink in ``seconds``."""
         if events <= 0 or seconds <= 0:
             return
-        rate = events / seconds
-        self.rate = rate if self.rate is None else self._mix(self.rate, rate)
+        each = seconds / events
+        self.per_event = each if self.per_event is None else self._mix(self.per_event, each)
 
     def stats_took(self, seconds: float) -> None:
         """Learn from a stats span's write."""
