@@ -20,8 +20,9 @@ thread. In Python that costs about 0.4 us a tensor; the native reader reads them
 C++ call. It is optional: without it the wrappers record the same events with Python reads.
 
 build    compile it for the torch and Python of this environment (a C++ compiler and about
-         20 s; nothing is downloaded). Run it once per environment, before starting the
-         engine; the library goes to $PPTRACE_NATIVE_DIR (default ~/.cache/pptrace/native),
+         20 s; nothing is downloaded). pptrace run does this by itself in the background
+         when no build exists (--native-build); run it by hand for an engine started some
+         other way. The library goes to $PPTRACE_NATIVE_DIR (default ~/.cache/pptrace/native),
          in a folder named by the source, torch build, Python and platform it was built for.
 status   say where this environment's build is and whether a rank process would use it.
 
