@@ -598,3 +598,11 @@ def test_the_c_wrapper_held_after_shutdown_passes_through_and_keeps_nothing(use:
         tracemalloc.stop()
     assert rec.buffered == 0 and rec.recorded == recorded == 0
     assert grown < 256 * 1024, grown
+
+
+def test_a_call_inside_which_shutdown_ran_is_left_out_c_wrapper(use: Any) -> None:
+    from tests.test_reliability_final import check_left_out, shutdown_during_the_call
+
+    rec = recorder(Config(flush_interval=3600), MemorySink())
+    attach, _ = c_wrapped(rec, attach=shutdown_during_the_call(rec))
+    check_left_out(rec, attach)

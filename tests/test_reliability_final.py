@@ -24,9 +24,10 @@ import torch
 
 from pptrace.model.config import Config
 from pptrace.model.records import Direction, Event, RecorderStats
-from pptrace.record.wrapper import wrap_transport
+from pptrace.record.wrapper import wrap_attach, wrap_transport
 from tests.doubles import Observer, Output
 from tests.helpers_reliability import (
+    ListSink,
     file_sink_factory,
     make_recorder,
     read_trace_file,
@@ -201,3 +202,34 @@ def test_the_trace_file_claims_only_its_own_losses(tmp_path: Path) -> None:
     # The file has all 40 events and says so; what OTLP lost is named as OTLP's.
     assert len(events) == 40 and last.dropped == 0 and last.sink_lost("otlp") == 40
     assert all(e.dropped_before == 0 for e in events)
+
+
+def shutdown_during_the_call(rec: Any) -> Any:
+    """The reference attach, during which shutdown runs to its end (as ``uninstrument()`` on
+    another thread would, while this call is inside the engine's function)."""
+    import pptrace.record.engine as engine
+
+    def attach(tensors: Any, output: Any) -> Any:
+        if tensors.get("stop"):
+            rec.shutdown(5.0)
+        return engine.add_auxiliary_output_to_pp_tensors(tensors, output)
+
+    return attach
+
+
+def check_left_out(rec: Any, attach: Any) -> None:
+    """One call recorded, then one inside which shutdown ran: the second is neither in the
+    buffer nor in the final counts, and the engine still sees its own effects."""
+    out = Output({"a": torch.zeros(2)})
+    attach({"next_token_ids": torch.zeros(1)}, out)
+    d: dict[str, Any] = {"next_token_ids": torch.zeros(1), "stop": True}
+    assert attach(d, out) is None and list(d)[-1].endswith("a")  # the engine's own effect
+    stats = rec.stats()
+    assert stats.final and stats.recorded == stats.exported == 1 and stats.dropped == 0
+    assert rec.buffered == 0  # was 1: appended after the final count, held, never counted
+
+
+def test_a_call_inside_which_shutdown_ran_is_left_out_python_wrapper() -> None:
+    rec = make_recorder(Config(native=False, flush_interval=3600), sink=ListSink())
+    attach = wrap_attach(shutdown_during_the_call(rec), rec)
+    check_left_out(rec, attach)

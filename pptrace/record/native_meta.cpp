@@ -486,6 +486,15 @@ PyObject* hot_call(PyObject* obj, PyObject* const* args, size_t nargsf, PyObject
       Py_INCREF(f.value);
       PyTuple_SET_ITEM(raw, f.field, f.value);
     }
+    // Shutdown may have begun while the engine's function ran: then the final counts are made
+    // (or being made) without this call, and a raw appended now would stay in the buffer,
+    // neither written nor counted. Nothing from this check to the append runs Python code, so
+    // no other thread runs between them (the seq taken above is then counted, or not, by the
+    // final count itself: recorded is read from the sequence counters).
+    if (flag(self->rec, self->enabled) == 0) {
+      ok = true;
+      break;
+    }
     if (self->ring || PyObject_Size(self->buf) < self->cap) {
       PyObject* r = PyObject_CallOneArg(self->append, raw);
       if (r == nullptr) break;

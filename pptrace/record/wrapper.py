@@ -18,7 +18,10 @@ event would cost the engine); the cold paths build it by name (``raw.make``), an
 
 After the recorder's ``shutdown`` (what ``uninstrument()`` calls) ``rec.enabled`` is False and
 a wrapper only calls the engine's function: code that still holds it (a class attribute, a
-``functools.partial``) records nothing and keeps nothing.
+``functools.partial``) records nothing and keeps nothing. A call already inside the engine's
+function when shutdown began is looked at again just before its append, and kept out of the
+buffer (the C wrapper's check and append run no Python code in between, so no thread runs
+there; the Python wrapper's are a few bytecodes apart).
 
 Where ``pptrace native build`` has built the native reader (``pptrace.record.native``), the
 functions returned are its C wrapper instead: it records the common case itself (the same raw
@@ -249,9 +252,11 @@ def wrap_attach(fn: F, recorder: Recorder) -> F:
             # error, dropped, fingerprints.
             raw = (attach, next(seq), wall, t0, dur, thread, type(output), before, after, items,
                    result is None, None, rec.dropped, fps)
-            if ring or len(buf) < cap:  # the flight ring's maxlen bounds it instead
+            room = ring or len(buf) < cap  # the flight ring's maxlen bounds it instead
+            # Shutdown may have begun while fn ran: the final counts then leave this call out.
+            if room and rec.enabled:
                 append(raw)
-            else:
+            elif not room and rec.enabled:
                 rec.drop_new()
             if rec.rank_pending:  # the first calls only: the engine's process group is up now
                 rec.learn_rank()
@@ -339,9 +344,11 @@ def wrap_extract(fn: F, recorder: Recorder, prefix: str = PREFIX) -> F:
             # pptrace.model.raw's fields, in order (as in attach).
             raw = (extract, next(seq), wall, t0, dur, thread, type(observer), before, after,
                    items, result is None, None, rec.dropped, fps)
-            if ring or len(buf) < cap:  # the flight ring's maxlen bounds it instead
+            room = ring or len(buf) < cap  # the flight ring's maxlen bounds it instead
+            # Shutdown may have begun while fn ran: the final counts then leave this call out.
+            if room and rec.enabled:
                 append(raw)
-            else:
+            elif not room and rec.enabled:
                 rec.drop_new()
             if rec.rank_pending:  # the first calls only: the engine's process group is up now
                 rec.learn_rank()
