@@ -170,12 +170,23 @@ def deadlock() -> Run:
     return run
 
 
-def cut() -> Run:
-    run = Run(pp_size=2)
-    run.msg_seqs[(1, 0, MessageOp.SEND)] = 40  # its first 40 sends were rotated away
-    healthy(run, 2)
-    run.set_stats(1, rotated=80)
-    return run
+def cut(*, stash: bool = False, drift: bool = False) -> Callable[[], Run]:
+    def build() -> Run:
+        run = Run(pp_size=2)
+        # The oldest 40 messages of stage 1's output channel were rotated away at both ends.
+        run.msg_seqs[(1, 0, MessageOp.SEND)] = run.msg_seqs[(0, 0, MessageOp.RECV)] = 40
+        healthy(run, 2)
+        if stash:
+            run.send("output", OUT, pp=0, to=1)
+            run.recv("output", OUT, pp=1, frm=0, expected="proxy", stashed=True)
+            run.recv("output", OUT, pp=1, frm=0, from_stash=True)
+            run.msg_seqs[(1, 0, MessageOp.RECV)] = 7
+        if drift:
+            run.send("output", [mt("x")], pp=1, to=0)
+            run.recv("output", [mt("x", dtype="float16", nbytes=80)], pp=0, frm=1)
+        run.send("output", OUT, pp=1, to=0)  # in flight at the end
+        return run
+    return build
 
 
 ROWS: list[tuple[str, Callable[[], Run], list[FindingKind]]] = [
@@ -206,7 +217,9 @@ ROWS: list[tuple[str, Callable[[], Run], list[FindingKind]]] = [
     ("the hang", hang, [K.MSG_HANG, K.STATS_NOT_FINAL, K.STATS_NOT_FINAL]),
     ("a cycle of waits", deadlock, [K.MSG_HANG, K.MSG_HANG, K.STATS_NOT_FINAL,
                                     K.STATS_NOT_FINAL]),
-    ("rotated messages", cut, [K.MSG_CUT, K.WINDOW_CUT]),
+    ("rotated messages, paired by seq", cut(), []),
+    ("a drift inside a rotated window", cut(drift=True), [K.MSG_DTYPE_MISMATCH]),
+    ("rotated messages with a stash", cut(stash=True), [K.MSG_CUT, K.MSG_CUT]),
 ]
 
 
@@ -357,3 +370,11 @@ def test_a_hop_and_a_label_name_both_messages() -> None:
         "rank 0 (pp0) sent rank 1 (pp1) a message labelled `output` (send #6) that carries the "
         "keys of its `proxy` messages (`__msg_type__`, `hidden_states`, `residual`); rank 1's "
         "receive #6, which asked for a `proxy` message, stashed it as an `output` message")
+
+
+def test_a_channel_that_cannot_be_paired_after_a_cut_says_why() -> None:
+    (f,) = [f for f in analyze(cut(stash=True)().trace()) if f.ranks == (1,)]
+    assert f.kind is K.MSG_CUT and f.severity is Severity.INFO
+    assert f.message == ("rank 1 (pp1) kept its messages from send #40 and receive #0 on (the "
+                         "older ones were rotated away or overwritten): a channel of it is not "
+                         "paired (rank 1 stashed: its seqs are not the channel's)")

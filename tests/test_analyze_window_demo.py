@@ -13,7 +13,7 @@ import pytest
 
 from pptrace.analyze.analyzer import analyze
 from pptrace.load.loader import load_paths
-from pptrace.model.findings import FindingKind, Severity
+from pptrace.model.findings import Finding, FindingKind, Severity
 
 pytestmark = pytest.mark.slow
 
@@ -37,12 +37,22 @@ def _rotated(out: Path) -> dict[int, int]:
             if p.rank.rank is not None and p.stats is not None and p.events}
 
 
+def _judged(findings: list[Finding]) -> list[Finding]:
+    """The findings but the message layer's cut infos: a rank whose kept segments hold no
+    message (rotation is by bytes, so that happens) leaves its channels unpaired, said as an
+    info naming why; nothing else may come of the cut."""
+    cuts = [f for f in findings if f.kind is K.MSG_CUT]
+    assert all(f.severity is Severity.INFO and "kept no message" in f.message for f in cuts), [
+        f.message for f in cuts]
+    return [f for f in findings if f.kind is not K.MSG_CUT]
+
+
 def test_a_healthy_rotated_run_gives_only_window_cuts(tmp_path: Path) -> None:
     out = tmp_path / "healthy"
     _demo(out, "--ranks", "4", "--steps", "400")
     rotated = _rotated(out)
     assert set(rotated) == {0, 3} and all(n > 0 for n in rotated.values())
-    findings = analyze(load_paths([str(out)]))
+    findings = _judged(analyze(load_paths([str(out)])))
     assert [(f.kind, f.severity, f.channel) for f in findings] == [
         (K.WINDOW_CUT, Severity.INFO, "pp0<-pp3/tp0")]
     assert "are outside the kept window of rank" in findings[0].message
@@ -51,7 +61,7 @@ def test_a_healthy_rotated_run_gives_only_window_cuts(tmp_path: Path) -> None:
 def test_a_dtype_change_inside_the_kept_window_is_found(tmp_path: Path) -> None:
     out = tmp_path / "dtype"
     _demo(out, "--ranks", "2", "--steps", "400", "--fault", "dtype-in-transit", status=1)
-    findings = analyze(load_paths([str(out)]))
+    findings = _judged(analyze(load_paths([str(out)])))
     assert sorted(f.kind.value for f in findings) == ["dtype-mismatch", "window-cut"]
     cut = next(f for f in findings if f.kind is K.WINDOW_CUT)
     dtype = next(f for f in findings if f.kind is K.DTYPE_MISMATCH)
@@ -62,6 +72,6 @@ def test_a_dtype_change_inside_the_kept_window_is_found(tmp_path: Path) -> None:
 def test_a_rotated_tp_broadcast_run(tmp_path: Path) -> None:
     out = tmp_path / "broadcast"
     _demo(out, "--ranks", "4", "--tp", "2", "--tp-broadcast", "--steps", "300")
-    findings = analyze(load_paths([str(out)]))
+    findings = _judged(analyze(load_paths([str(out)])))
     assert sorted((f.kind.value, f.channel) for f in findings) == [
         ("window-cut", "pp0/tp1<-pp1/tp0"), ("window-cut", "pp0<-pp1/tp0")]

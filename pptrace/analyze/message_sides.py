@@ -1,20 +1,27 @@
-"""One process's message-layer records sorted out for the checks, and one paired message.
+"""One process's message-layer records sorted out for the checks, one paired message, and the
+link from attach/extract findings to the output message that carried them.
 
 ``pptrace.analyze.messages`` builds a ``Side`` per process once (its sends, its receives'
-begins and ends, whether its oldest messages were cut away) and compares each ``Pair``. Pure.
+begins and ends, whether its oldest messages were cut away), compares each ``Pair``, and
+returns ``Carried``, which ``carried_by`` writes into the payload findings. Pure.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from pptrace.analyze.rules import who
+from pptrace.analyze.summary import Raw
 from pptrace.analyze.waits import labelled, place
+from pptrace.model.findings import Category
 from pptrace.model.messages import MessageEvent
-from pptrace.model.records import RankInfo
+from pptrace.model.records import Direction, RankInfo
 from pptrace.model.trace import ProcessTrace
 
-__all__ = ["Pair", "Side", "numel"]
+__all__ = ["Carried", "Pair", "Side", "carried_by", "numel"]
+
+#: (sending process index, attach seq) -> "output message #12 pp3->pp0"
+Carried = dict[tuple[int, int], str]
 
 
 def numel(shape: tuple[int, ...]) -> int:
@@ -64,3 +71,14 @@ class Pair:
         return (f"{labelled(self.m.kind)} #{self.m.seq} {who(self.s.rank)} "
                 f"({place(self.s.rank)}) -> {who(self.r.rank)} ({place(self.r.rank)}) "
                 f"(receive #{self.e.seq})")
+
+
+def carried_by(raws: list[Raw], carried: Carried) -> None:
+    """Say in each attach/extract payload finding which output message carried its dict."""
+    for i, raw in enumerate(raws):
+        if raw.kind.category is not Category.PAYLOAD or not raw.events:
+            continue
+        process, direction, seq = raw.events[0]
+        text = carried.get((process, seq)) if direction is Direction.ATTACH else None
+        if text is not None:
+            raws[i] = replace(raw, message=f"{raw.message} (carried by {text})")

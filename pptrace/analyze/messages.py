@@ -16,13 +16,13 @@ dicts. Here they are judged across ranks:
   kind's (mislabelled); a stashed kind no receive took;
 - a stage that forwards the output messages it receives keeps their keys (but the auxiliary
   ones stage 0 extracts);
-- a send that raised;
-- the waits a hang leaves, a receive that failed at its timeout among them
+- a send that raised; the waits a hang leaves, a receive that failed at its timeout among them
   (``pptrace.analyze.waits``).
 
-A process whose oldest messages were rotated away (its first kept seq above 0) gets one
-``message-cut`` info and its channels are not paired: a message's per-process seq counts every
-channel and kind, so where a channel's history starts cannot be told.
+Where a process's oldest messages were rotated away (its first kept seq above 0), a channel is
+paired by seq when the seqs are the channel's own (one peer each way, no stash: send #n is
+receive #n), judging only what both ends kept; otherwise its cut ends get a ``message-cut``
+info and it is not paired (a per-process seq then cannot place where the channel starts).
 
     carried = check_messages(trace, raws, runs, prefixes, complete)
     carried_by(raws, carried)    # "(carried by output message #12 pp3->pp0)"
@@ -36,15 +36,15 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import replace
 
-from pptrace.analyze.message_sides import Pair, Side, numel
+from pptrace.analyze.message_sides import Carried, Pair, Side, carried_by, numel
 from pptrace.analyze.rules import listed, rank_id, who
+from pptrace.analyze.slices import tp_slices
 from pptrace.analyze.summary import Raw
 from pptrace.analyze.waits import Trail, Wait, judge_waits, place, wanted
-from pptrace.model.findings import Category, FindingKind, MessageId, Severity
+from pptrace.model.findings import FindingKind, MessageId, Severity
 from pptrace.model.messages import MessageEvent, MessageOp, MessageTensor
-from pptrace.model.records import PREFIX, Direction, RankInfo
+from pptrace.model.records import PREFIX, RankInfo
 from pptrace.model.text import clip, plural
 from pptrace.model.trace import Trace
 
@@ -52,8 +52,6 @@ __all__ = ["Carried", "carried_by", "check_messages"]
 
 K = FindingKind
 SEND, RECV = MessageOp.SEND, MessageOp.RECV
-#: (sending process index, attach seq) -> "output message #12 pp3->pp0"
-Carried = dict[tuple[int, int], str]
 #: The kind a stage that receives it forwards to the next stage (the ring of outputs).
 FORWARDED = "output"
 # (run, sender global rank, receiver global rank, kind)
@@ -128,18 +126,20 @@ class _Check:
                      f"{clip(m.error_type or '', 200)}: {clip(m.error_message or '')}",
                      ranks=[rank_id(side.rank)], time_ns=m.wall_ns, channel=self.channel(side, m),
                      subject=m.error_type or "", messages=[MessageId(side.index, m.op, m.seq)])
-        if side.cut:
-            first_send = min((m.seq for m in side.sends), default=None)
-            recvs = [m.seq for m in side.ends] + list(side.begins)
-            kept = [f"send #{first_send}" if first_send is not None else "",
-                    f"receive #{min(recvs)}" if recvs else ""]
-            self.add(K.MSG_CUT,
-                     f"{label} kept its messages from {' and '.join(k for k in kept if k)} on "
-                     "(the older ones were rotated away or overwritten): its channels are not "
-                     "paired", ranks=[rank_id(side.rank)],
-                     time_ns=min(m.wall_ns for m in side.trace.messages),
-                     channel=side.prefix + place(side.rank))
         self.stash(side, label)
+
+    def cut_info(self, side: Side, why: str) -> None:
+        first_send = min((m.seq for m in side.sends), default=None)
+        recvs = [m.seq for m in side.ends] + list(side.begins)
+        kept = [f"send #{first_send}" if first_send is not None else "",
+                f"receive #{min(recvs)}" if recvs else ""]
+        self.add(K.MSG_CUT,
+                 f"{who(side.rank)} ({place(side.rank)}) kept its messages from "
+                 f"{' and '.join(k for k in kept if k)} on (the older ones were rotated away or "
+                 f"overwritten): a channel of it is not paired ({why})",
+                 ranks=[rank_id(side.rank)],
+                 time_ns=min(m.wall_ns for m in side.trace.messages),
+                 channel=side.prefix + place(side.rank))
 
     def stash(self, side: Side, label: str) -> None:
         stashed: dict[str, list[MessageEvent]] = defaultdict(list)
@@ -152,70 +152,19 @@ class _Check:
         if side.cut:
             return  # a stash taken before the cut, or one stashed there, cannot be told apart
         early = not self.complete(side.index)
+        note = " (its trace ends without final stats: a later receive may have taken it)"
         for kind, kept in stashed.items():
             left = kept[taken[kind]:]  # first in, first out: the last ones stay
             for m in left:
-                note = (" (its trace ends without final stats: a later receive may have taken "
-                        "it)") if early else ""
                 self.add(K.MSG_STASH_UNCONSUMED,
                          f"{label} stashed {wanted(kind)} from {who(self.peer_rank(side, m))} "
                          f"(receive #{m.seq}, which asked for {wanted(m.expected_kind)}) that "
-                         f"no later receive took ({plural(len(left), 'such message')}){note}",
+                         f"no later receive took ({plural(len(left), 'such message')})"
+                         f"{note if early else ''}",
                          ranks=[rank_id(side.rank), m.peer], time_ns=m.wall_ns,
                          channel=self.channel(side, m), subject=kind,
                          messages=[MessageId(side.index, RECV, m.seq)],
                          severity=Severity.INFO if early else None)
-
-    # --- across TP ranks --------------------------------------------------------------------
-
-    def tp_slices(self) -> None:
-        """A tensor sent as TP slices must be one tensor on every TP rank of the sending stage."""
-        stages: dict[tuple[str, int], list[Side]] = defaultdict(list)
-        for side in self.sides:
-            if side.rank.pp_rank is not None and side.sends:
-                stages[(side.run, side.rank.pp_rank)].append(side)
-        for group in stages.values():
-            group.sort(key=lambda s: (s.rank.tp_rank or 0, s.index))
-            ref = group[0]
-            ref_sends = {m.seq: m for m in ref.sends}
-            for other in group[1:]:
-                if other.rank.tp_rank == ref.rank.tp_rank:
-                    continue
-                for m in other.sends:
-                    base = ref_sends.get(m.seq)
-                    if base is None or base.kind != m.kind or base.tensors == m.tensors:
-                        continue
-                    self.slices_differ(ref, base, other, m)
-
-    def slices_differ(self, ref: Side, base: MessageEvent, other: Side,
-                      m: MessageEvent) -> None:
-        mine = {t.key: t for t in base.tensors}
-        for t in m.tensors:
-            b = mine.get(t.key)
-            if b is None or not (b.sliced or t.sliced):
-                continue
-            if (b.shape, b.dtype) != (t.shape, t.dtype):
-                what = f"{b.describe()} on {who(ref.rank)}, {t.describe()} on {who(other.rank)}"
-            elif b.fingerprint and t.fingerprint and b.fingerprint != t.fingerprint:
-                what = (f"fingerprints {b.fingerprint[:12]} on {who(ref.rank)}, "
-                        f"{t.fingerprint[:12]} on {who(other.rank)}")
-            else:
-                continue
-            index = self.add(
-                K.MSG_SLICES_DIFFER,
-                f"{who(ref.rank)} ({place(ref.rank)}) and {who(other.rank)} ({place(other.rank)}) "
-                f"sent `{clip(t.key, 200)}` as TP slices of different tensors in "
-                f"{wanted(m.kind)} #{m.seq} ({what}): the receivers re-assemble a mix of them "
-                "(a tensor that is not TP-replicated sent as slices: silent corruption)",
-                ranks=[rank_id(ref.rank), rank_id(other.rank)],
-                time_ns=min(base.wall_ns, m.wall_ns),
-                channel=f"{other.prefix}pp{other.rank.pp_rank}/tp{ref.rank.tp_rank or 0}"
-                f"~tp{other.rank.tp_rank or 0}", subject=f"{m.kind}:{t.key}",
-                microbatch=m.carries_attach,
-                messages=[MessageId(ref.index, SEND, base.seq), MessageId(other.index, SEND,
-                                                                          m.seq)])
-            self.slices.setdefault((ref.index, base.seq), index)
-            self.slices.setdefault((other.index, m.seq), index)
 
     # --- pairs ------------------------------------------------------------------------------
 
@@ -230,40 +179,84 @@ class _Check:
             for m in side.ends:
                 if m.ok and not m.from_stash and m.peer >= 0:
                     recvs[(side.run, m.peer, me, m.kind)].append((side, m))
+        cut: set[tuple[str, int, int]] = set()
         for key in sorted(set(sends) | set(recvs)):
             run, src, dst, _ = key
             s, r = self.by_rank.get((run, src)), self.by_rank.get((run, dst))
             if (s is not None and s.cut) or (r is not None and r.cut):
+                cut.add((run, src, dst))
                 continue
             out, got = sends.get(key, []), recvs.get(key, [])
             for (side, m), (rside, e) in zip(out, got, strict=False):
-                self.received[(side.index, m.seq)] = (rside, e)
-                if m.carries_attach is not None:
-                    self.carried[(side.index, m.carries_attach)] = (
-                        f"{m.kind or 'untyped'} message #{m.seq} {self.channel(side, m)}")
-                self.compare(side, m, rside, e)
+                self.matched(side, m, rside, e)
             if len(out) > len(got) and (r is not None or (run, dst) in self.ranks):
                 self.never_received(out[len(got):], r)
             if len(got) > len(out) and (run, src) in self.ranks:
                 for rside, e in got[len(out):]:
-                    self.add(K.MSG_UNMATCHED_RECV,
-                             f"{who(rside.rank)} ({place(rside.rank)}) received "
-                             f"{wanted(e.kind)} (receive #{e.seq}) from "
-                             f"{who(self.peer_rank(rside, e))} that has no send of it to pair "
-                             "with", ranks=[src, dst], time_ns=e.wall_ns,
-                             channel=self.channel(rside, e), subject=e.kind,
-                             messages=[MessageId(rside.index, RECV, e.seq)])
+                    self.unmatched(rside, e)
+        unaligned: dict[int, str] = {}  # cut process -> why a channel of it is not paired
+        for run, src, dst in sorted(cut):
+            s, r = self.by_rank.get((run, src)), self.by_rank.get((run, dst))
+            why = (f"rank {src if s is None else dst} kept no message" if s is None or r is None
+                   else self.aligned(s, r))
+            for end in (s, r):
+                if why and end is not None and end.cut:
+                    unaligned.setdefault(end.index, why)
+        for side in self.sides:
+            if side.index in unaligned:
+                self.cut_info(side, unaligned[side.index])
         for side in self.sides:
             for e in side.ends:
                 if (e.ok and not e.stashed and not e.from_stash and e.expected_kind
                         and e.kind != e.expected_kind):
                     self.wrong_kind(side, e)
 
+    def matched(self, s: Side, m: MessageEvent, r: Side, e: MessageEvent) -> None:
+        self.received[(s.index, m.seq)] = (r, e)
+        if m.carries_attach is not None:
+            self.carried[(s.index, m.carries_attach)] = (
+                f"{m.kind or 'untyped'} message #{m.seq} {self.channel(s, m)}")
+        self.compare(s, m, r, e)
+
+    def unmatched(self, r: Side, e: MessageEvent) -> None:
+        self.add(K.MSG_UNMATCHED_RECV,
+                 f"{who(r.rank)} ({place(r.rank)}) received {wanted(e.kind)} (receive "
+                 f"#{e.seq}) from {who(self.peer_rank(r, e))} that has no send of it to pair "
+                 "with", ranks=[e.peer, rank_id(r.rank)], time_ns=e.wall_ns,
+                 channel=self.channel(r, e), subject=e.kind,
+                 messages=[MessageId(r.index, RECV, e.seq)])
+
+    def aligned(self, s: Side, r: Side) -> str:
+        """Pair a channel one of whose ends was cut, when its seqs are the channel's own: the
+        sender sends to this receiver alone, the receiver takes from this sender alone and
+        stashes nothing (every call moves one message), so send #n is receive #n. Else say
+        why not."""
+        src, dst = rank_id(s.rank), rank_id(r.rank)
+        if any(m.peer != dst for m in s.sends) or any(
+                e.peer != src for e in r.ends) or any(b.peer != src for b in r.begins.values()):
+            return "more than one peer: where the channel starts in its seqs cannot be told"
+        if any(e.stashed or e.from_stash for e in r.ends):
+            return f"rank {dst} stashed: its seqs are not the channel's"
+        got = {e.seq: e for e in r.ends if e.ok}
+        first_recv = min([*got, *r.begins], default=0)
+        first_send = min((m.seq for m in s.sends), default=0)
+        out = {m.seq for m in s.sends}
+        for m in s.sends:
+            e = got.get(m.seq)
+            if e is not None and e.kind == m.kind and m.ok:
+                self.matched(s, m, r, e)
+            elif e is None and m.ok and m.seq >= first_recv and m.seq not in r.begins:
+                self.never_received([(s, m)], r)
+        for seq, e in got.items():
+            if seq not in out and seq >= first_send:
+                self.unmatched(r, e)
+        return ""
+
     def hops(self, side: Side) -> None:
         """A stage that forwards the output messages it receives keeps their keys (all but the
         auxiliary ones, which stage 0 extracts)."""
-        if side.rank.pp_rank is None or side.rank.is_last_stage:
-            return
+        if side.rank.pp_rank is None or side.rank.is_last_stage or side.cut:
+            return  # a cut process's receives and forwards may be cut at different messages
         got = [e for e in side.ends if e.ok and not e.stashed and e.kind == FORWARDED]
         out = [m for m in side.sends if m.ok and m.kind == FORWARDED
                and (side.index, m.seq) not in self.relabelled]
@@ -439,7 +432,7 @@ class _Check:
     def run(self) -> Carried:
         for side in self.sides:
             self.per_process(side)
-        self.tp_slices()
+        self.slices = tp_slices(self.sides, self.add)
         self.pairs()
         self.labels()
         for side in self.sides:
@@ -459,13 +452,3 @@ def check_messages(trace: Trace, raws: list[Raw], runs: Sequence[str], prefixes:
         return {}
     return _Check(trace, raws, runs, prefixes, complete).run()
 
-
-def carried_by(raws: list[Raw], carried: Carried) -> None:
-    """Say in each attach/extract payload finding which output message carried its dict."""
-    for i, raw in enumerate(raws):
-        if raw.kind.category is not Category.PAYLOAD or not raw.events:
-            continue
-        process, direction, seq = raw.events[0]
-        text = carried.get((process, seq)) if direction is Direction.ATTACH else None
-        if text is not None:
-            raws[i] = replace(raw, message=f"{raw.message} (carried by {text})")
