@@ -18,6 +18,18 @@ keeps the keypress ratio near 1.
         # write per-rank files, then time loading and analyzing before the viewer
     python benchmarks/bench_view.py --wide-pair 10000 100000   # one pair of N tensors: first
         # paint, and a key that moves to the next such pair (the pair detail drawn again)
+    python benchmarks/bench_view.py --tmux-files 1000000   # the real command in a real
+        # terminal: 1M events over 8 ranks as trace files, `pptrace view DIR` in tmux, seconds
+        # to the first painted grid and where they went (target: 5 s)
+
+``--tmux-files N`` writes N events over 8 ranks (pp2 x tp4) as real trace files with
+``benchmarks/bench_analyze.py``'s writer (``--format``: v1, v1.gz, v2, v2.gz; default v2, what
+pptrace writes), starts ``pptrace view DIR`` in a detached tmux session of 160x45 on its own
+socket, and polls ``capture-pane`` every 20 ms. What the terminal shows marks the phases: the
+loader's progress line (Python started, reading), ``pptrace: analyzing`` (loaded), the viewer's
+loading screen (analyzed, Textual started), ``indexing`` (the index being built) and the grid's
+header with painted cells (first paint). Then the same files are loaded, analyzed and indexed
+in this process, to split the last phase into index build and the rest (mounting, drawing).
 """
 
 from __future__ import annotations
@@ -25,7 +37,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import itertools
+import os
+import shlex
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -135,6 +152,119 @@ async def measure_wide(tensors: int) -> dict[str, float]:
     return out
 
 
+# --- the real command in tmux ------------------------------------------------------------------
+
+#: What the terminal shows at each phase, in order (the first screen that holds it marks it).
+MARKS = (
+    ("loading", "pptrace: loading"),  # the loader's progress: imports done, files being read
+    ("analyzing", "pptrace: analyzing"),  # loaded
+    ("viewer started", "pptrace view"),  # the loading screen's title: Textual is up
+    ("indexing", "indexing"),  # the loading screen's phase: the index is being built
+)
+#: The grid is painted: its header, and a row of paired cells.
+GRID = ("rank / dir", "= = = =")
+
+
+_SERVERS = itertools.count()
+
+
+def _tmux(socket: str, *args: str) -> str:
+    done = subprocess.run(["tmux", "-L", socket, "-f", "/dev/null", *args],
+                          capture_output=True, text=True, timeout=20, check=True)
+    return done.stdout
+
+
+def measure_tmux(directory: str, timeout: float = 120.0) -> dict[str, float]:
+    """Start ``pptrace view DIRECTORY`` in tmux; the seconds from the start of the command to
+    each phase's first screen, and to the painted grid (``first_paint_s``)."""
+    # A fresh server per run: a name just killed may not be free yet.
+    socket = f"pptrace-bench-{os.getpid()}-{next(_SERVERS)}"
+    command = (f"env -u COLUMNS -u LINES {shlex.quote(sys.executable)} -m pptrace view "
+               f"{shlex.quote(directory)}; sleep 60")
+    seen: dict[str, float] = {}
+    try:
+        start = time.perf_counter()
+        _tmux(socket, "new-session", "-d", "-s", "view", "-x", "160", "-y", "45",
+              "-c", directory, command)
+        deadline = start + timeout
+        while time.perf_counter() < deadline:
+            screen = _tmux(socket, "capture-pane", "-p", "-t", "view")
+            now = time.perf_counter() - start
+            for name, text in MARKS:
+                if name not in seen and text in screen:
+                    seen[name] = now
+            if all(text in screen for text in GRID):
+                seen["first_paint_s"] = now
+                break
+            time.sleep(0.02)
+        else:
+            raise SystemExit(f"no painted grid within {timeout:.0f} s; the screen was:\n"
+                             f"{screen}")
+        _tmux(socket, "send-keys", "-t", "view", "q")
+    finally:
+        subprocess.run(["tmux", "-L", socket, "kill-server"], capture_output=True, timeout=20)
+    return seen
+
+
+def measure_in_process(directory: str) -> dict[str, float]:
+    """Load, analyze and index the same files here, phase by phase, as ``pptrace view`` does."""
+    from pptrace_tui.index import TraceIndex
+
+    from pptrace.analyze.analyzer import analysis
+    from pptrace.load.loader import load_paths
+
+    gc.collect()
+    t = time.perf_counter()
+    trace = load_paths([directory])
+    out = {"load_s": time.perf_counter() - t, "events": float(trace.event_count)}
+    t = time.perf_counter()
+    result = analysis(trace)
+    out["analyze_s"] = time.perf_counter() - t
+    t = time.perf_counter()
+    TraceIndex.build(trace, result.findings, channels=result.channels, verify=False)
+    out["index_s"] = time.perf_counter() - t
+    return out
+
+
+def run_tmux(events: int, fmt: str, runs: int, keep: str | None) -> None:
+    """Write the files (``keep``: into that directory, or use the ones already there), time
+    the real command ``runs`` times, then the phases in process."""
+    if shutil.which("tmux") is None:
+        raise SystemExit("--tmux-files needs tmux (apt-get install tmux)")
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_analyze import generate
+
+    with tempfile.TemporaryDirectory() as tmp:
+        where = str(Path(keep).resolve()) if keep else tmp
+        if keep and any(Path(where).glob("*.otlp.jsonl*")):
+            print(f"using the trace files already in {where}")
+        else:
+            t = time.perf_counter()
+            size = generate(where, events, fmt)
+            print(f"wrote {events:,} events over 8 ranks ({fmt}, {size / 1e6:.0f} MB) in "
+                  f"{time.perf_counter() - t:.1f} s")
+        results = [measure_tmux(where) for _ in range(runs)]
+        inside = measure_in_process(where)
+    print(f"\n== pptrace view DIR in tmux (160x45), {events:,} events, {fmt} ==")
+    print("  seconds from the start of the command to the first screen showing:")
+    for name, _ in (*MARKS, ("first_paint_s", "")):
+        times = [r[name] for r in results if name in r]
+        label = "the painted grid (first paint)" if name == "first_paint_s" else repr(name)
+        shown = "  ".join(f"{v:6.2f}" for v in times) if times else "   (never seen)"
+        print(f"    {label:<34} {shown}")
+    best = min(r["first_paint_s"] for r in results)
+    print(f"  first paint: best {best:.2f} s, median "
+          f"{statistics.median(r['first_paint_s'] for r in results):.2f} s over {runs} run(s) "
+          "(target: 5 s)")
+    print("\n  the same files in this process, phase by phase:")
+    print(f"    load (pptrace.load.loader)           {inside['load_s']:6.2f} s")
+    print(f"    analyze (pptrace.analyze.analyzer)   {inside['analyze_s']:6.2f} s")
+    print(f"    index build (pptrace_tui.index)      {inside['index_s']:6.2f} s")
+    rest = best - sum(inside[k] for k in ("load_s", "analyze_s", "index_s"))
+    print(f"    the rest of the best first paint     {rest:6.2f} s  (Python and imports, "
+          "Textual's start, mounting and drawing the main screen)")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000])
@@ -142,7 +272,19 @@ def main() -> int:
                         help="write OTLP files first and time loading and analyzing them")
     parser.add_argument("--wide-pair", type=int, nargs="*", default=None, metavar="N",
                         help="instead: one pair of N tensors per cell (e.g. 10000 100000)")
+    parser.add_argument("--tmux-files", type=int, default=None, metavar="N",
+                        help="instead: N events as trace files, `pptrace view DIR` in tmux")
+    parser.add_argument("--format", default="v2", choices=("v1", "v1.gz", "v2", "v2.gz"),
+                        help="--tmux-files: the files' format (default v2, what pptrace writes)")
+    parser.add_argument("--keep", metavar="DIR", default=None,
+                        help="--tmux-files: write the files into DIR and keep them; files "
+                             "already there are used as they are")
+    parser.add_argument("--runs", type=int, default=3,
+                        help="--tmux-files: how many times to start the viewer (default 3)")
     args = parser.parse_args()
+    if args.tmux_files:
+        run_tmux(args.tmux_files, args.format, args.runs, args.keep)
+        return 0
     if args.wide_pair:
         for n in args.wide_pair:
             r = asyncio.run(measure_wide(n))

@@ -19,8 +19,8 @@ from bisect import bisect_right
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from itertools import accumulate, chain, compress, count
-from operator import attrgetter, ne
+from itertools import accumulate, chain, compress, count, repeat
+from operator import attrgetter, is_not, ne
 
 from pptrace.analyze.analyzer import analysis
 from pptrace.analyze.channels import Channel
@@ -116,6 +116,16 @@ def _row_order(rank: RankInfo, direction: Direction | None, process: int) -> tup
     )
 
 
+_SEQ = attrgetter("seq")
+_DIRECTION = attrgetter("direction")
+_ERROR_TYPE = attrgetter("error_type")
+#: Byte tables for ``bytes.translate``: 1 -> a row's plain state (0 stays EMPTY); each state
+#: -> at least PAIRED.
+_PLAIN = {c: bytes([0, c]) + bytes(254) for c in (Cell.ATTACH, Cell.EXTRACT)}
+_AT_LEAST_PAIRED = bytes(max(i, Cell.PAIRED) for i in range(256))
+_STATES = tuple(c for c in Cell if c is not Cell.EMPTY)
+
+
 def _same_events(a: Event | None, e: Event | None) -> bool:
     return a is None or e is None or same(a.tensors, e.tensors)
 
@@ -198,8 +208,8 @@ class TraceIndex:
 
     def _count(self) -> None:
         for row in self.rows:
-            counts = Counter(row.cells)
-            row.counts = Counter({Cell(k): v for k, v in counts.items() if k != Cell.EMPTY})
+            cells = row.cells
+            row.counts = Counter({c: n for c in _STATES if (n := cells.count(c))})
 
     @property
     def verified(self) -> bool:
@@ -227,10 +237,11 @@ class TraceIndex:
 
     # --- building ------------------------------------------------------------------------
     def _build_rows(self) -> None:
+        # At 1M events every per-event step is a C-driven map, not a Python loop per event.
         keys: list[tuple[tuple[int, ...], int, Direction | None]] = []
         by_key: dict[tuple[int, Direction | None], list[Event]] = {}
         for p, proc in enumerate(self.trace.processes):
-            directions: set[Direction | None] = {ev.direction for ev in proc.events}
+            directions: set[Direction | None] = set(map(_DIRECTION, proc.events))
             if not directions:
                 # A silent rank still gets a row (its silence is information), named by what its
                 # stage would record: the last stage attaches, stage 0 extracts, others neither.
@@ -248,13 +259,19 @@ class TraceIndex:
         keys.sort(key=lambda k: k[0])
         for _, p, d in keys:
             events = by_key[(p, d)]
-            size = max((ev.seq for ev in events), default=-1) + 1
+            seqs = list(map(_SEQ, events))
+            size = max(seqs, default=-1) + 1
+            plain = Cell.ATTACH if d is Direction.ATTACH else Cell.EXTRACT
             slots: list[Event | None]
-            if size == len(events) and all(ev.seq == i for i, ev in enumerate(events)):
+            placed: Sequence[Event | None]  # the events in the slots, in column order
+            at: Sequence[int]  # their columns
+            if size == len(events) and seqs == list(range(size)):
                 slots = list(events)
+                cells = bytearray([plain]) * size
+                placed, at = events, range(size)
             else:  # gaps (dropped events) or out-of-order seqs: place each at its seq
                 limit = len(events) + _MAX_SEQ_GAP
-                if size > limit or any(ev.seq < 0 for ev in events):
+                if size > limit or (seqs and min(seqs) < 0):
                     # A corrupt or hostile seq (negative, or far beyond the others) gets no
                     # slot: one slot for every number below it would exhaust memory.
                     kept = [ev for ev in events if 0 <= ev.seq < limit]
@@ -263,12 +280,13 @@ class TraceIndex:
                     size = max((ev.seq for ev in events), default=-1) + 1
                 slots = [None] * size
                 for ev in events:
-                    slots[ev.seq] = ev
-            cells = bytearray(size)
-            plain = Cell.ATTACH if d is Direction.ATTACH else Cell.EXTRACT
-            for i, slot in enumerate(slots):
-                if slot is not None:
-                    cells[i] = Cell.ERROR if slot.error_type is not None else plain
+                    slots[ev.seq] = ev  # a repeated seq: the last one holds the slot
+                present = bytes(map(is_not, slots, repeat(None)))
+                cells = bytearray(present.translate(_PLAIN[plain]))
+                at = list(compress(count(), present))
+                placed = [slots[col] for col in at]
+            for col in compress(at, map(is_not, map(_ERROR_TYPE, placed), repeat(None))):
+                cells[col] = Cell.ERROR
             self.row_of[(p, d)] = len(self.rows)
             partners = array("q", [-1]) * size
             self.rows.append(Row(p, d, self.trace.processes[p].rank, slots, cells, partners))
@@ -292,10 +310,9 @@ class TraceIndex:
                     "q", range((re_ << 32) | e0, (re_ << 32) | e0 + n))
             e_row.partners[e0 : e0 + n] = array("q", range((ra << 32) | a0, (ra << 32) | a0 + n))
             self._runs.append((a_row, a0, e_row, e0, n))
-            paired = bytes([Cell.PAIRED]) * n
-            for row, start in ((a_row, a0), (e_row, e0)):
-                old = row.cells[start : start + n]
-                row.cells[start : start + n] = bytes(map(max, old, paired))
+            for row, start in ((a_row, a0), (e_row, e0)):  # each cell: at least PAIRED
+                row.cells[start : start + n] = row.cells[start : start + n].translate(
+                    _AT_LEAST_PAIRED)
         self._mark_failed_pairs()
         # What the walk left unpaired is an orphan (or an unmatched extract) whether or not a
         # finding names it: the analyzer counts the later ones into the first's cascade.

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from itertools import compress, repeat
+from operator import attrgetter, is_
 
 from pptrace.analyze.channels import Channel
 from pptrace.analyze.pairing import align
@@ -70,14 +72,24 @@ class _Sides:
         got = self.attaches if direction is Direction.ATTACH else self.extracts
         events = got.get(process)
         if events is None:
-            every = self.trace.processes[process].events
-            if direction is Direction.ATTACH:  # a call that returned and put something in
-                events = [ev for ev in every
-                          if ev.direction is direction and ev.error_type is None and ev.tensors]
-            else:
-                events = [ev for ev in every if ev.direction is direction and ev.tensors]
-            got[process] = events
+            events = got[process] = _payload_calls(self.trace.processes[process].events,
+                                                   direction)
         return events
+
+
+_DIRECTION = attrgetter("direction")
+_ERROR_TYPE = attrgetter("error_type")
+_TENSORS = attrgetter("tensors")
+
+
+def _payload_calls(events: Sequence[Event], direction: Direction) -> list[Event]:
+    """The calls of ``direction`` that carried a payload: an attach that returned and put
+    something in the dict, an extract that found prefixed values (whether or not the engine
+    then raised). Each step a C-driven filter: 1M calls add up."""
+    picked = list(compress(events, map(is_, map(_DIRECTION, events), repeat(direction))))
+    if direction is Direction.ATTACH:
+        picked = list(compress(picked, map(is_, map(_ERROR_TYPE, picked), repeat(None))))
+    return list(compress(picked, map(len, map(_TENSORS, picked))))
 
 
 def _runs(pairs: Iterator[tuple[int, int]], sender: int, receiver: int,
