@@ -146,8 +146,9 @@ class RecorderStats:
     """A process's recorder counters, written as a stats span at each flush and at exit.
 
     ``recorded = exported + dropped + overwritten`` once ``final``. ``dropped`` is what no sink
-    received (so a trace file lacks it too); ``sink_dropped`` is what one sink lost after taking
-    the events (the OTLP exporter's failed batches), which the other sinks still have.
+    received (so a trace file lacks it too); ``sink_dropped`` is what one sink lost while the
+    other sinks have the events (the OTLP exporter's failed batches; the trace file's failed
+    writes when OTLP took the batch).
     """
 
     rank: RankInfo
@@ -161,7 +162,7 @@ class RecorderStats:
     mode: str = "stream"
     run_id: str = ""
     final: bool = False  # the recorder's last word: written by its shutdown, counts complete
-    sink_dropped: tuple[tuple[str, int], ...] = ()  # (sink name, events it lost), sorted
+    sink_dropped: tuple[tuple[str, int], ...] = ()  # (sink name, events it alone lost), sorted
     rotated: int = 0  # events deleted with the oldest segments of a rotated trace file
     rotated_segments: int = 0  # the segments deleted
 
