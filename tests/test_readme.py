@@ -68,3 +68,15 @@ def named_paths() -> list[str]:
 @pytest.mark.parametrize("path", named_paths())
 def test_every_file_the_readme_names_exists(path: str) -> None:
     assert (ROOT / path).exists(), f"README names {path}, which does not exist"
+
+
+def named_tests() -> list[str]:
+    return sorted(set(re.findall(r"`(tests/[\w/]+\.py::[\w\[\]-]+)`", README)))
+
+
+@pytest.mark.parametrize("ref", named_tests())
+def test_every_test_the_readme_names_exists(ref: str) -> None:
+    path, _, name = ref.partition("::")
+    source = (ROOT / path).read_text(encoding="utf-8")
+    assert re.search(rf"^(async )?def {re.escape(name.split('[')[0])}\(", source, re.M), (
+        f"README names {ref}, which {path} does not define")
