@@ -238,9 +238,11 @@ class _Check:
         if any(e.stashed or e.from_stash for e in r.ends):
             return f"rank {dst} stashed: its seqs are not the channel's"
         got = {e.seq: e for e in r.ends if e.ok}
-        first_recv = min([*got, *r.begins], default=0)
-        first_send = min((m.seq for m in s.sends), default=0)
         out = {m.seq for m in s.sends}
+        # Absences are judged where each end's kept seqs run without a gap to its last one
+        # (a batch written late can sit in a segment rotated away before older ones).
+        first_recv = _unbroken({e.seq for e in r.ends} | set(r.begins))
+        first_send = _unbroken(out)
         for m in s.sends:
             e = got.get(m.seq)
             if e is not None and e.kind == m.kind and m.ok:
@@ -439,6 +441,14 @@ class _Check:
             self.hops(side)
         self.waits()
         return self.carried
+
+
+def _unbroken(seqs: set[int]) -> int:
+    """The lowest seq from which every seq up to the highest is there."""
+    low = max(seqs, default=0)
+    while low - 1 in seqs:
+        low -= 1
+    return low
 
 
 def check_messages(trace: Trace, raws: list[Raw], runs: Sequence[str], prefixes: Sequence[str],
