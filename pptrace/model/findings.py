@@ -161,8 +161,8 @@ class FindingKind(str, enum.Enum):
                 "a receive began and never returned (or failed at its timeout): the rank waits "
                 "for a message when the traces stop; a cycle of waits is named (deadlock)")
     MSG_CUT = ("message-cut", M, Severity.INFO,
-               "a process's oldest messages lie outside its kept window: its channels are not "
-               "paired")
+               "a process's oldest messages lie outside its kept window and a channel of it "
+               "cannot be paired by seq (a stash, several peers, an end that kept none)")
 
 
 del E, A, P, N, R, M
