@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from pptrace_samples.faults import FAULTS, fault_names
+from pptrace_samples.faults import ALL_FAULTS, FAULTS, MESSAGE_FAULTS, fault_names
 from pptrace_samples.options import PipelineOptions
 
 from pptrace.cli import demo as cli_demo
@@ -31,8 +31,9 @@ def test_defaults_are_the_main_job() -> None:
 def test_list_faults_is_one_line_per_fault(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli_demo.run(_parse("--list-faults")) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert [line.split()[0] for line in lines] == fault_names()
-    for line, fault in zip(lines, FAULTS.values(), strict=True):
+    # Every fault the demo takes: the auxiliary-output faults, then the message layer's.
+    assert [line.split()[0] for line in lines] == [*fault_names(), *MESSAGE_FAULTS]
+    for line, fault in zip(lines, ALL_FAULTS.values(), strict=True):
         assert line.endswith(f"{fault.where}: {fault.engine}")
 
 
@@ -44,7 +45,7 @@ def test_list_faults_does_not_import_torch() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 0, done.stderr
-    assert len(done.stdout.splitlines()) == len(FAULTS)
+    assert len(done.stdout.splitlines()) == len(ALL_FAULTS)
 
 
 @pytest.mark.parametrize(
@@ -131,8 +132,10 @@ def test_interactive_demo_opens_the_viewer_on_its_run(
 
     opened: list[tuple[int, int, list[str]]] = []
 
-    def view(trace: object, findings: list[object], paths: list[str], **_: object) -> int:
-        opened.append((trace.event_count, len(findings), list(paths)))  # type: ignore[attr-defined]
+    def view(trace: object, judged: object, paths: list[str], **_: object) -> int:
+        # The demo hands the viewer the analysis itself (findings and the channels judged).
+        count = len(judged.findings)  # type: ignore[attr-defined]
+        opened.append((trace.event_count, count, list(paths)))  # type: ignore[attr-defined]
         return 0
 
     monkeypatch.setattr(cli_demo, "_interactive", lambda: True)

@@ -198,7 +198,7 @@ def _summary(result: RunResult, out: IO[str]) -> bool:
 def _analyze_and_report(out_dir: str, view: bool = False) -> int:
     """Analyze the run's traces, print the report and, when asked, open the viewer on them;
     return the analysis exit status."""
-    from pptrace.analyze.analyzer import analyze
+    from pptrace.analyze.analyzer import analysis
     from pptrace.cli.inputs import load_trace
     from pptrace.model.findings import Severity
     from pptrace.report.text import exit_status, render_text
@@ -206,14 +206,15 @@ def _analyze_and_report(out_dir: str, view: bool = False) -> int:
     status = Status(sys.stderr)
     trace = load_trace([out_dir], status)
     status.stage(f"pptrace: analyzing {trace.event_count:,} events")
-    findings = analyze(trace)
+    judged = analysis(trace)  # the viewer pairs on its channels, as the report does
+    findings = list(judged.findings)
     status.end()
     sys.stdout.write("\n" + render_text(trace, findings, Severity.ERROR))
     if view:
         from pptrace.cli.view import view as open_view
 
         sys.stdout.flush()
-        open_view(trace, findings, [out_dir])
+        open_view(trace, judged, [out_dir])
     return exit_status(findings, Severity.ERROR)
 
 
