@@ -139,7 +139,7 @@ def test_a_written_trace_reads_back_with_the_plain_protobuf_parser(tmp_path: Pat
     for span, event in zip(events, tee.events, strict=True):
         attrs = attributes(span.attributes)
         # Version 2: the span says only what its resource does not (the constants are there).
-        assert attrs == otel_form(schema.event_to_attributes(event, resource))
+        assert attrs == otel_form(schema.event_to_attributes(event, resource, exact_times=True))
         assert not {schema.RUN_ID, schema.RANK, schema.HOST, schema.PID, schema.VERSION,
                     schema.T_KEYS, schema.KEYS_AFTER} & set(attrs)
         assert (span.start_time_unix_nano, span.end_time_unix_nano) == (event.start_ns,

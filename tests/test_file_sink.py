@@ -48,9 +48,10 @@ class Oracle:
     to memory, remembering how many spans each call made (FileSink's lines follow calls).
 
     Under a version 2 resource FileSink writes each line under the resource of its events'
-    process (the given one, with the rank and run id they were recorded with and the main
-    thread's name): the SDK spans go through one provider per such resource, and a new line
-    starts where it changes, as FileSink's do.
+    process (the given one, with the rank and run id they were recorded with, the main
+    thread's name and id and the main device): the SDK spans go through one provider per such
+    resource, and a new line starts where it changes, as FileSink's do. They are made as for a
+    reader that keeps times in nanoseconds (``exact_times``), as a trace file's are.
     """
 
     def __init__(self, tmp: Path, resource: Resource) -> None:
@@ -59,7 +60,8 @@ class Oracle:
         self.records = FileSink(str(self.records_path), resource, scope_version())
         self.resource = resource
         self.compact = resource.attributes.get(schema.VERSION) == 2
-        self.main: str | None = None
+        self.main: tuple[str, int] | None = None
+        self.device: str | None = None
         self.memory = InMemorySpanExporter()
         self.sdks: dict[tuple[RankInfo, str] | None, SdkSpanSink] = {}
         self.calls: list[int] = []
@@ -69,14 +71,15 @@ class Oracle:
         if key not in self.sdks:
             resource = self.resource
             if self.compact:  # the events' constants, in place of the given resource's
-                own = schema.resource_attributes(rank, run_id, 2, self.main)
+                name, ident = self.main or (None, None)
+                own = schema.resource_attributes(rank, run_id, 2, name, ident, self.device)
                 merged = {**resource.attributes, **own}
                 for key in set(schema.RESOURCE_KEYS.values()) - set(own):
                     merged.pop(key, None)
                 resource = Resource(merged, resource.schema_url)
             provider = TracerProvider(resource=resource, span_limits=SPAN_LIMITS)  # pptrace's
             provider.add_span_processor(SimpleSpanProcessor(self.memory))
-            self.sdks[key] = SdkSpanSink(provider)
+            self.sdks[key] = SdkSpanSink(provider, exact_times=True)
         return self.sdks[key]
 
     def _count(self, call: Any) -> None:
@@ -91,8 +94,14 @@ class Oracle:
         if not isinstance(events, RawEvents):
             self.raw.export(records)
         self.records.export(records)
-        if records and self.main is None:
-            self.main = records[0].thread_name
+        if records and self.compact:  # what FileSink learns from a call's first event
+            known = (self.main, self.device)
+            if self.main is None:
+                self.main = (records[0].thread_name, records[0].thread_id)
+            if self.device is None:
+                self.device = next((m.device for m in records[0].tensors if m.is_tensor), None)
+            if (self.main, self.device) != known:
+                self.sdks.clear()  # a new resource from here on
         for event in records:  # a call per run of events under one resource
             at = (event.rank, event.run_id) if self.compact else None
             if not self.calls or self.calls[-1] < 0 or self._at != at:

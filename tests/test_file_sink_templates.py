@@ -88,9 +88,10 @@ def counted(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     calls = [0]
     real = schema.event_to_attributes
 
-    def counting(event: Event, resource: Any = None) -> dict[str, Any]:
+    def counting(event: Event, resource: Any = None, exact_times: bool = False
+                 ) -> dict[str, Any]:
         calls[0] += 1
-        return real(event, resource)
+        return real(event, resource, exact_times)
 
     monkeypatch.setattr(schema, "event_to_attributes", counting)
     return calls
@@ -180,8 +181,9 @@ def test_dropped_before_and_thread_names_change_between_calls(tmp_path: Path) ->
     sink, rec, written = run(tmp_path, body)
     spans = [s for s in written if s["name"] != schema.SPAN_STATS]
     events = [attributes(s) for s in spans]
-    assert [e[schema.DROPPED_BEFORE] for e in events[::2]] == (
-        ["0"] * 3 + ["5"] * 6 + ["6"] * 6)
+    # Version 2 writes the count only once it is not 0.
+    assert [e.get(schema.DROPPED_BEFORE) for e in events[::2]] == (
+        [None] * 3 + ["5"] * 6 + ["6"] * 6)
     names = [thread_name(s) for s in spans[::2]]
     # Version 2: the main thread's name is the resource's; another thread's is on its spans.
     assert schema.THREAD_NAME not in events[0] and events[24][schema.THREAD_NAME] == "worker-c"
@@ -229,8 +231,9 @@ def test_hand_made_raws_odd_values_and_int_thread_idents(tmp_path: Path) -> None
     sink, rec, written = run(tmp_path, body)
     # The Weird subject and the malformed raw fail conversion on either path: counted once.
     assert rec.internal_errors == 4 and rec.dropped == 4 and rec.exported == 15
-    # The int ident and its Thread make one shape (same ident and name); and the error.
-    assert sink.raw.templates_built == 2
+    # The int ident and its Thread make one shape (same ident and name); the same with a drop
+    # count (written, unlike a count of 0); and the error.
+    assert sink.raw.templates_built == 3
     names = {thread_name(s) for s in written if s["name"] != schema.SPAN_STATS}
     assert names == {threading.current_thread().name}
 

@@ -11,8 +11,9 @@ through ``google.protobuf.json_format``) gives for the same events as SDK spans,
 Step after step the engine makes the same calls: same tensors, keys, thread, result. Given the
 recorder's raw tuples (``RawEvents``), the sink encodes one span of each such shape the ordinary
 way and keeps it as a template, with holes for what varies (ids, times, ``seq``, ``mono_ns``,
-``duration_ns``, ``dropped_before``); the next events of that shape are one dict lookup and one
-string join each, with no ``Event`` record built. The template is cut from the ordinary encoding
+``duration_ns`` in version 1, ``dropped_before`` once it is not 0: a shape is a shape twice, with
+and without drops); the next events of that shape are one dict lookup and one string join each,
+with no ``Event`` record built. The template is cut from the ordinary encoding
 (whatever order ``schema.event_to_attributes`` gives) at a shape's second event, and kept only if
 it renders that event exactly as the ordinary encoding does; anything else goes the ordinary way.
 Templates last while the rank and run id do; what they hold of the subject's type (its name,
@@ -134,7 +135,16 @@ def _renderer(parts: list[str], order: list[int]) -> Render | None:
     """Interleave ``parts`` with the values ``order`` names (None if there are none)."""
     if len(order) < 2:
         return None
-    if order == list(range(8)):  # a span without an error, its values in the order passed
+    if order == list(range(6)):  # version 2, no drops: ids, times, seq, mono_ns
+
+        s0, s1, s2, s3, s4, s5, s6 = parts
+
+        def render6(out: list[str], a: str, b: str, c: int, d: int, e: int, f: int, g: int,
+                    h: int) -> None:
+            out += (s0, a, s1, b, s2, str(c), s3, str(d), s4, str(e), s5, str(f), s6)
+
+        return render6
+    if order == list(range(8)):  # version 1 without an error, its values in the order passed
 
         s0, s1, s2, s3, s4, s5, s6, s7, s8 = parts
 
@@ -178,7 +188,8 @@ class FileSink:
         # spans leave out what it says. ``_res`` is what they are compacted against.
         self._base = dict(resource.attributes)
         self._compact = self._base.get(schema.VERSION) == 2
-        self._main: str | None = None  # the main thread's name, from the first event
+        self._main: tuple[str, int] | None = None  # the main thread (name, id): the first event's
+        self._device: str | None = None  # the main device: the first tensor's
         self._heads: dict[tuple[RankInfo, str], tuple[str, dict[str, Any]]] = {}
         self._head = self._head_of(self._base)
         self._res: dict[str, Any] | None = None
@@ -198,20 +209,30 @@ class FileSink:
         return ('{"resourceSpans":[{"resource":{' + res + '},"scopeSpans":[{"scope":'
                 + self._scope + ',"spans":[')
 
+    def _learning(self) -> bool:
+        """Whether the main thread or device is still to be learnt from an event."""
+        return self._compact and (self._main is None or self._device is None)
+
     def _use(self, rank: RankInfo, run_id: str, first: Event | None = None) -> None:
         """Write the next spans under the resource of ``rank`` and ``run_id`` (version 2);
-        ``first``: an event of the batch, whose thread is the main one if none is known yet."""
+        ``first``: an event of the batch, whose thread is the main one if none is known yet,
+        and its first tensor's device the main device if none is known yet."""
         if not self._compact:
             return
-        if self._main is None and first is not None:
-            self._main = first.thread_name
-            self._heads.clear()
-            self._templates, self._seen, self._context = {}, {}, None
+        if first is not None and self._learning():
+            device = next((m.device for m in first.tensors if m.is_tensor), None)
+            if self._main is None or (self._device is None and device is not None):
+                if self._main is None:
+                    self._main = (first.thread_name, first.thread_id)
+                self._device = self._device if self._device is not None else device
+                self._heads.clear()
+                self._templates, self._seen, self._context = {}, {}, None
         found = self._heads.get((rank, run_id))
         if found is None:
             if len(self._heads) > 16:
                 self._heads.clear()
-            own = schema.resource_attributes(rank, run_id, 2, self._main)
+            name, ident = self._main if self._main is not None else (None, None)
+            own = schema.resource_attributes(rank, run_id, 2, name, ident, self._device)
             # The base's own constants give way to the events' (a rank unknown then is absent).
             attrs = {k: v for k, v in {**self._base, **own}.items()
                      if k in own or k not in _RESOURCE_CONSTANTS}
@@ -257,7 +278,8 @@ class FileSink:
         if event.error_type is not None:
             error = (event.error_type, event.error_message or "")
         return self._span(schema.span_name(event.direction), event.start_ns, event.end_ns,
-                          schema.event_to_attributes(event, self._res), error, ids)
+                          schema.event_to_attributes(event, self._res, exact_times=True), error,
+                          ids)
 
     def _lines(self, spans: Sequence[str]) -> list[str]:
         return [self._head + ",".join(spans[i:i + SPANS_PER_LINE]) + self._tail
@@ -291,7 +313,7 @@ class FileSink:
         (a template's span is never a string of its own), and how many spans they hold."""
         if self._compact:
             first = None
-            if self._main is None:  # the first convertible event names the main thread
+            if self._learning():  # the first convertible event names the main thread
                 first = next((e for i in range(len(batch.raws))
                               if (e := batch.event(i)) is not None), None)
             self._use(batch.convert.rank, batch.convert.run_id, first)
@@ -309,8 +331,9 @@ class FileSink:
             found = shape(raw)
             render = None
             if found is not None:
+                key = (found[0], found[5] != 0)  # a shape with drops is written with its count
                 try:
-                    render = templates.get(found[0])
+                    render = templates.get(key)
                 except Exception:  # a value whose hash or == fails: convert it on its own
                     found = None
             if render is None or found is None:
@@ -321,7 +344,7 @@ class FileSink:
                 text = self._event_span(event, ids)
                 if found is not None:
                     try:
-                        self._learn(found[0], event, text, ids)
+                        self._learn(key, event, text, ids)
                     except Exception:  # a key that fails to compare in _seen: no template
                         pass
             if count == SPANS_PER_LINE:
@@ -370,8 +393,8 @@ class FileSink:
         self.templates_built += 1
 
     def _template(self, event: Event) -> Render | None:
-        probe = event._replace(seq=_P_SEQ, start_ns=_P_START, mono_ns=_P_MONO,
-                               duration_ns=_P_DUR, dropped_before=_P_DROPPED)
+        probe = event._replace(seq=_P_SEQ, start_ns=_P_START, mono_ns=_P_MONO, duration_ns=_P_DUR,
+                               dropped_before=_P_DROPPED if event.dropped_before else 0)
         text = self._event_span(probe, (_P_TRACE, _P_SPAN))
         order = [_PROBES[m] for m in _PROBE_RE.findall(text)]
         return _renderer(_PROBE_RE.split(text), order)

@@ -7,7 +7,8 @@
   Its spans are compact (schema version 2) under a provider whose resource says version 2
   (pptrace's own: the constants are there); under any other (the engine's) they are version 1
   spans, complete in themselves. The main thread's name is never on such a resource (it is
-  fixed before the first event), so these spans always carry their thread's name.
+  fixed before the first event), so these spans always carry their thread's name, and they keep
+  ``pptrace.duration_ns`` (Jaeger, where OTLP often ends, keeps times in microseconds).
 - ``process_resource`` is the OpenTelemetry resource that names this process (service, host,
   pid, run id, ranks, in version 2 every per-process constant); trace files and OTLP carry the
   same one.
@@ -71,8 +72,12 @@ def pptrace_provider(resource: Resource) -> TracerProvider:
 class SdkSpanSink:
     """A recorder sink that turns events into SDK spans through a tracer provider."""
 
-    def __init__(self, provider: trace_api.TracerProvider, owns_provider: bool = False) -> None:
+    def __init__(self, provider: trace_api.TracerProvider, owns_provider: bool = False,
+                 exact_times: bool = False) -> None:
         self.provider = provider
+        #: Whether every reader of these spans keeps their times to the nanosecond (as a trace
+        #: file's do): then version 2 leaves ``pptrace.duration_ns`` to them.
+        self.exact_times = exact_times
         self.tracer = provider.get_tracer(SCOPE, scope_version())
         self._owns = owns_provider
         resource = getattr(provider, "resource", None)
@@ -89,7 +94,8 @@ class SdkSpanSink:
     def export(self, events: Sequence[Event]) -> None:
         for event in events:
             span = self._span(schema.span_name(event.direction), event.start_ns, event.end_ns,
-                              schema.event_to_attributes(event, self.resource))
+                              schema.event_to_attributes(event, self.resource,
+                                                         self.exact_times))
             if event.error_type is not None:
                 span.add_event(
                     "exception",

@@ -138,16 +138,18 @@ def _int_attr_re(key: str) -> bytes:
 
 
 # pptrace's own layout today: ``schema.event_to_attributes`` writes the attributes that change
-# from one call to the next first (seq, mono_ns, duration_ns; then dropped_before and thread.id,
-# which rarely change), so one anchored match cuts out the start time and the first three, and
-# the text after the match is the same for every span of one shape: it is the template's key
-# (a new drop count or thread is a new shape: parsing a number costs more than a lookup). Ids
-# are lower-case hex as pptrace writes them; at most 20 digits keep ``int`` within its limits.
+# from one call to the next first (seq, mono_ns, then duration_ns where a span has it: version
+# 2's trace files leave it to the span's times; then dropped_before and thread.id, which rarely
+# change), so one anchored match cuts out the start and end times and those, and the text after
+# the match is the same for every span of one shape: it is the template's key (a new drop count
+# or thread is a new shape: parsing a number costs more than a lookup). Ids are lower-case hex
+# as pptrace writes them; at most 20 digits keep ``int`` within its limits.
 _OWN = re.compile(
     rb'[0-9a-f]{32}","spanId":"[0-9a-f]{16}'
     rb'(","name":"pptrace\.(?:attach|extract)","kind":(?:\d{1,3}|"[A-Z_]{1,40}"),'
-    rb'"startTimeUnixNano":")(\d{1,20})","endTimeUnixNano":"\d{1,20}","attributes":\['
-    + _int_attr_re(schema.SEQ) + _int_attr_re(schema.MONO_NS) + _int_attr_re(schema.DURATION_NS)
+    rb'"startTimeUnixNano":")(\d{1,20})","endTimeUnixNano":"(\d{1,20})","attributes":\['
+    + _int_attr_re(schema.SEQ) + _int_attr_re(schema.MONO_NS)
+    + b"(?:" + _int_attr_re(schema.DURATION_NS) + b")?"
 )
 # A key whose text holds one of these (a duplicate member that the JSON decoder would take
 # instead of the cut one) is never cached; error spans (nested "name") are parsed each time.
@@ -310,14 +312,16 @@ class FastLines:
             if t is None:  # a known shape that cannot be cached
                 others.append(self._parse(chunk))
                 continue
-            _, begin, seq, mono, dur = m.groups()
+            _, begin, end, seq, mono, dur = m.groups()
+            start = int(begin)
+            duration = int(dur) if dur is not None else max(0, int(end) - start)
             if rows is not None:
                 try:  # (fromlist adds the whole row or, failing, none of it)
-                    rows.fromlist([i, int(seq), int(begin), int(mono), int(dur)])
+                    rows.fromlist([i, int(seq), start, int(mono), duration])
                     continue
                 except OverflowError:  # beyond int64 (20 digits pass the cut): as an event
                     pass
-            events.append(with_numbers(t, int(seq), int(begin), int(mono), int(dur)))
+            events.append(with_numbers(t, int(seq), start, int(mono), duration))
         self.hits += len(chunks) - len(others)
         return events, others
 
@@ -338,9 +342,10 @@ class FastLines:
         if decoded is None:
             return span
         ev = decoded[0]
-        _, begin, seq, mono, dur = m.groups()
+        _, begin, end, seq, mono, dur = m.groups()
+        duration = int(dur) if dur is not None else max(0, int(end) - int(begin))
         if (ev.seq, ev.start_ns, ev.mono_ns, ev.duration_ns) == (
-            int(seq), int(begin), int(mono), int(dur)
+            int(seq), int(begin), int(mono), duration
         ):
             shapes[-1] = ev
         return ev

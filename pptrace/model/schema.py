@@ -10,7 +10,7 @@ tensor, in dict order) rather than span events, so that every backend shows it a
 
 Version 2 (what the sinks write) keeps the per-process constants on the resource
 (``resource_attributes``) and leaves out of each span what its resource already says and what
-follows from the rest of the span:
+follows from the rest of the span (``event_to_attributes`` lists what):
 
     res = resource_attributes(rank, run_id, main_thread="MainThread")
     attrs = event_to_attributes(event, res)   # only what the resource does not say
@@ -24,8 +24,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pptrace.model.derived import ITEMSIZES, implied_keys_after, implied_nbytes, tensors_at
 from pptrace.model.errors import SchemaVersionError
 from pptrace.model.records import PREFIX, Direction, Event, RankInfo, RecorderStats, TensorMeta
+from pptrace.model.span_reader import SpanReader
 
 __all__ = [
     "READ_VERSION",
@@ -35,6 +37,7 @@ __all__ = [
     "SPAN_EXTRACT",
     "SPAN_STATS",
     "SPAN_NAMES",
+    "ITEMSIZES",
     "AttributeValue",
     "attributes_to_event",
     "attributes_to_stats",
@@ -89,6 +92,9 @@ TENSOR_COUNT = "pptrace.tensor.count"  # int
 TOTAL_BYTES = "pptrace.tensor.total_bytes"  # int
 KEYS_BEFORE = "pptrace.keys.before"  # str[]
 KEYS_AFTER = "pptrace.keys.after"  # str[]
+#: int, version 2 only: ``KEYS_BEFORE`` lacks the tensor keys (``T_KEYS``, in order), which
+#: stood in it from this index on (an extract's keys before hold the keys it extracts).
+KEYS_TENSORS_AT = "pptrace.keys.tensors_at"
 RETURNED_NONE = "pptrace.returned_none"  # bool
 ERROR_TYPE = "pptrace.error.type"  # str, qualified exception type
 ERROR_MESSAGE = "pptrace.error.message"  # str, exact str(exception)
@@ -123,11 +129,15 @@ _SINK_HEAD, _SINK_TAIL = S_SINK_DROPPED.split("{}")
 R_HOST = "host.name"  # str
 R_PID = "process.pid"  # int
 R_THREAD_MAIN_NAME = "pptrace.thread.main_name"  # str
+R_THREAD_MAIN_ID = "pptrace.thread.main_id"  # int, that thread's id
+#: str, the device of the first tensor the process recorded: a span without ``T_DEVICES`` has
+#: it for every tensor ("" for a non-tensor).
+R_MAIN_DEVICE = "pptrace.tensor.main_device"
 #: Where a reader finds what a span lacks: the span's key -> its key on the span's resource.
 RESOURCE_KEYS: Mapping[str, str] = {
     VERSION: VERSION, RUN_ID: RUN_ID, RANK: RANK, WORLD_SIZE: WORLD_SIZE, PP_RANK: PP_RANK,
     PP_SIZE: PP_SIZE, TP_RANK: TP_RANK, TP_SIZE: TP_SIZE, HOST: R_HOST, PID: R_PID,
-    THREAD_NAME: R_THREAD_MAIN_NAME,
+    THREAD_NAME: R_THREAD_MAIN_NAME, THREAD_ID: R_THREAD_MAIN_ID,
 }
 
 
@@ -142,10 +152,11 @@ def _rank_items(rank: RankInfo) -> tuple[tuple[str, int | None], ...]:
 
 
 def resource_attributes(rank: RankInfo, run_id: str, version: int = SCHEMA_VERSION,
-                        main_thread: str | None = None) -> dict[str, AttributeValue]:
+                        main_thread: str | None = None, main_thread_id: int | None = None,
+                        main_device: str | None = None) -> dict[str, AttributeValue]:
     """The attributes of a process's resource: in version 2 every per-process constant
-    (``RESOURCE_KEYS``, the main thread's name when known); in version 1 the host, pid, run id
-    and ranks that it always named (its spans carry everything themselves)."""
+    (``RESOURCE_KEYS``; the main thread's name and id, the main device, when known); in version
+    1 the host, pid, run id and ranks that it always named (its spans carry everything)."""
     if version == 1:
         old: dict[str, AttributeValue] = {R_HOST: rank.host, R_PID: rank.pid, RUN_ID: run_id}
         for key, value in ((RANK, rank.rank), (PP_RANK, rank.pp_rank), (TP_RANK, rank.tp_rank)):
@@ -160,6 +171,10 @@ def resource_attributes(rank: RankInfo, run_id: str, version: int = SCHEMA_VERSI
     out[R_PID] = rank.pid
     if main_thread is not None:
         out[R_THREAD_MAIN_NAME] = main_thread
+    if main_thread_id is not None:
+        out[R_THREAD_MAIN_ID] = main_thread_id
+    if main_device is not None:
+        out[R_MAIN_DEVICE] = main_device
     return out
 
 
@@ -179,14 +194,21 @@ def _compact(resource: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
     return resource if resource is not None and resource.get(VERSION) == 2 else None
 
 
-def event_to_attributes(event: Event,
-                        resource: Mapping[str, Any] | None = None) -> dict[str, AttributeValue]:
+def event_to_attributes(event: Event, resource: Mapping[str, Any] | None = None,
+                        exact_times: bool = False) -> dict[str, AttributeValue]:
     """Encode an event as span attributes (the inverse of ``attributes_to_event``).
 
     Under a version 2 ``resource`` (``resource_attributes``) the span leaves out what the
-    resource says (the process's constants; the thread name when it is the main thread's),
-    the tensor keys when each is ``PREFIX + name``, and the keys after the call when they are
-    ``implied_keys_after``; without one it is a version 1 span, complete in itself.
+    resource says (the process's constants; the thread's name and id when they are the main
+    thread's; the devices when every tensor is on the main device) and what follows from the
+    rest: the tensor count and total bytes; ``T_KEYS`` when each key is ``PREFIX + name``;
+    ``T_NBYTES`` when each is elements times ``ITEMSIZES``; ``T_CONTIG`` and ``T_IS_TENSOR``
+    when all true; the tensor keys in ``KEYS_BEFORE`` (``KEYS_TENSORS_AT`` says where they
+    stood); ``KEYS_AFTER`` when it is ``implied_keys_after``; ``RETURNED_NONE`` when it is
+    true for an attach, false for an extract; ``DROPPED_BEFORE`` when 0; and, with
+    ``exact_times`` (a trace file, whose span times are nanoseconds wherever it is read; not
+    Jaeger's microseconds), ``DURATION_NS``. Without a resource it is a version 1 span,
+    complete in itself.
 
     The attributes that change from one call to the next come first, in a fixed order, and
     everything that repeats from one microbatch to the next after them: a reader can then tell
@@ -195,13 +217,13 @@ def event_to_attributes(event: Event,
     """
     t = event.tensors
     res = _compact(resource)
-    out: dict[str, AttributeValue] = {
-        SEQ: event.seq,
-        MONO_NS: event.mono_ns,
-        DURATION_NS: event.duration_ns,
-        DROPPED_BEFORE: event.dropped_before,
-        THREAD_ID: event.thread_id,
-    }
+    out: dict[str, AttributeValue] = {SEQ: event.seq, MONO_NS: event.mono_ns}
+    if res is None or not exact_times or event.duration_ns < 0:
+        out[DURATION_NS] = event.duration_ns
+    if res is None or event.dropped_before:
+        out[DROPPED_BEFORE] = event.dropped_before
+    if res is None or res.get(R_THREAD_MAIN_ID) != event.thread_id:
+        out[THREAD_ID] = event.thread_id
     if res is None:
         out[VERSION] = 1
     out[DIRECTION] = event.direction.value
@@ -209,25 +231,35 @@ def event_to_attributes(event: Event,
     if res is None or res.get(R_THREAD_MAIN_NAME) != event.thread_name:
         out[THREAD_NAME] = event.thread_name
     out[SUBJECT_TYPE] = event.subject_type
-    out[TENSOR_COUNT] = len(t)
-    out[TOTAL_BYTES] = sum(m.nbytes for m in t)
+    if res is None:
+        out[TENSOR_COUNT] = len(t)
+        out[TOTAL_BYTES] = sum(m.nbytes for m in t)
     out[T_NAMES] = [m.name for m in t]
+    keys = [m.key for m in t]
     if res is None or any(m.key != PREFIX + m.name for m in t):
-        out[T_KEYS] = [m.key for m in t]
-    out.update(
-        {
-            T_SHAPES: [",".join(map(str, m.shape)) for m in t],
-            T_DTYPES: [m.dtype for m in t],
-            T_DEVICES: [m.device for m in t],
-            T_NBYTES: [m.nbytes for m in t],
-            T_CONTIG: [m.contiguous for m in t],
-            T_IS_TENSOR: [m.is_tensor for m in t],
-            KEYS_BEFORE: list(event.keys_before),
-        }
-    )
+        out[T_KEYS] = keys
+    out[T_SHAPES] = [",".join(map(str, m.shape)) for m in t]
+    out[T_DTYPES] = [m.dtype for m in t]
+    device = None if res is None else res.get(R_MAIN_DEVICE)
+    if res is None or any(m.device != (device if m.is_tensor else "") for m in t):
+        out[T_DEVICES] = [m.device for m in t]
+    if res is None or any(implied_nbytes(m.shape, m.dtype, m.is_tensor) != m.nbytes for m in t):
+        out[T_NBYTES] = [m.nbytes for m in t]
+    if res is None or not all(m.contiguous for m in t):
+        out[T_CONTIG] = [m.contiguous for m in t]
+    if res is None or not all(m.is_tensor for m in t):
+        out[T_IS_TENSOR] = [m.is_tensor for m in t]
+    before = list(event.keys_before)
+    at = None if res is None else tensors_at(before, keys)
+    if at is not None:
+        del before[at:at + len(keys)]
+    out[KEYS_BEFORE] = before
+    if at is not None:
+        out[KEYS_TENSORS_AT] = at
     if res is None or tuple(event.keys_after) != implied_keys_after(event):
         out[KEYS_AFTER] = list(event.keys_after)
-    out[RETURNED_NONE] = event.returned_none
+    if res is None or event.returned_none != (event.direction is Direction.ATTACH):
+        out[RETURNED_NONE] = event.returned_none
     if event.subject_pp_capable is not None:
         out[SUBJECT_PP] = event.subject_pp_capable
     if any(m.fingerprint is not None for m in t):
@@ -241,69 +273,7 @@ def event_to_attributes(event: Event,
     return out
 
 
-class _Reader:
-    """Typed access to one span's attributes; every mismatch is a one-line SchemaVersionError.
-
-    What the span lacks of ``RESOURCE_KEYS`` comes from its resource's attributes, if given.
-    """
-
-    def __init__(self, attrs: Mapping[str, Any], where: str,
-                 resource: Mapping[str, Any] | None = None) -> None:
-        self.attrs = attrs
-        self.where = where
-        self.taken: dict[str, str] = {}  # span key -> the resource key it was taken from
-        if resource:
-            merged = None
-            for key, res_key in RESOURCE_KEYS.items():
-                if key not in attrs and res_key in resource:
-                    if merged is None:
-                        merged = dict(attrs)
-                    merged[key] = resource[res_key]
-                    self.taken[key] = res_key
-            if merged is not None:
-                self.attrs = merged
-
-    def _bad(self, key: str, want: str) -> SchemaVersionError:
-        got = type(self.attrs.get(key)).__name__
-        res_key = self.taken.get(key)
-        what = f"attribute {key!r}" if res_key is None else f"resource attribute {res_key!r}"
-        return SchemaVersionError(f"{self.where}{what} should be {want}, found {got}")
-
-    def integer(self, key: str, default: int | None = None) -> int:
-        value = self.attrs.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self._bad(key, "an integer")
-        return value
-
-    def opt_integer(self, key: str) -> int | None:
-        return None if key not in self.attrs else self.integer(key)
-
-    def string(self, key: str, default: str | None = None) -> str:
-        value = self.attrs.get(key, default)
-        if not isinstance(value, str):
-            raise self._bad(key, "a string")
-        return value
-
-    def boolean(self, key: str, default: bool | None = None) -> bool:
-        value = self.attrs.get(key, default)
-        if not isinstance(value, bool):
-            raise self._bad(key, "a boolean")
-        return value
-
-    def array(self, key: str, kind: type, n: int | None = None) -> list[Any]:
-        value = self.attrs.get(key, [])
-        if not isinstance(value, (list, tuple)) or not all(
-            isinstance(v, kind) and not (kind is int and isinstance(v, bool)) for v in value
-        ):
-            raise self._bad(key, f"a list of {kind.__name__}")
-        if n is not None and len(value) != n:
-            raise SchemaVersionError(
-                f"{self.where}attribute {key!r} has {len(value)} items, expected {n}"
-            )
-        return list(value)
-
-
-def _check_version(r: _Reader) -> int:
+def _check_version(r: SpanReader) -> int:
     version = r.integer(VERSION)
     if version > READ_VERSION or version < 1:
         raise SchemaVersionError(
@@ -313,7 +283,7 @@ def _check_version(r: _Reader) -> int:
     return version
 
 
-def _rank_from(r: _Reader) -> RankInfo:
+def _rank_from(r: SpanReader) -> RankInfo:
     return RankInfo(
         rank=r.opt_integer(RANK),
         world_size=r.opt_integer(WORLD_SIZE),
@@ -335,17 +305,25 @@ def _shape(text: str, where: str) -> tuple[int, ...]:
         raise SchemaVersionError(f"{where}bad tensor shape {text!r:.40}") from None
 
 
-def implied_keys_after(event: Event) -> tuple[str, ...]:
-    """The keys after the call that follow from the keys before it and the call (version 2
-    writes ``KEYS_AFTER`` only when the event's differ from these)."""
-    before = event.keys_before
-    if event.direction is Direction.ATTACH:
-        if event.error_type is None:
-            return (*before, *(m.key for m in event.tensors))
-        return (*before, *event.inserted_before_error)
-    if event.error_type is None:
-        return tuple(k for k in before if not k.startswith(PREFIX))
-    return tuple(before)
+def _devices(r: SpanReader, resource: Mapping[str, Any] | None,
+             is_tensor: Sequence[bool]) -> list[str]:
+    """A version 2 span's devices without ``T_DEVICES``: the resource's main device."""
+    device = (resource or {}).get(R_MAIN_DEVICE)
+    if not isinstance(device, str):
+        if any(is_tensor):
+            raise SchemaVersionError(f"{r.where}attribute {T_DEVICES!r} is missing and the "
+                                     f"resource has no string {R_MAIN_DEVICE!r}")
+        device = ""
+    return [device if t else "" for t in is_tensor]
+
+
+def _nbytes(r: SpanReader, shape: tuple[int, ...], dtype: str, is_tensor: bool) -> int:
+    """A version 2 value's bytes without ``T_NBYTES``: elements times its dtype's size."""
+    size = implied_nbytes(shape, dtype, is_tensor)
+    if size is None:
+        raise SchemaVersionError(f"{r.where}attribute {T_NBYTES!r} is missing and dtype "
+                                 f"{dtype!r:.40} has no known element size")
+    return size
 
 
 def attributes_to_event(
@@ -358,28 +336,35 @@ def attributes_to_event(
     """Decode a pptrace event span's attributes (the inverse of ``event_to_attributes``).
 
     ``resource``: the attributes of the span's resource (its process tags in Jaeger), where
-    version 2 keeps what every span of a process shares (``RESOURCE_KEYS``). A version 2 span
-    without ``T_KEYS`` has the keys ``PREFIX + name``; one without ``KEYS_AFTER`` has
-    ``implied_keys_after``.
+    version 2 keeps what every span of a process shares (``RESOURCE_KEYS``). What a version 2
+    span leaves out (``event_to_attributes``) is rebuilt from the rest; a span without
+    ``DURATION_NS`` lasted from ``start_ns`` to ``end_ns``.
     """
-    r = _Reader(attrs, where, resource)
-    version = _check_version(r)
+    r = SpanReader(attrs, where, resource, RESOURCE_KEYS)
+    v2 = _check_version(r) >= 2
     try:
         direction = Direction(r.string(DIRECTION))
     except ValueError:
         raise SchemaVersionError(f"{where}unknown direction {attrs.get(DIRECTION)!r:.40}") from None
     names = r.array(T_NAMES, str)
     n = len(names)
-    if version >= 2 and T_KEYS not in attrs:
+    if v2 and T_KEYS not in attrs:
         keys = [PREFIX + name for name in names]
     else:
         keys = r.array(T_KEYS, str, n)
-    shapes = r.array(T_SHAPES, str, n)
+    shapes = [_shape(text, where) for text in r.array(T_SHAPES, str, n)]
     dtypes = r.array(T_DTYPES, str, n)
-    devices = r.array(T_DEVICES, str, n)
-    nbytes = r.array(T_NBYTES, int, n)
-    contig = r.array(T_CONTIG, bool, n)
-    is_tensor = r.array(T_IS_TENSOR, bool, n)
+    every = [True] * n if v2 else None  # version 2 leaves out all-true lists
+    contig = r.array(T_CONTIG, bool, n, every)
+    is_tensor = r.array(T_IS_TENSOR, bool, n, every)
+    if v2 and T_DEVICES not in attrs:
+        devices = _devices(r, resource, is_tensor)
+    else:
+        devices = r.array(T_DEVICES, str, n)
+    if v2 and T_NBYTES not in attrs:
+        nbytes = [_nbytes(r, shapes[i], dtypes[i], is_tensor[i]) for i in range(n)]
+    else:
+        nbytes = r.array(T_NBYTES, int, n)
     fps: list[str | None] = [None] * n
     if T_FINGERPRINTS in attrs:
         fps = [f or None for f in r.array(T_FINGERPRINTS, str, n)]
@@ -387,7 +372,7 @@ def attributes_to_event(
         TensorMeta(
             name=names[i],
             key=keys[i],
-            shape=_shape(shapes[i], where),
+            shape=shapes[i],
             dtype=dtypes[i],
             device=devices[i],
             nbytes=nbytes[i],
@@ -397,6 +382,13 @@ def attributes_to_event(
         )
         for i in range(n)
     )
+    before = r.array(KEYS_BEFORE, str)
+    if v2 and KEYS_TENSORS_AT in attrs:
+        at = r.integer(KEYS_TENSORS_AT)
+        if not 0 <= at <= len(before):
+            raise SchemaVersionError(f"{where}attribute {KEYS_TENSORS_AT!r} is {at}, outside "
+                                     f"the {len(before)} keys before")
+        before[at:at] = keys
     duration = r.integer(DURATION_NS, 0)
     if DURATION_NS not in attrs and end_ns is not None:
         duration = max(0, end_ns - start_ns)
@@ -418,9 +410,9 @@ def attributes_to_event(
         subject_type=r.string(SUBJECT_TYPE, ""),
         subject_pp_capable=r.boolean(SUBJECT_PP) if SUBJECT_PP in attrs else None,
         tensors=tensors,
-        keys_before=tuple(r.array(KEYS_BEFORE, str)),
+        keys_before=tuple(before),
         keys_after=tuple(r.array(KEYS_AFTER, str)),
-        returned_none=r.boolean(RETURNED_NONE, True),
+        returned_none=r.boolean(RETURNED_NONE, direction is Direction.ATTACH or not v2),
         error_type=error_type,
         error_message=r.string(ERROR_MESSAGE, "") if error_type is not None else None,
         inserted_before_error=tuple(r.array(INSERTED_BEFORE_ERROR, str)),
@@ -428,7 +420,7 @@ def attributes_to_event(
         run_id=r.string(RUN_ID, ""),
         extra=extra,
     )
-    if version >= 2 and KEYS_AFTER not in attrs:
+    if v2 and KEYS_AFTER not in attrs:
         return event._replace(keys_after=implied_keys_after(event))
     return event
 
@@ -465,7 +457,7 @@ def attributes_to_stats(attrs: Mapping[str, Any], where: str = "",
                         resource: Mapping[str, Any] | None = None) -> RecorderStats:
     """Decode the stats span's attributes (the inverse of ``stats_to_attributes``); what the
     span lacks of ``RESOURCE_KEYS`` comes from ``resource``, as for ``attributes_to_event``."""
-    r = _Reader(attrs, where, resource)
+    r = SpanReader(attrs, where, resource, RESOURCE_KEYS)
     _check_version(r)
     return RecorderStats(
         rank=_rank_from(r),
