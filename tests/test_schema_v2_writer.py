@@ -1,12 +1,12 @@
 """Schema version 2 on the writing side (issue 17, item 1): compact spans, the same events.
 
 Real calls (successes, every engine error, non-tensor values, keys outside the prefix, a second
-thread) are recorded into trace files written as version 1 (``PPTRACE_SCHEMA=1``) and as
-version 2 (the default), plain and gzip: pptrace's loader gives identical ``Event`` records from
-all of them, field by field. Version 2 lines carry the process's constants on the resource only
-and leave out what follows from the rest; the SDK-span path (OTLP) compacts against its
-provider's resource, and under the engine's own provider (no pptrace resource) writes complete
-version 1 spans.
+thread, a transposed view, dtypes of other sizes, a tensor on another device) are recorded into
+trace files written as version 1 (``PPTRACE_SCHEMA=1``) and as version 2 (the default), plain and
+gzip: pptrace's loader gives identical ``Event`` records from all of them, field by field. Version 2
+lines carry the process's constants on the resource only and leave out what follows from the rest;
+the SDK-span path (OTLP) compacts against its provider's resource, and under the engine's own
+provider (no pptrace resource) writes complete version 1 spans.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from pptrace.export.spans import SdkSpanSink, pptrace_provider, process_resource
 from pptrace.load.loader import load_paths
 from pptrace.model import schema
 from pptrace.model.config import Config
+from pptrace.model.errors import SchemaVersionError
 from pptrace.model.records import PREFIX, Direction, Event, RankInfo, TensorMeta
 from pptrace.record.recorder import Recorder
 from pptrace.record.wrapper import wrap_transport
@@ -57,6 +58,13 @@ def calls(attach: Any, extract: Any) -> None:
                 call(*args)
         attach({}, None)
         extract({"other": 1}, None)
+        odd = {"view": torch.ones(2, 3).t(), "ids": torch.arange(3),
+               "half": torch.zeros(2).bfloat16(), "meta": torch.empty(4, device="meta"),
+               "flag": torch.tensor(True)}
+        tensors = {"next_token_ids": [1]}
+        attach(tensors, Output(odd))  # written: contiguous, devices; derived: nbytes
+        extract(tensors, Observer())
+        extract({}, Observer())  # nothing to extract: returns None
         worker = threading.Thread(target=lambda: extract({PREFIX + "w": torch.ones(2)},
                                                          Observer()), name="worker")
         worker.start()
@@ -95,7 +103,7 @@ def test_v1_and_v2_files_load_to_identical_events(tmp_path: Path) -> None:
     write(tmp_path / "v2gz", compress="gzip")
     loaded = {name: load_paths([str(tmp_path / name)]).processes for name in ("v1", "v2", "v2gz")}
     (one,), (two,), (packed,) = loaded.values()
-    assert len(one.events) == v1.recorded == 2 * 2 * 9
+    assert len(one.events) == v1.recorded == 2 * 2 * 12
     times = ("start_ns", "mono_ns", "duration_ns")
 
     def untimed(events: tuple[Event, ...]) -> list[Event]:
@@ -147,41 +155,88 @@ def test_v2_lines_keep_the_constants_on_the_resource_only(tmp_path: Path) -> Non
 
 
 def test_only_what_does_not_follow_is_written() -> None:
-    """keys.after is written when it differs from what the call implies; tensor.keys when a key
-    is not PREFIX + name; a constant the resource does not say (a rank learnt late) is on the
-    span, and decodes back."""
+    """Each attribute version 2 may leave out is written exactly when it does not follow from
+    the rest of the span or its resource, and every case decodes back to the same event, with
+    the duration as an attribute (SDK spans) or left to the span's times (trace files)."""
     meta = TensorMeta(name="a", key=PREFIX + "a", shape=(2,), dtype="float32", device="cpu",
                       nbytes=8)
+    other = TensorMeta(name="list", key=PREFIX + "list", dtype="list", is_tensor=False,
+                       contiguous=True)
     ok = Event(direction=Direction.ATTACH, seq=0, rank=RANK, start_ns=1, mono_ns=2,
-               duration_ns=3, thread_name="MainThread", tensors=(meta,),
+               duration_ns=3, thread_id=11, thread_name="MainThread", tensors=(meta,),
                keys_before=("x",), keys_after=("x", PREFIX + "a"), run_id="run")
-    res = schema.resource_attributes(RANK, "run", 2, "MainThread")
+    out = ok._replace(direction=Direction.EXTRACT, keys_before=("x", PREFIX + "a", "y"),
+                      keys_after=("x", "y"), returned_none=False)
+    res = schema.resource_attributes(RANK, "run", 2, "MainThread", 11, "cpu")
+    m = dataclasses.replace
     cases: list[Any] = [
         (ok, set()),
         (ok._replace(keys_after=(PREFIX + "a", "x")), {schema.KEYS_AFTER}),
-        (ok._replace(tensors=(dataclasses.replace(meta, key="other.a"),),
-                     keys_after=("x", "other.a")), {schema.T_KEYS}),
+        (ok._replace(tensors=(m(meta, key="other.a"),), keys_after=("x", "other.a")),
+         {schema.T_KEYS}),
         (ok._replace(rank=RANK), set()),
-        (ok._replace(direction=Direction.EXTRACT, keys_before=("x", PREFIX + "a"),
-                     keys_after=("x",)), set()),
-        (ok._replace(direction=Direction.EXTRACT, keys_before=("x", PREFIX + "a"),
-                     keys_after=("x", PREFIX + "a"), error_type="RuntimeError",
-                     error_message="m"), set()),
+        (ok._replace(thread_id=12), {schema.THREAD_ID}),
+        (ok._replace(thread_name="worker"), {schema.THREAD_NAME}),
+        (ok._replace(dropped_before=2), {schema.DROPPED_BEFORE}),
+        (ok._replace(returned_none=False), {schema.RETURNED_NONE}),
+        (ok._replace(duration_ns=-5), {schema.DURATION_NS}),  # not what the times can say
+        (ok._replace(tensors=(m(meta, device="cuda:0"),)), {schema.T_DEVICES}),
+        (ok._replace(tensors=(m(meta, nbytes=9),)), {schema.T_NBYTES}),
+        (ok._replace(tensors=(m(meta, dtype="float4_e2m1fn_x2"),)), {schema.T_NBYTES}),
+        (ok._replace(tensors=(m(meta, dtype="int64", nbytes=16),)), set()),
+        (ok._replace(tensors=(m(meta, shape=(), nbytes=4),)), set()),  # 0-d
+        (ok._replace(tensors=(m(meta, contiguous=False),)), {schema.T_CONTIG}),
+        (ok._replace(tensors=(meta, other), keys_after=("x", PREFIX + "a", PREFIX + "list")),
+         {schema.T_IS_TENSOR}),
+        (ok._replace(tensors=(m(other, nbytes=5),), keys_after=("x", PREFIX + "list")),
+         {schema.T_IS_TENSOR, schema.T_NBYTES}),
+        (ok._replace(tensors=(m(other, device="cpu"),), keys_after=("x", PREFIX + "list")),
+         {schema.T_IS_TENSOR, schema.T_DEVICES}),
+        (ok._replace(tensors=(), keys_after=("x",)), set()),
+        (out, {schema.KEYS_TENSORS_AT}),
+        (out._replace(returned_none=True), {schema.KEYS_TENSORS_AT, schema.RETURNED_NONE}),
+        (out._replace(keys_before=("x", PREFIX + "a", "y"), keys_after=("x", PREFIX + "a", "y"),
+                      error_type="RuntimeError", error_message="m", returned_none=True),
+         {schema.KEYS_TENSORS_AT}),
+        (out._replace(keys_before=("x", "y")), set()),  # the tensor keys not in before
+        (out._replace(tensors=(meta, m(meta, name="b", key=PREFIX + "b")),
+                      keys_before=(PREFIX + "a", "x", PREFIX + "b"), keys_after=("x",)),
+         set()),  # the tensor keys not together: keys.before is written whole
     ]
     optional = {schema.KEYS_AFTER, schema.T_KEYS, schema.RANK, schema.WORLD_SIZE,
-                schema.PP_RANK, schema.PP_SIZE, schema.TP_RANK, schema.TP_SIZE}
+                schema.PP_RANK, schema.PP_SIZE, schema.TP_RANK, schema.TP_SIZE,
+                schema.THREAD_ID, schema.THREAD_NAME, schema.DROPPED_BEFORE,
+                schema.RETURNED_NONE, schema.DURATION_NS, schema.T_DEVICES, schema.T_NBYTES,
+                schema.T_CONTIG, schema.T_IS_TENSOR, schema.KEYS_TENSORS_AT,
+                schema.TENSOR_COUNT, schema.TOTAL_BYTES}
     # A resource made before the rank was known (a guess): the span says what it lacks.
-    guess = schema.resource_attributes(RankInfo(host="h", pid=4242), "run", 2, "MainThread")
+    guess = schema.resource_attributes(RankInfo(host="h", pid=4242), "run", 2, "MainThread", 11,
+                                       "cpu")
     under = [(event, written, res) for event, written in cases]
-    under.append((ok, optional - {schema.KEYS_AFTER, schema.T_KEYS}, guess))
+    under.append((ok, {schema.RANK, schema.WORLD_SIZE, schema.PP_RANK, schema.PP_SIZE,
+                       schema.TP_RANK, schema.TP_SIZE}, guess))
     for event, written, resource in under:
-        out = schema.event_to_attributes(event, resource)
-        assert set(out) & optional == written, event
-        assert schema.attributes_to_event(out, event.start_ns, event.end_ns,
-                                          resource=resource) == event
+        for exact in (False, True):  # an SDK span keeps the duration; a trace file's does not
+            out_attrs = schema.event_to_attributes(event, resource, exact)
+            expect = written | ({schema.DURATION_NS} if not exact else set())
+            assert set(out_attrs) & optional == expect, (event, exact)
+            assert schema.attributes_to_event(out_attrs, event.start_ns, event.end_ns,
+                                              resource=resource) == event
         full = schema.event_to_attributes(event)  # no resource: version 1, complete
-        assert full[schema.VERSION] == 1 and {schema.KEYS_AFTER, schema.T_KEYS} <= set(full)
+        assert full[schema.VERSION] == 1 and optional - set(full) <= set(_RANKS)
         assert schema.attributes_to_event(full, event.start_ns, event.end_ns) == event
+    # Without the resource a version 2 span cannot be rebuilt: one line says what is missing.
+    bare = {schema.VERSION: 2, **schema.event_to_attributes(ok, res)}
+    with pytest.raises(SchemaVersionError, match="'pptrace.tensor.devices' is missing and the "
+                                                  "resource has no string"):
+        schema.attributes_to_event(bare, resource={schema.VERSION: 2})
+    with pytest.raises(SchemaVersionError, match="'pptrace.keys.tensors_at' is 9, outside"):
+        schema.attributes_to_event({**schema.event_to_attributes(out, res),
+                                    schema.KEYS_TENSORS_AT: 9}, resource=res)
+
+
+_RANKS = {schema.RANK, schema.WORLD_SIZE, schema.PP_RANK, schema.PP_SIZE, schema.TP_RANK,
+          schema.TP_SIZE, schema.KEYS_TENSORS_AT}
 
 
 def _sdk_spans(provider: TracerProvider) -> tuple[InMemorySpanExporter, SdkSpanSink]:
@@ -205,12 +260,16 @@ def test_the_sdk_path_compacts_against_its_provider_s_resource(tmp_path: Path) -
         spans = memory.get_finished_spans()
         resource = dict(provider.resource.attributes)
         events = [s for s in spans if s.name != schema.SPAN_STATS]
-        assert len(events) == 18
+        assert len(events) == 24
         for span in events:
             found = dict(span.attributes or {})
             if version == 2:
                 assert not CONSTANTS & set(found) and schema.T_KEYS not in found
-                assert schema.THREAD_NAME in found  # no main thread on an SDK resource
+                # No main thread nor device on an SDK resource: the spans say theirs; and
+                # the duration, since Jaeger keeps span times in microseconds only.
+                assert {schema.THREAD_NAME, schema.THREAD_ID, schema.DURATION_NS} <= set(found)
+                if found[schema.T_NAMES] and schema.T_IS_TENSOR not in found:  # all tensors
+                    assert schema.T_DEVICES in found
             else:
                 assert found[schema.VERSION] == 1 and CONSTANTS <= set(found)
             event = schema.attributes_to_event(found, span.start_time or 0, span.end_time,
@@ -218,4 +277,4 @@ def test_the_sdk_path_compacts_against_its_provider_s_resource(tmp_path: Path) -
             assert event.rank == RANK and event.run_id == "run"
         (stats,) = [s for s in spans if s.name == schema.SPAN_STATS][-1:]
         back = schema.attributes_to_stats(dict(stats.attributes or {}), resource=resource)
-        assert back.rank == RANK and back.final and back.recorded == 18
+        assert back.rank == RANK and back.final and back.recorded == 24
