@@ -205,7 +205,8 @@ def event_to_attributes(event: Event, resource: Mapping[str, Any] | None = None,
     ``T_NBYTES`` when each is elements times ``ITEMSIZES``; ``T_CONTIG`` and ``T_IS_TENSOR``
     when all true; the tensor keys in ``KEYS_BEFORE`` (``KEYS_TENSORS_AT`` says where they
     stood); ``KEYS_AFTER`` when it is ``implied_keys_after``; ``RETURNED_NONE`` when it is
-    true for an attach, false for an extract; ``DROPPED_BEFORE`` when 0; and, with
+    true for an attach or a call that raised, false for an extract that returned;
+    ``DROPPED_BEFORE`` when 0; and, with
     ``exact_times`` (a trace file, whose span times are nanoseconds wherever it is read; not
     Jaeger's microseconds), ``DURATION_NS``. Without a resource it is a version 1 span,
     complete in itself.
@@ -258,7 +259,8 @@ def event_to_attributes(event: Event, resource: Mapping[str, Any] | None = None,
         out[KEYS_TENSORS_AT] = at
     if res is None or tuple(event.keys_after) != implied_keys_after(event):
         out[KEYS_AFTER] = list(event.keys_after)
-    if res is None or event.returned_none != (event.direction is Direction.ATTACH):
+    if res is None or event.returned_none != (event.direction is Direction.ATTACH
+                                              or event.error_type is not None):
         out[RETURNED_NONE] = event.returned_none
     if event.subject_pp_capable is not None:
         out[SUBJECT_PP] = event.subject_pp_capable
@@ -412,7 +414,8 @@ def attributes_to_event(
         tensors=tensors,
         keys_before=tuple(before),
         keys_after=tuple(r.array(KEYS_AFTER, str)),
-        returned_none=r.boolean(RETURNED_NONE, direction is Direction.ATTACH or not v2),
+        returned_none=r.boolean(RETURNED_NONE, not v2 or direction is Direction.ATTACH
+                                or error_type is not None),
         error_type=error_type,
         error_message=r.string(ERROR_MESSAGE, "") if error_type is not None else None,
         inserted_before_error=tuple(r.array(INSERTED_BEFORE_ERROR, str)),
