@@ -130,16 +130,38 @@ def test_compressed_traces_load_to_the_same_events_as_plain_ones(tmp_path: Path)
 
 
 def test_zstd_without_its_package_is_one_config_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    if importlib.util.find_spec("zstandard") is not None:
-        frame = encoder("zstd")(["{}"])
-        import zstandard
-
-        assert zstandard.ZstdDecompressor().decompress(frame) == b"{}\n"
-        return
+    monkeypatch.setitem(sys.modules, "zstandard", None)  # as if not installed: imports fail
+    assert importlib.util.find_spec("zstandard") is None
     with pytest.raises(ConfigError, match=r"^PPTRACE_COMPRESS=zstd needs the zstandard package"):
         Config.from_env({"PPTRACE_COMPRESS": "zstd"})
     with pytest.raises(ConfigError, match="zstandard"):
         TraceSegments("t.otlp.jsonl", "zstd")
+
+
+def test_each_flush_is_one_whole_zstd_frame_and_loads_as_plain(tmp_path: Path) -> None:
+    """The real zstd path (``zstandard`` is in the ``zstd`` and ``dev`` extras)."""
+    zstandard = importlib.import_module("zstandard")
+    frame = encoder("zstd")(["{}"])
+    assert zstandard.ZstdDecompressor().decompress(frame) == b"{}\n"
+    rec = record(tmp_path / "zst", compress="zstd")
+    record(tmp_path / "plain")
+    path = tmp_path / "zst" / trace_file_name(RANK, "zstd")
+    assert os.listdir(tmp_path / "zst") == [path.name] and path.name.endswith(".otlp.jsonl.zst")
+    data, frames = path.read_bytes(), []
+    while data:  # frame by frame: each one whole, of whole lines
+        size = zstandard.frame_content_size(data)  # the writer's frames say their size
+        reader = zstandard.ZstdDecompressor().decompressobj()
+        frames.append(reader.decompress(data))
+        assert len(frames[-1]) == size and frames[-1].endswith(b"\n")
+        data = reader.unused_data
+    assert len(frames) == 4 * 2 + 1  # per flush its events, then its stats span; the exit's
+    names = [s["name"] for s in spans_of([ln for f in frames for ln in f.splitlines()])]
+    assert names.count("pptrace.attach") == names.count("pptrace.extract") == rec.recorded // 2
+    (plain,) = load_paths([str(tmp_path / "plain")]).processes
+    (packed,) = load_paths([str(tmp_path / "zst")]).processes
+    strip = [e._replace(start_ns=0, mono_ns=0, duration_ns=0) for e in plain.events]
+    assert strip == [e._replace(start_ns=0, mono_ns=0, duration_ns=0) for e in packed.events]
+    assert packed.stats is not None and packed.stats.final
 
 
 @pytest.mark.parametrize(("env", "message"), [
