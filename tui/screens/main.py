@@ -25,6 +25,7 @@ from ..index import TraceIndex
 from ..literal import counted, literal
 from ..messages import CellSelected, ExportWritten, FilterChanged, FindingChosen
 from ..screens.filter import FilterScreen
+from ..screens.messages import MessagesScreen
 from ..widgets.findings_panel import FindingsPanel
 from ..widgets.grid import GridView
 from ..widgets.pair_detail import PairDetail
@@ -67,6 +68,7 @@ class MainScreen(Screen[None]):
         Binding("escape", "clear_filter", "Clear filter", key_display="Esc", show=False),
         Binding("e", "export('json')", "Export JSON", group=_EXPORT, show=False),
         Binding("m", "export('markdown')", "Export Markdown", group=_EXPORT, show=False),
+        Binding("M", "messages", "Messages", show=False),
     ]
 
     def __init__(self, index: TraceIndex, *, export_dir: Path,
@@ -338,6 +340,10 @@ class MainScreen(Screen[None]):
         search.value = ""
         if self.spec.active:
             self.apply_filter(FilterSpec())
+
+    def action_messages(self) -> None:
+        """Open the message layer's stage x time view (pptrace_tui.screens.messages)."""
+        self.app.push_screen(MessagesScreen.of(self.index.trace, self.index.findings))
 
     def action_zoom(self) -> None:
         """Give the focused panel (grid, findings, pair detail) the whole screen, or undo it."""
