@@ -20,7 +20,8 @@ from pptrace.load.loader import load_paths
 from pptrace.model.config import Config
 from pptrace.model.messages import MessageOp
 from pptrace.model.records import PREFIX, RankInfo
-from pptrace.record.messages import MessageLog, patch_methods, wrap_recv, wrap_send
+from pptrace.record.message_patch import patch_methods
+from pptrace.record.messages import MessageLog, wrap_recv, wrap_send
 from pptrace.record.recorder import Recorder
 
 RANK = RankInfo(rank=3, world_size=4, pp_rank=1, pp_size=2, tp_rank=1, tp_size=2, host="h",
@@ -109,7 +110,7 @@ def test_parity_same_objects_exceptions_and_effects(tmp_path: Any) -> None:
 
 
 def _peer(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[int, int | None, int]:
-    from pptrace.record.messages import coordinator_send_peer
+    from pptrace.record.message_patch import coordinator_send_peer
 
     return coordinator_send_peer(args, kwargs)
 
@@ -122,7 +123,7 @@ def test_begin_is_buffered_before_the_receive_blocks(tmp_path: Any) -> None:
         seen.append(log.pending)  # what the recorder thread could write while we wait
         return {"__msg_type__": "proxy", "hidden_states": torch.zeros(2)}
 
-    from pptrace.record.messages import coordinator_recv_peer
+    from pptrace.record.message_patch import coordinator_recv_peer
 
     wrap_recv(blocking_recv, log, coordinator_recv_peer)(Group())
     assert seen == [1]

@@ -42,6 +42,8 @@ ENV_DOC: dict[str, str] = {
     "PPTRACE_FINGERPRINT": "1/0: hash tensor contents (reads tensor memory; default 0)",
     "PPTRACE_NATIVE": "1/0: read tensor metadata with the native reader once built (default 1;"
                       " see pptrace native --help)",
+    "PPTRACE_MESSAGES": "1/0: record the PP message layer (SGLang's send/recv_tensor_dict and"
+                        " typed receive; default 1)",
     "PPTRACE_NATIVE_DIR": "where pptrace native build puts the reader (default ~/.cache/pptrace)",
     "PPTRACE_TARGETS": "the transport modules to trace, ';' between them, each MODULE or"
                        " MODULE:ATTACH,EXTRACT (default: SGLang's module; set by --target)",
@@ -146,6 +148,9 @@ class Config:
     exit_timeout: float = 2.0
     fingerprint: bool = False
     native: bool = True  # use pptrace.record.native's reader when it is built for this process
+    #: Record the PP message layer too (SGLang's send/recv_tensor_dict, the typed receive):
+    #: on by default, since most PP transport failures happen there (pptrace.record.messages).
+    messages: bool = True
     run_id: str = ""
     rank_overrides: dict[str, int] = field(default_factory=dict)
     targets: tuple[Target, ...] = DEFAULT_TARGETS  # see pptrace.model.target
@@ -231,6 +236,7 @@ class Config:
             exit_timeout=_number(env, "PPTRACE_EXIT_TIMEOUT", 2.0, integer=False),
             fingerprint=_bool(env, "PPTRACE_FINGERPRINT", False),
             native=_bool(env, "PPTRACE_NATIVE", True),
+            messages=_bool(env, "PPTRACE_MESSAGES", True),
             run_id=env.get("PPTRACE_RUN_ID", ""),
             rank_overrides=ranks,
             targets=_targets(env),

@@ -17,6 +17,12 @@ failure inside pptrace counted by the recorder (``internal_error``), never raise
 interval while the engine waits, so a rank that hangs in a receive leaves in its trace what it
 waited for and from whom.
 
+The caller's thread builds one flat tuple of atoms per event (as the attach wrapper's raw
+records): per value its key, its shape as a plain tuple, its dtype and device objects; the
+recorder's thread builds the ``MessageEvent`` from it (names, byte counts, TP slices, kinds).
+Nothing in the tuple keeps it on the garbage collector's lists while it waits (no
+``torch.Size``, no enum member), so that a full buffer does not slow every collection.
+
 Events wait in a second bounded buffer (``MessageLog``), beside the attach/extract one, and the
 recorder's thread hands them to its sink's ``export_messages`` at each flush. A message that
 finds the buffer full is dropped and counted (``MessageLog.dropped``); its ``seq`` is never
@@ -28,9 +34,10 @@ such sends on the process; SGLang sends each attached dict once, in attach order
 inserted keys.
 
     log = MessageLog(recorder)
-    restore = patch_methods(GroupCoordinator, log)      # the wheel's class
-    ...
-    restore()                                           # the exact originals back
+    send = wrap_send(link.send, log, peer_of)           # peer_of(args, kwargs) -> Peer | None
+    recv = wrap_recv(link.recv, log, peer_of)
+
+SGLang's own classes are patched by ``pptrace.record.message_patch``.
 """
 
 from __future__ import annotations
@@ -53,9 +60,6 @@ from pptrace.record.recorder import Recorder
 __all__ = [
     "MessageLog",
     "Peer",
-    "coordinator_recv_peer",
-    "coordinator_send_peer",
-    "patch_methods",
     "wrap_recv",
     "wrap_send",
     "wrap_typed_recv",
@@ -64,13 +68,16 @@ __all__ = [
 _Tensor = torch.Tensor
 _dict_items = dict.items
 _dict_get = dict.get
-_SEND, _RECV = MessageOp.SEND, MessageOp.RECV
+# Plain strings in the raw records, not the enum: an enum member is an object the garbage
+# collector tracks, and a record that holds one stays on its lists while it waits.
+_SEND, _RECV = MessageOp.SEND.value, MessageOp.RECV.value
 _here = threading.local()  # the typed receive in progress on this thread, if any
 
 #: (peer global rank, peer PP stage or None, all-gather group size) of a call, from its
 #: arguments; -1 when unknown.
 Peer = tuple[int, int | None, int]
-PeerOf = Callable[[tuple[Any, ...], dict[str, Any]], Peer]
+#: A call's ``Peer``, or None for a call that moves nothing (a group of one: not recorded).
+PeerOf = Callable[[tuple[Any, ...], dict[str, Any]], Peer | None]
 
 
 class MessageLog:
@@ -83,7 +90,10 @@ class MessageLog:
         self.seq = {_SEND: itertools.count(), _RECV: itertools.count()}
         self._carries = itertools.count()
         self._lock = threading.Lock()
-        self.recorded = self.exported = self.dropped = 0
+        self.exported = self.dropped = 0
+        self._taken = 0  # taken by a flush, not yet exported or dropped
+        #: The wrappers' checked append: ``(append if len(buffer) < capacity else full)(raw)``.
+        self.append = self._buf.append
         recorder.messages = self  # the recorder's thread flushes us with its events
 
     @property
@@ -91,16 +101,25 @@ class MessageLog:
         """Events waiting to be written."""
         return len(self._buf)
 
+    @property
+    def recorded(self) -> int:
+        """Events the wrappers made: each one is waiting, being written, written or dropped
+        (derived, so that the wrappers keep no counter of their own)."""
+        return len(self._buf) + self._taken + self.exported + self.dropped
+
     def add(self, raw: tuple[Any, ...]) -> None:
         """Buffer one raw message event; drop and count it when the buffer is full."""
-        self.recorded += 1
         if len(self._buf) < self.capacity:
             self._buf.append(raw)
         else:
-            with self._lock:
-                self.dropped += 1
-            self.rec.warn("message buffer full",
-                          f"more than {self.capacity} messages waiting; dropping new ones")
+            self.full(raw)
+
+    def full(self, raw: tuple[Any, ...]) -> None:
+        """Drop and count ``raw``: the buffer is full."""
+        with self._lock:
+            self.dropped += 1
+        self.rec.warn("message buffer full",
+                      f"more than {self.capacity} messages waiting; dropping new ones")
 
     def take(self) -> list[tuple[Any, ...]]:
         """Everything buffered now, oldest first (the recorder's thread)."""
@@ -108,6 +127,8 @@ class MessageLog:
         pop = self._buf.popleft
         for _ in range(len(self._buf)):
             out.append(pop())
+        with self._lock:
+            self._taken += len(out)
         return out
 
     def flush(self, sink: Any, rank: RankInfo, run_id: str) -> int:
@@ -123,35 +144,42 @@ class MessageLog:
                 raise TypeError(f"{type(sink).__name__} has no export_messages")
             export(events, rank, run_id)
         except Exception as exc:
-            with self._lock:
-                self.dropped += len(events)
+            self._settle(len(raws), exported=0)
             self.rec.warn(f"message export failed ({type(exc).__name__})", str(exc))
             return 0
-        with self._lock:
-            self.exported += len(events)
+        self._settle(len(raws), exported=len(events))
         return len(events)
 
     def discard(self) -> None:
         """Count what is buffered as dropped (no sink to write it to)."""
-        lost = len(self.take())
+        self._settle(len(self.take()), exported=0)
+
+    def _settle(self, taken: int, exported: int) -> None:
+        """``taken`` events of a flush are done: ``exported`` written, the rest dropped."""
         with self._lock:
-            self.dropped += lost
+            self._taken -= taken
+            self.exported += exported
+            self.dropped += taken - exported
 
     def _convert(self, raw: tuple[Any, ...], rank: RankInfo) -> MessageEvent | None:
         try:
             return convert(raw, rank, self.rec.resolve_fingerprint)
-        except Exception as exc:
+        except Exception as exc:  # counted as dropped by _settle
             self.rec.internal_error("message conversion", exc)
-            with self._lock:
-                self.dropped += 1
             return None
 
 
 # --- the raw record and its conversion (on the recorder thread) ------------------------------
-# raw: (op, phase, seq, wall_ns, mono_ns, duration_ns, thread_id, peer, peer_pp, gather,
-#       expected, stashed, from_stash, carries, items, fingerprints, error)
-# items: ((key, type, shape, dtype, device_type, numel, element_size, sliced), ...) in dict order,
-#       or None for a call that returned no dict.
+# One flat tuple per event, built on the caller's thread with no per-value tuple and nothing
+# computed that the recorder's thread can compute (as pptrace.record.wrapper's raw records):
+#   (op, phase, seq, wall_ns, mono_ns, duration_ns, thread_id, peer, peer_pp, gather,
+#    expected, stashed, from_stash, carries, fingerprints, error, kind, *values)
+# values: four slots per dict value, in dict order: (key, shape, dtype, device) for a tensor
+# (the shape a plain tuple of ints, so that a record of atoms leaves the garbage collector's
+# lists at its first collection),
+# (key, None, type, None) for any other value. kind: the dict's __msg_type__ value (None when
+# the call returned no dict, or the dict has none).
+_HEAD = 17
 
 
 def convert(raw: tuple[Any, ...], rank: RankInfo,
@@ -159,50 +187,52 @@ def convert(raw: tuple[Any, ...], rank: RankInfo,
     """A raw message record as a ``MessageEvent`` (the process's own TP rank is the peer's: a
     PP group joins the same TP rank of every stage)."""
     (op, phase, seq, wall, mono, dur, thread_id, peer, peer_pp, gather, expected, stashed,
-     from_stash, carries, items, fps, error) = raw
+     from_stash, carries, fps, error, kind) = raw[:_HEAD]
     keys: list[str] = []
     tensors: list[MessageTensor] = []
-    kind = ""
-    for i, (key, tp, shape, dtype, device, numel, size, sliced) in enumerate(items or ()):
+    for i, at in enumerate(range(_HEAD, len(raw), 4)):
+        key, shape, dtype, device = raw[at:at + 4]
         name = key if type(key) is str else repr(key)
         keys.append(name)
-        if name == MSG_TYPE_KEY:
-            kind = shape if isinstance(shape, str) else ""
-        if tp is None:
-            fp = resolve(fps[i]) if fps is not None and fps[i] is not None else None
-            tensors.append(MessageTensor(
-                key=name, shape=tuple(int(d) for d in shape),
-                dtype=str(dtype).removeprefix("torch."), device=device, nbytes=numel * size,
-                sliced=sliced, is_tensor=True, fingerprint=fp))
-        else:
-            tensors.append(MessageTensor(key=name, dtype=qualname(tp), is_tensor=False))
+        if shape is None:
+            tensors.append(MessageTensor(key=name, dtype=qualname(dtype), is_tensor=False))
+            continue
+        numel = 1
+        for d in shape:
+            numel *= int(d)
+        fp = resolve(fps[i]) if fps is not None and fps[i] is not None else None
+        tensors.append(MessageTensor(
+            key=name, shape=tuple(int(d) for d in shape),
+            dtype=str(dtype).removeprefix("torch."), device=str(device.type),
+            nbytes=numel * int(dtype.itemsize),
+            sliced=gather > 1 and numel > 0 and numel % gather == 0, is_tensor=True,
+            fingerprint=fp))
     error_type, error_message = error if error is not None else (None, None)
     return MessageEvent(
-        op=op, phase=phase, seq=seq, wall_ns=wall, mono_ns=mono, duration_ns=dur,
+        op=MessageOp(op), phase=phase, seq=seq, wall_ns=wall, mono_ns=mono, duration_ns=dur,
         thread_id=thread_id, peer=peer, peer_pp_rank=peer_pp,
-        peer_tp_rank=rank.tp_rank if peer >= 0 else None, kind=kind, expected_kind=expected,
-        stashed=stashed, from_stash=from_stash, gather_size=gather, carries_attach=carries,
-        keys=tuple(keys), tensors=tuple(tensors), error_type=error_type,
-        error_message=error_message)
+        peer_tp_rank=rank.tp_rank if peer >= 0 else None,
+        kind=kind if type(kind) is str else "", expected_kind=expected, stashed=stashed,
+        from_stash=from_stash, gather_size=gather, carries_attach=carries, keys=tuple(keys),
+        tensors=tuple(tensors), error_type=error_type, error_message=error_message)
 
 
 # --- the hot path ------------------------------------------------------------------------------
 
-def _items(d: Any, gather: int) -> tuple[tuple[Any, ...], ...] | None:
-    """Each value's metadata, in dict order (``dict``'s own methods: a subclass sees no call)."""
-    if not isinstance(d, dict):
-        return None
-    out: list[tuple[Any, ...]] = []
-    for k, v in _dict_items(d):
-        if isinstance(v, _Tensor):
-            n = v.numel()
-            out.append((k, None, v.shape, v.dtype, v.device.type, n, v.element_size(),
-                        gather > 1 and n > 0 and n % gather == 0))
-        elif k == MSG_TYPE_KEY and type(v) is str:
-            out.append((k, str, v, None, "", 0, 0, False))  # the kind rides in the shape slot
-        else:
-            out.append((k, type(v), (), None, "", 0, 0, False))
-    return tuple(out)
+def _values(d: Any) -> tuple[Any, ...]:
+    """Each value's four slots, flat, in dict order (``dict``'s own ``items``: a subclass sees
+    no call); nothing for a call that returned no dict. A shape is kept as a plain tuple, not
+    the tensor's ``torch.Size``: a tuple subclass stays tracked by the garbage collector, and
+    so would the whole record while it waits, which made every collection walk the buffer
+    (10 µs a message with 20,000 waiting, against 1.4 µs)."""
+    out: tuple[Any, ...] = ()
+    if isinstance(d, dict):
+        for k, v in _dict_items(d):
+            if isinstance(v, _Tensor):
+                out += (k, tuple(v.shape), v.dtype, v.device)
+            else:
+                out += (k, None, type(v), None)
+    return out
 
 
 def _fingerprints(log: MessageLog, d: Any) -> tuple[Any, ...] | None:
@@ -223,12 +253,9 @@ def _fingerprints(log: MessageLog, d: Any) -> tuple[Any, ...] | None:
 
 
 def _carries(log: MessageLog, d: Any) -> int | None:
-    if type(d) is not dict and not isinstance(d, dict):
-        return None
-    if _dict_get(d, MSG_TYPE_KEY) != "output":
-        return None
+    """An output send's ordinal among those carrying auxiliary (prefixed) keys, else None."""
     for k in d:
-        if isinstance(k, str) and k.startswith(PREFIX):
+        if type(k) is str and k.startswith(PREFIX):
             return next(log._carries)
     return None
 
@@ -239,10 +266,11 @@ def _error(exc: BaseException) -> tuple[str, str]:
 
 def wrap_send(fn: Callable[..., Any], log: MessageLog, peer_of: PeerOf,
               dict_arg: int = 0, dict_name: str = "tensor_dict") -> Callable[..., Any]:
-    """Wrap a send of a tensor dict; ``peer_of(args, kwargs)`` names its destination, and the
-    dict is positional argument ``dict_arg`` (or keyword ``dict_name``)."""
+    """Wrap a send of a tensor dict; ``peer_of(args, kwargs)`` names its destination (None: no
+    wire traffic, not recorded), and the dict is positional argument ``dict_arg`` (or keyword
+    ``dict_name``)."""
     rec = log.rec
-    seq = log.seq[_SEND]
+    seq, buf, cap, append, full = log.seq[_SEND], log._buf, log.capacity, log.append, log.full
     time_ns, mono_ns, ident = time.time_ns, time.monotonic_ns, threading.get_ident
 
     @functools.wraps(fn)
@@ -251,39 +279,44 @@ def wrap_send(fn: Callable[..., Any], log: MessageLog, peer_of: PeerOf,
             return fn(*args, **kwargs)
         try:
             d = args[dict_arg] if len(args) > dict_arg else kwargs.get(dict_name)
-            peer, peer_pp, gather = peer_of(args, kwargs)
-            items = _items(d, gather)
-            fps = _fingerprints(log, d)
-            carries = _carries(log, d)
+            where = peer_of(args, kwargs)
+            if where is not None:
+                values = _values(d)
+                kind = _dict_get(d, MSG_TYPE_KEY) if isinstance(d, dict) else None
+                carries = _carries(log, d) if kind == "output" else None
+                fps = _fingerprints(log, d) if rec.fingerprint else None
         except Exception as exc:
             rec.internal_error("message send snapshot", exc)
+            where = None
+        if where is None:
             return fn(*args, **kwargs)
         wall, t0 = time_ns(), mono_ns()
         try:
             result = fn(*args, **kwargs)
         except BaseException as exc:
-            _record(log, (_SEND, "end", next(seq), wall, t0, mono_ns() - t0, ident(), peer,
-                          peer_pp, gather, "", False, False, carries, items, fps, _error(exc)))
+            try:
+                (append if len(buf) < cap else full)((
+                    _SEND, "end", next(seq), wall, t0, mono_ns() - t0, ident(), *where, "",
+                    False, False, carries, fps, _error(exc), kind, *values))
+            except Exception as inner:
+                rec.internal_error("message send record", inner)
             raise
-        _record(log, (_SEND, "end", next(seq), wall, t0, mono_ns() - t0, ident(), peer, peer_pp,
-                      gather, "", False, False, carries, items, fps, None))
+        try:
+            (append if len(buf) < cap else full)((
+                _SEND, "end", next(seq), wall, t0, mono_ns() - t0, ident(), *where, "", False,
+                False, carries, fps, None, kind, *values))
+        except Exception as exc:
+            rec.internal_error("message send record", exc)
         return result
 
     return pptrace_send
-
-
-def _record(log: MessageLog, raw: tuple[Any, ...]) -> None:
-    try:
-        log.add(raw)
-    except Exception as exc:
-        log.rec.internal_error("message record", exc)
 
 
 def wrap_recv(fn: Callable[..., Any], log: MessageLog, peer_of: PeerOf) -> Callable[..., Any]:
     """Wrap a receive of a tensor dict: a ``begin`` before it blocks, an ``end`` with what came
     (inside a typed receive: what it expected, and whether this one was stashed)."""
     rec = log.rec
-    seq = log.seq[_RECV]
+    seq, buf, cap, append, full = log.seq[_RECV], log._buf, log.capacity, log.append, log.full
     time_ns, mono_ns, ident = time.time_ns, time.monotonic_ns, threading.get_ident
 
     @functools.wraps(fn)
@@ -291,31 +324,41 @@ def wrap_recv(fn: Callable[..., Any], log: MessageLog, peer_of: PeerOf) -> Calla
         if not rec.enabled:
             return fn(*args, **kwargs)
         try:
-            peer, peer_pp, gather = peer_of(args, kwargs)
-            typed = getattr(_here, "typed", None)
-            expected = typed[0] if typed is not None else ""
-            if typed is not None:
-                typed[1] = True  # the typed receive went to the wire
-            n = next(seq)
-            wall, t0, tid = time_ns(), mono_ns(), ident()
-            log.add((_RECV, "begin", n, wall, t0, -1, tid, peer, peer_pp, gather, expected,
-                     False, False, None, (), None, None))
+            where = peer_of(args, kwargs)
+            if where is not None:
+                typed = getattr(_here, "typed", None)
+                expected = ""
+                if typed is not None:
+                    expected = typed[0]
+                    typed[1] = True  # the typed receive went to the wire
+                n = next(seq)
+                wall, t0, tid = time_ns(), mono_ns(), ident()
+                (append if len(buf) < cap else full)((
+                    _RECV, "begin", n, wall, t0, -1, tid, *where, expected, False, False,
+                    None, None, None, None))
         except Exception as exc:
             rec.internal_error("message recv begin", exc)
+            where = None
+        if where is None:
             return fn(*args, **kwargs)
         try:
             result = fn(*args, **kwargs)
         except BaseException as exc:
-            _record(log, (_RECV, "end", n, wall, t0, mono_ns() - t0, tid, peer, peer_pp, gather,
-                          expected, False, False, None, (), None, _error(exc)))
+            try:
+                (append if len(buf) < cap else full)((
+                    _RECV, "end", n, wall, t0, mono_ns() - t0, tid, *where, expected, False,
+                    False, None, None, _error(exc), None))
+            except Exception as inner:
+                rec.internal_error("message recv record", inner)
             raise
         try:
             dur = mono_ns() - t0
-            kind = _dict_get(result, MSG_TYPE_KEY, "default") if isinstance(result, dict) else ""
-            stashed = bool(expected) and kind != expected
-            log.add((_RECV, "end", n, wall, t0, dur, tid, peer, peer_pp, gather, expected,
-                     stashed, False, None, _items(result, gather), _fingerprints(log, result),
-                     None))
+            kind = _dict_get(result, MSG_TYPE_KEY) if isinstance(result, dict) else None
+            stashed = bool(expected) and (kind if kind is not None else "default") != expected
+            (append if len(buf) < cap else full)((
+                _RECV, "end", n, wall, t0, dur, tid, *where, expected, stashed, False, None,
+                _fingerprints(log, result) if rec.fingerprint else None, None, kind,
+                *_values(result)))
         except Exception as exc:
             rec.internal_error("message recv record", exc)
         return result
@@ -352,87 +395,15 @@ def wrap_typed_recv(fn: Callable[..., Any], log: MessageLog,
         if not state[1]:  # no wire receive: the stash served it
             try:
                 got = result[0] if isinstance(result, tuple) and result else result
-                peer, peer_pp, gather = peer_of(args, kwargs) if peer_of else (-1, None, 1)
-                log.add((_RECV, "end", next(seq), wall, t0, mono_ns() - t0, ident(), peer,
-                         peer_pp, gather, expected, False, True, None, _items(got, gather),
-                         None, None))
+                where = (peer_of(args, kwargs) if peer_of else None) or (-1, None, 1)
+                kind = _dict_get(got, MSG_TYPE_KEY) if isinstance(got, dict) else None
+                log.add((_RECV, "end", next(seq), wall, t0, mono_ns() - t0, ident(), *where,
+                         expected, False, True, None, None, None, kind, *_values(got)))
             except Exception as exc:
                 rec.internal_error("message typed recv record", exc)
         return result
 
     return pptrace_typed_recv
-
-
-# --- SGLang's GroupCoordinator -----------------------------------------------------------------
-
-def _gather_size(group: Any) -> int:
-    return 1 if group is None else int(group.world_size)
-
-
-def coordinator_send_peer(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Peer:
-    """``GroupCoordinator.send_tensor_dict(self, tensor_dict, dst=None, all_gather_group=None,
-    async_send=False)``'s destination, as the method computes it."""
-    group = args[0]
-    dst = args[2] if len(args) > 2 else kwargs.get("dst")
-    gather = args[3] if len(args) > 3 else kwargs.get("all_gather_group")
-    if dst is None:
-        dst = (group.rank_in_group + 1) % group.world_size
-    peer = group.ranks[dst] if 0 <= dst < len(group.ranks) else -1
-    return peer, dst, _gather_size(gather)
-
-
-def coordinator_recv_peer(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Peer:
-    """``GroupCoordinator.recv_tensor_dict(self, src=None, all_gather_group=None)``'s source."""
-    group = args[0]
-    src = args[1] if len(args) > 1 else kwargs.get("src")
-    gather = args[2] if len(args) > 2 else kwargs.get("all_gather_group")
-    if src is None:
-        src = (group.rank_in_group - 1) % group.world_size
-    peer = group.ranks[src] if 0 <= src < len(group.ranks) else -1
-    return peer, src, _gather_size(gather)
-
-
-def _typed_expected(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
-    """``_pp_recv_typed_dict(self, expected_kind="default", all_gather_group=None)``'s kind."""
-    return str(args[1] if len(args) > 1 else kwargs.get("expected_kind", "default"))
-
-
-def _typed_peer(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Peer:
-    pp = getattr(args[0], "pp_group", None)
-    if pp is None:
-        return -1, None, 1
-    gather = args[2] if len(args) > 2 else kwargs.get("all_gather_group")
-    return coordinator_recv_peer((pp, None, gather), {})
-
-
-def patch_methods(coordinator: type, log: MessageLog,
-                  mixin: type | None = None) -> Callable[[], None]:
-    """Wrap SGLang's ``GroupCoordinator`` send/receive (and the mixin's typed receive, when
-    given) in place; return the function that puts the exact originals back (an inherited
-    method is deleted again, so lookup finds the base class's)."""
-    plan: list[tuple[type, str, Callable[..., Any]]] = [
-        (coordinator, "send_tensor_dict",
-         lambda f: wrap_send(f, log, coordinator_send_peer, dict_arg=1)),
-        (coordinator, "recv_tensor_dict", lambda f: wrap_recv(f, log, coordinator_recv_peer)),
-    ]
-    if mixin is not None:
-        plan.append((mixin, "_pp_recv_typed_dict",
-                     lambda f: wrap_typed_recv(f, log, _typed_expected, _typed_peer)))
-    saved: list[tuple[type, str, Any, bool]] = []
-    for cls, name, make in plan:
-        own = name in cls.__dict__
-        original = cls.__dict__[name] if own else getattr(cls, name)
-        saved.append((cls, name, original, own))
-        setattr(cls, name, make(original))
-
-    def restore() -> None:
-        for cls, name, original, own in reversed(saved):
-            if own:
-                setattr(cls, name, original)
-            else:
-                delattr(cls, name)
-
-    return restore
 
 
 def iter_events(log: MessageLog, rank: RankInfo) -> Iterator[MessageEvent]:
