@@ -1,0 +1,322 @@
+"""The viewer's message screen: stage x time of the PP message layer and a message's detail.
+
+Hand-built traces (a small factory below) for the index, the drawing and two snapshot stories
+(80x24 and 120x40); real gloo runs of the sample pipeline's message faults for what a user sees
+(the hang selected first, the dropped key said missing) and healthy runs with no mark.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pptrace_tui.app import PptraceViewer
+from pptrace_tui.message_index import FINDING, Glyph, MessageIndex
+from pptrace_tui.screens.messages import MessagesScreen
+from pptrace_tui.widgets.message_detail import MISSING, render_detail
+from pptrace_tui.widgets.message_timeline import GLYPHS, MessageTimeline
+from rich.console import Console
+
+from pptrace.analyze.analyzer import analysis
+from pptrace.load.loader import load_paths
+from pptrace.model.findings import Finding, FindingKind, MessageId
+from pptrace.model.messages import MessageEvent, MessageOp, MessageTensor
+from pptrace.model.records import RankInfo, RecorderStats
+from pptrace.model.trace import ProcessTrace, Trace
+from tests.helpers_tui import T0, screen_text, wait_main
+
+SEND, RECV = MessageOp.SEND, MessageOp.RECV
+MS = 1_000_000
+
+
+# --- a factory: a pp2 pipeline's messages, by hand -----------------------------------------
+def _rank(r: int, pp: int = 2) -> RankInfo:
+    return RankInfo(rank=r, world_size=pp, pp_rank=r, pp_size=pp, tp_rank=0, tp_size=1,
+                    host="node0", pid=1000 + r)
+
+
+@functools.cache
+def _tensors(keys: tuple[str, ...], rows: int = 4) -> tuple[MessageTensor, ...]:
+    return tuple(MessageTensor(k, (rows, 8), "float32", "cpu", rows * 32) for k in keys)
+
+
+PROXY = ("hidden_states",)
+OUTPUT = ("next_token_ids", "next_token_logprobs")
+
+
+def _send(seq: int, t: int, peer: int, kind: str, keys: tuple[str, ...]) -> MessageEvent:
+    return MessageEvent(SEND, "end", seq, wall_ns=T0 + t, duration_ns=100_000, peer=peer,
+                        peer_pp_rank=peer, peer_tp_rank=0, kind=kind, keys=keys,
+                        tensors=_tensors(keys))
+
+
+def _recv(seq: int, t: int, peer: int, kind: str, keys: tuple[str, ...] | None,
+          took: int = 200_000) -> list[MessageEvent]:
+    """A receive's begin, and (``keys`` not None) its end ``took`` ns later."""
+    begin = MessageEvent(RECV, "begin", seq, wall_ns=T0 + t, peer=peer, peer_pp_rank=peer,
+                         peer_tp_rank=0, expected_kind=kind)
+    if keys is None:
+        return [begin]
+    return [begin, begin._replace(phase="end", duration_ns=took, kind=kind, keys=keys,
+                                  tensors=_tensors(keys))]
+
+
+def pipeline(steps: int, *, hang: bool = False, drop: str | None = None) -> Trace:
+    """Stage 0 sends a proxy message to stage 1, stage 1 an output message back, ``steps``
+    times; ``hang``: then each waits for the other (a deadlock); ``drop``: the last output
+    message arrives without that key."""
+    m0: list[MessageEvent] = []
+    m1: list[MessageEvent] = []
+    for s in range(steps):
+        t = s * 10 * MS
+        m0.append(_send(s, t, 1, "proxy", PROXY))
+        m1 += _recv(s, t - 50_000, 0, "proxy", PROXY, took=300_000)
+        m1.append(_send(s, t + 2 * MS, 0, "output", OUTPUT))
+        got = OUTPUT if drop is None or s < steps - 1 else tuple(k for k in OUTPUT if k != drop)
+        m0 += _recv(s, t + 1 * MS, 1, "output", got, took=1_200_000)
+    if hang:
+        m0 += _recv(steps, steps * 10 * MS, 1, "output", None)
+        m1 += _recv(steps, steps * 10 * MS + MS, 0, "proxy", None)
+    end = T0 + (steps + 1) * 10 * MS
+
+    def proc(r: int, msgs: list[MessageEvent]) -> ProcessTrace:
+        stats = RecorderStats(_rank(r), end, final=not hang)
+        return ProcessTrace(_rank(r), (), stats, (f"rank{r}.otlp.jsonl",), tuple(msgs))
+
+    return Trace((proc(0, m0), proc(1, m1)))
+
+
+def _index(trace: Trace) -> tuple[MessageIndex, list[Finding]]:
+    findings = list(analysis(trace).findings)
+    return MessageIndex.build(trace, findings), findings
+
+
+def _text(index: MessageIndex, col: int, width: int = 120) -> str:
+    console = Console(width=width, record=True, color_system=None)
+    console.print(render_detail(index, col, width=width))
+    return console.export_text()
+
+
+# --- the index -------------------------------------------------------------------------------
+def test_rows_are_stages_and_columns_run_in_time_with_sends_before_their_receives() -> None:
+    index, findings = _index(pipeline(3))
+    assert findings == []
+    assert [r.label for r in index.rows] == ["pp0 r0", "pp1 r1"]
+    assert index.width == 12  # 3 x (send + receive) on each of two stages
+    assert list(index.times) == sorted(index.times)
+    glyphs = [(index.row_of[c], index.glyph(c), index.kind(c)) for c in range(4)]
+    assert glyphs == [(0, Glyph.SEND, "proxy"), (1, Glyph.RECV, "proxy"),
+                      (1, Glyph.SEND, "output"), (0, Glyph.RECV, "output")]
+    assert not any(b & FINDING for b in index.state)  # healthy: nothing marked
+
+
+def test_a_deadlock_is_two_waits_running_to_the_end_and_the_first_one_is_selected() -> None:
+    index, findings = _index(pipeline(3, hang=True))
+    hangs = [i for i, f in enumerate(findings) if f.kind is FindingKind.MSG_HANG]
+    assert len(hangs) == 2
+    waits = [c for c in range(index.width) if index.glyph(c) is Glyph.WAIT]
+    assert len(waits) == 2 and all(index.marked(c) for c in waits)
+    assert [r.waits for r in index.rows] == [((waits[0], index.width - 1),),
+                                             ((waits[1], index.width - 1),)]
+    first = index.first_selection()
+    assert first in waits
+    assert [f.kind for f in index.findings_at(first)] == [FindingKind.MSG_HANG]
+    text = _text(index, first)
+    assert "⧗ rank 0 (pp0) waits for `output` from rank 1 (pp1) since receive #3 began" in text
+    assert "still waiting when its trace ends" in text
+    assert "rank 1 last sent it `output` (send #2," in text
+    assert "message-hang (error): rank 0 (pp0) waits for an `output` message" in text
+
+
+def test_a_key_lost_on_the_way_is_missing_on_the_receive_beside_its_send() -> None:
+    index, findings = _index(pipeline(3, drop="next_token_logprobs"))
+    (f,) = findings
+    assert f.kind is FindingKind.MSG_KEYS_DIFFER
+    send, recv = (index.col_of(ref) for ref in f.messages)
+    assert send is not None and recv is not None
+    assert index.counterpart(send) == recv and index.counterpart(recv) == send
+    assert index.finding_order == [0] and index.first_selection() == send
+    lines = _text(index, recv).splitlines()
+    (row,) = [line for line in lines if line.strip().startswith("next_token_logprobs")]
+    assert row.split()[1:] == ["float32[4,", "8]", "·", "128", "B", MISSING]
+    assert lines[0].index("send #2") < lines[0].index("receive #2")  # the send on the left
+
+
+def test_a_message_no_finding_names_says_its_other_end_is_not_known_here() -> None:
+    index, _ = _index(pipeline(2))
+    assert index.counterpart(0) is None
+    assert "the other end: no finding names it" in _text(index, 0)
+
+
+def test_trace_text_is_shown_literally() -> None:
+    evil = "[bold red]x[/]\x1b[2J\u202e"
+    trace = pipeline(1)
+    p0 = trace.processes[0]
+    m = p0.messages[0]
+    bad = m._replace(keys=(evil,), tensors=(MessageTensor(evil, (2,), "float32", "cpu", 8),))
+    trace = Trace((ProcessTrace(p0.rank, (), p0.stats, p0.sources, (bad, *p0.messages[1:])),
+                   trace.processes[1]))
+    index, _ = _index(trace)
+    col = index.col_of(MessageId(0, SEND, bad.seq))
+    assert col is not None
+    text = _text(index, col)
+    assert "[bold red]x[/]\\x1b[2J\\u202e" in text and "\x1b" not in text
+
+
+def test_a_million_messages_index_and_draw_only_what_is_on_screen() -> None:
+    steps = 250_000  # 4 messages a step
+    trace = pipeline(steps)
+    start = time.perf_counter()
+    index = MessageIndex.build(trace, [])
+    built = time.perf_counter() - start
+    assert index.width == 1_000_000
+    assert built < 30, built  # a generous bound for 2 shared cores; measured in the report
+    # a screen's columns come from two bisections, whatever the width of the trace
+    mid = index.width // 2
+    assert len(index.in_range(0, mid, mid + 40)) == 20
+    assert index.step(mid, 1) > mid and index.nearest(1, mid) is not None
+
+
+# --- the screen ------------------------------------------------------------------------------
+Check = Callable[[MessagesScreen, str], None]
+
+
+def _open(trace: Trace, check: Check, *keys: str, size: tuple[int, int] = (120, 40)) -> None:
+    """Open the viewer on ``trace``, press M and then ``keys``; ``check`` the message screen and
+    the text on screen while the app runs."""
+    async def run() -> None:
+        app = PptraceViewer.of(trace, analysis(trace))
+        async with app.run_test(size=size) as pilot:
+            await wait_main(pilot)
+            await pilot.press("M")
+            for _ in range(5):
+                await pilot.pause()
+            screen = app.screen
+            assert isinstance(screen, MessagesScreen)
+            for key in keys:
+                await pilot.press(key)
+            await pilot.pause()
+            check(screen, screen_text(app))
+
+    asyncio.run(run())
+
+
+def test_pilot_opens_the_message_screen_on_the_hang_and_steps_through_findings() -> None:
+    trace = pipeline(3, hang=True)
+    first: list[int] = []
+
+    def on_the_hang(screen: MessagesScreen, text: str) -> None:
+        cursor = screen.timeline.cursor
+        assert screen.index.glyph(cursor) is Glyph.WAIT
+        assert "waits for `output` from rank 1 (pp1)" in text
+        assert GLYPHS[Glyph.WAIT] in text and GLYPHS[Glyph.SEND] in text
+        first.append(cursor)
+
+    def on_the_next(screen: MessagesScreen, text: str) -> None:
+        cursor = screen.timeline.cursor
+        assert cursor != first[0] and screen.index.marked(cursor)
+
+    def on_the_first_of_its_rank(screen: MessagesScreen, text: str) -> None:
+        cursor = screen.timeline.cursor
+        assert cursor == screen.index.rows[screen.index.row_of[cursor]].cols[0]
+
+    _open(trace, on_the_hang)
+    _open(trace, on_the_next, "right_square_bracket")
+    _open(trace, on_the_first_of_its_rank, "left", "left", "home")
+
+
+def test_pilot_moves_between_ranks_and_back_to_the_main_screen() -> None:
+    async def run() -> None:
+        app = PptraceViewer.of(pipeline(4), analysis(pipeline(4)))
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_main(pilot)
+            await pilot.press("M")
+            for _ in range(5):
+                await pilot.pause()
+            screen = app.screen
+            assert isinstance(screen, MessagesScreen)
+            timeline = screen.query_one(MessageTimeline)
+            assert timeline.cursor == 0 and screen.index.row_of[0] == 0
+            await pilot.press("down")
+            assert screen.index.row_of[timeline.cursor] == 1
+            await pilot.press("end")
+            assert timeline.cursor == screen.index.rows[1].cols[-1]
+            await pilot.press("right_square_bracket")  # a healthy trace: nothing to jump to
+            await pilot.press("escape")
+            await pilot.pause()
+            assert not isinstance(app.screen, MessagesScreen)
+
+    asyncio.run(run())
+
+
+# --- snapshot stories ------------------------------------------------------------------------
+def _viewer_on(trace: Trace) -> PptraceViewer:
+    return PptraceViewer.of(trace, analysis(trace))
+
+
+async def _messages(pilot: Any) -> None:
+    await wait_main(pilot)
+    await pilot.press("M")
+    for _ in range(5):
+        await pilot.pause()
+
+
+def test_user_at_80x24_opens_the_messages_of_a_deadlock(snap_compare: Any) -> None:
+    assert snap_compare(_viewer_on(pipeline(6, hang=True)), terminal_size=(80, 24),
+                        run_before=_messages)
+
+
+def test_user_at_120x40_reads_a_key_lost_on_the_way(snap_compare: Any) -> None:
+    assert snap_compare(_viewer_on(pipeline(6, drop="next_token_logprobs")),
+                        terminal_size=(120, 40), run_before=_messages)
+
+
+# --- real traces: the sample pipeline's message faults --------------------------------------
+def _real(tmp_path: Path, **options: Any) -> Trace:
+    from tests.helpers_samples import run_sample
+
+    run_sample(str(tmp_path), **options)
+    return load_paths([str(tmp_path)])
+
+
+@pytest.mark.slow
+def test_real_recv_hangs_selects_the_hang_first(tmp_path: Path) -> None:
+    trace = _real(tmp_path, ranks=2, steps=4, fault="recv-hangs", comm_timeout=4.0)
+
+    def on_the_hang(screen: MessagesScreen, text: str) -> None:
+        index, col = screen.index, screen.timeline.cursor
+        assert index.glyph(col) is Glyph.WAIT
+        assert [f.kind for f in index.findings_at(col)] == [FindingKind.MSG_HANG]
+        assert "waits for `output` from rank 1 (pp1)" in text
+        assert "it failed" in text and "rank 1 last sent it" in text
+
+    _open(trace, on_the_hang)
+
+
+@pytest.mark.slow
+def test_real_key_dropped_shows_the_missing_key(tmp_path: Path) -> None:
+    trace = _real(tmp_path, ranks=3, steps=6, fault="key-dropped")
+
+    def on_the_lost_key(screen: MessagesScreen, text: str) -> None:
+        col = screen.timeline.cursor
+        assert [f.kind for f in screen.index.findings_at(col)] == [
+            FindingKind.MSG_KEYS_DIFFER]
+        (row,) = [line for line in text.splitlines() if "next_token_logprobs  " in line]
+        assert MISSING in row
+
+    _open(trace, on_the_lost_key)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("ranks", "tp"), [(3, 1), (4, 2)])
+def test_real_healthy_runs_show_no_finding_mark(tmp_path: Path, ranks: int, tp: int) -> None:
+    trace = _real(tmp_path, ranks=ranks, tp=tp, steps=6)
+    index, findings = _index(trace)
+    assert findings == [] and index.width > 0
+    assert not any(b & FINDING for b in index.state)
+    assert all(r.problems == 0 for r in index.rows) and len(index.rows) == ranks
