@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import os
+import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -232,7 +236,8 @@ def test_pilot_opens_the_message_screen_on_the_hang_and_steps_through_findings()
 
 def test_pilot_moves_between_ranks_and_back_to_the_main_screen() -> None:
     async def run() -> None:
-        app = PptraceViewer.of(pipeline(4), analysis(pipeline(4)))
+        trace = pipeline(50)
+        app = PptraceViewer.of(trace, analysis(trace))
         async with app.run_test(size=(80, 24)) as pilot:
             await wait_main(pilot)
             await pilot.press("M")
@@ -246,6 +251,12 @@ def test_pilot_moves_between_ranks_and_back_to_the_main_screen() -> None:
             assert screen.index.row_of[timeline.cursor] == 1
             await pilot.press("end")
             assert timeline.cursor == screen.index.rows[1].cols[-1]
+            await pilot.press("home", "pagedown")
+            row = screen.index.rows[1].cols
+            assert timeline.cursor > row[0] + 10 and timeline.cursor in row
+            assert int(timeline.scroll_x) > 0  # the page scrolled to it
+            await pilot.press("pageup")
+            assert timeline.cursor == row[0]
             await pilot.press("right_square_bracket")  # a healthy trace: nothing to jump to
             await pilot.press("escape")
             await pilot.pause()
@@ -320,3 +331,40 @@ def test_real_healthy_runs_show_no_finding_mark(tmp_path: Path, ranks: int, tp: 
     assert findings == [] and index.width > 0
     assert not any(b & FINDING for b in index.state)
     assert all(r.problems == 0 for r in index.rows) and len(index.rows) == ranks
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+def test_real_terminal_80x24_shows_the_hang_of_a_real_run(tmp_path: Path) -> None:
+    from tests.helpers_samples import run_sample
+    from tests.test_tui_tmux import Terminal
+
+    run_sample(str(tmp_path / "run"), ranks=2, steps=4, fault="recv-hangs", comm_timeout=4.0)
+    term = Terminal(f"pptrace-test-messages-{os.getpid()}")
+    command = (f"env -u COLUMNS -u LINES {sys.executable} -m pptrace view {tmp_path / 'run'}; "
+               "sleep 30")
+    try:
+        term.tmux("new-session", "-d", "-s", "view", "-x", "80", "-y", "24", "-c",
+                  str(tmp_path), command)
+        term.wait_for("rank / dir")
+        term.keys("M")
+        screen = term.wait_for("stage / rank")
+        assert "⧗" in screen and "pp0 r0" in screen and "pp1 r1" in screen
+        assert "waits for `output` from rank 1 (pp1)" in screen
+        term.keys("Escape")
+        term.wait_for("rank / dir")
+    finally:
+        subprocess.run(["tmux", "-L", term.socket, "kill-server"], capture_output=True,
+                       timeout=20)
+
+
+def test_a_trace_without_messages_says_so() -> None:
+    from tests.helpers_tui import scenario
+
+    trace, _ = scenario("dtype-mismatch")
+
+    def empty(screen: MessagesScreen, text: str) -> None:
+        assert screen.index.width == 0 and screen.timeline.cursor == -1
+        assert "this trace has no message-layer records" in text
+
+    _open(trace, empty, "right", "right_square_bracket", "enter")
