@@ -201,3 +201,64 @@ def test_written_and_loaded_back(tmp_path: Any, version: int) -> None:
     assert [m.phase for m in recvs] == ["begin", "end"]
     assert recvs[1].kind == "output" and recvs[1].seq == recvs[0].seq == 0
     assert "sent" in recvs[1].keys  # what arrived, as it arrived
+
+
+def test_stats_span_counts_the_messages(tmp_path: Any) -> None:
+    rec = recorder(tmp_path)  # not started: nothing is written before the exit flush
+    log = MessageLog(rec, capacity=2)
+    send = wrap_send(Group.send_tensor_dict, log, _peer, dict_arg=1)
+    group = Group()
+    for _ in range(3):  # the third finds the buffer full: dropped, counted
+        send(group, payload())
+    rec.shutdown()
+    files = [os.path.join(tmp_path, f) for f in os.listdir(tmp_path)]
+    (proc,) = load_paths(files).processes
+    stats = proc.stats
+    assert stats is not None and stats.final
+    assert (stats.messages_recorded, stats.messages_exported, stats.messages_dropped) == (3, 2, 1)
+    assert len(proc.messages) == 2 and stats.recorded == 0  # attach/extract counted apart
+
+
+def test_stats_attributes_round_trip_the_message_counts() -> None:
+    from pptrace.model import schema
+    from pptrace.model.records import RecorderStats
+
+    stats = RecorderStats(rank=RANK, time_ns=5, messages_recorded=7, messages_exported=4,
+                          messages_dropped=3)
+    attrs = schema.stats_to_attributes(stats)
+    assert attrs[schema.S_MSG_DROPPED] == 3
+    assert schema.attributes_to_stats(attrs) == stats
+    assert schema.S_MSG_RECORDED not in schema.stats_to_attributes(
+        RecorderStats(rank=RANK, time_ns=5))  # a process without messages carries none
+
+
+def test_otlp_sink_writes_message_spans(tmp_path: Any) -> None:
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from pptrace.export.spans import SdkSpanSink, pptrace_provider, process_resource
+    from pptrace.model import messages
+
+    log = MessageLog(Recorder(Config(), rank_provider=lambda: (RANK, True)))
+    group = Group()
+    wrap_send(Group.send_tensor_dict, log, _peer, dict_arg=1)(group, payload())
+    recv = wrap_recv(Group.recv_tensor_dict, log, _peer)
+    recv(group)
+    with pytest.raises(TimeoutError):
+        recv(group)
+    provider = pptrace_provider(process_resource(RANK, "r1"))
+    memory = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    sink = SdkSpanSink(provider, owns_provider=True)
+    events = messages_events(log)
+    sink.export_messages(events, RANK, "r1")
+    spans = memory.get_finished_spans()
+    assert [s.name for s in spans] == [messages.span_name(e) for e in events]
+    assert [messages.from_attributes(dict(s.attributes or {}), s.name) for s in spans] == events
+    assert spans[-1].status.status_code.name == "ERROR" and spans[0].start_time == events[0].wall_ns
+
+
+def messages_events(log: MessageLog) -> list[Any]:
+    from pptrace.record.messages import iter_events
+
+    return list(iter_events(log, RANK))

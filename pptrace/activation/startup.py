@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from types import FrameType
 from typing import Any
 
+from pptrace.activation import messages as message_layer
 from pptrace.activation import run_notes
 from pptrace.activation.patch import EnginePatch
 from pptrace.model.config import Config
@@ -59,6 +60,7 @@ class _Active:
     handlers: dict[int, tuple[Handler, Handler]] = field(default_factory=dict)  # sig: (ours, prev)
     causes: collections.Counter[str] = field(default_factory=collections.Counter)
     processor: Any = None  # the OTLP processor, built when arming (see _arm)
+    messages: Any = None  # the message layer's patch (pptrace.activation.messages)
 
     def on_drop(self, events: int, cause: str) -> None:
         """Hear of spans the OTLP exporter lost: counted in the recorder, named at exit."""
@@ -114,6 +116,7 @@ def activate(
         _state = state
         _register_process_hooks()
         state.patch.apply()
+        state.messages = message_layer.start(config, recorder, lambda: _arm(state))
         return recorder
 
 
@@ -145,6 +148,7 @@ def uninstrument() -> None:
     if state is None:
         return
     state.patch.restore()
+    message_layer.stop(state.messages)
     _finish(state)
     for signum, (ours, previous) in state.handlers.items():
         try:
@@ -325,6 +329,7 @@ def _after_fork() -> None:
     state.recorder.buffer.clear()
     try:
         state.patch.restore()
+        message_layer.stop(state.messages)
         activate(state.config, tracer_provider=state.tracer_provider)
     except Exception as exc:
         print(f"pptrace: not tracing forked process {os.getpid()}: {exc}", file=sys.stderr)
@@ -410,6 +415,9 @@ class _Sinks:
         self._last = (stats.dropped, stats.export_errors)
         self._each(lambda s: s.export_stats(stats))
 
+    def export_messages(self, events: Any, rank: RankInfo, run_id: str) -> None:
+        self._each(lambda s: s.export_messages(events, rank, run_id))  # type: ignore[attr-defined]
+
     def shutdown(self, timeout: float) -> None:
         if self.processor is not None:
             # Within the recorder's remaining time, keeping a slice for the last stats span.
@@ -445,6 +453,10 @@ class _DeferredSink:
     def export_stats(self, stats: RecorderStats) -> None:
         if self._sink is not None or stats.dropped or stats.internal_errors:
             self._open().export_stats(stats)
+
+    def export_messages(self, events: Any, rank: RankInfo, run_id: str) -> None:
+        if events:
+            self._open().export_messages(events, rank, run_id)  # type: ignore[attr-defined]
 
     def shutdown(self, timeout: float) -> None:
         if self._sink is not None:

@@ -9,6 +9,7 @@
   spans, complete in themselves. The main thread's name is never on such a resource (it is
   fixed before the first event), so these spans always carry their thread's name, and they keep
   ``pptrace.duration_ns`` (Jaeger, where OTLP often ends, keeps times in microseconds).
+  The message layer's events (``export_messages``) become message spans the same way.
 - ``process_resource`` is the OpenTelemetry resource that names this process (service, host,
   pid, run id, ranks, in version 2 every per-process constant); trace files and OTLP carry the
   same one.
@@ -29,7 +30,8 @@ from opentelemetry.sdk.resources import OTELResourceDetector, Resource
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.trace import Status, StatusCode
 
-from pptrace.model import schema
+from pptrace.model import messages, schema
+from pptrace.model.messages import MessageEvent
 from pptrace.model.records import Event, RankInfo, RecorderStats
 
 __all__ = [
@@ -110,6 +112,23 @@ class SdkSpanSink:
         span = self._span(schema.SPAN_STATS, stats.time_ns, stats.time_ns,
                           schema.stats_to_attributes(stats, self.resource))
         span.end(end_time=stats.time_ns)
+
+    def export_messages(self, events: Sequence[MessageEvent], rank: RankInfo,
+                        run_id: str) -> None:
+        """The message layer's events (``pptrace.model.messages``) as SDK spans, with the
+        process's constants a stats span of this provider would carry (as the trace file)."""
+        if not events:
+            return
+        own = schema.stats_to_attributes(RecorderStats(rank=rank, time_ns=0, run_id=run_id),
+                                         self.resource)
+        constants = {k: v for k, v in own.items() if not k.startswith("pptrace.stats.")}
+        for ev in events:
+            end = ev.wall_ns + max(ev.duration_ns, 0)
+            span = self._span(messages.span_name(ev), ev.wall_ns, end,
+                              {**messages.to_attributes(ev), **constants})
+            if ev.error_type is not None:
+                span.set_status(Status(StatusCode.ERROR, ev.error_message or ""))
+            span.end(end_time=end)
 
     def shutdown(self, timeout: float) -> None:
         if self._owns and isinstance(self.provider, TracerProvider):

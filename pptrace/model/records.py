@@ -165,6 +165,10 @@ class RecorderStats:
     sink_dropped: tuple[tuple[str, int], ...] = ()  # (sink name, events it alone lost), sorted
     rotated: int = 0  # events deleted with the oldest segments of a rotated trace file
     rotated_segments: int = 0  # the segments deleted
+    # The PP message layer's events (pptrace.model.messages), counted apart from the events above:
+    messages_recorded: int = 0  # made by its wrappers
+    messages_exported: int = 0  # handed to the sinks
+    messages_dropped: int = 0  # lost: its buffer full, a failed export, no sink
 
     def sink_lost(self, sink: str) -> int:
         """Events the sink named ``sink`` lost after taking them (0 when none)."""

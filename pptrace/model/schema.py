@@ -122,6 +122,11 @@ S_SINK_DROPPED = "pptrace.stats.sink.{}.dropped"
 #: by design: the analyzer judges only the window every end still covers), and those segments.
 S_ROTATED = "pptrace.stats.rotated"
 S_ROTATED_SEGMENTS = "pptrace.stats.rotated_segments"  # int
+#: int, the PP message layer's events (its own counts, apart from attach/extract): recorded by
+#: its wrappers, handed to the sinks, lost. Only a process that recorded messages carries them.
+S_MSG_RECORDED = "pptrace.stats.messages.recorded"
+S_MSG_EXPORTED = "pptrace.stats.messages.exported"
+S_MSG_DROPPED = "pptrace.stats.messages.dropped"
 _SINK_HEAD, _SINK_TAIL = S_SINK_DROPPED.split("{}")
 # Resource only. Version 2 writes the per-process constants on the resource alone (VERSION,
 # RUN_ID, the ranks and sizes under their span keys; host and pid under OpenTelemetry's names),
@@ -451,6 +456,10 @@ def stats_to_attributes(stats: RecorderStats,
     if stats.rotated or stats.rotated_segments:  # only a rotated file's spans carry them
         out[S_ROTATED] = stats.rotated
         out[S_ROTATED_SEGMENTS] = stats.rotated_segments
+    if stats.messages_recorded or stats.messages_exported or stats.messages_dropped:
+        out[S_MSG_RECORDED] = stats.messages_recorded
+        out[S_MSG_EXPORTED] = stats.messages_exported
+        out[S_MSG_DROPPED] = stats.messages_dropped
     for sink, dropped in stats.sink_dropped:
         out[S_SINK_DROPPED.format(sink)] = dropped
     return out
@@ -476,6 +485,9 @@ def attributes_to_stats(attrs: Mapping[str, Any], where: str = "",
         final=r.boolean(S_FINAL, False),
         rotated=r.integer(S_ROTATED, 0),
         rotated_segments=r.integer(S_ROTATED_SEGMENTS, 0),
+        messages_recorded=r.integer(S_MSG_RECORDED, 0),
+        messages_exported=r.integer(S_MSG_EXPORTED, 0),
+        messages_dropped=r.integer(S_MSG_DROPPED, 0),
         sink_dropped=tuple(sorted(
             (key[len(_SINK_HEAD):-len(_SINK_TAIL)], r.integer(key)) for key in attrs
             if isinstance(key, str) and key.startswith(_SINK_HEAD) and key.endswith(_SINK_TAIL)

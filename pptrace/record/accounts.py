@@ -86,6 +86,7 @@ class Accounts:
         """Current counters."""
         with self._lock:
             sinks = tuple(sorted(self.sink_dropped.items()))
+        msgs = getattr(self, "messages", None)  # the message layer's log, when it has one
         return RecorderStats(
             rank=self.rank(),
             time_ns=time.time_ns(),
@@ -99,6 +100,9 @@ class Accounts:
             run_id=self.config.run_id,
             final=self._final is not None,
             sink_dropped=sinks,
+            messages_recorded=msgs.recorded if msgs is not None else 0,
+            messages_exported=msgs.exported if msgs is not None else 0,
+            messages_dropped=msgs.dropped if msgs is not None else 0,
         )
 
     def _finalize(self) -> None:
@@ -128,7 +132,11 @@ class Accounts:
     def _stats_key(self) -> tuple[object, ...]:
         return (self.recorded, self.exported, self.dropped, self.overwritten,
                 self.internal_errors, self.export_errors, self._final is not None,
-                tuple(self.sink_dropped.items()))
+                tuple(self.sink_dropped.items()), self._message_counts())
+
+    def _message_counts(self) -> tuple[int, int]:
+        msgs = getattr(self, "messages", None)
+        return (msgs.exported, msgs.dropped) if msgs is not None else (0, 0)
 
     def _conversion_failed(self, exc: BaseException) -> None:
         self.internal_error("event conversion", exc)
