@@ -224,6 +224,17 @@ _MESSAGE_LIST = (
         finding="message-wrong-kind",
     ),
     Fault(
+        "wrong-gather-group",
+        "last stage -> stage 0, one output message",
+        "the last stage sends one output message with no all-gather group (every tensor "
+        "whole), while stage 0 re-assembles it over its TP group as if each were a TP slice",
+        "every tensor of that message arrives TP times too large (TP whole copies stacked)",
+        "the sender sliced over a group of 1, the receiver re-assembled over a group of TP "
+        "size, and the tensors it names grew TP times",
+        needs_tp=2,
+        finding="message-gather-group",
+    ),
+    Fault(
         "key-dropped",
         "stage 0, output forward",
         "stage 0 forwards the output message without 'next_token_logprobs'",

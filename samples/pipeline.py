@@ -23,6 +23,7 @@ the launcher) and shuts it down on every way out, so a failing rank's error is i
 from __future__ import annotations
 
 import datetime
+import functools
 import hashlib
 import os
 import socket
@@ -131,6 +132,7 @@ class Stage:
         # The typed receive's stash (SGLang's _pp_tensor_dict_inbox): kind -> dicts.
         self.inbox: defaultdict[str, deque[dict[str, Any]]] = defaultdict(deque)
         self.msg_fault = opts.fault if opts.fault in MESSAGE_FAULTS else None
+        self._recv_whole: tuple[bool, ...] = ()  # the wrong-gather-group fault's receive
 
     # --- calls that can fail -------------------------------------------------------------
 
@@ -155,7 +157,8 @@ class Stage:
         if queue:
             return queue.popleft()
         while True:
-            tensors: dict[str, Any] = self._comm(self.link.recv_tensor_dict, self.prev_rank)
+            tensors: dict[str, Any] = self._comm(self.link.recv_tensor_dict, self.prev_rank,
+                                                 *self._recv_whole)
             kind = tensors.get(MSG_TYPE, "default")
             if kind == expected_kind:
                 return tensors
@@ -184,7 +187,11 @@ class Stage:
 
     def output_phase(self, j: int) -> None:
         """Receive forward ``j``'s output dict; stage 0 extracts and checks it; pass it on."""
+        wrong_group = (self.msg_fault == "wrong-gather-group" and self.first
+                       and j == self.opts.fault_at)
+        self._recv_whole = (True,) if wrong_group else ()
         tensors = self.recv_typed("output")
+        self._recv_whole = ()
         skip = bool(tensors.get("__skip__"))
         if self.first:
             if skip:
@@ -278,7 +285,10 @@ class Stage:
         if self.msg_fault == "tp-slice-not-replicated" and self.tp_rank > 0 and k == opts.fault_at:
             send = dict(send)  # this TP rank's copy differs: not replicated, yet sent as slices
             send["next_token_logprobs"] = send["next_token_logprobs"] + 1e-3
-        self._comm(self.link.send_tensor_dict, send, self.next_rank)
+        send_dict = self.link.send_tensor_dict
+        if self.msg_fault == "wrong-gather-group" and k == opts.fault_at:
+            send_dict = functools.partial(send_dict, gather=1)  # this kind: no all-gather group
+        self._comm(send_dict, send, self.next_rank)
 
 
 def _rank_info(opts: PipelineOptions, rank: int) -> RankInfo:
@@ -305,8 +315,11 @@ def _trace_messages(stage: Stage, log: MessageLog) -> None:
     link, tp = stage.link, stage.opts.tp
 
     def peer(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[int, int | None, int]:
-        rank = int(args[-1] if args else next(iter(kwargs.values())))
-        return rank, rank // tp, tp
+        # (tensors, dst) or (src[, sent_whole]): the rank is the one integer argument.
+        found = next((a for a in args if type(a) is int), None)
+        rank = int(found if found is not None else kwargs.get("dst", kwargs.get("src", -1)))
+        gather = kwargs.get("gather")
+        return rank, rank // tp, tp if gather is None else int(gather)
 
     def prev(_args: tuple[Any, ...], _kwargs: dict[str, Any]) -> tuple[int, int | None, int]:
         return stage.prev_rank, stage.prev_rank // tp, tp

@@ -67,8 +67,12 @@ class Link:
         dist.recv(data, src)
         return pickle.loads(data.numpy().tobytes())
 
-    def send_tensor_dict(self, tensors: dict[str, Any], dst: int) -> None:
-        """Send a dict: the metadata list, then each non-empty tensor in dict order."""
+    def send_tensor_dict(self, tensors: dict[str, Any], dst: int,
+                         gather: int | None = None) -> None:
+        """Send a dict: the metadata list, then each non-empty tensor in dict order; a
+        tensor divisible by the all-gather group's size (``gather``, the TP size by default;
+        1: no group) travels as this TP rank's slice."""
+        size = self.tp_size if gather is None else gather
         metadata: list[tuple[str, Any]] = []
         to_send: list[torch.Tensor] = []
         for key, value in tensors.items():
@@ -81,14 +85,17 @@ class Link:
         for tensor in to_send:
             if tensor.numel() == 0:
                 continue
-            if self.tp_size > 1 and tensor.numel() % self.tp_size == 0:
-                tensor = tensor.reshape(self.tp_size, -1)[self.tp_rank]
+            if size > 1 and tensor.numel() % size == 0:
+                tensor = tensor.reshape(size, -1)[self.tp_rank]
             # gloo rejects non-contiguous tensors.
             self._isend(tensor.contiguous(), dst)
         self._prune()
 
-    def recv_tensor_dict(self, src: int) -> dict[str, Any]:
-        """Receive a dict sent by ``send_tensor_dict`` (re-assembling TP slices)."""
+    def recv_tensor_dict(self, src: int, sent_whole: bool = False) -> dict[str, Any]:
+        """Receive a dict sent by ``send_tensor_dict`` (re-assembling TP slices over the TP
+        group). ``sent_whole``: the sender sent every tensor whole, yet each one the TP size
+        divides is all-gathered over the TP group all the same (the ``wrong-gather-group``
+        fault): it arrives TP times too large."""
         out: dict[str, Any] = {}
         for key, value in self.recv_object(src):
             if not isinstance(value, TensorMetadata):
@@ -98,7 +105,12 @@ class Link:
             if tensor.numel() == 0:
                 out[key] = tensor
                 continue
-            if self.tp_size > 1 and tensor.numel() % self.tp_size == 0:
+            if sent_whole and self.tp_size > 1 and tensor.numel() % self.tp_size == 0:
+                dist.recv(tensor, src)
+                copies = [torch.empty_like(tensor) for _ in range(self.tp_size)]
+                dist.all_gather(copies, tensor, group=self.tp_group)
+                tensor = torch.cat(copies)  # TP whole copies, stacked along dim 0
+            elif self.tp_size > 1 and tensor.numel() % self.tp_size == 0:
                 part = torch.empty(tensor.numel() // self.tp_size, dtype=value.dtype)
                 dist.recv(part, src)
                 parts = [torch.empty_like(part) for _ in range(self.tp_size)]

@@ -39,7 +39,7 @@ def _ends(proc: ProcessTrace, op: MessageOp) -> list[MessageEvent]:
 def test_registries_apart() -> None:
     assert not set(FAULTS) & set(MESSAGE_FAULTS)
     assert set(MESSAGE_FAULTS) == {"tp-slice-not-replicated", "wrong-kind-delivered",
-                                   "key-dropped", "recv-hangs"}
+                                   "wrong-gather-group", "key-dropped", "recv-hangs"}
 
 
 @pytest.mark.parametrize("ranks,tp", [(2, 1), (4, 2)])
@@ -123,3 +123,28 @@ def test_tp_slice_not_replicated(tmp_path: Any) -> None:
     assert tp0[2].sliced and tp1[2].sliced  # the differing one travelled as TP slices
     assert [a.fingerprint == b.fingerprint for a, b in zip(tp0, tp1, strict=True)] == [
         True, True, False, True, True, True]
+
+
+def test_wrong_gather_group(tmp_path: Any) -> None:
+    from pptrace.analyze.analyzer import analyze
+    from pptrace.model.findings import FindingKind
+
+    result, _ = run_sample(str(tmp_path), ranks=4, tp=2, steps=6, fault="wrong-gather-group",
+                           fault_at=2)
+    assert result.ok  # the engine goes on, with stage 0 holding forward 2's tensors doubled
+    assert [result.reports[r].first_mismatch for r in (0, 1)] == [
+        "forward 2: next_token_ids differ"] * 2
+    trace = _load(str(tmp_path))
+    for tp in (0, 1):
+        sent = [m for m in _ends(_proc(trace, 1, tp), MessageOp.SEND) if m.kind == "output"]
+        got = [m for m in _ends(_proc(trace, 0, tp), MessageOp.RECV) if m.kind == "output"]
+        assert [m.gather_size for m in sent] == [2, 2, 1, 2, 2, 2]  # one sent with no group
+        assert {m.gather_size for m in got} == {2}
+        assert not any(t.sliced for t in sent[2].tensors)
+        whole = {t.key: t.shape for t in sent[2].tensors if t.is_tensor}
+        grown = {t.key: t.shape for t in got[2].tensors if t.is_tensor}
+        assert grown == {k: (2 * v[0], *v[1:]) for k, v in whole.items()}  # TP times too large
+    kinds = [f.kind for f in analyze(trace)]
+    gather = FindingKind(MESSAGE_FAULTS["wrong-gather-group"].finding)
+    assert gather is FindingKind.MSG_GATHER_GROUP and kinds.count(gather) == 2  # per TP rank
+    assert set(kinds) <= {gather, FindingKind.SHAPE_MISMATCH}  # and the aux tensors it carried
