@@ -104,16 +104,19 @@ def test_a_gloo_run_under_pptrace_run_delivers_every_span_of_every_rank(
         f"pptrace: 2 processes recorded; traces in {traces} and spans sent over OTLP to "
         f"{rx.endpoint}; next: pptrace analyze {traces}"], proc.stderr
 
-    events = [(res, attrs) for res, attrs, name in spans if name != schema.SPAN_STATS]
+    # Schema version 2 keeps a process's constants (rank, run id, pid) on the resource; a span
+    # carries one only where it differs. Read each span with its resource, as a reader does.
+    events = [(res, {**res, **attrs}) for res, attrs, name in spans if name != schema.SPAN_STATS]
     by_rank = collections.Counter((a.get(schema.RANK), a.get(schema.PP_RANK),
                                    a[schema.DIRECTION]) for _, a in events)
     assert by_rank == {(1, 1, "attach"): STEPS, (0, 0, "extract"): STEPS}, proc.stderr
     for res, attrs in events:
         assert res["service.name"] == "pptrace-test"
-        assert res[schema.RANK] == attrs[schema.RANK] and res["process.pid"] == attrs[schema.PID]
+        assert res[schema.RANK] == attrs[schema.RANK]
         assert attrs[schema.RUN_ID] == "gloo1" and attrs[schema.T_NAMES] == ["scores"]
     assert sorted(a[schema.SEQ] for _, a in events if a[schema.RANK] == 1) == list(range(STEPS))
-    assert len({a[schema.PID] for _, a in events}) == 2  # two rank processes, neither the parent
+    # two rank processes, neither the parent
+    assert len({res["process.pid"] for res, _ in events}) == 2
     # File export ran beside OTLP: one file per rank process, nothing from the launcher.
     assert len(list((tmp_path / "traces").glob("pptrace-rank*-pid*.otlp.jsonl"))) == 2
 
