@@ -33,8 +33,10 @@ EXPECTED: dict[str, tuple[FindingKind, frozenset[FindingKind]]] = {
     # The value no attach inserted is popped with the auxiliary output, and it is a list.
     "raw-prefixed-key": (K.EXTRACT_NOT_TENSOR, frozenset({K.PREFIXED_FOREIGN_KEY})),
     "observer-none": (K.EXTRACT_NOT_RECONSTRUCTED, frozenset()),
-    # Stage 0 re-assembles a mix of both TP ranks' slices: the content changed in transit too.
-    "tp-disagree": (K.TP_DISAGREE, frozenset({K.CONTENT_MISMATCH})),
+    # Stage 0 re-assembles a mix of both TP ranks' slices: the content changed in transit too,
+    # and the message layer sees the same: slices that differ, a receive that differs.
+    "tp-disagree": (K.TP_DISAGREE, frozenset({K.CONTENT_MISMATCH, K.MSG_SLICES_DIFFER,
+                                              K.MSG_CONTENT_MISMATCH})),
     "overwrite-after-attach": (K.CONTENT_MISMATCH, frozenset()),
     "prefix-lookalike": (K.PREFIXED_FOREIGN_KEY, frozenset()),
     "reserved-name": (K.RESERVED_NAME, frozenset()),
@@ -66,7 +68,10 @@ def test_fault_is_found_under_its_kind(tmp_path: Path, fault: str) -> None:
     kinds = {f.kind for f in findings}
     assert kind in kinds, [f.message for f in findings]
     # A crash leaves the attaches that were in flight without an extract: warnings, no more.
-    assert kinds <= {kind, K.ORPHAN_ATTACH} | also, [f.message for f in findings]
+    # On the message layer the rank that raised stopped: its peer's receive waits for a message
+    # it never sends, and what it had sent last is never received.
+    stopped = {K.MSG_HANG, K.MSG_NEVER_RECEIVED} if FAULTS[fault].raises else set()
+    assert kinds <= {kind, K.ORPHAN_ATTACH} | also | stopped, [f.message for f in findings]
     first = next(f for f in findings if f.kind is kind)
     assert first.events and first.ranks and first.time_ns
     if kind is not K.ORPHAN_ATTACH:
