@@ -12,8 +12,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 # Span names, attribute keys and report schemas look like dotted module paths; they are not.
-NOT_MODULES = re.compile(r"pptrace\.(attach|extract|recorder|send|recv|msg|viewers|stats|tensor|subject|error|"
-                         r"extra|keys|seq|mono_ns|duration_ns|dropped_before|thread|run_id|rank|"
+NOT_MODULES = re.compile(r"pptrace\.(attach|extract|recorder|send|recv|msg|viewers|stats|tensor|"
+                         r"subject|error|extra|keys|seq|mono_ns|duration_ns|dropped_before|thread|run_id|rank|"
                          r"world_size|pp_size|tp_size|host|pid|schema_version|direction|"
                          r"returned_none|analyze/|diff/)")
 
