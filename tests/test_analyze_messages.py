@@ -378,3 +378,24 @@ def test_a_channel_that_cannot_be_paired_after_a_cut_says_why() -> None:
     assert f.message == ("rank 1 (pp1) kept its messages from send #40 and receive #0 on (the "
                          "older ones were rotated away or overwritten): a channel of it is not "
                          "paired (rank 1 stashed: its seqs are not the channel's)")
+
+
+def test_the_analysis_hands_out_each_send_with_the_receive_it_reached() -> None:
+    """The viewer shows a message beside its other end from this, never pairing by itself."""
+    from pptrace.analyze.analyzer import analysis
+
+    trace = clean_pp4().trace()
+    pairs = analysis(trace).message_pairs
+    sends = [MessageId(i, MessageOp.SEND, m.seq) for i, p in enumerate(trace.processes)
+             for m in p.messages if m.op is MessageOp.SEND]
+    assert set(pairs) == set(sends)  # every healthy send reached a receive
+    assert len(sends) == 4 * 4  # 4 microbatches: 3 proxy hops and 1 output each
+    for send, recv in pairs.items():
+        sent = trace.processes[send.process].messages
+        got = trace.processes[recv.process].messages
+        m = next(x for x in sent if x.op is MessageOp.SEND and x.seq == send.seq)
+        e = next(x for x in got if x.op is MessageOp.RECV and x.seq == recv.seq and
+                 x.phase == "end")
+        assert recv.op is MessageOp.RECV
+        assert (m.peer, m.kind, m.keys) == (trace.processes[recv.process].rank.rank, e.kind,
+                                            e.keys)

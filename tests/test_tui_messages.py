@@ -157,6 +157,16 @@ def test_a_message_no_finding_names_says_its_other_end_is_not_known_here() -> No
     assert "the other end: no finding names it" in _text(index, 0)
 
 
+def test_with_the_analyzer_s_pairs_a_healthy_message_shows_its_other_end() -> None:
+    trace = pipeline(2)
+    judged = analysis(trace)
+    index = MessageIndex.build(trace, list(judged.findings), judged.message_pairs)
+    other = index.counterpart(0)
+    assert other is not None and other != 0
+    assert index.counterpart(other) == 0  # both ways
+    assert "the other end: no finding names it" not in _text(index, 0)
+
+
 def test_trace_text_is_shown_literally() -> None:
     evil = "[bold red]x[/]\x1b[2J\u202e"
     trace = pipeline(1)

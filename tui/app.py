@@ -227,5 +227,6 @@ def _index(trace: Trace, result: Analysis | Sequence[Finding]) -> TraceIndex:
     """The index of a loaded trace, paired on the analyzer's channels (its pairs are verified
     after first paint)."""
     if isinstance(result, Analysis):
-        return TraceIndex.build(trace, result.findings, channels=result.channels, verify=False)
+        return TraceIndex.build(trace, result.findings, channels=result.channels, verify=False,
+                                message_pairs=result.message_pairs)
     return TraceIndex.build(trace, result, verify=False)

@@ -17,7 +17,7 @@ import threading
 from array import array
 from bisect import bisect_right
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate, chain, compress, count, repeat
 from operator import attrgetter, is_not, ne
@@ -25,7 +25,7 @@ from operator import attrgetter, is_not, ne
 from pptrace.analyze.analyzer import analysis
 from pptrace.analyze.channels import Channel
 from pptrace.analyze.payload import FAST_KEY, same
-from pptrace.model.findings import Category, Finding, FindingKind
+from pptrace.model.findings import Category, Finding, FindingKind, MessageId
 from pptrace.model.records import Direction, Event, RankInfo
 from pptrace.model.trace import EventId, Trace
 from pptrace.report.groups import first_divergence
@@ -164,9 +164,13 @@ class TraceIndex:
     """Rows, cell states, pairs, finding locations and (lazily) the time order of a trace."""
 
     def __init__(self, trace: Trace, findings: Sequence[Finding],
-                 channels: Sequence[Channel] | None = None) -> None:
+                 channels: Sequence[Channel] | None = None,
+                 message_pairs: Mapping[MessageId, MessageId] | None = None) -> None:
         self.trace = trace
         self.findings: tuple[Finding, ...] = tuple(findings)
+        #: the analyzer's send -> receive pairs (``analysis(trace).message_pairs``); None: not
+        #: handed in (the message screen then asks the analyzer)
+        self.message_pairs = message_pairs
         #: the analyzer's channels (``analysis(trace).channels``), which the grid pairs on
         self.channels: tuple[Channel, ...] = (
             tuple(channels) if channels is not None else analysis(trace).channels)
@@ -191,13 +195,14 @@ class TraceIndex:
 
     @classmethod
     def build(cls, trace: Trace, findings: Sequence[Finding], *,
-              channels: Sequence[Channel] | None = None, verify: bool = True) -> TraceIndex:
+              channels: Sequence[Channel] | None = None, verify: bool = True,
+              message_pairs: Mapping[MessageId, MessageId] | None = None) -> TraceIndex:
         """Index a trace, its findings and the channels the analyzer judged them on
         (``analysis(trace).channels``; None: asked of the analyzer here, for findings made by
         hand). With ``verify=False`` paired cells show as equal until ``verify_pairs()`` has
         compared both sides (the viewer does that after first paint: at 1M events it is the
         slowest part of indexing)."""
-        index = cls(trace, findings, channels)
+        index = cls(trace, findings, channels, message_pairs)
         index._build_rows()
         index._build_pairs()
         index._build_findings()

@@ -243,12 +243,9 @@ class MessageIndex:
         return [self.findings[i] for i in self.col_findings.get(col, ())]
 
     def counterpart(self, col: int) -> int | None:
-        """The column of the message at the other end: the handed-in pair, else the other
-        message of a finding that names this one and another (send first); None if unknown."""
-        ref = self.message(col).ref
-        paired = self._pairs.get(ref)
-        if paired is not None:
-            return self.col_of(paired)
+        """The column of the message at the other end: the other message of a finding that names
+        this one and another (what the finding compares), else the analyzer's send <-> receive
+        pair; None if neither is known."""
         # A send and its receive first; then a hop (a receive and the send that forwarded it,
         # on one process); then any other pair (two TP ranks' sends of one message).
         best: tuple[int, int] | None = None
@@ -262,7 +259,10 @@ class MessageIndex:
                 1 if opposite else 2)
             if best is None or rank < best[0]:
                 best = (rank, other)
-        return None if best is None else best[1]
+        if best is not None:
+            return best[1]
+        paired = self._pairs.get(self.message(col).ref)
+        return None if paired is None else self.col_of(paired)
 
     def rank_of(self, global_rank: int) -> RankInfo | None:
         """The traced rank with that global rank, if any."""

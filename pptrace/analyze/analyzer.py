@@ -37,8 +37,8 @@ slower path to the same findings.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pptrace.analyze.channels import Channel, Member, Roles, plan
@@ -65,7 +65,7 @@ from pptrace.analyze.window import (
     trim,
     window_losses,
 )
-from pptrace.model.findings import Category, Finding, FindingKind, Severity
+from pptrace.model.findings import Category, Finding, FindingKind, MessageId, Severity
 from pptrace.model.records import Direction, Event, RankInfo, TensorMeta
 from pptrace.model.text import clip, plural
 from pptrace.model.trace import ProcessTrace, Trace
@@ -97,6 +97,7 @@ class _Analysis:
         self.trace = trace
         self.procs = [_Proc(i, p) for i, p in enumerate(trace.processes)]
         self.raws: list[Raw] = []
+        self.message_pairs: dict[MessageId, MessageId] = {}
         self.lost: dict[int, str] = {}  # process index -> "rank 2 lost 5 events"
         self.lowered: dict[str, str] = {}  # channel -> why its absence findings are less sure
         self._equal_tensors: dict[int, tuple[TensorMeta, ...]] = {}  # id -> the first equal one
@@ -461,8 +462,10 @@ class _Analysis:
         self.tensor_parallel()
         if self.tp_causes:
             self.link_tp_causes()
-        carried_by(self.raws, check_messages(self.trace, self.raws, self.run_ids,
-                                             self.run_prefix, self.complete))
+        verdict = check_messages(self.trace, self.raws, self.run_ids, self.run_prefix,
+                                 self.complete)
+        carried_by(self.raws, verdict.carried)
+        self.message_pairs = verdict.pairs
         echoes = self.drop_echoes() if self.extract_hygiene else set()
         raws: list[Counted] = []
         for index, r in enumerate(self.raws):
@@ -478,17 +481,18 @@ class _Analysis:
 
 @dataclass(frozen=True, slots=True)
 class Analysis:
-    """The findings, and the channels they were judged on (for the viewer's pairing)."""
+    """The findings, the channels they were judged on, and each send's receive (for the viewer)."""
 
     findings: tuple[Finding, ...]
     channels: tuple[Channel, ...]
+    message_pairs: Mapping[MessageId, MessageId] = field(default_factory=dict)
 
 
 def analysis(trace: Trace) -> Analysis:
     """Check every cross-rank invariant; return the findings and the channels judged."""
     work = _Analysis(trace)
     findings = work.run()
-    return Analysis(tuple(findings), tuple(work.plan))
+    return Analysis(tuple(findings), tuple(work.plan), work.message_pairs)
 
 
 def analyze(trace: Trace) -> list[Finding]:

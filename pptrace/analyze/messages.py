@@ -24,18 +24,21 @@ paired by seq when the seqs are the channel's own (one peer each way, no stash: 
 receive #n), judging only what both ends kept; otherwise its cut ends get a ``message-cut``
 info and it is not paired (a per-process seq then cannot place where the channel starts).
 
-    carried = check_messages(trace, raws, runs, prefixes, complete)
-    carried_by(raws, carried)    # "(carried by output message #12 pp3->pp0)"
+    verdict = check_messages(trace, raws, runs, prefixes, complete)
+    carried_by(raws, verdict.carried)    # "(carried by output message #12 pp3->pp0)"
+    verdict.pairs                        # each send -> the receive it reached
 
-``raws`` is the analyzer's list of raw findings, appended to; the result maps (sending process,
+``raws`` is the analyzer's list of raw findings, appended to; ``carried`` maps (sending process,
 attach seq) to the output message that carried that attach's dict, for the payload findings of
-attach/extract pairs. Pure: no I/O.
+attach/extract pairs; ``pairs`` hands the send<->receive pairing to the viewer, which never pairs
+by itself. Pure: no I/O.
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
+from typing import NamedTuple
 
 from pptrace.analyze.message_sides import Carried, Pair, Side, carried_by, numel
 from pptrace.analyze.rules import listed, rank_id, who
@@ -48,7 +51,7 @@ from pptrace.model.records import PREFIX, RankInfo
 from pptrace.model.text import clip, plural
 from pptrace.model.trace import Trace
 
-__all__ = ["Carried", "carried_by", "check_messages"]
+__all__ = ["Carried", "MessageVerdict", "carried_by", "check_messages"]
 
 K = FindingKind
 SEND, RECV = MessageOp.SEND, MessageOp.RECV
@@ -56,6 +59,13 @@ SEND, RECV = MessageOp.SEND, MessageOp.RECV
 FORWARDED = "output"
 # (run, sender global rank, receiver global rank, kind)
 _Key = tuple[str, int, int, str]
+
+
+class MessageVerdict(NamedTuple):
+    """What the message checks hand back besides their findings."""
+
+    carried: Carried  # (sending process, attach seq) -> the output message that carried it
+    pairs: dict[MessageId, MessageId]  # each send -> the receive it reached
 
 
 class _Check:
@@ -431,7 +441,7 @@ class _Check:
         if waits:
             judge_waits(waits, trails, self.add)
 
-    def run(self) -> Carried:
+    def run(self) -> MessageVerdict:
         for side in self.sides:
             self.per_process(side)
         self.slices = tp_slices(self.sides, self.add)
@@ -440,7 +450,9 @@ class _Check:
         for side in self.sides:
             self.hops(side)
         self.waits()
-        return self.carried
+        pairs = {MessageId(s, SEND, seq): MessageId(r.index, RECV, e.seq)
+                 for (s, seq), (r, e) in self.received.items()}
+        return MessageVerdict(self.carried, pairs)
 
 
 def _unbroken(seqs: set[int]) -> int:
@@ -452,13 +464,14 @@ def _unbroken(seqs: set[int]) -> int:
 
 
 def check_messages(trace: Trace, raws: list[Raw], runs: Sequence[str], prefixes: Sequence[str],
-                   complete: Callable[[int], bool]) -> Carried:
-    """Judge the message layer; append its raw findings to ``raws``; return what carried what.
+                   complete: Callable[[int], bool]) -> MessageVerdict:
+    """Judge the message layer; append its raw findings to ``raws``; return what carried what,
+    and which receive each send reached.
 
     ``runs`` and ``prefixes``: each process's run id and channel-name prefix (the run, when
     traces of several runs are analysed together); ``complete(i)``: process i's trace is whole
     (final stats, nothing lost)."""
     if not any(p.messages for p in trace.processes):
-        return {}
+        return MessageVerdict({}, {})
     return _Check(trace, raws, runs, prefixes, complete).run()
 

@@ -18,6 +18,8 @@ from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Footer, Header, Input
 
+from pptrace.analyze.analyzer import analysis
+
 from ..compare import PairView
 from ..export import ExportDoc, render
 from ..filters import FilterSpec
@@ -343,7 +345,11 @@ class MainScreen(Screen[None]):
 
     def action_messages(self) -> None:
         """Open the message layer's stage x time view (pptrace_tui.screens.messages)."""
-        self.app.push_screen(MessagesScreen.of(self.index.trace, self.index.findings))
+        index = self.index
+        pairs = index.message_pairs
+        if pairs is None:  # findings made by hand: the analyzer's pairing, never the viewer's
+            pairs = analysis(index.trace).message_pairs
+        self.app.push_screen(MessagesScreen.of(index.trace, index.findings, pairs))
 
     def action_zoom(self) -> None:
         """Give the focused panel (grid, findings, pair detail) the whole screen, or undo it."""

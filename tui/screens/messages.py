@@ -9,7 +9,7 @@ starts on the message the report's first divergence names (a hang's wait, where 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from textual import on
 from textual.app import ComposeResult
@@ -19,7 +19,7 @@ from textual.content import Content
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 
-from pptrace.model.findings import Finding
+from pptrace.model.findings import Finding, MessageId
 from pptrace.model.trace import Trace
 
 from ..literal import counted
@@ -63,9 +63,10 @@ class MessagesScreen(Screen[None]):
         self.finding_cursor = -1  # position in index.finding_order
 
     @classmethod
-    def of(cls, trace: Trace, findings: Sequence[Finding]) -> MessagesScreen:
-        """The screen on a trace and the analyzer's findings of it."""
-        return cls(MessageIndex.build(trace, findings))
+    def of(cls, trace: Trace, findings: Sequence[Finding],
+           pairs: Mapping[MessageId, MessageId] | None = None) -> MessagesScreen:
+        """The screen on a trace, the analyzer's findings of it and its send -> receive pairs."""
+        return cls(MessageIndex.build(trace, findings, pairs))
 
     def compose(self) -> ComposeResult:
         yield Header()
