@@ -106,3 +106,60 @@ def test_the_demo_sends_its_spans_to_an_otlp_collector(
     assert names.count("pptrace.attach") == 3 and names.count("pptrace.extract") == 3
     assert {res["service.name"] for res, _, _ in spans} == {"demo-test"}
     assert f"(and OTLP to {rx.endpoint}, service demo-test)" in capsys.readouterr().out
+
+
+def test_a_sink_that_cannot_open_costs_only_its_own_copy(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by trying the README's Jaeger command in a fresh venv: without an OTLP exporter the
+    whole sink failed, and the trace file was never written. Now the file goes on and OTLP's
+    loss is counted as OTLP's."""
+    import pptrace.export.otlp as otlp
+    from pptrace.export.sinks import build_sink
+    from pptrace.load.loader import load_paths
+    from pptrace.model.config import Config
+    from pptrace.model.records import RankInfo
+    from pptrace.record.engine import (
+        add_auxiliary_output_to_pp_tensors,
+        pop_auxiliary_output_from_pp_tensors,
+    )
+    from pptrace.record.recorder import Recorder
+    from pptrace.record.wrapper import wrap_transport
+    from tests.doubles import Observer, Output
+
+    def no_exporter(*_: object, **__: object) -> None:
+        raise ModuleNotFoundError("No module named 'opentelemetry.exporter.otlp.proto.http'")
+
+    monkeypatch.setattr(otlp, "otlp_processor", no_exporter)
+    cfg = Config(trace_dir=str(tmp_path), exporters=("file", "otlp"), flush_interval=0.05)
+    info = RankInfo(rank=0, world_size=1, pid=1)
+    rec = Recorder(cfg, sink_factory=lambda r: build_sink(cfg, r),
+                   rank_provider=lambda: (info, True))
+    rec.start()
+    attach, extract = wrap_transport(add_auxiliary_output_to_pp_tensors,
+                                     pop_auxiliary_output_from_pp_tensors, rec)
+    for _ in range(3):
+        tensors: dict[str, object] = {}
+        attach(tensors, Output(2))
+        extract(tensors, Observer())
+    rec.shutdown()
+    trace = load_paths([str(tmp_path)])
+    assert trace.event_count == 6  # the file has every event
+    stats = trace.processes[0].stats
+    assert stats is not None and stats.dropped == 0 and stats.sink_lost("otlp") > 0
+
+
+def test_otlp_without_its_exporter_is_one_line_before_any_rank_starts(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    from pptrace.cli import tracing
+    from pptrace.model.errors import ConfigError
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(tracing.importlib.util, "find_spec",
+                        lambda name, *a: None if "otlp.proto.grpc" in name else real(name, *a))
+    args = _parse("--endpoint", "http://127.0.0.1:4317", "--protocol", "grpc")
+    with pytest.raises(ConfigError, match=r"OTLP export over grpc needs opentelemetry\.exporter"
+                       r"\.otlp\.proto\.grpc: pip install 'pptrace\[otlp\]'"):
+        tracing.export_env(args, {})
+    tracing.export_env(_parse("--endpoint", "http://127.0.0.1:4318"), {})  # http is installed

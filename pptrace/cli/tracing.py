@@ -12,6 +12,7 @@ Both commands take the same ``--export``, ``--endpoint``, ``--protocol``, ``--se
 from __future__ import annotations
 
 import argparse
+import importlib.util
 from collections.abc import Mapping
 
 from pptrace.model.config import Config
@@ -73,9 +74,29 @@ def export_env(args: argparse.Namespace, environ: Mapping[str, str]) -> dict[str
     asks_collector = getattr(args, "endpoint", None) or getattr(args, "protocol", None)
     if asks_collector and getattr(args, "export", None) is None and "PPTRACE_EXPORT" not in env:
         env["PPTRACE_EXPORT"] = "file,otlp"  # asking for a collector means sending to it
-    Config.from_env(env)  # refuse bad values here, once, rather than in every rank
+    config = Config.from_env(env)  # refuse bad values here, once, rather than in every rank
+    protocol = ""
     for var in ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"):
         value = env.get(var, "").strip().lower()
         if value and value not in ("grpc", "http/protobuf"):
             raise ConfigError(f"{var}={env[var]!r}: pptrace exports grpc or http/protobuf")
+        protocol = protocol or value
+    if "otlp" in config.exporters:
+        _require_exporter(protocol or "http/protobuf")
     return env
+
+
+_EXPORTERS = {"grpc": "opentelemetry.exporter.otlp.proto.grpc",
+              "http/protobuf": "opentelemetry.exporter.otlp.proto.http"}
+
+
+def _require_exporter(protocol: str) -> None:
+    """Say before any rank starts that OTLP cannot be sent, rather than count every span lost."""
+    module = _EXPORTERS[protocol]
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise ConfigError(f"OTLP export over {protocol} needs {module}: "
+                          "pip install 'pptrace[otlp]'")

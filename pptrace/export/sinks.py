@@ -24,7 +24,7 @@ from pptrace.model.config import Config
 from pptrace.model.records import Event, RankInfo, RecorderStats
 from pptrace.record.sink import fan_out
 
-__all__ = ["FanOut", "build_sink"]
+__all__ = ["FanOut", "Unavailable", "build_sink"]
 
 
 class FanOut:
@@ -73,9 +73,33 @@ def build_sink(
         sinks.append(FileSink(out, resource, scope_version(), config.dir_unsafe_ok))
     if "otlp" in config.exporters or not sinks:
         provider = pptrace_provider(resource)
+        sink: Any = SdkSpanSink(provider, owns_provider=True)
         if "otlp" in config.exporters:
-            from pptrace.export.otlp import otlp_processor
+            try:
+                from pptrace.export.otlp import otlp_processor
 
-            provider.add_span_processor(otlp_processor(config, on_drop=on_drop))
-        sinks.append(SdkSpanSink(provider, owns_provider=True))
+                provider.add_span_processor(otlp_processor(config, on_drop=on_drop))
+            except Exception as exc:  # no exporter package, a bad endpoint: OTLP alone is lost
+                if not sinks:
+                    raise
+                sink = Unavailable(f"{type(exc).__name__}: {exc}")
+        sinks.append(sink)
     return sinks[0] if len(sinks) == 1 else FanOut(sinks, ("file", "otlp"))
+
+
+class Unavailable:
+    """A sink that could not be opened beside one that could: every batch it is handed fails,
+    so the recorder counts it as that sink's loss (``pptrace.stats.sink.otlp.dropped``) while
+    the trace file goes on."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def export(self, events: Sequence[Event]) -> None:
+        raise RuntimeError(f"sink unavailable: {self.reason}")
+
+    def export_stats(self, stats: RecorderStats) -> None:
+        raise RuntimeError(f"sink unavailable: {self.reason}")
+
+    def shutdown(self, timeout: float) -> None:
+        return None
