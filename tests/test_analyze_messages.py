@@ -189,6 +189,18 @@ def cut(*, stash: bool = False, drift: bool = False) -> Callable[[], Run]:
     return build
 
 
+def sender_kept_no_sends() -> Run:
+    """A rotated TP-broadcast run once gave message-unmatched-recv here: the last stage's kept
+    segments held none of its sends (only its last receives), stage 0's the last outputs."""
+    run = Run(pp_size=2)
+    run.msg_seqs[(0, 0, MessageOp.RECV)] = run.msg_seqs[(1, 0, MessageOp.RECV)] = 40
+    run.msg_seqs[(0, 0, MessageOp.SEND)] = 40
+    for _ in range(3):
+        run.message("proxy", PROXY, frm=0, to=1)
+        run.recv("output", OUT, pp=0, frm=1)  # its send went with a segment rotated away
+    return run
+
+
 ROWS: list[tuple[str, Callable[[], Run], list[FindingKind]]] = [
     ("healthy pp4", clean_pp4, []),
     ("healthy pp2 x tp2, TP slices", clean_pp2_tp2_slices, []),
@@ -220,6 +232,7 @@ ROWS: list[tuple[str, Callable[[], Run], list[FindingKind]]] = [
     ("rotated messages, paired by seq", cut(), []),
     ("a drift inside a rotated window", cut(drift=True), [K.MSG_DTYPE_MISMATCH]),
     ("rotated messages with a stash", cut(stash=True), [K.MSG_CUT, K.MSG_CUT]),
+    ("a rotated sender that kept none of its sends", sender_kept_no_sends, []),
 ]
 
 

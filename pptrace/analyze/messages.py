@@ -251,16 +251,20 @@ class _Check:
         out = {m.seq for m in s.sends}
         # Absences are judged where each end's kept seqs run without a gap to its last one
         # (a batch written late can sit in a segment rotated away before older ones).
-        first_recv = _unbroken({e.seq for e in r.ends} | set(r.begins))
-        first_send = _unbroken(out)
+        # An end cut so that it kept none of its side's calls (every send rotated away, say)
+        # has no window to judge the other end's calls against.
+        kept = {e.seq for e in r.ends} | set(r.begins)
+        first_recv = None if not kept and r.cut else _unbroken(kept)
+        first_send = None if not out and s.cut else _unbroken(out)
         for m in s.sends:
             e = got.get(m.seq)
             if e is not None and e.kind == m.kind and m.ok:
                 self.matched(s, m, r, e)
-            elif e is None and m.ok and m.seq >= first_recv and m.seq not in r.begins:
+            elif (e is None and m.ok and first_recv is not None and m.seq >= first_recv
+                  and m.seq not in r.begins):
                 self.never_received([(s, m)], r)
         for seq, e in got.items():
-            if seq not in out and seq >= first_send:
+            if seq not in out and first_send is not None and seq >= first_send:
                 self.unmatched(r, e)
         return ""
 
