@@ -35,8 +35,16 @@ class Terminal:
 
     def tmux(self, *args: str) -> str:
         # -f /dev/null: no user configuration changes the session's size or keys.
-        done = subprocess.run(["tmux", "-L", self.socket, "-f", "/dev/null", *args],
-                              capture_output=True, text=True, timeout=20, check=True)
+        command = ["tmux", "-L", self.socket, "-f", "/dev/null", *args]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=20)
+        if done.returncode and args[:1] == ("new-session",):
+            # Starting a server once failed in CI with no reason kept: start it afresh, once.
+            subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True,
+                           timeout=20)
+            done = subprocess.run(command, capture_output=True, text=True, timeout=20)
+        if done.returncode:
+            raise AssertionError(f"{' '.join(command[:6])} ... failed ({done.returncode}): "
+                                 f"{done.stderr.strip()}")
         return done.stdout
 
     def screen(self, colours: bool = False) -> str:
