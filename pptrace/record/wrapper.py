@@ -252,12 +252,12 @@ def wrap_attach(fn: F, recorder: Recorder) -> F:
             # error, dropped, fingerprints.
             raw = (attach, next(seq), wall, t0, dur, thread, type(output), before, after, items,
                    result is None, None, rec.dropped, fps)
-            room = ring or len(buf) < cap  # the flight ring's maxlen bounds it instead
             # Shutdown may have begun while fn ran: the final counts then leave this call out.
-            if room and rec.enabled:
-                append(raw)
-            elif not room and rec.enabled:
-                rec.drop_new()
+            if rec.enabled:
+                if ring or len(buf) < cap:  # the flight ring's maxlen bounds it instead
+                    append(raw)
+                else:
+                    rec.drop_new()
             if rec.rank_pending:  # the first calls only: the engine's process group is up now
                 rec.learn_rank()
         except Exception as inner:
@@ -344,12 +344,12 @@ def wrap_extract(fn: F, recorder: Recorder, prefix: str = PREFIX) -> F:
             # pptrace.model.raw's fields, in order (as in attach).
             raw = (extract, next(seq), wall, t0, dur, thread, type(observer), before, after,
                    items, result is None, None, rec.dropped, fps)
-            room = ring or len(buf) < cap  # the flight ring's maxlen bounds it instead
             # Shutdown may have begun while fn ran: the final counts then leave this call out.
-            if room and rec.enabled:
-                append(raw)
-            elif not room and rec.enabled:
-                rec.drop_new()
+            if rec.enabled:
+                if ring or len(buf) < cap:  # the flight ring's maxlen bounds it instead
+                    append(raw)
+                else:
+                    rec.drop_new()
             if rec.rank_pending:  # the first calls only: the engine's process group is up now
                 rec.learn_rank()
         except Exception as inner:
