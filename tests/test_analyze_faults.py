@@ -69,8 +69,10 @@ def test_fault_is_found_under_its_kind(tmp_path: Path, fault: str) -> None:
     assert kind in kinds, [f.message for f in findings]
     # A crash leaves the attaches that were in flight without an extract: warnings, no more.
     # On the message layer the rank that raised stopped: its peer's receive waits for a message
-    # it never sends, and what it had sent last is never received.
-    stopped = {K.MSG_HANG, K.MSG_NEVER_RECEIVED} if FAULTS[fault].raises else set()
+    # it never sends (a hang, or a receive that raised when gloo saw the peer's connection close:
+    # the run's timing decides which, CI saw both), and what it had sent last is never received.
+    stopped = ({K.MSG_HANG, K.MSG_RAISED, K.MSG_NEVER_RECEIVED} if FAULTS[fault].raises
+               else set())
     assert kinds <= {kind, K.ORPHAN_ATTACH} | also | stopped, [f.message for f in findings]
     first = next(f for f in findings if f.kind is kind)
     assert first.events and first.ranks and first.time_ns
