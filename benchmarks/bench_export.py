@@ -30,6 +30,9 @@ The trace-file figures (``--only files``, also part of a full run):
   second of a stage at 50 decode steps/s); bytes on disk per event, and the recorder thread's
   CPU per event in the flush (encoding and compression). "fp": with fingerprints (as the demo
   records), over tensors whose contents change every call;
+- ``bytes per message span``: the message layer's spans of a demo run (``demo_messages``: a
+  proxy send, an output message's receive begin and end, its send; fingerprints on), written
+  through the same sink as schema version 1 and 2, plain and compressed;
 - ``sustained, compressed``: the sustained row with gzip on;
 - ``soak``: ``--rate`` events/s for ``--seconds`` s into a budget (``--soak-max-mb`` 8,
   ``--soak-segment-mb`` 1): disk and resident memory sampled every 100 ms; disk never above the
@@ -309,6 +312,74 @@ def bytes_table(tmp: str, events: int, per_flush: int) -> None:
         print("  note: zstd: skipped, the zstandard package is not importable")
 
 
+def demo_messages(count: int) -> list[Any]:
+    """``count`` message events as a demo's stage 0 and last stage record them, in turn: a
+    proxy send (hidden states), a receive's begin and end of the output message (sampled ids,
+    logprobs, a list, the auxiliary tensors, ``__msg_type__``; fingerprints on), the output's
+    send; call times 1 ms apart."""
+    from pptrace.model.messages import MessageEvent, MessageOp, MessageTensor
+
+    prefix = "__sampling_observer_output__."
+    kind = MessageTensor("__msg_type__", (), "str", "", 0, is_tensor=False)
+    proxy = (MessageTensor("hidden_states", (4, 32), "float32", "cpu", 512,
+                           fingerprint="b2:fb0e3c14a14c9061"), kind)
+    output = (MessageTensor("next_token_ids", (4,), "int64", "cpu", 32, fingerprint="b2:b6815"
+                            "55f3840bc79"),
+              MessageTensor("next_token_logprobs", (4,), "float32", "cpu", 16,
+                            fingerprint="b2:5b2d67eafaa26bba"),
+              MessageTensor("extend_logprob_start_len_per_req", (), "list", "", 0,
+                            is_tensor=False),
+              *(MessageTensor(prefix + name, shape, dtype, "cpu", size, fingerprint=fp)
+                for name, shape, dtype, size, fp in (
+                    ("topk_logprobs", (4, 4), "float32", 64, "b2:43bdc14539b79684"),
+                    ("topk_ids", (4, 4), "int64", 128, "b2:558152cb9502a9d7"),
+                    ("entropy", (4,), "float32", 16, "b2:c2b8f0a826468c9c"))), kind)
+    keys = tuple(t.key for t in output)
+    thread, wall, mono = 140_310_644_915_072, 1_796_125_298_889_980_507, 11_039_236_520_768
+    out = []
+    for i in range(count):
+        seq, turn = divmod(i, 4)
+        at = dict(seq=seq, wall_ns=wall + i * 1_000_000, mono_ns=mono + i * 1_000_000,
+                  thread_id=thread)
+        if turn == 0:
+            out.append(MessageEvent(MessageOp.SEND, "end", duration_ns=542_238, peer=1,
+                                    peer_pp_rank=1, peer_tp_rank=0, kind="proxy",
+                                    keys=("hidden_states", "__msg_type__"), tensors=proxy, **at))
+        elif turn == 1:
+            out.append(MessageEvent(MessageOp.RECV, "begin", peer=3, peer_pp_rank=3,
+                                    peer_tp_rank=0, expected_kind="output", **at))
+        elif turn == 2:
+            out.append(MessageEvent(MessageOp.RECV, "end", duration_ns=22_790_492, peer=3,
+                                    peer_pp_rank=3, peer_tp_rank=0, kind="output",
+                                    expected_kind="output", keys=keys, tensors=output, **at))
+        else:
+            out.append(MessageEvent(MessageOp.SEND, "end", duration_ns=611_002, peer=0,
+                                    peer_pp_rank=0, peer_tp_rank=0, kind="output",
+                                    carries_attach=seq, keys=keys, tensors=output, **at))
+    return out
+
+
+def messages_row(tmp: str, version: int, compress: str, count: int, per_flush: int) -> float:
+    """Bytes on disk per message span (``demo_messages``), flushed every ``per_flush``."""
+    config = Config(trace_dir=tmp, flush_interval=3600, schema_version=version,
+                    compress=compress)
+    sink = build_sink(config, RANK)
+    events = demo_messages(count)
+    for i in range(0, count, per_flush):
+        sink.export_messages(events[i:i + per_flush], RANK, "bench")
+    sink.shutdown(5.0)
+    return sum(p.stat().st_size for p in Path(tmp).iterdir()) / count
+
+
+def messages_table(tmp: str, count: int, per_flush: int) -> None:
+    kinds = ["none", "gzip"] + (["zstd"] if _has_zstd() else [])
+    print(f"\nbytes per message span on disk ({count} of the demo's messages: proxy send, "
+          f"receive begin and end, output send; a flush every {per_flush}):")
+    print("  " + "".join(f"{f'v{v} {c}':>12}" for v in (1, 2) for c in kinds))
+    print("  " + "".join(f"{messages_row(f'{tmp}/msg-{v}-{c}', v, c, count, per_flush):>10.0f} B"
+                         for v in (1, 2) for c in kinds), flush=True)
+
+
 def _has_zstd() -> bool:
     import importlib.util
 
@@ -386,6 +457,7 @@ def soak_row(tmp: str, rate: int, seconds: float, max_mb: float, segment_mb: flo
 
 def files_section(tmp: str, args: argparse.Namespace) -> None:
     bytes_table(tmp, args.bytes_events, args.per_flush)
+    messages_table(tmp, args.bytes_events, args.per_flush)
     print(f"\nsustained {args.rate} events/s for {args.seconds:.0f} s (hot-path appends), "
           "stream mode, files, gzip:")
     result = sustained_row(f"{tmp}/sustained-gzip", args.rate, args.seconds, True, "gzip")

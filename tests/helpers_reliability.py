@@ -243,7 +243,8 @@ def read_trace_file(path: str) -> tuple[list[Event], list[RecorderStats], list[i
         elif span.get("name") in (schema.SPAN_ATTACH, schema.SPAN_EXTRACT):
             start = int(span.get("startTimeUnixNano", 0))
             end = int(span.get("endTimeUnixNano", start))
-            events.append(schema.attributes_to_event(attrs, start, end, resource=resource))
+            events.append(schema.attributes_to_event(attrs, start, end, resource=resource,
+                                                      name=span["name"]))
     return events, stats, bad
 
 

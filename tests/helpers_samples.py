@@ -77,7 +77,7 @@ def read_traces(trace_dir: str) -> TraceFiles:
                                 continue
                             attrs = {a["key"]: any_value(a["value"]) for a in span["attributes"]}
                             ev = schema.attributes_to_event(attrs, int(span["startTimeUnixNano"]),
-                                                            resource=res)
+                                                            resource=res, name=span["name"])
                             assert ev.rank.rank is not None
                             by_rank.setdefault(ev.rank.rank, []).append(ev)
     return TraceFiles(by_rank, files)

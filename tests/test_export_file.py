@@ -145,7 +145,8 @@ def test_a_written_trace_reads_back_with_the_plain_protobuf_parser(tmp_path: Pat
         assert (span.start_time_unix_nano, span.end_time_unix_nano) == (event.start_ns,
                                                                          event.end_ns)
         assert schema.attributes_to_event(attrs, span.start_time_unix_nano,
-                                          span.end_time_unix_nano, resource=resource) == event
+                                          span.end_time_unix_nano, resource=resource,
+                                          name=span.name) == event
         if event.ok:
             assert span.status.code == Status.STATUS_CODE_UNSET and not span.events
         else:

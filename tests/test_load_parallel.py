@@ -236,8 +236,14 @@ def test_older_layouts_and_other_formats_in_the_workers_share(
             for rs in doc["resourceSpans"]:
                 for ss in rs["scopeSpans"]:
                     for span in ss["spans"]:
+                        # Before trace files left the direction to the span's name, it led.
+                        attrs = span.setdefault("attributes", [])
+                        if span["name"] in ("pptrace.attach", "pptrace.extract") and not any(
+                                a["key"] == "pptrace.direction" for a in attrs):
+                            attrs.append({"key": "pptrace.direction", "value": {
+                                "stringValue": span["name"].removeprefix("pptrace.")}})
                         rank = {k: i for i, k in enumerate(_OLD_ORDER)}
-                        span["attributes"].sort(key=lambda a: rank.get(a["key"], 99))
+                        attrs.sort(key=lambda a: rank.get(a["key"], 99))
             out.append(json.dumps(doc, separators=(",", ":")))
         path.write_text("\n".join(out) + "\n")
     (tmp_path / "zz-jaeger.json").write_text(json.dumps(otlp_to_jaeger(docs)))

@@ -208,7 +208,7 @@ def test_only_what_does_not_follow_is_written() -> None:
                 schema.THREAD_ID, schema.THREAD_NAME, schema.DROPPED_BEFORE,
                 schema.RETURNED_NONE, schema.DURATION_NS, schema.T_DEVICES, schema.T_NBYTES,
                 schema.T_CONTIG, schema.T_IS_TENSOR, schema.KEYS_TENSORS_AT,
-                schema.TENSOR_COUNT, schema.TOTAL_BYTES}
+                schema.TENSOR_COUNT, schema.TOTAL_BYTES, schema.DIRECTION}
     # A resource made before the rank was known (a guess): the span says what it lacks.
     guess = schema.resource_attributes(RankInfo(host="h", pid=4242), "run", 2, "MainThread", 11,
                                        "cpu")
@@ -216,12 +216,19 @@ def test_only_what_does_not_follow_is_written() -> None:
     under.append((ok, {schema.RANK, schema.WORLD_SIZE, schema.PP_RANK, schema.PP_SIZE,
                        schema.TP_RANK, schema.TP_SIZE}, guess))
     for event, written, resource in under:
-        for exact in (False, True):  # an SDK span keeps the duration; a trace file's does not
+        # An SDK span keeps the duration and the direction (Jaeger's microseconds, its tag
+        # search); a trace file's leaves them to its times and its name.
+        for exact in (False, True):
             out_attrs = schema.event_to_attributes(event, resource, exact)
-            expect = written | ({schema.DURATION_NS} if not exact else set())
+            expect = written | ({schema.DURATION_NS, schema.DIRECTION} if not exact else set())
             assert set(out_attrs) & optional == expect, (event, exact)
             assert schema.attributes_to_event(out_attrs, event.start_ns, event.end_ns,
-                                              resource=resource) == event
+                                              resource=resource,
+                                              name=schema.span_name(event.direction)) == event
+        # Without its name, a trace file's span cannot say its direction: one line says so.
+        with pytest.raises(SchemaVersionError, match="'pptrace.direction' should be a string"):
+            schema.attributes_to_event(schema.event_to_attributes(event, resource, True),
+                                       event.start_ns, event.end_ns, resource=resource)
         full = schema.event_to_attributes(event)  # no resource: version 1, complete
         assert full[schema.VERSION] == 1 and optional - set(full) <= set(_RANKS)
         assert schema.attributes_to_event(full, event.start_ns, event.end_ns) == event

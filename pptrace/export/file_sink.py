@@ -188,8 +188,11 @@ class FileSink:
         # spans leave out what it says. ``_res`` is what they are compacted against.
         self._base = dict(resource.attributes)
         self._compact = self._base.get(schema.VERSION) == 2
-        self._main: tuple[str, int] | None = None  # the main thread (name, id): the first event's
-        self._device: str | None = None  # the main device: the first tensor's
+        # The main thread (its name and id: the first event's; a message, which has no thread
+        # name, gives the id first) and the main device (the first tensor's).
+        self._main_name: str | None = None
+        self._main_id: int | None = None
+        self._device: str | None = None
         self._heads: dict[tuple[RankInfo, str], tuple[str, dict[str, Any]]] = {}
         self._head = self._head_of(self._base)
         self._res: dict[str, Any] | None = None
@@ -211,33 +214,48 @@ class FileSink:
 
     def _learning(self) -> bool:
         """Whether the main thread or device is still to be learnt from an event."""
-        return self._compact and (self._main is None or self._device is None)
+        return self._compact and (self._main_name is None or self._device is None)
 
-    def _use(self, rank: RankInfo, run_id: str, first: Event | None = None) -> None:
+    def _use(self, rank: RankInfo, run_id: str, first: Event | None = None,
+             message: Sequence[MessageEvent] = ()) -> None:
         """Write the next spans under the resource of ``rank`` and ``run_id`` (version 2);
         ``first``: an event of the batch, whose thread is the main one if none is known yet,
-        and its first tensor's device the main device if none is known yet."""
+        and its first tensor's device the main device if none is known yet; ``message``: the
+        message events of the batch, which give the main thread's id and the main device the
+        same way where no event gave them yet."""
         if not self._compact:
             return
         if first is not None and self._learning():
             device = next((m.device for m in first.tensors if m.is_tensor), None)
-            if self._main is None or (self._device is None and device is not None):
-                if self._main is None:
-                    self._main = (first.thread_name, first.thread_id)
-                self._device = self._device if self._device is not None else device
-                self._heads.clear()
-                self._templates, self._seen, self._context = {}, {}, None
+            self._learn_main(first.thread_name, first.thread_id, device)
+        elif message and (self._main_id is None or self._device is None):
+            device = next((t.device for ev in message for t in ev.tensors if t.is_tensor), None)
+            self._learn_main(None, message[0].thread_id, device)
         found = self._heads.get((rank, run_id))
         if found is None:
             if len(self._heads) > 16:
                 self._heads.clear()
-            name, ident = self._main if self._main is not None else (None, None)
-            own = schema.resource_attributes(rank, run_id, 2, name, ident, self._device)
+            own = schema.resource_attributes(rank, run_id, 2, self._main_name, self._main_id,
+                                             self._device)
             # The base's own constants give way to the events' (a rank unknown then is absent).
             attrs = {k: v for k, v in {**self._base, **own}.items()
                      if k in own or k not in _RESOURCE_CONSTANTS}
             found = self._heads[(rank, run_id)] = (self._head_of(attrs), attrs)
         self._head, self._res = found
+
+    def _learn_main(self, thread_name: str | None, thread_id: int, device: str | None) -> None:
+        """Take what is not known yet of the main thread and device (a new resource, and the
+        templates made under the old one are dropped, when something was learnt)."""
+        learnt = False
+        if self._main_id is None:
+            self._main_id, learnt = thread_id, True
+        if self._main_name is None and thread_name is not None and thread_id == self._main_id:
+            self._main_name, learnt = thread_name, True
+        if self._device is None and device is not None:
+            self._device, learnt = device, True
+        if learnt:
+            self._heads.clear()
+            self._templates, self._seen, self._context = {}, {}, None
 
     def _attributes(self, attrs: Mapping[str, Any]) -> str:
         cache, values = self._cache, _VALUES
@@ -405,13 +423,13 @@ class FileSink:
         ``rank``, in one write; they are not attach/extract events (rotation counts none)."""
         if not events:
             return
-        self._use(rank, run_id)
+        self._use(rank, run_id, message=events)
         own = schema.stats_to_attributes(RecorderStats(rank=rank, time_ns=0, run_id=run_id),
                                          self._res)
         constants = {k: v for k, v in own.items() if not k.startswith("pptrace.stats.")}
-        spans = [self._span(messages.span_name(ev), ev.wall_ns,
-                            ev.wall_ns + max(ev.duration_ns, 0),
-                            {**messages.to_attributes(ev), **constants}) for ev in events]
+        spans = [self._span(messages.span_name(ev), *messages.span_times(ev),
+                            {**messages.to_attributes(ev, self._res), **constants})
+                 for ev in events]
         self._out.write_lines(self._lines(spans), 0)
 
     def export_stats(self, stats: RecorderStats) -> None:

@@ -123,8 +123,8 @@ class SdkSpanSink:
                                          self.resource)
         constants = {k: v for k, v in own.items() if not k.startswith("pptrace.stats.")}
         for ev in events:
-            end = ev.wall_ns + max(ev.duration_ns, 0)
-            span = self._span(messages.span_name(ev), ev.wall_ns, end,
+            start, end = messages.span_times(ev)
+            span = self._span(messages.span_name(ev), start, end,
                               {**messages.to_attributes(ev), **constants})
             if ev.error_type is not None:
                 span.set_status(Status(StatusCode.ERROR, ev.error_message or ""))

@@ -161,12 +161,12 @@ class TraceBuilder:
             sources.append(self.source)
 
     def decode_event(self, attrs: Mapping[str, Any], start_ns: int, end_ns: int,
-                     resource: Mapping[str, Any]) -> Event:
-        """Decode and intern an event span of a resource (SchemaVersionError on bad
-        attributes)."""
+                     resource: Mapping[str, Any], name: str = "") -> Event:
+        """Decode and intern an event span (named ``name``) of a resource
+        (SchemaVersionError on bad attributes)."""
         self._check_version(attrs, resource)
         return self.intern_event(
-            schema.attributes_to_event(attrs, start_ns, end_ns, resource=resource))
+            schema.attributes_to_event(attrs, start_ns, end_ns, resource=resource, name=name))
 
     def add_stats(self, stats: RecorderStats) -> ProcessKey:
         """Keep a process's latest stats; return the process's key."""
@@ -234,7 +234,7 @@ class TraceBuilder:
     ) -> None:
         if name == schema.SPAN_ATTACH or name == schema.SPAN_EXTRACT:
             try:
-                ev = self.decode_event(attrs, start_ns, end_ns, resource)
+                ev = self.decode_event(attrs, start_ns, end_ns, resource, name)
             except SchemaVersionError as exc:
                 if exc.path is not None:
                     raise  # an unsupported version: never skipped
@@ -245,7 +245,8 @@ class TraceBuilder:
         if name in MESSAGE_SPANS:
             self._check_version(attrs, resource)
             try:
-                rank, _, message = load_messages.decode_span(name, attrs, resource)
+                rank, _, message = load_messages.decode_span(name, attrs, resource, start_ns,
+                                                             end_ns)
             except BadMessageSpan as exc:
                 self.problem(f"skipped a {name} span: {exc}")
                 return

@@ -59,7 +59,7 @@ class EventSink(SpanSink, Protocol):
     def problem(self, message: str, line: int | None = None) -> None: ...
 
     def decode_event(self, attrs: Mapping[str, Any], start_ns: int, end_ns: int,
-                     resource: Mapping[str, Any]) -> Event: ...
+                     resource: Mapping[str, Any], name: str = "") -> Event: ...
 
 _SPANS = b'"spans":['
 _SPLIT = b',{"traceId":"'
@@ -354,13 +354,14 @@ class FastLines:
                 ) -> tuple[Event, dict[str, Any]] | None:
         """(event, attributes) as the ordinary path decodes the span, or None to leave it to
         that path."""
-        if span.get("name") not in (schema.SPAN_ATTACH, schema.SPAN_EXTRACT):
+        name = span.get("name")
+        if name not in (schema.SPAN_ATTACH, schema.SPAN_EXTRACT):
             return None
         try:
             attrs = attributes(span.get("attributes", []))
             begin = to_int(span.get("startTimeUnixNano", 0), "start")
             end = to_int(span.get("endTimeUnixNano", begin), "end")
-            return self.builder.decode_event(attrs, begin, end, resource), attrs
+            return self.builder.decode_event(attrs, begin, end, resource, name), attrs
         except SchemaVersionError as exc:
             if exc.path is not None:
                 raise  # an unsupported schema version: fatal, as on the ordinary path

@@ -5,7 +5,7 @@ order. The process's constants (rank, host, pid, run id, schema version) are rea
 attach/extract spans: on the span (schema version 1) or on its resource (version 2). A span that
 cannot be a message event is an input problem of its file, named by what is wrong.
 
-    process, event = decode_span("pptrace.send", attrs, resource)
+    process, event = decode_span("pptrace.send", attrs, resource, start_ns, end_ns)
     ordered = in_call_order(events)
 """
 
@@ -40,11 +40,12 @@ def _opt_int(attrs: Mapping[str, Any], resource: Mapping[str, Any], key: str) ->
     return value
 
 
-def decode_span(name: str, attrs: Mapping[str, Any],
-                resource: Mapping[str, Any]) -> tuple[RankInfo, str, MessageEvent]:
-    """(the process's rank, its run id, the event) of one message span; ``BadMessageSpan``
-    naming what is wrong."""
-    event = M.from_attributes(attrs, name)
+def decode_span(name: str, attrs: Mapping[str, Any], resource: Mapping[str, Any],
+                start_ns: int = 0, end_ns: int | None = None
+                ) -> tuple[RankInfo, str, MessageEvent]:
+    """(the process's rank, its run id, the event) of one message span (whose times rebuild
+    what a trace file's version 2 span leaves out); ``BadMessageSpan`` naming what is wrong."""
+    event = M.from_attributes(attrs, name, resource, start_ns, end_ns)
     host = _constant(attrs, resource, schema.HOST)
     pid = _opt_int(attrs, resource, schema.PID)
     run_id = _constant(attrs, resource, schema.RUN_ID)

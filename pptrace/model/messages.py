@@ -18,13 +18,21 @@ span codec below is the one place these records become span attributes and back,
     >>> ev = MessageEvent(op=MessageOp.SEND, phase="end", seq=0, kind="output", peer=0)
     >>> from_attributes(to_attributes(ev), SPAN_SEND) == ev
     True
+
+A trace file's spans (schema version 2, ``to_attributes(ev, resource)``) leave out what their
+name, times and resource say and what follows from the rest, by the rules of
+``pptrace.model.derived``; ``from_attributes`` rebuilds it, given the same name, times and
+resource. OTLP spans (Jaeger) are written whole: Jaeger keeps microseconds, and its tag search
+wants every attribute.
 """
 
 from __future__ import annotations
 
 import enum
 from collections.abc import Mapping, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
+
+from pptrace.model.derived import ITEMSIZES, implied_nbytes
 
 __all__ = [
     "MSG_TYPE_KEY",
@@ -37,6 +45,7 @@ __all__ = [
     "MessageTensor",
     "from_attributes",
     "span_name",
+    "span_times",
     "to_attributes",
 ]
 
@@ -149,13 +158,60 @@ def span_name(event: MessageEvent) -> str:
     return SPAN_RECV_BEGIN if event.phase == "begin" else SPAN_RECV
 
 
-def to_attributes(event: MessageEvent) -> dict[str, AttributeValue]:
-    """A message event as span attributes (the inverse of ``from_attributes``)."""
-    out: dict[str, AttributeValue] = {
-        OP: event.op.value, PHASE: event.phase, SEQ: event.seq, WALL_NS: event.wall_ns,
-        MONO_NS: event.mono_ns, DURATION_NS: event.duration_ns, THREAD_ID: event.thread_id,
-        PEER: event.peer, KIND: event.kind, KEYS: list(event.keys),
-    }
+def span_times(event: MessageEvent) -> tuple[int, int]:
+    """The span's start and end: the call's wall-clock start, and its end (a begin: the start)."""
+    return event.wall_ns, event.wall_ns + max(event.duration_ns, 0)
+
+
+def _implied_duration(phase: object, start_ns: int, end_ns: int) -> int:
+    """A compact span's duration: -1 for a begin, its span's length for an end."""
+    return -1 if phase == "begin" else end_ns - start_ns
+
+
+def _is_tensor(dtype: str) -> bool:
+    """Whether a value of this dtype is a tensor, as compact spans imply it: a dtype of
+    ``ITEMSIZES`` is a tensor's, anything else a non-tensor's type name."""
+    return dtype in ITEMSIZES
+
+
+def _compact(resource: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    return resource if resource is not None and resource.get(_VERSION) == 2 else None
+
+
+# Resource keys of pptrace.model.schema (version 2): the schema version, the main thread's id
+# and the main device of the process.
+_VERSION = "pptrace.schema_version"
+_MAIN_THREAD = "pptrace.thread.main_id"
+_MAIN_DEVICE = "pptrace.tensor.main_device"
+
+
+def to_attributes(event: MessageEvent,
+                  resource: Mapping[str, Any] | None = None) -> dict[str, AttributeValue]:
+    """A message event as span attributes (the inverse of ``from_attributes``).
+
+    Under a version 2 ``resource`` (a trace file's, whose span times are exact nanoseconds and
+    whose span names are read back) the span leaves out: ``OP`` and ``PHASE`` (the span name
+    says them); ``WALL_NS`` and ``DURATION_NS`` when ``span_times`` gives them back (the start;
+    the length for an end, -1 for a begin); ``THREAD_ID`` when it is the resource's main
+    thread; ``T_KEYS`` when it is ``KEYS``; ``T_DEVICES`` when every tensor is on the
+    resource's main device; ``T_NBYTES`` when each is elements times ``ITEMSIZES`` (0 for a
+    non-tensor); ``T_SLICED`` when none is; ``T_IS_TENSOR`` when a value is a tensor exactly
+    when its dtype is in ``ITEMSIZES``. A value is left out only when its rule gives it back.
+    """
+    res = _compact(resource)
+    out: dict[str, AttributeValue] = {}
+    if res is None:
+        out[OP], out[PHASE] = event.op.value, event.phase
+    out[SEQ] = event.seq
+    if res is None:
+        out[WALL_NS] = event.wall_ns
+    out[MONO_NS] = event.mono_ns
+    start, end = span_times(event)
+    if res is None or event.duration_ns != _implied_duration(event.phase, start, end):
+        out[DURATION_NS] = event.duration_ns
+    if res is None or res.get(_MAIN_THREAD) != event.thread_id:
+        out[THREAD_ID] = event.thread_id
+    out[PEER], out[KIND], out[KEYS] = event.peer, event.kind, list(event.keys)
     if event.peer_pp_rank is not None:
         out[PEER_PP] = event.peer_pp_rank
     if event.peer_tp_rank is not None:
@@ -171,14 +227,22 @@ def to_attributes(event: MessageEvent) -> dict[str, AttributeValue]:
     if event.carries_attach is not None:
         out[CARRIES] = event.carries_attach
     ts = event.tensors
+    keys = [t.key for t in ts]
+    if (ts and res is None) or (res is not None and keys != list(event.keys)):
+        out[T_KEYS] = keys  # compact: an empty list where the dict's values are not described
     if ts:
-        out[T_KEYS] = [t.key for t in ts]
         out[T_SHAPES] = [",".join(map(str, t.shape)) for t in ts]
         out[T_DTYPES] = [t.dtype for t in ts]
-        out[T_DEVICES] = [t.device for t in ts]
-        out[T_NBYTES] = [t.nbytes for t in ts]
-        out[T_SLICED] = [t.sliced for t in ts]
-        out[T_IS_TENSOR] = [t.is_tensor for t in ts]
+        device = None if res is None else res.get(_MAIN_DEVICE)
+        if res is None or any(t.device != (device if t.is_tensor else "") for t in ts):
+            out[T_DEVICES] = [t.device for t in ts]
+        if res is None or any(implied_nbytes(t.shape, t.dtype, t.is_tensor) != t.nbytes
+                              for t in ts):
+            out[T_NBYTES] = [t.nbytes for t in ts]
+        if res is None or any(t.sliced for t in ts):
+            out[T_SLICED] = [t.sliced for t in ts]
+        if res is None or any(t.is_tensor != _is_tensor(t.dtype) for t in ts):
+            out[T_IS_TENSOR] = [t.is_tensor for t in ts]
         if any(t.fingerprint is not None for t in ts):
             out[T_FINGERPRINTS] = [t.fingerprint or "" for t in ts]
     if event.error_type is not None:
@@ -236,30 +300,80 @@ def _shape(text: str) -> tuple[int, ...]:
         raise BadMessageSpan(f"{T_SHAPES}: {text!r:.60} is not a shape") from None
 
 
-def from_attributes(attrs: Mapping[str, object], name: str) -> MessageEvent:
-    """Rebuild a message event from a span's name and attributes; ``BadMessageSpan`` if not one."""
+def _span_of(name: str) -> tuple[MessageOp, str]:
+    """The op and phase a span's name says."""
+    if name == SPAN_SEND:
+        return MessageOp.SEND, "end"
+    return MessageOp.RECV, "begin" if name == SPAN_RECV_BEGIN else "end"
+
+
+def _main_device(resource: Mapping[str, Any], is_tensor: Sequence[bool]) -> list[str]:
+    device = resource.get(_MAIN_DEVICE)
+    if not isinstance(device, str):
+        if any(is_tensor):
+            raise BadMessageSpan(f"{T_DEVICES}: missing, and the resource has no string "
+                                 f"{_MAIN_DEVICE!r}")
+        device = ""
+    return [device if t else "" for t in is_tensor]
+
+
+def from_attributes(attrs: Mapping[str, object], name: str,
+                    resource: Mapping[str, Any] | None = None, start_ns: int = 0,
+                    end_ns: int | None = None) -> MessageEvent:
+    """Rebuild a message event from a span's name and attributes; ``BadMessageSpan`` if not one.
+
+    ``resource``, ``start_ns`` and ``end_ns``: the span's resource and times, from which a
+    version 2 span's left-out values are rebuilt (``to_attributes``).
+    """
     if name not in SPAN_NAMES:
         raise BadMessageSpan(f"{name!r:.60} is not a message span")
-    try:
-        op = MessageOp(attrs.get(OP))
-    except ValueError:
-        raise BadMessageSpan(f"{OP}: {attrs.get(OP)!r:.60} is not send or recv") from None
-    phase = attrs.get(PHASE)
-    if phase not in ("begin", "end") or (phase == "begin") != (name == SPAN_RECV_BEGIN):
-        raise BadMessageSpan(f"{PHASE}: {phase!r:.60} does not fit the span {name}")
-    keys = _strs(attrs, T_KEYS)
+    # A compact span is one without OP, under a version 2 resource (a whole span always has it).
+    res = _compact(resource) if OP not in attrs else None
+    phase: object
+    if res is not None and PHASE not in attrs:
+        op, phase = _span_of(name)
+    else:
+        try:
+            op = MessageOp(attrs.get(OP))
+        except ValueError:
+            raise BadMessageSpan(f"{OP}: {attrs.get(OP)!r:.60} is not send or recv") from None
+        phase = attrs.get(PHASE)
+        if phase not in ("begin", "end") or (phase == "begin") != (name == SPAN_RECV_BEGIN):
+            raise BadMessageSpan(f"{PHASE}: {phase!r:.60} does not fit the span {name}")
+    all_keys = _strs(attrs, KEYS)
+    keys = all_keys if res is not None and T_KEYS not in attrs else _strs(attrs, T_KEYS)
     n = len(keys)
     tensors: tuple[MessageTensor, ...] = ()
     if n:
         fps = _strs(attrs, T_FINGERPRINTS, n) if T_FINGERPRINTS in attrs else [""] * n
+        shapes = [_shape(s) for s in _strs(attrs, T_SHAPES, n)]
+        dtypes = _strs(attrs, T_DTYPES, n)
+        compact = res is not None
+        if compact and T_IS_TENSOR not in attrs:
+            is_tensor = [_is_tensor(d) for d in dtypes]
+        else:
+            is_tensor = _bools(attrs, T_IS_TENSOR, n)
+        if res is not None and T_DEVICES not in attrs:
+            devices = _main_device(res, is_tensor)
+        else:
+            devices = _strs(attrs, T_DEVICES, n)
+        if compact and T_NBYTES not in attrs:
+            nbytes = []
+            for shape, dtype, it in zip(shapes, dtypes, is_tensor, strict=True):
+                size = implied_nbytes(shape, dtype, it)
+                if size is None:
+                    raise BadMessageSpan(f"{T_NBYTES}: missing, and dtype {dtype!r:.40} has no "
+                                         "known element size")
+                nbytes.append(size)
+        else:
+            nbytes = _ints(attrs, T_NBYTES, n)
+        sliced = ([False] * n if compact and T_SLICED not in attrs
+                  else _bools(attrs, T_SLICED, n))
         tensors = tuple(
-            MessageTensor(key=k, shape=_shape(s), dtype=d, device=dev, nbytes=b, sliced=sl,
+            MessageTensor(key=k, shape=sh, dtype=d, device=dev, nbytes=b, sliced=sl,
                           is_tensor=it, fingerprint=fp or None)
-            for k, s, d, dev, b, sl, it, fp in zip(
-                keys, _strs(attrs, T_SHAPES, n), _strs(attrs, T_DTYPES, n),
-                _strs(attrs, T_DEVICES, n), _ints(attrs, T_NBYTES, n),
-                _bools(attrs, T_SLICED, n), _bools(attrs, T_IS_TENSOR, n), fps,
-                strict=True))
+            for k, sh, d, dev, b, sl, it, fp in zip(
+                keys, shapes, dtypes, devices, nbytes, sliced, is_tensor, fps, strict=True))
     error_type = attrs.get(ERROR_TYPE)
     if error_type is not None and not isinstance(error_type, str):
         raise BadMessageSpan(f"{ERROR_TYPE}: expected a string")
@@ -267,14 +381,22 @@ def from_attributes(attrs: Mapping[str, object], name: str) -> MessageEvent:
     kind, expected = attrs.get(KIND, ""), attrs.get(EXPECTED, "")
     if not isinstance(kind, str) or not isinstance(expected, str):
         raise BadMessageSpan(f"{KIND} and {EXPECTED}: expected strings")
+    if res is not None:  # what a compact span's times and resource say
+        wall = _int(attrs, WALL_NS, start_ns)
+        end = start_ns if end_ns is None else end_ns
+        duration = _int(attrs, DURATION_NS, _implied_duration(phase, start_ns, end))
+        thread = _int(attrs, THREAD_ID, _int(res, _MAIN_THREAD, 0))
+    else:
+        wall, duration = _int(attrs, WALL_NS, 0), _int(attrs, DURATION_NS, -1)
+        thread = _int(attrs, THREAD_ID, 0)
     return MessageEvent(
-        op=op, phase=str(phase), seq=_int(attrs, SEQ), wall_ns=_int(attrs, WALL_NS, 0),
-        mono_ns=_int(attrs, MONO_NS, 0), duration_ns=_int(attrs, DURATION_NS, -1),
-        thread_id=_int(attrs, THREAD_ID, 0), peer=_int(attrs, PEER, -1),
+        op=op, phase=str(phase), seq=_int(attrs, SEQ), wall_ns=wall,
+        mono_ns=_int(attrs, MONO_NS, 0), duration_ns=duration,
+        thread_id=thread, peer=_int(attrs, PEER, -1),
         peer_pp_rank=_opt_int(attrs, PEER_PP), peer_tp_rank=_opt_int(attrs, PEER_TP),
         kind=kind, expected_kind=expected, stashed=attrs.get(STASHED) is True,
         from_stash=attrs.get(FROM_STASH) is True, gather_size=_int(attrs, GATHER, 1),
-        carries_attach=_opt_int(attrs, CARRIES), keys=tuple(_strs(attrs, KEYS)),
+        carries_attach=_opt_int(attrs, CARRIES), keys=tuple(all_keys),
         tensors=tensors, error_type=error_type,
         error_message=message if isinstance(message, str) else None,
     )

@@ -146,6 +146,9 @@ RESOURCE_KEYS: Mapping[str, str] = {
 }
 
 
+_NAMED = {SPAN_ATTACH: Direction.ATTACH, SPAN_EXTRACT: Direction.EXTRACT}
+
+
 def span_name(direction: Direction) -> str:
     """Return the span name for a direction."""
     return SPAN_ATTACH if direction is Direction.ATTACH else SPAN_EXTRACT
@@ -212,9 +215,10 @@ def event_to_attributes(event: Event, resource: Mapping[str, Any] | None = None,
     stood); ``KEYS_AFTER`` when it is ``implied_keys_after``; ``RETURNED_NONE`` when it is
     true for an attach or a call that raised, false for an extract that returned;
     ``DROPPED_BEFORE`` when 0; and, with
-    ``exact_times`` (a trace file, whose span times are nanoseconds wherever it is read; not
-    Jaeger's microseconds), ``DURATION_NS``. Without a resource it is a version 1 span,
-    complete in itself.
+    ``exact_times`` (a trace file, whose span times are nanoseconds wherever it is read, not
+    Jaeger's microseconds, and whose span names are read with the spans), ``DURATION_NS`` and
+    ``DIRECTION`` (the span's name says it; OTLP spans keep it for Jaeger's tag search).
+    Without a resource it is a version 1 span, complete in itself.
 
     The attributes that change from one call to the next come first, in a fixed order, and
     everything that repeats from one microbatch to the next after them: a reader can then tell
@@ -232,7 +236,8 @@ def event_to_attributes(event: Event, resource: Mapping[str, Any] | None = None,
         out[THREAD_ID] = event.thread_id
     if res is None:
         out[VERSION] = 1
-    out[DIRECTION] = event.direction.value
+    if res is None or not exact_times:
+        out[DIRECTION] = event.direction.value
     _constants(event.rank, event.run_id, res, out)
     if res is None or res.get(R_THREAD_MAIN_NAME) != event.thread_name:
         out[THREAD_NAME] = event.thread_name
@@ -339,18 +344,23 @@ def attributes_to_event(
     end_ns: int | None = None,
     where: str = "",
     resource: Mapping[str, Any] | None = None,
+    name: str = "",
 ) -> Event:
     """Decode a pptrace event span's attributes (the inverse of ``event_to_attributes``).
 
     ``resource``: the attributes of the span's resource (its process tags in Jaeger), where
     version 2 keeps what every span of a process shares (``RESOURCE_KEYS``). What a version 2
     span leaves out (``event_to_attributes``) is rebuilt from the rest; a span without
-    ``DURATION_NS`` lasted from ``start_ns`` to ``end_ns``.
+    ``DURATION_NS`` lasted from ``start_ns`` to ``end_ns``, and one without ``DIRECTION`` is
+    what its ``name`` says.
     """
     r = SpanReader(attrs, where, resource, RESOURCE_KEYS)
     v2 = _check_version(r) >= 2
     try:
-        direction = Direction(r.string(DIRECTION))
+        if v2 and DIRECTION not in attrs and name in _NAMED:
+            direction = _NAMED[name]
+        else:
+            direction = Direction(r.string(DIRECTION))
     except ValueError:
         raise SchemaVersionError(f"{where}unknown direction {attrs.get(DIRECTION)!r:.40}") from None
     names = r.array(T_NAMES, str)
