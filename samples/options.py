@@ -135,7 +135,7 @@ class RankReport:
     recorded: int = 0  # attach/extract events pptrace recorded here
     exported: int = 0
     dropped: int = 0
-    trace_file: str = ""
+    trace_file: str = ""  # its file, or its segments as "stem.*.otlp.jsonl (N segments)"
     transport: str = ""  # the module whose attach/extract ran (SGLang's or pptrace's)
     attached: int = 0  # last stage: outputs sent on with an auxiliary output attached
 

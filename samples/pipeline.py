@@ -63,7 +63,7 @@ from .options import (
 )
 from .transport import MSG_TYPE, Link
 
-__all__ = ["PeerLost", "Stage", "run_rank", "transport_module"]
+__all__ = ["PeerLost", "Stage", "run_rank", "trace_written", "transport_module"]
 
 Progress = Callable[[int, int], None]
 
@@ -331,6 +331,23 @@ def _trace_messages(stage: Stage, log: MessageLog) -> None:
         stage.recv_typed, log, lambda a, kw: str(a[0] if a else kw["expected_kind"]), prev)
 
 
+def trace_written(out_dir: str, info: RankInfo) -> str:
+    """The trace this process wrote, as the demo's table names it: its file, compressed or not
+    (``pptrace-rank0-pid7.otlp.jsonl.gz``), or its segments (``pptrace-rank0-pid7.*.otlp.jsonl``
+    and how many are on disk) when it rotated."""
+    stem = trace_file_name(info).removesuffix(".otlp.jsonl")
+    try:
+        names = sorted(n for n in os.listdir(out_dir) if n.startswith(stem + "."))
+    except OSError:
+        names = []
+    if len(names) == 1:
+        return os.path.join(out_dir, names[0])
+    if not names:
+        return os.path.join(out_dir, trace_file_name(info))
+    ext = names[-1][len(stem) + 7:]  # after ".000007"
+    return os.path.join(out_dir, f"{stem}.*{ext} ({len(names)} segments)")
+
+
 def run_rank(opts: PipelineOptions, rank: int, progress: Progress) -> RankReport:
     """Run one rank to its end (success or failure) and report; never raises."""
     torch.set_num_threads(1)
@@ -383,7 +400,7 @@ def run_rank(opts: PipelineOptions, rank: int, progress: Progress) -> RankReport
         rank=rank, pp_rank=info.pp_rank or 0, tp_rank=info.tp_rank or 0, exit_code=code,
         error=error, steps=stage.steps if stage else 0, recorded=stats.recorded,
         exported=stats.exported, dropped=stats.dropped,
-        trace_file=os.path.join(opts.out_dir, trace_file_name(info)), transport=mod.__name__,
+        trace_file=trace_written(opts.out_dir, info), transport=mod.__name__,
         attached=stage.attached if stage else 0,
         matched=stage.matched if stage else 0, mismatched=stage.mismatched if stage else 0,
         skipped=stage.skipped if stage else 0,

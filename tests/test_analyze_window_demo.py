@@ -5,6 +5,7 @@ healthy run, and still finds an injected ``dtype-in-transit`` inside the kept wi
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -22,12 +23,13 @@ K = FindingKind
 BUDGET = ("--rotate-mb", "0.02", "--max-mb", "0.1")
 
 
-def _demo(out: Path, *args: str, status: int = 0) -> None:
-    """Run the demo (its status: 1 when an output changed on the way)."""
+def _demo(out: Path, *args: str, status: int = 0) -> str:
+    """Run the demo (its status: 1 when an output changed on the way); what it printed."""
     done = subprocess.run([sys.executable, "-m", "pptrace.cli.main", "demo", "--no-view",
                            "--no-analyze", "--out", str(out), *BUDGET, *args],
                           capture_output=True, text=True, timeout=240)
     assert done.returncode == status, done.stdout + done.stderr
+    return done.stdout
 
 
 def _rotated(out: Path) -> dict[int, int]:
@@ -49,9 +51,16 @@ def _judged(findings: list[Finding]) -> list[Finding]:
 
 def test_a_healthy_rotated_run_gives_only_window_cuts(tmp_path: Path) -> None:
     out = tmp_path / "healthy"
-    _demo(out, "--ranks", "4", "--steps", "400")
+    printed = _demo(out, "--ranks", "4", "--steps", "400")
     rotated = _rotated(out)
     assert set(rotated) == {0, 3} and all(n > 0 for n in rotated.values())
+    # The table names each rank's segments as they are on disk, and how many it kept.
+    for line in printed.splitlines():
+        named = re.search(r"(pptrace-rank\d-pid\d+)\.\*(\.otlp\.jsonl) \((\d+) segments\)", line)
+        if line.split()[:1] in (["0"], ["3"]):
+            assert named, printed
+            kept = list(out.glob(f"{named[1]}.[0-9]*{named[2]}"))
+            assert len(kept) == int(named[3]) > 1, (line, kept)
     findings = _judged(analyze(load_paths([str(out)])))
     assert [(f.kind, f.severity, f.channel) for f in findings] == [
         (K.WINDOW_CUT, Severity.INFO, "pp0<-pp3/tp0")]

@@ -163,3 +163,21 @@ def test_otlp_without_its_exporter_is_one_line_before_any_rank_starts(
                        r"\.otlp\.proto\.grpc: pip install 'pptrace\[otlp\]'"):
         tracing.export_env(args, {})
     tracing.export_env(_parse("--endpoint", "http://127.0.0.1:4318"), {})  # http is installed
+
+
+@pytest.mark.parametrize(("files", "named"), [
+    ([], "pptrace-rank2-pid7.otlp.jsonl"),  # nothing written (yet): the name it would have
+    (["pptrace-rank2-pid7.otlp.jsonl"], "pptrace-rank2-pid7.otlp.jsonl"),
+    (["pptrace-rank2-pid7.otlp.jsonl.zst"], "pptrace-rank2-pid7.otlp.jsonl.zst"),
+    (["pptrace-rank2-pid7.000003.otlp.jsonl.gz", "pptrace-rank2-pid7.000004.otlp.jsonl.gz"],
+     "pptrace-rank2-pid7.*.otlp.jsonl.gz (2 segments)"),
+], ids=["none", "plain", "zstd", "rotated"])
+def test_the_table_names_the_trace_as_it_is_on_disk(tmp_path: Path, files: list[str],
+                                                    named: str) -> None:
+    from pptrace_samples.pipeline import trace_written
+
+    from pptrace.model.records import RankInfo
+
+    for name in [*files, "pptrace-rank2-pid70.otlp.jsonl", "pptrace-rank3-pid7.otlp.jsonl"]:
+        (tmp_path / name).write_text("")  # another process's files are not this one's
+    assert trace_written(str(tmp_path), RankInfo(rank=2, pid=7)) == str(tmp_path / named)
