@@ -114,3 +114,23 @@ def test_the_trace_file_refused_with_otlp_on_is_the_file_s_loss(tmp_path: Path) 
     assert stats.dropped == 0 and stats.sink_lost("file") == 2 * PAIRS
     assert len(spans.events) == 2 * PAIRS
     assert not (unsafe / "trace.otlp.jsonl").exists()
+
+
+def test_messages_an_unopened_otlp_sink_cannot_take_are_its_loss(tmp_path: Path) -> None:
+    """OTLP that could not open beside a trace file fails the message layer's batches too, named
+    as its own (the recorder counts them as otlp's), while the file takes them."""
+    from pptrace.export.sinks import Unavailable
+    from pptrace.load.loader import load_paths
+    from pptrace.model.messages import MessageEvent, MessageOp
+
+    path = str(tmp_path / "trace.otlp.jsonl")
+    files = FileSink(path, process_resource(RANK, "r"))
+    both = FanOut([files, Unavailable("ImportError: no exporter")], ("file", "otlp"))
+    events = [MessageEvent(MessageOp.SEND, "end", seq, wall_ns=10 + seq, mono_ns=seq,
+                           duration_ns=1, peer=0, kind="proxy") for seq in range(3)]
+    with pytest.raises(SinkFailed) as failed:
+        both.export_messages(events, RANK, "r")
+    assert failed.value.names == ("otlp",) and "no exporter" in str(failed.value)
+    files.shutdown(1.0)
+    (proc,) = load_paths([path]).processes
+    assert [m.seq for m in proc.messages] == [0, 1, 2]

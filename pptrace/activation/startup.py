@@ -38,7 +38,8 @@ from pptrace.activation.patch import EnginePatch
 from pptrace.model.config import Config
 from pptrace.model.records import RankInfo, RecorderStats
 from pptrace.model.target import Target, as_targets
-from pptrace.record.recorder import Recorder, Sink
+from pptrace.record.recorder import Recorder
+from pptrace.record.sink import MessageSink
 from pptrace.record.sink import fan_out
 
 __all__ = ["activate", "activate_from_env", "active_recorder", "instrument", "uninstrument"]
@@ -338,7 +339,7 @@ def _after_fork() -> None:
 # --- sinks ------------------------------------------------------------------------------------
 
 
-def _first_sink(state: _Active) -> Sink:
+def _first_sink(state: _Active) -> MessageSink:
     """The real sink, opened at this process's first event (which ``pptrace run`` notes)."""
     run_notes.on_first_record(state.config.trace_dir, state.config.exporters)
     return _make_sink(state)
@@ -353,7 +354,7 @@ def _engine_provider() -> Any:
     return provider if isinstance(provider, TracerProvider) else None
 
 
-def _make_sink(state: _Active) -> Sink:
+def _make_sink(state: _Active) -> MessageSink:
     from pptrace.export.sinks import build_sink
     from pptrace.export.spans import SdkSpanSink
 
@@ -362,7 +363,7 @@ def _make_sink(state: _Active) -> Sink:
     exporters = set(config.exporters)
     files = build_sink(replace(config, exporters=("file",)), rank) if (
         "file" in exporters) else None
-    otlp: Sink | None = None
+    otlp: MessageSink | None = None
     processor = None
     if "otlp" in exporters:
         provider = state.tracer_provider or _engine_provider()
@@ -397,7 +398,7 @@ class _Sinks:
     in a last stats span in the trace file, not only in the exit message.
     """
 
-    def __init__(self, files: Sink | None, otlp: Sink | None,
+    def __init__(self, files: MessageSink | None, otlp: MessageSink | None,
                  stats: Callable[[], RecorderStats], processor: Any = None) -> None:
         self.files = files
         self.otlp = otlp
@@ -405,7 +406,7 @@ class _Sinks:
         self._stats = stats
         self._last: tuple[int, int] | None = None
 
-    def _each(self, call: Callable[[Sink], None]) -> None:
+    def _each(self, call: Callable[[MessageSink], None]) -> None:
         fan_out((("file", self.files), ("otlp", self.otlp)), call)  # names the one that failed
 
     def export(self, events: Any) -> None:
@@ -416,7 +417,7 @@ class _Sinks:
         self._each(lambda s: s.export_stats(stats))
 
     def export_messages(self, events: Any, rank: RankInfo, run_id: str) -> None:
-        self._each(lambda s: s.export_messages(events, rank, run_id))  # type: ignore[attr-defined]
+        self._each(lambda s: s.export_messages(events, rank, run_id))
 
     def shutdown(self, timeout: float) -> None:
         if self.processor is not None:
@@ -437,11 +438,11 @@ class _DeferredSink:
     Waiting also lets the rank settle (torch.distributed is usually up by the first event).
     """
 
-    def __init__(self, factory: Callable[[], Sink]) -> None:
+    def __init__(self, factory: Callable[[], MessageSink]) -> None:
         self._factory = factory
-        self._sink: Sink | None = None
+        self._sink: MessageSink | None = None
 
-    def _open(self) -> Sink:
+    def _open(self) -> MessageSink:
         if self._sink is None:
             self._sink = self._factory()
         return self._sink
@@ -456,7 +457,7 @@ class _DeferredSink:
 
     def export_messages(self, events: Any, rank: RankInfo, run_id: str) -> None:
         if events:
-            self._open().export_messages(events, rank, run_id)  # type: ignore[attr-defined]
+            self._open().export_messages(events, rank, run_id)
 
     def shutdown(self, timeout: float) -> None:
         if self._sink is not None:

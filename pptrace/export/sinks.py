@@ -22,7 +22,7 @@ from pptrace.export.spans import SdkSpanSink, pptrace_provider, process_resource
 from pptrace.export.trace_file import trace_file_name
 from pptrace.model.config import Config
 from pptrace.model.records import Event, RankInfo, RecorderStats
-from pptrace.record.sink import fan_out
+from pptrace.record.sink import MessageSink, fan_out
 
 __all__ = ["FanOut", "Unavailable", "build_sink"]
 
@@ -53,12 +53,12 @@ class FanOut:
         """The message layer's events, to the sinks that write them (the trace file)."""
         fan_out(((n, s) for n, s in zip(self.names, self.sinks, strict=False)
                  if hasattr(s, "export_messages")),
-                lambda sink: sink.export_messages(events, rank, run_id))  # type: ignore[attr-defined]
+                lambda sink: sink.export_messages(events, rank, run_id))
 
 
 def build_sink(
     config: Config, rank: RankInfo, on_drop: Callable[[int, str], None] | None = None
-) -> Any:
+) -> MessageSink:
     """The recorder sink for the exporters ``config`` names.
 
     ``on_drop(events, cause)`` hears of spans the OTLP exporter lost. With neither ``file`` nor
@@ -99,6 +99,9 @@ class Unavailable:
         raise RuntimeError(f"sink unavailable: {self.reason}")
 
     def export_stats(self, stats: RecorderStats) -> None:
+        raise RuntimeError(f"sink unavailable: {self.reason}")
+
+    def export_messages(self, events: Sequence[Any], rank: RankInfo, run_id: str) -> None:
         raise RuntimeError(f"sink unavailable: {self.reason}")
 
     def shutdown(self, timeout: float) -> None:

@@ -19,11 +19,12 @@ from __future__ import annotations
 import collections
 import logging
 from collections.abc import Callable, Iterable, Sequence
-from typing import Protocol
+from typing import Protocol, TypeVar
 
-from pptrace.model.records import Event, RecorderStats
+from pptrace.model.messages import MessageEvent
+from pptrace.model.records import Event, RankInfo, RecorderStats
 
-__all__ = ["Sink", "SinkFailed", "WarnOnce", "fan_out"]
+__all__ = ["MessageSink", "Sink", "SinkFailed", "WarnOnce", "fan_out"]
 
 log = logging.getLogger("pptrace")
 
@@ -42,6 +43,17 @@ class Sink(Protocol):
     def shutdown(self, timeout: float) -> None: ...
 
 
+class MessageSink(Sink, Protocol):
+    """A sink that also takes the message layer's events (``pptrace.record.messages``), as
+    pptrace's own trace-file and OTLP sinks do; another sink may be a plain ``Sink``."""
+
+    def export_messages(self, events: Sequence[MessageEvent], rank: RankInfo,
+                        run_id: str) -> None: ...
+
+
+S = TypeVar("S", bound=Sink)
+
+
 class SinkFailed(Exception):
     """Some of a fan-out's sinks failed and the others took the batch: ``failed`` names them
     with their errors, in the fan-out's order."""
@@ -57,7 +69,7 @@ class SinkFailed(Exception):
         return tuple(name for name, _ in self.failed)
 
 
-def fan_out(sinks: Iterable[tuple[str, Sink | None]], call: Callable[[Sink], None]) -> None:
+def fan_out(sinks: Iterable[tuple[str, S | None]], call: Callable[[S], None]) -> None:
     """``call`` each named sink (None: left out); one failing does not stop the others. When
     every sink failed, the first error is raised (nothing took the batch); when only some
     did, ``SinkFailed`` naming them."""
