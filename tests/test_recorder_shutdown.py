@@ -36,7 +36,10 @@ def test_slow_sink_gets_what_fits_and_the_rest_is_counted_in_the_trace() -> None
     drive(attach, extract, pairs=2048, n=1)  # 4096 events: 8 chunks, 2.4 s to write them all
     started = time.monotonic()
     rec.shutdown(timeout=1.0)
-    assert time.monotonic() - started < 3.0
+    # 1 s, the chunk in flight (0.3 s) and the last stats span: a generous bound for a loaded
+    # machine (CI's 2 cores once took over 3 s). That it stopped short of the eight chunks
+    # is what the counts below say.
+    assert time.monotonic() - started < 5.0
     last = sink.stats[-1]  # the final stats span still went out, with the loss in it
     assert 0 < last.exported < 4096
     assert last.exported + last.dropped == last.recorded == 4096
