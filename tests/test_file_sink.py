@@ -62,6 +62,7 @@ class Oracle:
         self.compact = resource.attributes.get(schema.VERSION) == 2
         self.main: tuple[str, int] | None = None
         self.device: str | None = None
+        self.subject: str | None = None
         self.memory = InMemorySpanExporter()
         self.sdks: dict[tuple[RankInfo, str] | None, SdkSpanSink] = {}
         self.calls: list[int] = []
@@ -72,7 +73,8 @@ class Oracle:
             resource = self.resource
             if self.compact:  # the events' constants, in place of the given resource's
                 name, ident = self.main or (None, None)
-                own = schema.resource_attributes(rank, run_id, 2, name, ident, self.device)
+                own = schema.resource_attributes(rank, run_id, 2, name, ident, self.device,
+                                                 self.subject)
                 merged = {**resource.attributes, **own}
                 for key in set(schema.RESOURCE_KEYS.values()) - set(own):
                     merged.pop(key, None)
@@ -95,12 +97,14 @@ class Oracle:
             self.raw.export(records)
         self.records.export(records)
         if records and self.compact:  # what FileSink learns from a call's first event
-            known = (self.main, self.device)
+            known = (self.main, self.device, self.subject)
             if self.main is None:
                 self.main = (records[0].thread_name, records[0].thread_id)
             if self.device is None:
                 self.device = next((m.device for m in records[0].tensors if m.is_tensor), None)
-            if (self.main, self.device) != known:
+            if self.subject is None:
+                self.subject = records[0].subject_type
+            if (self.main, self.device, self.subject) != known:
                 self.sdks.clear()  # a new resource from here on
         for event in records:  # a call per run of events under one resource
             at = (event.rank, event.run_id) if self.compact else None

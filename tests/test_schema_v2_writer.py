@@ -164,10 +164,11 @@ def test_only_what_does_not_follow_is_written() -> None:
                        contiguous=True)
     ok = Event(direction=Direction.ATTACH, seq=0, rank=RANK, start_ns=1, mono_ns=2,
                duration_ns=3, thread_id=11, thread_name="MainThread", tensors=(meta,),
-               keys_before=("x",), keys_after=("x", PREFIX + "a"), run_id="run")
+               keys_before=("x",), keys_after=("x", PREFIX + "a"), run_id="run",
+               subject_type="sglang.Output")
     out = ok._replace(direction=Direction.EXTRACT, keys_before=("x", PREFIX + "a", "y"),
                       keys_after=("x", "y"), returned_none=False)
-    res = schema.resource_attributes(RANK, "run", 2, "MainThread", 11, "cpu")
+    res = schema.resource_attributes(RANK, "run", 2, "MainThread", 11, "cpu", "sglang.Output")
     m = dataclasses.replace
     cases: list[Any] = [
         (ok, set()),
@@ -177,6 +178,8 @@ def test_only_what_does_not_follow_is_written() -> None:
         (ok._replace(rank=RANK), set()),
         (ok._replace(thread_id=12), {schema.THREAD_ID}),
         (ok._replace(thread_name="worker"), {schema.THREAD_NAME}),
+        (ok._replace(subject_type="sglang.Other"), {schema.SUBJECT_TYPE}),
+        (ok._replace(subject_type=""), {schema.SUBJECT_TYPE}),
         (ok._replace(dropped_before=2), {schema.DROPPED_BEFORE}),
         (ok._replace(returned_none=False), {schema.RETURNED_NONE}),
         (ok._replace(duration_ns=-5), {schema.DURATION_NS}),  # not what the times can say
@@ -208,10 +211,11 @@ def test_only_what_does_not_follow_is_written() -> None:
                 schema.THREAD_ID, schema.THREAD_NAME, schema.DROPPED_BEFORE,
                 schema.RETURNED_NONE, schema.DURATION_NS, schema.T_DEVICES, schema.T_NBYTES,
                 schema.T_CONTIG, schema.T_IS_TENSOR, schema.KEYS_TENSORS_AT,
-                schema.TENSOR_COUNT, schema.TOTAL_BYTES, schema.DIRECTION}
+                schema.TENSOR_COUNT, schema.TOTAL_BYTES, schema.DIRECTION,
+                schema.SUBJECT_TYPE}
     # A resource made before the rank was known (a guess): the span says what it lacks.
     guess = schema.resource_attributes(RankInfo(host="h", pid=4242), "run", 2, "MainThread", 11,
-                                       "cpu")
+                                       "cpu", "sglang.Output")
     under = [(event, written, res) for event, written in cases]
     under.append((ok, {schema.RANK, schema.WORLD_SIZE, schema.PP_RANK, schema.PP_SIZE,
                        schema.TP_RANK, schema.TP_SIZE}, guess))

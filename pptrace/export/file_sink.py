@@ -193,6 +193,7 @@ class FileSink:
         self._main_name: str | None = None
         self._main_id: int | None = None
         self._device: str | None = None
+        self._subject: str | None = None  # the main subject type: the first event's
         self._heads: dict[tuple[RankInfo, str], tuple[str, dict[str, Any]]] = {}
         self._head = self._head_of(self._base)
         self._res: dict[str, Any] | None = None
@@ -214,7 +215,8 @@ class FileSink:
 
     def _learning(self) -> bool:
         """Whether the main thread or device is still to be learnt from an event."""
-        return self._compact and (self._main_name is None or self._device is None)
+        return self._compact and (self._main_name is None or self._device is None
+                                  or self._subject is None)
 
     def _use(self, rank: RankInfo, run_id: str, first: Event | None = None,
              message: Sequence[MessageEvent] = ()) -> None:
@@ -227,7 +229,7 @@ class FileSink:
             return
         if first is not None and self._learning():
             device = next((m.device for m in first.tensors if m.is_tensor), None)
-            self._learn_main(first.thread_name, first.thread_id, device)
+            self._learn_main(first.thread_name, first.thread_id, device, first.subject_type)
         elif message and (self._main_id is None or self._device is None):
             device = next((t.device for ev in message for t in ev.tensors if t.is_tensor), None)
             self._learn_main(None, message[0].thread_id, device)
@@ -236,16 +238,18 @@ class FileSink:
             if len(self._heads) > 16:
                 self._heads.clear()
             own = schema.resource_attributes(rank, run_id, 2, self._main_name, self._main_id,
-                                             self._device)
+                                             self._device, self._subject)
             # The base's own constants give way to the events' (a rank unknown then is absent).
             attrs = {k: v for k, v in {**self._base, **own}.items()
                      if k in own or k not in _RESOURCE_CONSTANTS}
             found = self._heads[(rank, run_id)] = (self._head_of(attrs), attrs)
         self._head, self._res = found
 
-    def _learn_main(self, thread_name: str | None, thread_id: int, device: str | None) -> None:
-        """Take what is not known yet of the main thread and device (a new resource, and the
-        templates made under the old one are dropped, when something was learnt)."""
+    def _learn_main(self, thread_name: str | None, thread_id: int, device: str | None,
+                    subject: str | None = None) -> None:
+        """Take what is not known yet of the main thread, device and subject type (a new
+        resource, and the templates made under the old one are dropped, when something was
+        learnt)."""
         learnt = False
         if self._main_id is None:
             self._main_id, learnt = thread_id, True
@@ -253,6 +257,8 @@ class FileSink:
             self._main_name, learnt = thread_name, True
         if self._device is None and device is not None:
             self._device, learnt = device, True
+        if self._subject is None and subject is not None:
+            self._subject, learnt = subject, True
         if learnt:
             self._heads.clear()
             self._templates, self._seen, self._context = {}, {}, None

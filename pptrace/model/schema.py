@@ -138,11 +138,14 @@ R_THREAD_MAIN_ID = "pptrace.thread.main_id"  # int, that thread's id
 #: str, the device of the first tensor the process recorded: a span without ``T_DEVICES`` has
 #: it for every tensor ("" for a non-tensor).
 R_MAIN_DEVICE = "pptrace.tensor.main_device"
+#: str, the subject type of the process's first event (its output's or observer's class): a
+#: span without ``SUBJECT_TYPE`` has it.
+R_MAIN_SUBJECT = "pptrace.subject.main_type"
 #: Where a reader finds what a span lacks: the span's key -> its key on the span's resource.
 RESOURCE_KEYS: Mapping[str, str] = {
     VERSION: VERSION, RUN_ID: RUN_ID, RANK: RANK, WORLD_SIZE: WORLD_SIZE, PP_RANK: PP_RANK,
     PP_SIZE: PP_SIZE, TP_RANK: TP_RANK, TP_SIZE: TP_SIZE, HOST: R_HOST, PID: R_PID,
-    THREAD_NAME: R_THREAD_MAIN_NAME, THREAD_ID: R_THREAD_MAIN_ID,
+    THREAD_NAME: R_THREAD_MAIN_NAME, THREAD_ID: R_THREAD_MAIN_ID, SUBJECT_TYPE: R_MAIN_SUBJECT,
 }
 
 
@@ -161,9 +164,11 @@ def _rank_items(rank: RankInfo) -> tuple[tuple[str, int | None], ...]:
 
 def resource_attributes(rank: RankInfo, run_id: str, version: int = SCHEMA_VERSION,
                         main_thread: str | None = None, main_thread_id: int | None = None,
-                        main_device: str | None = None) -> dict[str, AttributeValue]:
+                        main_device: str | None = None,
+                        main_subject: str | None = None) -> dict[str, AttributeValue]:
     """The attributes of a process's resource: in version 2 every per-process constant
-    (``RESOURCE_KEYS``; the main thread's name and id, the main device, when known); in version
+    (``RESOURCE_KEYS``; the main thread's name and id, the main device and subject type, when
+    known); in version
     1 the host, pid, run id and ranks that it always named (its spans carry everything)."""
     if version == 1:
         old: dict[str, AttributeValue] = {R_HOST: rank.host, R_PID: rank.pid, RUN_ID: run_id}
@@ -183,6 +188,8 @@ def resource_attributes(rank: RankInfo, run_id: str, version: int = SCHEMA_VERSI
         out[R_THREAD_MAIN_ID] = main_thread_id
     if main_device is not None:
         out[R_MAIN_DEVICE] = main_device
+    if main_subject is not None:
+        out[R_MAIN_SUBJECT] = main_subject
     return out
 
 
@@ -208,7 +215,8 @@ def event_to_attributes(event: Event, resource: Mapping[str, Any] | None = None,
 
     Under a version 2 ``resource`` (``resource_attributes``) the span leaves out what the
     resource says (the process's constants; the thread's name and id when they are the main
-    thread's; the devices when every tensor is on the main device) and what follows from the
+    thread's; the subject's type when it is the main subject's; the devices when every tensor
+    is on the main device) and what follows from the
     rest: the tensor count and total bytes; ``T_KEYS`` when each key is ``PREFIX + name``;
     ``T_NBYTES`` when each is elements times ``ITEMSIZES``; ``T_CONTIG`` and ``T_IS_TENSOR``
     when all true; the tensor keys in ``KEYS_BEFORE`` (``KEYS_TENSORS_AT`` says where they
@@ -241,7 +249,8 @@ def event_to_attributes(event: Event, resource: Mapping[str, Any] | None = None,
     _constants(event.rank, event.run_id, res, out)
     if res is None or res.get(R_THREAD_MAIN_NAME) != event.thread_name:
         out[THREAD_NAME] = event.thread_name
-    out[SUBJECT_TYPE] = event.subject_type
+    if res is None or res.get(R_MAIN_SUBJECT) != event.subject_type:
+        out[SUBJECT_TYPE] = event.subject_type
     if res is None:
         out[TENSOR_COUNT] = len(t)
         out[TOTAL_BYTES] = sum(m.nbytes for m in t)
