@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 
 from pptrace.model.records import PREFIX, Direction, Event
 
-__all__ = ["ITEMSIZES", "implied_keys_after", "implied_nbytes", "tensors_at"]
+__all__ = ["ITEMSIZES", "implied_devices", "implied_keys_after", "implied_nbytes", "tensors_at"]
 
 #: Bytes per element of the dtypes whose byte counts version 2 may leave out (elements times
 #: this). Entries are only ever added: a file written with one is read with the same number.
@@ -37,6 +37,14 @@ def implied_nbytes(shape: Sequence[int], dtype: str, is_tensor: bool) -> int | N
     for d in shape:
         size *= d
     return size
+
+
+def implied_devices(main_device: object, is_tensor: Sequence[bool]) -> list[str] | None:
+    """The values' devices when every tensor is on ``main_device`` (a non-tensor's is empty);
+    None when a value is a tensor and ``main_device`` is no string (nothing to imply)."""
+    if not isinstance(main_device, str):
+        return None if any(is_tensor) else [""] * len(is_tensor)
+    return [main_device if t else "" for t in is_tensor]
 
 
 def tensors_at(before: Sequence[str], keys: Sequence[str]) -> int | None:

@@ -32,7 +32,8 @@ import enum
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
-from pptrace.model.derived import ITEMSIZES, implied_nbytes
+from pptrace.model.derived import ITEMSIZES, implied_devices, implied_nbytes
+from pptrace.model.schema import R_MAIN_DEVICE, R_THREAD_MAIN_ID, VERSION
 
 __all__ = [
     "MSG_TYPE_KEY",
@@ -175,14 +176,9 @@ def _is_tensor(dtype: str) -> bool:
 
 
 def _compact(resource: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
-    return resource if resource is not None and resource.get(_VERSION) == 2 else None
+    return resource if resource is not None and resource.get(VERSION) == 2 else None
 
 
-# Resource keys of pptrace.model.schema (version 2): the schema version, the main thread's id
-# and the main device of the process.
-_VERSION = "pptrace.schema_version"
-_MAIN_THREAD = "pptrace.thread.main_id"
-_MAIN_DEVICE = "pptrace.tensor.main_device"
 
 
 def to_attributes(event: MessageEvent,
@@ -209,7 +205,7 @@ def to_attributes(event: MessageEvent,
     start, end = span_times(event)
     if res is None or event.duration_ns != _implied_duration(event.phase, start, end):
         out[DURATION_NS] = event.duration_ns
-    if res is None or res.get(_MAIN_THREAD) != event.thread_id:
+    if res is None or res.get(R_THREAD_MAIN_ID) != event.thread_id:
         out[THREAD_ID] = event.thread_id
     out[PEER], out[KIND], out[KEYS] = event.peer, event.kind, list(event.keys)
     if event.peer_pp_rank is not None:
@@ -233,8 +229,9 @@ def to_attributes(event: MessageEvent,
     if ts:
         out[T_SHAPES] = [",".join(map(str, t.shape)) for t in ts]
         out[T_DTYPES] = [t.dtype for t in ts]
-        device = None if res is None else res.get(_MAIN_DEVICE)
-        if res is None or any(t.device != (device if t.is_tensor else "") for t in ts):
+        implied = None if res is None else implied_devices(
+            res.get(R_MAIN_DEVICE), [t.is_tensor for t in ts])
+        if implied != [t.device for t in ts]:
             out[T_DEVICES] = [t.device for t in ts]
         if res is None or any(implied_nbytes(t.shape, t.dtype, t.is_tensor) != t.nbytes
                               for t in ts):
@@ -307,16 +304,6 @@ def _span_of(name: str) -> tuple[MessageOp, str]:
     return MessageOp.RECV, "begin" if name == SPAN_RECV_BEGIN else "end"
 
 
-def _main_device(resource: Mapping[str, Any], is_tensor: Sequence[bool]) -> list[str]:
-    device = resource.get(_MAIN_DEVICE)
-    if not isinstance(device, str):
-        if any(is_tensor):
-            raise BadMessageSpan(f"{T_DEVICES}: missing, and the resource has no string "
-                                 f"{_MAIN_DEVICE!r}")
-        device = ""
-    return [device if t else "" for t in is_tensor]
-
-
 def from_attributes(attrs: Mapping[str, object], name: str,
                     resource: Mapping[str, Any] | None = None, start_ns: int = 0,
                     end_ns: int | None = None) -> MessageEvent:
@@ -354,7 +341,11 @@ def from_attributes(attrs: Mapping[str, object], name: str,
         else:
             is_tensor = _bools(attrs, T_IS_TENSOR, n)
         if res is not None and T_DEVICES not in attrs:
-            devices = _main_device(res, is_tensor)
+            implied = implied_devices(res.get(R_MAIN_DEVICE), is_tensor)
+            if implied is None:
+                raise BadMessageSpan(f"{T_DEVICES}: missing, and the resource has no string "
+                                     f"{R_MAIN_DEVICE!r}")
+            devices = implied
         else:
             devices = _strs(attrs, T_DEVICES, n)
         if compact and T_NBYTES not in attrs:
@@ -385,7 +376,7 @@ def from_attributes(attrs: Mapping[str, object], name: str,
         wall = _int(attrs, WALL_NS, start_ns)
         end = start_ns if end_ns is None else end_ns
         duration = _int(attrs, DURATION_NS, _implied_duration(phase, start_ns, end))
-        thread = _int(attrs, THREAD_ID, _int(res, _MAIN_THREAD, 0))
+        thread = _int(attrs, THREAD_ID, _int(res, R_THREAD_MAIN_ID, 0))
     else:
         wall, duration = _int(attrs, WALL_NS, 0), _int(attrs, DURATION_NS, -1)
         thread = _int(attrs, THREAD_ID, 0)

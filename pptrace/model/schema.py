@@ -24,7 +24,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pptrace.model.derived import ITEMSIZES, implied_keys_after, implied_nbytes, tensors_at
+from pptrace.model.derived import (
+    ITEMSIZES,
+    implied_devices,
+    implied_keys_after,
+    implied_nbytes,
+    tensors_at,
+)
 from pptrace.model.errors import SchemaVersionError
 from pptrace.model.records import PREFIX, Direction, Event, RankInfo, RecorderStats, TensorMeta
 from pptrace.model.span_reader import SpanReader
@@ -260,9 +266,9 @@ def event_to_attributes(event: Event, resource: Mapping[str, Any] | None = None,
         out[T_KEYS] = keys
     out[T_SHAPES] = [",".join(map(str, m.shape)) for m in t]
     out[T_DTYPES] = [m.dtype for m in t]
-    device = None if res is None else res.get(R_MAIN_DEVICE)
-    if res is None or any(m.device != (device if m.is_tensor else "") for m in t):
-        out[T_DEVICES] = [m.device for m in t]
+    devices = [m.device for m in t]
+    if res is None or implied_devices(res.get(R_MAIN_DEVICE), [m.is_tensor for m in t]) != devices:
+        out[T_DEVICES] = devices
     if res is None or any(implied_nbytes(m.shape, m.dtype, m.is_tensor) != m.nbytes for m in t):
         out[T_NBYTES] = [m.nbytes for m in t]
     if res is None or not all(m.contiguous for m in t):
@@ -329,13 +335,11 @@ def _shape(text: str, where: str) -> tuple[int, ...]:
 def _devices(r: SpanReader, resource: Mapping[str, Any] | None,
              is_tensor: Sequence[bool]) -> list[str]:
     """A version 2 span's devices without ``T_DEVICES``: the resource's main device."""
-    device = (resource or {}).get(R_MAIN_DEVICE)
-    if not isinstance(device, str):
-        if any(is_tensor):
-            raise SchemaVersionError(f"{r.where}attribute {T_DEVICES!r} is missing and the "
-                                     f"resource has no string {R_MAIN_DEVICE!r}")
-        device = ""
-    return [device if t else "" for t in is_tensor]
+    devices = implied_devices((resource or {}).get(R_MAIN_DEVICE), is_tensor)
+    if devices is None:
+        raise SchemaVersionError(f"{r.where}attribute {T_DEVICES!r} is missing and the "
+                                 f"resource has no string {R_MAIN_DEVICE!r}")
+    return devices
 
 
 def _nbytes(r: SpanReader, shape: tuple[int, ...], dtype: str, is_tensor: bool) -> int:
