@@ -39,8 +39,7 @@ from pptrace.model.config import Config
 from pptrace.model.records import RankInfo, RecorderStats
 from pptrace.model.target import Target, as_targets
 from pptrace.record.recorder import Recorder
-from pptrace.record.sink import MessageSink
-from pptrace.record.sink import fan_out
+from pptrace.record.sink import MessageSink, fan_out
 
 __all__ = ["activate", "activate_from_env", "active_recorder", "instrument", "uninstrument"]
 
