@@ -12,16 +12,15 @@ from rich.style import Style
 from textual import events
 from textual.binding import Binding
 from textual.geometry import Size
-from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from ..filters import FilterSpec
 from ..index import Cell, TraceIndex
 from ..messages import CellSelected
+from .cells import CELL, CellView
 
 __all__ = ["GLYPHS", "GridView"]
 
-CELL = 2  # characters per cell: a glyph and a space
 LABEL_MAX = 18  # the widest rank label ("pp12 tp3 extract")
 _HEAD = ("rank / dir", "events", "bad")
 
@@ -37,7 +36,6 @@ GLYPHS = {
     Cell.ERROR: "!",
 }
 DIVERGENCE_GLYPH = "◆"
-_OVERLAYS = frozenset({"grid--divergence"})
 _CLASS = {
     Cell.EMPTY: "grid--empty",
     Cell.ATTACH: "grid--attach",
@@ -50,10 +48,11 @@ _CLASS = {
 }
 
 
-class GridView(ScrollView, can_focus=True):
+class GridView(CellView, can_focus=True):
     """Rank x microbatch overview with a cell cursor."""
 
     HELP_GROUP = "Grid"
+    OVERLAYS = frozenset({"grid--divergence"})
 
     COMPONENT_CLASSES = {
         *_CLASS.values(),
@@ -85,7 +84,6 @@ class GridView(ScrollView, can_focus=True):
         self.spec = FilterSpec()
         self.visible_rows: list[int] = []
         self.cursor: tuple[int, int] = (0, 0)  # absolute (row, col)
-        self._style_cache: dict[str, Style] | None = None
         #: widths of the gutter's label, count and problem columns (from the rows shown).
         self._widths = (len(_HEAD[0]), len(_HEAD[1]), len(_HEAD[2]))
 
@@ -140,27 +138,10 @@ class GridView(ScrollView, can_focus=True):
         if announce:
             self.post_message(CellSelected(row, col))
 
-    def _columns_on_screen(self) -> int:
-        return max(1, (self.scrollable_content_region.width - self.gutter_width) // CELL)
-
     def _scroll_to_cursor(self) -> None:
         row, col = self.cursor
-        first_col = int(self.scroll_x) // CELL
-        shown = self._columns_on_screen()
-        x = self.scroll_x
-        if col < first_col:
-            x = col * CELL
-        elif col >= first_col + shown:
-            x = (col - shown + 1) * CELL
-        y = self.scroll_y
-        if row in self.visible_rows:
-            pos = self.visible_rows.index(row)
-            lines = max(1, self.scrollable_content_region.height - 1)
-            if pos < y:
-                y = pos
-            elif pos >= y + lines:
-                y = pos - lines + 1
-        self.scroll_to(x, y, animate=False, immediate=True)
+        pos = self.visible_rows.index(row) if row in self.visible_rows else None
+        self._scroll_into_view(col, pos)
 
     def action_move(self, drow: int, dcol: int) -> None:
         """Move the cursor by rows (among visible rows) and columns."""
@@ -196,32 +177,6 @@ class GridView(ScrollView, can_focus=True):
         self.goto(self.visible_rows[pos], col)
 
     # --- drawing -------------------------------------------------------------------------
-    def _styles(self) -> dict[str, Style]:
-        # Resolving a component style walks the CSS: once per theme/CSS change, not per line.
-        if self._style_cache is None:
-            # Whole styles, background included: "$text" picks its contrast against the
-            # background it is drawn on (a partial style resolves it against black: white labels
-            # on the light theme). The divergence mark is an overlay: text style only.
-            self._style_cache = {
-                n: self.get_component_rich_style(n, partial=n in _OVERLAYS)
-                for n in self.COMPONENT_CLASSES}
-            self._style_cache["base"] = self.rich_style
-        return self._style_cache
-
-    def on_mount(self) -> None:
-        # A theme switch changes the variables the component classes use, without a style
-        # update on this widget: resolve the styles again, or the grid keeps the old theme.
-        self.app.theme_changed_signal.subscribe(self, self._theme_changed)
-
-    def _theme_changed(self, _theme: object) -> None:
-        self._style_cache = None
-        self.refresh()
-
-    def notify_style_update(self) -> None:
-        """Forget the resolved cell styles when the CSS changes."""
-        self._style_cache = None
-        super().notify_style_update()
-
     def render_line(self, y: int) -> Strip:
         """Draw one screen line: the ruler (y == 0) or one rank's cells."""
         width = self.scrollable_content_region.width

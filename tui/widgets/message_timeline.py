@@ -18,21 +18,19 @@ from textual import events
 from textual.binding import Binding
 from textual.geometry import Size
 from textual.message import Message
-from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from ..message_index import Glyph, MessageIndex
+from .cells import CELL, CellView
 
 __all__ = ["GLYPHS", "WAIT_LINE", "MessageTimeline", "since"]
 
-CELL = 2  # characters per message: a glyph and a space
 LABEL_MAX = 14
 _HEAD = ("stage / rank", "msgs", "bad")
 #: The glyph of each kind of column (the legend and the tests read these).
 GLYPHS = {Glyph.SEND: "▶", Glyph.RECV: "◀", Glyph.WAIT: "⧗"}
 WAIT_LINE = "┄"
 _KIND_CLASS = {"output": "mt--output", "proxy": "mt--proxy", "": "mt--other"}
-_OVERLAYS = frozenset({"mt--counterpart"})
 
 
 def since(ns: int) -> str:
@@ -44,10 +42,11 @@ def since(ns: int) -> str:
     return f"+{ns / 1e9:.2f}s"
 
 
-class MessageTimeline(ScrollView, can_focus=True):
+class MessageTimeline(CellView, can_focus=True):
     """Stage x time view of every send and receive, with a message cursor."""
 
     HELP_GROUP = "Messages"
+    OVERLAYS = frozenset({"mt--counterpart"})
     COMPONENT_CLASSES = {
         *_KIND_CLASS.values(), "mt--finding", "mt--wait", "mt--cursor", "mt--counterpart",
         "mt--gutter", "mt--gutter-bad", "mt--header",
@@ -77,7 +76,6 @@ class MessageTimeline(ScrollView, can_focus=True):
         self.index = index
         self.cursor = -1  # the selected message's column; -1: none
         self.other: int | None = None  # the column of the message at its other end
-        self._style_cache: dict[str, Style] | None = None
         rows = index.rows
         self._widths = (
             max(len(_HEAD[0]), min(max((len(r.label) for r in rows), default=0), LABEL_MAX)),
@@ -102,24 +100,8 @@ class MessageTimeline(ScrollView, can_focus=True):
         self.refresh()
         self.post_message(self.Chosen(col))
 
-    def _shown(self) -> int:
-        return max(1, (self.scrollable_content_region.width - self.gutter_width) // CELL)
-
     def _show_col(self, col: int) -> None:
-        first, shown = int(self.scroll_x) // CELL, self._shown()
-        x = self.scroll_x
-        if col < first:
-            x = col * CELL
-        elif col >= first + shown:
-            x = (col - shown + 1) * CELL
-        y = self.scroll_y
-        row = self.index.row_of[col]
-        lines = max(1, self.scrollable_content_region.height - 1)
-        if row < y:
-            y = row
-        elif row >= y + lines:
-            y = row - lines + 1
-        self.scroll_to(x, y, animate=False, immediate=True)
+        self._scroll_into_view(col, self.index.row_of[col])
 
     def action_move(self, drow: int, dcol: int) -> None:
         """Step to the previous/next message of the rank, or the nearest one of the rank
@@ -142,7 +124,7 @@ class MessageTimeline(ScrollView, can_focus=True):
         """Move a screen's width of messages along the rank."""
         if self.cursor >= 0:
             row = self.index.row_of[self.cursor]
-            near = self.index.nearest(row, self.cursor + direction * self._shown())
+            near = self.index.nearest(row, self.cursor + direction * self._columns_on_screen())
             if near is not None:
                 self.select(near)
 
@@ -167,32 +149,13 @@ class MessageTimeline(ScrollView, can_focus=True):
             self.select(near)
 
     # --- drawing -----------------------------------------------------------------------------
-    def _styles(self) -> dict[str, Style]:
-        if self._style_cache is None:
-            self._style_cache = {n: self.get_component_rich_style(n, partial=n in _OVERLAYS)
-                                 for n in self.COMPONENT_CLASSES}
-            self._style_cache["base"] = self.rich_style
-        return self._style_cache
-
-    def on_mount(self) -> None:
-        self.app.theme_changed_signal.subscribe(self, self._theme_changed)
-
-    def _theme_changed(self, _theme: object) -> None:
-        self._style_cache = None
-        self.refresh()
-
-    def notify_style_update(self) -> None:
-        """Forget the resolved styles when the CSS changes."""
-        self._style_cache = None
-        super().notify_style_update()
-
     def render_line(self, y: int) -> Strip:
         """Draw one screen line: the ruler (y == 0) or one rank's messages."""
         width = self.scrollable_content_region.width
         styles = self._styles()
         index = self.index
         first = int(self.scroll_x) // CELL
-        last = min(index.width, first + self._shown())
+        last = min(index.width, first + self._columns_on_screen())
         if y == 0:
             return self._ruler(first, last, styles, width)
         r = y - 1 + int(self.scroll_y)
