@@ -48,6 +48,30 @@ sys.modules["sglang"] = _bare
 """
 
 
+#: The start of a child script that drives the transport under pptrace: the module (SGLang's, or
+#: pptrace's bare copy), ``out_dir`` from argv, and ``attach(n)``: n attaches of one tensor.
+CHILD_PRELUDE = """
+import glob, json, os, signal, sys, threading, time
+import torch
+import pptrace
+from pptrace.activation.sglang_module import load_transport_module
+from pptrace.model.config import Config
+
+mod = load_transport_module(allow_bare=True)
+out_dir = sys.argv[1]
+
+
+class Out:
+    def to_pp_tensors(self):
+        return {"a": torch.ones(1)}
+
+
+def attach(n):
+    for _ in range(n):
+        mod.add_auxiliary_output_to_pp_tensors({}, Out())
+"""
+
+
 def real_module() -> types.ModuleType:
     """SGLang's own transport module, loaded from the installed wheel."""
     mod = load_transport_module(allow_bare=True)

@@ -18,28 +18,9 @@ from pathlib import Path
 import pytest
 
 from pptrace.model import schema
-from tests.helpers_startup import PYTHON, REPO, child_env
+from tests.helpers_startup import CHILD_PRELUDE, PYTHON, REPO, child_env
 
-SCRIPT = """
-import json, os, sys, threading, time
-import torch
-import pptrace
-from pptrace.activation.sglang_module import load_transport_module
-from pptrace.model.config import Config
-
-mod = load_transport_module(allow_bare=True)
-out_dir = sys.argv[1]
-
-
-class Out:
-    def to_pp_tensors(self):
-        return {"a": torch.ones(1)}
-
-
-def attach(n):
-    for _ in range(n):
-        mod.add_auxiliary_output_to_pp_tensors({}, Out())
-
+SCRIPT = CHILD_PRELUDE + """
 
 def timed_fork(child):
     start = time.perf_counter()

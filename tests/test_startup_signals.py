@@ -11,30 +11,9 @@ import pytest
 
 from pptrace.activation.startup import activate_from_env, active_recorder
 from pptrace.model import schema
-from tests.helpers_startup import PYTHON, REPO, child_env
+from tests.helpers_startup import CHILD_PRELUDE, PYTHON, REPO, child_env
 
-PRELUDE = """
-import glob, json, os, signal, sys, time
-import torch
-import pptrace
-from pptrace.model.config import Config
-from pptrace.activation.sglang_module import load_transport_module
-
-mod = load_transport_module(allow_bare=True)
-out_dir = sys.argv[1]
-
-
-class Out:
-    def to_pp_tensors(self):
-        return {"a": torch.ones(1)}
-
-
-def attach(n):
-    for _ in range(n):
-        mod.add_auxiliary_output_to_pp_tensors({}, Out())
-"""
-
-SIGNALS = PRELUDE + """
+SIGNALS = CHILD_PRELUDE + """
 def engine_handler(signum, frame):  # the engine's own SIGTERM handler, set before pptrace
     print("engine handler", flush=True)
     sys.exit(3)
@@ -54,7 +33,7 @@ time.sleep(30)
 print("not reached", flush=True)
 """
 
-FORK = PRELUDE + """
+FORK = CHILD_PRELUDE + """
 pptrace.instrument(Config(trace_dir=out_dir, flush_interval=60))
 attach(1)
 pid = os.fork()
