@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from pptrace.analyze.analyzer import analysis
+from pptrace.analyze.pairs import Pairs
 from pptrace.cli.main import main
 from pptrace.load.loader import load_paths
 from pptrace.model.findings import FindingKind
@@ -230,7 +231,8 @@ def test_an_orphan_has_no_arrow_and_its_finding_sits_on_both_ranks() -> None:
     run.attach([meta("scores")], error=("builtins.RuntimeError", "duplicate auxiliary PP tensor"))
     trace = run.trace()
     result = analysis(trace)
-    doc = _valid(to_chrome_trace(trace, result.findings, channels=result.channels))
+    doc = _valid(to_chrome_trace(trace, result.findings, pairs=result.pairs,
+                                 message_pairs=result.message_pairs))
     assert [(a["args"]["seq"], e["args"]["seq"]) for a, e in _flow_ends(doc, AUX_FLOW)] == [
         (0, 0), (2, 1), (3, 2), (4, 3)]
     orphans = _of(doc, "i", FindingKind.ORPHAN_ATTACH.value)
@@ -243,19 +245,24 @@ def test_an_orphan_has_no_arrow_and_its_finding_sits_on_both_ranks() -> None:
     assert raised["args"]["error"] == "builtins.RuntimeError: duplicate auxiliary PP tensor"
 
 
-def test_without_channels_it_plans_them_as_the_analyzer_does() -> None:
+def test_without_pairs_it_asks_the_analyzer_for_them() -> None:
     run = Run(pp_size=2)
     for _ in range(3):
         run.step([meta("scores")])
     trace = run.trace()
     result = analysis(trace)
-    assert to_chrome_trace(trace, []) == to_chrome_trace(trace, [], channels=result.channels)
+    assert to_chrome_trace(trace, []) == to_chrome_trace(
+        trace, [], pairs=result.pairs, message_pairs=result.message_pairs)
+    # It draws the pairs it is handed, and pairs nothing itself.
+    bare = to_chrome_trace(trace, [], pairs=Pairs(), message_pairs={})
+    assert _flow_ends(bare, AUX_FLOW) == [] and bare["otherData"]["flows"][AUX_FLOW] == 0
 
 
 def test_golden_traces_one_flow_per_paired_attach_and_extract() -> None:
     trace = load_paths([GOLDEN])
     result = analysis(trace)
-    doc = _valid(to_chrome_trace(trace, result.findings, channels=result.channels))
+    doc = _valid(to_chrome_trace(trace, result.findings, pairs=result.pairs,
+                                 message_pairs=result.message_pairs))
     # tests/data/make_golden.py: six attaches; extract 2 carried no payload (its attach is
     # an orphan); the others pair seq for seq.
     assert [(a["args"]["seq"], e["args"]["seq"]) for a, e in _flow_ends(doc, AUX_FLOW)] == [
@@ -275,7 +282,8 @@ def test_a_real_pp_by_tp_run_gives_one_flow_per_attach(tmp_path: Path) -> None:
     trace = load_paths([out])
     judged = analysis(trace)
     assert judged.findings == ()
-    doc = _valid(to_chrome_trace(trace, judged.findings, channels=judged.channels))
+    doc = _valid(to_chrome_trace(trace, judged.findings, pairs=judged.pairs,
+                                 message_pairs=judged.message_pairs))
     attaches = [e for e in _of(doc, "X", "attach") if e["args"]["names"]]
     extracts = [e for e in _of(doc, "X", "extract") if e["args"]["names"]]
     pairs = _flow_ends(doc, AUX_FLOW)

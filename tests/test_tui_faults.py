@@ -49,7 +49,7 @@ def _traced(tmp_path: Path, fault: str | None, *, broadcast: bool = False
     trace = load_paths([out])
     result = analysis(trace)
     findings = list(result.findings)
-    return TraceIndex.build(trace, findings, channels=result.channels), findings
+    return TraceIndex.build(trace, findings, pairs=result.pairs), findings
 
 
 def _marked(index: TraceIndex) -> set[tuple[int, int]]:

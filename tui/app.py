@@ -2,8 +2,9 @@
 
 The app never opens a file. It gets a *loader*, a callable that returns a fresh
 ``(Trace, analysis)`` pair, the analysis being the analyzer's ``analysis(trace)``: its findings
-and the channels the grid pairs on (the CLI builds one on ``pptrace.load.loader``; tests build
-traces from records, and may hand findings alone, the channels then asked of the analyzer),
+and the attach/extract pairs the grid draws (the CLI builds one on ``pptrace.load.loader``;
+tests build traces from records, and may hand findings alone, the pairs then asked of the
+analyzer),
 calls it in a worker thread behind a loading screen, and with ``follow=True`` calls it again
 every second to watch a running engine.
 
@@ -39,7 +40,7 @@ from .widgets.grid import GridView
 __all__ = ["Loaded", "Loader", "PptraceViewer", "THEMES"]
 
 #: A trace and the analyzer's analysis of it (or findings alone: the index then asks the
-#: analyzer for the channels).
+#: analyzer for the pairs).
 Loaded = tuple[Trace, Analysis | Sequence[Finding]]
 #: Returns a fresh trace and its analysis; may report its phase ("reading 4 files") as it goes.
 Loader = Callable[[Callable[[str], None]], Loaded]
@@ -224,9 +225,8 @@ class PptraceViewer(App[None]):
 
 
 def _index(trace: Trace, result: Analysis | Sequence[Finding]) -> TraceIndex:
-    """The index of a loaded trace, paired on the analyzer's channels (its pairs are verified
-    after first paint)."""
+    """The index of a loaded trace, with the analyzer's pairs (verified after first paint)."""
     if isinstance(result, Analysis):
-        return TraceIndex.build(trace, result.findings, channels=result.channels, verify=False,
+        return TraceIndex.build(trace, result.findings, pairs=result.pairs, verify=False,
                                 message_pairs=result.message_pairs)
     return TraceIndex.build(trace, result, verify=False)

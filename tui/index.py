@@ -23,7 +23,7 @@ from itertools import accumulate, chain, compress, count, repeat
 from operator import attrgetter, is_not, ne
 
 from pptrace.analyze.analyzer import analysis
-from pptrace.analyze.channels import Channel
+from pptrace.analyze.pairs import Pairs
 from pptrace.analyze.payload import FAST_KEY, same
 from pptrace.model.findings import Category, Finding, FindingKind, MessageId
 from pptrace.model.records import Direction, Event, RankInfo
@@ -164,16 +164,15 @@ class TraceIndex:
     """Rows, cell states, pairs, finding locations and (lazily) the time order of a trace."""
 
     def __init__(self, trace: Trace, findings: Sequence[Finding],
-                 channels: Sequence[Channel] | None = None,
+                 pairs: Pairs | None = None,
                  message_pairs: Mapping[MessageId, MessageId] | None = None) -> None:
         self.trace = trace
         self.findings: tuple[Finding, ...] = tuple(findings)
         #: the analyzer's send -> receive pairs (``analysis(trace).message_pairs``); None: not
         #: handed in (the message screen then asks the analyzer)
         self.message_pairs = message_pairs
-        #: the analyzer's channels (``analysis(trace).channels``), which the grid pairs on
-        self.channels: tuple[Channel, ...] = (
-            tuple(channels) if channels is not None else analysis(trace).channels)
+        #: the analyzer's attach/extract pairs (``analysis(trace).pairs``), which the grid draws
+        self.pairs: Pairs = pairs if pairs is not None else analysis(trace).pairs
         self.rows: list[Row] = []
         self.row_of: dict[tuple[int, Direction | None], int] = {}
         self.width = 0
@@ -195,14 +194,14 @@ class TraceIndex:
 
     @classmethod
     def build(cls, trace: Trace, findings: Sequence[Finding], *,
-              channels: Sequence[Channel] | None = None, verify: bool = True,
+              pairs: Pairs | None = None, verify: bool = True,
               message_pairs: Mapping[MessageId, MessageId] | None = None) -> TraceIndex:
-        """Index a trace, its findings and the channels the analyzer judged them on
-        (``analysis(trace).channels``; None: asked of the analyzer here, for findings made by
+        """Index a trace, its findings and the attach/extract pairs the analyzer judged them
+        on (``analysis(trace).pairs``; None: asked of the analyzer here, for findings made by
         hand). With ``verify=False`` paired cells show as equal until ``verify_pairs()`` has
         compared both sides (the viewer does that after first paint: at 1M events it is the
         slowest part of indexing)."""
-        index = cls(trace, findings, channels, message_pairs)
+        index = cls(trace, findings, pairs, message_pairs)
         index._build_rows()
         index._build_pairs()
         index._build_findings()
@@ -298,7 +297,7 @@ class TraceIndex:
             self.width = max(self.width, size)
 
     def _build_pairs(self) -> None:
-        pairing = pair_runs(self.trace, self.findings, self.channels)
+        pairing = pair_runs(self.pairs, self.findings)
         for run in pairing.runs:
             ra = self.row_of.get((run.attach_process, Direction.ATTACH))
             re_ = self.row_of.get((run.extract_process, Direction.EXTRACT))

@@ -26,7 +26,7 @@ Findings become one per distinct problem, each consequence after its cause, in
 ``pptrace.analyze.summary``; payloads are compared in ``pptrace.analyze.payload``.
 
     findings = analyze(load_paths(["pptrace-traces/"]))
-    result = analysis(trace)      # result.findings, and result.channels they were judged on
+    result = analysis(trace)      # result.findings; result.channels and .pairs they were judged on
 
 A trace may hold millions of events, so the work per event is small and linear: one pass per
 process (``pptrace.analyze.scan``) feeds the per-process checks; a shape's checks run once per
@@ -44,6 +44,7 @@ from typing import Any
 from pptrace.analyze.channels import Channel, Member, Roles, plan
 from pptrace.analyze.messages import carried_by, check_messages
 from pptrace.analyze.pairing import Alignment, align
+from pptrace.analyze.pairs import PairBook, Pairs
 from pptrace.analyze.rules import (
     ENGINE_KEYS,
     classify_error,
@@ -105,11 +106,7 @@ class _Analysis:
         # channel -> (the kinds of its last pair's differences, the raw findings they started)
         self._streak: dict[str, tuple[Any, list[int]]] = {}
         self.repeats: dict[int, list[Any]] = {}  # raw index -> [repeats, last microbatch]
-        # Each channel's pairs, to learn the microbatch of an extract's finding (only findings
-        # need it, so the table is built on the first question, per receiving process).
-        self.paired: list[tuple[int, int, Sequence[Event], Sequence[Event], Alignment]] = []
-        # receiving process -> extract seq -> (sending process, attach seq)
-        self._attach_of: dict[int, dict[int, tuple[int, int]]] = {}
+        self.book = PairBook()  # each channel's pairs: for the viewer, and a finding's microbatch
         # Namespace findings: (process, attach seq, kind, subject) of the attach side, and the
         # raw findings of the extract side (which may repeat them)
         self.attach_hygiene: set[tuple[int, int, FindingKind, str]] = set()
@@ -274,12 +271,13 @@ class _Analysis:
         attaches = trim(self.attaches[s.index], start)
         extracts = trim(self.extracts[r.index], start)
         result = align(attaches, extracts)
-        self.paired.append((s.index, r.index, attaches, extracts, result))
         self.compare(s, r, attaches, extracts, result.unshared, name)
         orphans: Sequence[int] = result.orphans
         unmatched: Sequence[int] = result.unmatched
         if start:
             orphans, unmatched = self.cut(s, r, name, start, result)
+        self.book.add(s.index, r.index, attaches, extracts, result, orphans, unmatched,
+                      ch.broadcast)
         for ia in orphans:
             a = attaches[ia]
             self.add(K.ORPHAN_ATTACH,
@@ -436,16 +434,7 @@ class _Analysis:
     def paired_attach(self, ref: Ref) -> tuple[int, int] | None:
         """(process, seq) of the attach an extract paired with (None for any other event)."""
         process, direction, seq = ref
-        if direction is not Direction.EXTRACT:
-            return None
-        table = self._attach_of.get(process)
-        if table is None:
-            table = self._attach_of[process] = {}
-            for sender, index, attaches, extracts, result in self.paired:
-                if index == process:
-                    for ia, ie in result.pairs():
-                        table[extracts[ie].seq] = (sender, attaches[ia].seq)
-        return table.get(seq)
+        return self.book.attach_of(process, seq) if direction is Direction.EXTRACT else None
 
     def microbatch(self, ref: Ref) -> int | None:
         """The seq of the attach an extract paired with (None for any other event)."""
@@ -481,18 +470,20 @@ class _Analysis:
 
 @dataclass(frozen=True, slots=True)
 class Analysis:
-    """The findings, the channels they were judged on, and each send's receive (for the viewer)."""
+    """The findings, the channels they were judged on, each channel's attach/extract pairs and
+    each send's receive (for the viewer and the Perfetto export, which pair nothing)."""
 
     findings: tuple[Finding, ...]
     channels: tuple[Channel, ...]
     message_pairs: Mapping[MessageId, MessageId] = field(default_factory=dict)
+    pairs: Pairs = field(default_factory=Pairs)
 
 
 def analysis(trace: Trace) -> Analysis:
-    """Check every cross-rank invariant; return the findings and the channels judged."""
+    """Check every cross-rank invariant; return the findings and what they were judged on."""
     work = _Analysis(trace)
     findings = work.run()
-    return Analysis(tuple(findings), tuple(work.plan), work.message_pairs)
+    return Analysis(tuple(findings), tuple(work.plan), work.message_pairs, work.book.pairs())
 
 
 def analyze(trace: Trace) -> list[Finding]:

@@ -122,7 +122,8 @@ def run(args: argparse.Namespace) -> int:
     status.stage(f"pptrace: analyzing {trace.event_count:,} events")
     result = analysis(trace)
     status.end()
-    doc = to_chrome_trace(trace, result.findings, channels=result.channels)
+    doc = to_chrome_trace(trace, result.findings, pairs=result.pairs,
+                          message_pairs=result.message_pairs)
     write_json(doc, target)
     if target != "-":
         flows = doc["otherData"]["flows"]

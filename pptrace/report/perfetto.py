@@ -6,12 +6,12 @@ Engine engineers read PP timelines in Perfetto; this puts pptrace's records ther
   rank; a thread under it per recording thread;
 - a slice per attach and extract call (``ph`` ``X``; ``args``: seq, names, shapes, dtypes, bytes,
   and the error when the call raised);
-- a flow arrow from each attach to the extract the analyzer paired it with (its channels and
-  ``pptrace.analyze.pairing.align``, as ``analyze`` judges them);
+- a flow arrow from each attach to the extract the analyzer paired it with
+  (``analysis(trace).pairs``, as ``analyze`` judges them);
 - each finding as an instant (``ph`` ``i``, scope ``p``) on the ranks it names, with its message;
 - the message layer, where a process carries ``messages`` (``pptrace.model.messages``): a slice
-  per send and receive, a flow arrow from each send to its receive (paired per source,
-  destination and kind, in order), and a receive that began and never ended as a slice
+  per send and receive, a flow arrow from each send to the receive the analyzer paired it
+  with (``analysis(trace).message_pairs``), and a receive that began and never ended as a slice
   ``recv (waiting)`` running to the end of the trace (the last record or stats span).
 
 Times are wall-clock (``start_ns``) in µs after the earliest record, as the format wants
@@ -19,8 +19,9 @@ Times are wall-clock (``start_ns``) in µs after the earliest record, as the for
 here (Perfetto keeps 32 bits of a tid; a Python thread id has 64): the real host, pid and
 thread id are in ``otherData`` and the thread names.
 
-    doc = to_chrome_trace(trace, findings)          # runs the analyzer's channel plan
-    doc = to_chrome_trace(trace, result.findings, channels=result.channels)
+    doc = to_chrome_trace(trace, findings)          # asks the analyzer for its pairs
+    doc = to_chrome_trace(trace, result.findings, pairs=result.pairs,
+                          message_pairs=result.message_pairs)
     json.dump(doc, fh)
 
 Pure: no I/O.
@@ -29,17 +30,14 @@ Pure: no I/O.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from pptrace.analyze.analyzer import analysis
-from pptrace.analyze.channels import Channel
-from pptrace.analyze.pairing import align
+from pptrace.analyze.pairs import Pairs
 from pptrace.analyze.rules import rank_id
-from pptrace.analyze.scan import Scan, scan
-from pptrace.analyze.window import trim
-from pptrace.model.findings import Finding
+from pptrace.model.findings import Finding, MessageId
 from pptrace.model.messages import MessageEvent, MessageOp, MessageTensor
 from pptrace.model.records import Direction, Event, TensorMeta
 from pptrace.model.text import clip, inert
@@ -57,7 +55,6 @@ WAITING = "recv (waiting)"
 MIN_DUR_NS = 1
 _CAT = "pptrace"
 
-_Key = tuple[str, int, int, str]  # a message channel: (run, source, destination, kind)
 
 
 #: The two layers a recording thread's records are drawn on, each its own Perfetto thread (a
@@ -282,33 +279,9 @@ class _CallArgs:
         return args
 
 
-def _pairs(trace: Trace, channels: Iterable[Channel]) -> list[tuple[int, Event, int, Event]]:
-    """(sending process, attach, receiving process, extract): the analyzer's pairs.
-
-    The steps of the analyzer's ``channel`` check: each channel's payload-carrying calls
-    (``scan``), trimmed to the window both ends cover (``trim``), paired by ``align``.
-    """
-    scans: dict[int, Scan] = {}
-
-    def found(i: int) -> Scan:
-        if i not in scans:
-            proc = trace.processes[i]
-            scans[i] = scan(proc.events, proc.rank.pp_rank)
-        return scans[i]
-
-    out = []
-    for ch in channels:
-        if ch.sender is None or ch.receiver is None or ch.sender == ch.receiver:
-            continue  # an end left no trace, or one process is both ends: no transport
-        attaches = trim(found(ch.sender).attaches, ch.start)
-        extracts = trim(found(ch.receiver).extracts, ch.start)
-        for ia, ie in align(attaches, extracts).pairs():
-            out.append((ch.sender, attaches[ia], ch.receiver, extracts[ie]))
-    return out
-
-
-def _calls(trace: Trace, tracks: list[_Track], doc: _Doc, channels: Iterable[Channel]) -> None:
-    """A slice per attach/extract, and a flow from each attach to its extract."""
+def _calls(trace: Trace, tracks: list[_Track], doc: _Doc, pairs: Pairs) -> None:
+    """A slice per attach/extract, and a flow from each attach to the extract the analyzer
+    paired it with."""
     handle: dict[tuple[int, Direction, int], int] = {}
     call_args = _CallArgs().of
     for track in tracks:
@@ -316,8 +289,12 @@ def _calls(trace: Trace, tracks: list[_Track], doc: _Doc, channels: Iterable[Cha
             handle[(track.index, ev.direction, ev.seq)] = doc.slice(
                 ev.direction.value, track, (ev.thread_id, CALLS), ev.start_ns, ev.duration_ns,
                 call_args(ev))
-    for s, a, r, e in _pairs(trace, channels):
-        doc.flow(AUX_FLOW, handle[(s, a.direction, a.seq)], handle[(r, e.direction, e.seq)])
+    for run in pairs.runs:
+        for a, e in run.seqs():
+            start = handle.get((run.attach_process, Direction.ATTACH, a))
+            end = handle.get((run.extract_process, Direction.EXTRACT, e))
+            if start is not None and end is not None:
+                doc.flow(AUX_FLOW, start, end)
 
 
 def _message_tensor_args(tensors: Sequence[MessageTensor]) -> dict[str, Any]:
@@ -349,32 +326,30 @@ def _message_args(m: MessageEvent, proc: ProcessTrace) -> dict[str, Any]:
     return args
 
 
-def _message_layer(trace: Trace, tracks: list[_Track], doc: _Doc, end_ns: int) -> None:
-    """Slices per send and receive, a flow per send to its receive, waits to the end."""
-    sends: dict[_Key, list[int]] = defaultdict(list)  # slice handles, in call order
-    recvs: dict[_Key, list[int]] = defaultdict(list)
+def _message_layer(trace: Trace, tracks: list[_Track], doc: _Doc, end_ns: int,
+                   message_pairs: Mapping[MessageId, MessageId]) -> None:
+    """Slices per send and receive, a flow from each send to the receive the analyzer paired
+    it with, waits to the end."""
+    ends: dict[tuple[int, MessageOp, int], int] = {}  # (process, op, seq) -> its slice
     for track in tracks:
         proc = trace.processes[track.index]
-        me = rank_id(proc.rank)
         messages = _messages(proc)
         ended = {m.seq for m in messages if m.op is MessageOp.RECV and m.phase == "end"}
         for m in sorted(messages, key=lambda m: (m.op.value, m.seq, m.phase != "begin")):
             args, thread = _message_args(m, proc), (m.thread_id, MESSAGES)
             if m.op is MessageOp.SEND:
-                at = doc.slice("send", track, thread, m.wall_ns, m.duration_ns, args)
-                if m.ok:
-                    sends[(track.run, me, m.peer, m.kind)].append(at)
+                ends[(track.index, m.op, m.seq)] = doc.slice(
+                    "send", track, thread, m.wall_ns, m.duration_ns, args)
             elif m.phase == "begin":
                 if m.seq not in ended:  # it began and never returned: it waits to the end
                     doc.slice(WAITING, track, thread, m.wall_ns, end_ns - m.wall_ns, args)
             else:
-                at = doc.slice("recv", track, thread, m.wall_ns, m.duration_ns, args)
-                # A receive served from its stash moved nothing: the receive that stashed
-                # the message is the one its send reached.
-                if m.ok and not m.from_stash:
-                    recvs[(track.run, m.peer, me, m.kind)].append(at)
-    for key, out in sends.items():
-        for a, b in zip(out, recvs.get(key, ()), strict=False):
+                ends[(track.index, m.op, m.seq)] = doc.slice(
+                    "recv", track, thread, m.wall_ns, m.duration_ns, args)
+    for send, recv in message_pairs.items():
+        a = ends.get((send.process, send.op, send.seq))
+        b = ends.get((recv.process, recv.op, recv.seq))
+        if a is not None and b is not None:
             doc.flow(MESSAGE_FLOW, a, b)
 
 
@@ -405,19 +380,23 @@ def _findings(trace: Trace, tracks: list[_Track], doc: _Doc,
 
 
 def to_chrome_trace(trace: Trace, findings: Sequence[Finding], *,
-                    channels: Sequence[Channel] | None = None) -> dict[str, Any]:
+                    pairs: Pairs | None = None,
+                    message_pairs: Mapping[MessageId, MessageId] | None = None
+                    ) -> dict[str, Any]:
     """The trace and its findings as a Chrome trace-event JSON document (a dict to dump).
 
-    ``channels``: the analyzer's channel plan (``analysis(trace).channels``); planned here when
-    not given.
+    ``pairs`` and ``message_pairs``: the analyzer's attach/extract pairs and send/receive
+    pairs (``analysis(trace)``'s); asked of the analyzer when not given.
     """
-    if channels is None:
-        channels = analysis(trace).channels
+    if pairs is None or message_pairs is None:
+        judged = analysis(trace)
+        pairs = judged.pairs if pairs is None else pairs
+        message_pairs = judged.message_pairs if message_pairs is None else message_pairs
     t0, end_ns = _bounds(trace)
     doc = _Doc(t0)
     tracks = _tracks(trace, doc)
-    _calls(trace, tracks, doc, channels)
-    _message_layer(trace, tracks, doc, end_ns)
+    _calls(trace, tracks, doc, pairs)
+    _message_layer(trace, tracks, doc, end_ns, message_pairs)
     _findings(trace, tracks, doc, findings)
     processes = [{"pid": t.pid, "label": trace.processes[t.index].rank.label(),
                   "host": inert(trace.processes[t.index].rank.host),

@@ -1,0 +1,117 @@
+"""The analyzer's pairing, handed over: which attach went with which extract on each channel.
+
+The analyzer walks every channel once (``pptrace.analyze.pairing.align`` on the trimmed,
+payload-carrying calls of both ends) and keeps what it found here: the pairs as runs of
+consecutive sequence numbers (a healthy channel is one run, so 1M events cost a handful), and
+the calls the walk left unpaired (its orphans and unmatched extracts, those excused at a window
+cut left out). The viewer's grid and the Perfetto export draw these pairs; they walk nothing.
+
+    book = PairBook()
+    book.add(sender, receiver, attaches, extracts, alignment, orphans, unmatched, broadcast)
+    pairs = book.pairs()        # in Analysis.pairs
+    for run in pairs.runs:
+        run.attach_process, run.attach_seq, run.extract_process, run.extract_seq, run.length
+    for process, direction, seq in pairs.unpaired: ...
+
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+from pptrace.analyze.pairing import Alignment
+from pptrace.model.records import Direction, Event
+
+__all__ = ["PairBook", "PairRun", "Pairs"]
+
+
+@dataclass(frozen=True, slots=True)
+class PairRun:
+    """``length`` consecutive pairs of processes ``attach_process`` and ``extract_process``
+    (indices into ``Trace.processes``): attach seq ``attach_seq + k`` with extract seq
+    ``extract_seq + k``.
+
+    ``broadcast``: the channel reached its stage-0 TP rank by broadcast from another TP rank's
+    attach, which has a partner of its own TP rank besides."""
+
+    attach_process: int
+    attach_seq: int
+    extract_process: int
+    extract_seq: int
+    length: int = 1
+    broadcast: bool = False
+
+    def seqs(self) -> Iterator[tuple[int, int]]:
+        """(attach seq, extract seq) of each pair of the run."""
+        for k in range(self.length):
+            yield self.attach_seq + k, self.extract_seq + k
+
+
+@dataclass(frozen=True, slots=True)
+class Pairs:
+    """Every channel's pairs as runs, and the calls the walk left unpaired: (process,
+    direction, seq) of each orphan attach and unmatched extract."""
+
+    runs: tuple[PairRun, ...] = ()
+    unpaired: tuple[tuple[int, Direction, int], ...] = ()
+
+
+def _runs(pairs: Iterable[tuple[int, int]], sender: int, receiver: int,
+          broadcast: bool) -> Iterator[PairRun]:
+    """(attach seq, extract seq) pairs, consecutive ones joined into runs."""
+    run: list[int] | None = None
+    for a, e in pairs:
+        if run is not None and a == run[0] + run[2] and e == run[1] + run[2]:
+            run[2] += 1
+            continue
+        if run is not None:
+            yield PairRun(sender, run[0], receiver, run[1], run[2], broadcast)
+        run = [a, e, 1]
+    if run is not None:
+        yield PairRun(sender, run[0], receiver, run[1], run[2], broadcast)
+
+
+class PairBook:
+    """Collects each channel's pairs as the analyzer walks it."""
+
+    def __init__(self) -> None:
+        self._runs: list[PairRun] = []
+        self._unpaired: list[tuple[int, Direction, int]] = []
+        # receiving process -> extract seq -> (sending process, attach seq), built on the first
+        # question about that process (only findings ask)
+        self._attach_of: dict[int, dict[int, tuple[int, int]]] = {}
+
+    def add(self, sender: int, receiver: int, attaches: Sequence[Event],
+            extracts: Sequence[Event], found: Alignment, orphans: Iterable[int],
+            unmatched: Iterable[int], broadcast: bool = False) -> None:
+        """One channel's walk: ``found`` over ``attaches`` and ``extracts`` (indices into
+        them), with the orphans and unmatched extracts that are judged as such."""
+        self._unpaired += [(sender, Direction.ATTACH, attaches[i].seq) for i in orphans]
+        self._unpaired += [(receiver, Direction.EXTRACT, extracts[j].seq) for j in unmatched]
+        for i, j, n in found.runs:
+            # A run of the walk is a run of seqs when neither side has a gap inside it.
+            if (attaches[i + n - 1].seq - attaches[i].seq == n - 1
+                    and extracts[j + n - 1].seq - extracts[j].seq == n - 1):
+                self._runs.append(PairRun(sender, attaches[i].seq, receiver, extracts[j].seq,
+                                          n, broadcast))
+            else:
+                self._runs += _runs(((attaches[i + k].seq, extracts[j + k].seq)
+                                     for k in range(n)), sender, receiver, broadcast)
+
+    def attach_of(self, process: int, extract_seq: int) -> tuple[int, int] | None:
+        """(process, seq) of the attach that extract ``extract_seq`` of ``process`` paired
+        with, or None."""
+        table = self._attach_of.get(process)
+        if table is None:
+            table = self._attach_of[process] = {}
+            for run in self._runs:
+                if run.extract_process == process:
+                    for a, e in run.seqs():
+                        table[e] = (run.attach_process, a)
+        return table.get(extract_seq)
+
+    def pairs(self) -> Pairs:
+        """What was collected."""
+        return Pairs(tuple(self._runs), tuple(self._unpaired))
