@@ -48,7 +48,7 @@ def test_a_skipped_send_splits_the_run_and_leaves_its_attach_unpaired() -> None:
 
 def test_the_book_keeps_what_align_paired_as_runs_of_seqs() -> None:
     run = Run(pp_size=2)
-    for k in range(6):
+    for _ in range(6):
         run.step([meta("scores")])
     trace = run.trace()
     attaches = [e for e in trace.processes[_process(trace, 1)].events]
