@@ -179,8 +179,6 @@ def _compact(resource: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
     return resource if resource is not None and resource.get(VERSION) == 2 else None
 
 
-
-
 def to_attributes(event: MessageEvent,
                   resource: Mapping[str, Any] | None = None) -> dict[str, AttributeValue]:
     """A message event as span attributes (the inverse of ``from_attributes``).
