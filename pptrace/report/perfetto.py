@@ -55,8 +55,6 @@ WAITING = "recv (waiting)"
 MIN_DUR_NS = 1
 _CAT = "pptrace"
 
-
-
 #: The two layers a recording thread's records are drawn on, each its own Perfetto thread (a
 #: receive waiting to the end must not swallow the thread's later calls, and two layers'
 #: clocks must not make their slices cross).
