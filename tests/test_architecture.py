@@ -472,3 +472,26 @@ def test_the_network_rule_tells_a_lazy_import_from_an_eager_one(tmp_path: Path) 
 
 def test_public_names_are_sorted() -> None:
     assert pptrace.__all__ == sorted(pptrace.__all__)
+
+
+#: The most lines a module may have (issue 13): past it, a module holds more than one concept.
+MAX_MODULE_LINES = 500
+
+
+def _long_modules(root: Path) -> list[str]:
+    return sorted(f"{p.relative_to(root)}: {n} lines"
+                  for folder in ("pptrace", "tui", "samples") for p in (root / folder).rglob("*.py")
+                  if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES)
+
+
+def test_no_module_is_over_500_lines() -> None:
+    assert _long_modules(ROOT) == []
+
+
+def test_a_long_module_is_named_with_its_length(tmp_path: Path) -> None:
+    (tmp_path / "pptrace" / "model").mkdir(parents=True)
+    (tmp_path / "pptrace" / "model" / "big.py").write_text("x = 1\n" * 501)
+    (tmp_path / "tui").mkdir()
+    (tmp_path / "tui" / "ok.py").write_text("x = 1\n" * 500)
+    (tmp_path / "samples").mkdir()
+    assert _long_modules(tmp_path) == ["pptrace/model/big.py: 501 lines"]

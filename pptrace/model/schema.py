@@ -36,21 +36,9 @@ from pptrace.model.records import PREFIX, Direction, Event, RankInfo, RecorderSt
 from pptrace.model.span_reader import SpanReader
 
 __all__ = [
-    "READ_VERSION",
-    "RESOURCE_KEYS",
-    "SCHEMA_VERSION",
-    "SPAN_ATTACH",
-    "SPAN_EXTRACT",
-    "SPAN_STATS",
-    "SPAN_NAMES",
-    "ITEMSIZES",
-    "AttributeValue",
-    "attributes_to_event",
-    "attributes_to_stats",
-    "event_to_attributes",
-    "implied_keys_after",
-    "resource_attributes",
-    "stats_to_attributes",
+    "READ_VERSION", "RESOURCE_KEYS", "SCHEMA_VERSION", "SPAN_ATTACH", "SPAN_EXTRACT", "SPAN_STATS",
+    "SPAN_NAMES", "ITEMSIZES", "AttributeValue", "attributes_to_event", "attributes_to_stats",
+    "event_to_attributes", "implied_keys_after", "resource_attributes", "stats_to_attributes",
 ]
 
 #: The version the sinks write (``PPTRACE_SCHEMA=1`` keeps writing 1); bumped on any
@@ -463,19 +451,12 @@ def stats_to_attributes(stats: RecorderStats,
     res = _compact(resource)
     out: dict[str, AttributeValue] = {} if res is not None else {VERSION: 1}
     _constants(stats.rank, stats.run_id, res, out)
-    out.update(
-        {
-            S_TIME_NS: stats.time_ns,
-            S_RECORDED: stats.recorded,
-            S_EXPORTED: stats.exported,
-            S_DROPPED: stats.dropped,
-            S_OVERWRITTEN: stats.overwritten,
-            S_INTERNAL: stats.internal_errors,
-            S_EXPORT_ERRORS: stats.export_errors,
-            S_MODE: stats.mode,
-            S_FINAL: stats.final,
-        }
-    )
+    out.update({
+        S_TIME_NS: stats.time_ns, S_RECORDED: stats.recorded, S_EXPORTED: stats.exported,
+        S_DROPPED: stats.dropped, S_OVERWRITTEN: stats.overwritten,
+        S_INTERNAL: stats.internal_errors, S_EXPORT_ERRORS: stats.export_errors,
+        S_MODE: stats.mode, S_FINAL: stats.final,
+    })
     if stats.rotated or stats.rotated_segments:  # only a rotated file's spans carry them
         out[S_ROTATED] = stats.rotated
         out[S_ROTATED_SEGMENTS] = stats.rotated_segments
