@@ -359,25 +359,34 @@ def demo_messages(count: int) -> list[Any]:
     return out
 
 
-def messages_row(tmp: str, version: int, compress: str, count: int, per_flush: int) -> float:
-    """Bytes on disk per message span (``demo_messages``), flushed every ``per_flush``."""
+def messages_row(tmp: str, version: int, compress: str, count: int,
+                 per_flush: int) -> tuple[float, float]:
+    """Bytes on disk per message span (``demo_messages``), flushed every ``per_flush``, and the
+    sink's CPU per message in us (encoding and compression: what the recorder thread spends)."""
     config = Config(trace_dir=tmp, flush_interval=3600, schema_version=version,
                     compress=compress)
     sink = build_sink(config, RANK)
     events = demo_messages(count)
+    c0 = time.thread_time()
     for i in range(0, count, per_flush):
         sink.export_messages(events[i:i + per_flush], RANK, "bench")
+    cpu = time.thread_time() - c0
     sink.shutdown(5.0)
-    return sum(p.stat().st_size for p in Path(tmp).iterdir()) / count
+    return sum(p.stat().st_size for p in Path(tmp).iterdir()) / count, cpu / count * 1e6
 
 
 def messages_table(tmp: str, count: int, per_flush: int) -> None:
     kinds = ["none", "gzip"] + (["zstd"] if _has_zstd() else [])
     print(f"\nbytes per message span on disk ({count} of the demo's messages: proxy send, "
-          f"receive begin and end, output send; a flush every {per_flush}):")
-    print("  " + "".join(f"{f'v{v} {c}':>12}" for v in (1, 2) for c in kinds))
-    print("  " + "".join(f"{messages_row(f'{tmp}/msg-{v}-{c}', v, c, count, per_flush):>10.0f} B"
-                         for v in (1, 2) for c in kinds), flush=True)
+          f"receive begin and end, output send; a flush every {per_flush}), and the sink's CPU "
+          "per message in us:")
+    print("  " + "".join(f"{f'v{v} {c}':>17}" for v in (1, 2) for c in kinds))
+    cells = []
+    for v in (1, 2):
+        for c in kinds:
+            size, cpu = messages_row(f"{tmp}/msg-{v}-{c}", v, c, count, per_flush)
+            cells.append(f"{size:>9.0f} B {cpu:>4.1f}us")
+    print("  " + "".join(f"{cell:>17}" for cell in cells), flush=True)
 
 
 def _has_zstd() -> bool:
