@@ -405,7 +405,8 @@ def test_export_writes_a_valid_file(tmp_path: Path, capsys: pytest.CaptureFixtur
     doc = _valid(json.loads(out.read_text()))
     assert len(_flow_ends(doc, AUX_FLOW)) == 5
     err = capsys.readouterr().err
-    assert err.startswith(f"pptrace: wrote {out} (2 ranks, 12 calls, 5 attach->extract arrows")
+    assert err.startswith(f"pptrace: wrote {out} (2 ranks, 12 calls, 5 attach->extract arrows, "
+                          f"{len(analysis(load_paths([GOLDEN])).findings)} findings)"), err
     assert [p.name for p in tmp_path.iterdir()] == ["pp.json"]  # no temporary file left
 
 
@@ -434,3 +435,10 @@ def test_bad_input_or_output_is_one_line_and_exit_2(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("pptrace: error: ") and said in err, err
     assert not (tmp_path / "in" / "pp.json").exists()
+
+
+def test_the_closing_line_counts_in_words() -> None:
+    from pptrace.cli.export import _count
+
+    assert [_count(1, "finding"), _count(0, "finding"), _count(1400, "send->recv arrow")] == [
+        "1 finding", "0 findings", "1,400 send->recv arrows"]

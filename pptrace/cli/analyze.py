@@ -49,7 +49,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
             "Load traces from every rank and check the auxiliary-output protocol across ranks: "
             "engine errors, attaches on the last stage paired with extracts on stage 0 "
             "(names, order, shape, dtype, bytes, device type, content), TP ranks agreeing, "
-            "namespace collisions and recorder losses."
+            "namespace collisions, recorder losses, and the PP message layer where it was "
+            "recorded (each send with its receive: keys, tensors, kinds, TP slices, stashes; "
+            "a receive that never returned, and what its peer last sent)."
         ),
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -112,6 +112,11 @@ def write_json(doc: dict[str, Any], path: str, stdout: IO[str] | None = None) ->
         raise
 
 
+def _count(n: int, noun: str) -> str:
+    """``1 finding``, ``1,400 calls``."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
+
+
 def run(args: argparse.Namespace) -> int:
     """Load, analyze, write the Chrome trace; return the exit status."""
     inputs = inputs_from_args(args)
@@ -127,9 +132,11 @@ def run(args: argparse.Namespace) -> int:
     write_json(doc, target)
     if target != "-":
         flows = doc["otherData"]["flows"]
-        messages = f", {flows[MESSAGE_FLOW]:,} send->recv" if flows[MESSAGE_FLOW] else ""
-        print(f"pptrace: wrote {inert(target)} ({len(trace.processes)} ranks, "
-              f"{trace.event_count:,} calls, {flows[AUX_FLOW]:,} attach->extract arrows"
-              f"{messages}, {len(result.findings)} findings); open it in "
+        counts = [_count(len(trace.processes), "rank"), _count(trace.event_count, "call"),
+                  f"{_count(flows[AUX_FLOW], 'attach->extract arrow')}"]
+        if flows[MESSAGE_FLOW]:
+            counts.append(_count(flows[MESSAGE_FLOW], "send->recv arrow"))
+        counts.append(_count(len(result.findings), "finding"))
+        print(f"pptrace: wrote {inert(target)} ({', '.join(counts)}); open it in "
               "https://ui.perfetto.dev", file=sys.stderr)
     return 0
