@@ -36,8 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="pptrace",
         description=(
             "Trace and debug the auxiliary-output transport of pipeline-parallel sampling "
-            "pipelines: record every attach and extract as OpenTelemetry spans, then find "
-            "protocol mismatches and key collisions across ranks."
+            "pipelines: record every attach and extract, and every PP message between stages, "
+            "as OpenTelemetry spans, then find protocol mismatches, key collisions, corrupted "
+            "transfers and hangs across ranks."
         ),
         epilog="Run 'pptrace COMMAND --help' for a command's options.",
         formatter_class=HelpFormatter,
