@@ -177,3 +177,52 @@ def test_a_count_of_a_kind_both_runs_have_is_not_a_change() -> None:
     rows = _rows(a, b)
     assert rows[("engine errors", "attach-empty")] == ("1", "3", False)
     assert rows[("findings", "attach-empty")][2] is False
+
+
+# --- the message layer -------------------------------------------------------------------------
+
+
+def _with_messages(run: Run, *, residual: bool = False, hidden: str = "float32",
+                   sliced: bool = False) -> Run:
+    """Proxy messages pp0 -> pp1 (hidden states, and a residual when asked) and the output
+    messages back, a batch of 2 then 3."""
+    from tests.helpers_analyze import mt
+
+    for b in (2, 3):
+        proxy = [mt("hidden_states", (b, 16), hidden, sliced=sliced)]
+        if residual:
+            proxy.append(mt("residual", (b, 16)))
+        run.message("proxy", proxy, frm=0, to=1)
+        run.message("output", [mt("next_token_ids", (b,), "int64"),
+                               mt("lens", (), "list", is_tensor=False)], frm=1, to=0)
+    return run
+
+
+def test_the_message_layer_of_two_runs_key_by_key() -> None:
+    same = _rows(_with_messages(_good()), _with_messages(_good()))
+    assert not any(changed for _, _, changed in same.values())
+    assert same[("messages", "proxy sends")] == ("2", "2", False)
+    assert same[("per key (proxy)", "hidden_states")] == ("float32 [*, 16]", "float32 [*, 16]",
+                                                          False)
+    assert same[("per key (output)", "lens")][0] == "list (not a tensor)"
+    rows = _rows(_with_messages(_good()),
+                 _with_messages(_good(), residual=True, hidden="bfloat16", sliced=True))
+    assert rows[("messages", "proxy keys")] == ("2 keys", "3 keys (+residual)", True)
+    assert rows[("per key (proxy)", "residual")] == ("absent", "float32 [*, 16]", True)
+    assert rows[("per key (proxy)", "hidden_states")] == ("float32 [*, 16]",
+                                                          "bfloat16 [*, 16]/tp", True)
+    assert rows[("messages", "output keys")][2] is False
+    # Sections in report order: the attach/extract rows, then the message layer's.
+    sections = list(dict.fromkeys(s for s, _ in rows))
+    assert sections.index("messages") == sections.index("bytes per step") + 1
+    assert sections[sections.index("messages") + 1:][:2] == ["per key (proxy)",
+                                                             "per key (output)"]
+
+
+def test_a_run_without_the_message_layer_is_said_and_never_marked() -> None:
+    rows = _rows(_good(), _with_messages(_good()))
+    assert rows[("messages", "proxy sends")] == ("not recorded", "2", False)
+    assert rows[("per key (proxy)", "hidden_states")] == ("not recorded", "float32 [*, 16]",
+                                                          False)
+    assert not any(changed for _, _, changed in rows.values())
+    assert not any(section == "messages" for section, _ in _rows(_good(), _good()))

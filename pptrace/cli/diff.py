@@ -36,7 +36,9 @@ Jaeger's query service: http://jaeger:16686 reads service --jaeger-service in th
 
 Compared: the PP/TP layout; the auxiliary names per direction; each name's dtype and shape
 pattern (a dimension that varies within a run, like the batch, shows as *); the mean payload
-bytes per step; engine errors and analyzer findings per kind. The table's columns are A and B.
+bytes per step; the message layer where it was recorded (per message kind: its sends, its keys,
+each key's dtype and shape pattern, /tp for TP slices); engine errors and analyzer findings per
+kind. The table's columns are A and B.
 {CHANGE_RULE[0].upper()}{CHANGE_RULE[1:]}.
 
 exit status: 0 no difference, 1 differences, 2 unusable input.

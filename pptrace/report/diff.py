@@ -2,10 +2,11 @@
 
 A run is reduced to a ``RunProfile``: its layout, the auxiliary names per direction with their
 dtypes and shape patterns (a dimension that varies within the run, like the batch, shows as
-``*``), the payload bytes per step (mean and standard deviation), and the engine errors and
-findings per kind. ``diff`` lists every compared row with a ``changed`` flag, set by the rule
-``CHANGE_RULE`` states: a difference in what the protocol carries always counts; a shift of the
-mean bytes counts only when a different batch mix cannot explain it. Pure: no I/O.
+``*``), the payload bytes per step (mean and standard deviation), the message layer's kinds
+with the keys their sends carried and each key's dtypes, shape pattern and slicing, and the
+engine errors and findings per kind. ``diff`` lists every compared row with a ``changed`` flag,
+set by the rule ``CHANGE_RULE`` states: a difference in what the protocol carries always counts;
+a shift of the mean bytes counts only when a different batch mix cannot explain it. Pure: no I/O.
 
     rows = diff(profile(trace_a, analyze(trace_a)), profile(trace_b, analyze(trace_b)))
     print(render_text(rows, "good/", "bad/"))
@@ -22,6 +23,7 @@ from typing import Any
 
 from pptrace.analyze.analyzer import classify_error
 from pptrace.model.findings import Finding
+from pptrace.model.messages import MessageOp
 from pptrace.model.records import Direction, Event
 from pptrace.model.text import inert, plural
 from pptrace.model.trace import Trace
@@ -47,7 +49,9 @@ BYTES_SHIFT = 0.10
 #: What ``changed`` means, in one sentence (the text footer, ``--help`` and the JSON say it).
 CHANGE_RULE = (
     "a row is marked changed when the layout, the names, or a name's dtypes or shape pattern "
-    "differ, or when an engine error or finding kind occurs in one run only; the mean payload "
+    "differ, when a message kind's keys or a key's dtypes, shape pattern or slicing differ "
+    "(where both runs recorded the message layer), or when an engine error or finding kind "
+    "occurs in one run only; the mean payload "
     "bytes per step are marked only when the two means differ by more than "
     f"{BYTES_SHIFT:.0%} of the smaller and by more than their pooled per-step standard "
     "deviation (a different batch mix moves the mean within that spread)"
@@ -75,6 +79,11 @@ class RunProfile:
     bytes_spread: dict[str, float]  # direction -> their standard deviation (population)
     errors: Counter[str] = field(default_factory=Counter)  # engine error kind -> calls
     findings: Counter[str] = field(default_factory=Counter)  # finding kind -> occurrences
+    #: message kind -> the sends of that kind, the keys of their dicts (first-seen order) and
+    #: per described value its profile ("/tp" after the shape where it travelled as TP slices);
+    #: empty when the run recorded no message layer
+    messages: dict[str, tuple[int, tuple[str, ...], dict[str, NameProfile]]] = field(
+        default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +161,44 @@ def profile(trace: Trace, findings: Sequence[Finding]) -> RunProfile:
     for f in findings:
         found[f.kind.value] += 1 + f.cascade
     return RunProfile(_layout(trace), len(trace.processes), calls, names, bytes_, spread, errors,
-                      found)
+                      found, _messages(trace))
+
+
+def _messages(trace: Trace) -> dict[str, tuple[int, tuple[str, ...], dict[str, NameProfile]]]:
+    """Per message kind, the sends that returned and what their dicts held, key by key."""
+    sends: Counter[str] = Counter()
+    shapes: dict[str, dict[str, set[tuple[int, ...]]]] = {}
+    dtypes: dict[str, dict[str, list[str]]] = {}
+    sliced: dict[str, dict[str, bool]] = {}
+    tensor: dict[str, dict[str, bool]] = {}
+    counts: dict[str, Counter[str]] = {}
+    keys: dict[str, dict[str, None]] = {}
+    for proc in trace.processes:
+        for m in proc.messages:
+            if m.op is not MessageOp.SEND or not m.ok:
+                continue
+            kind = m.kind or "(untyped)"
+            sends[kind] += 1
+            keys.setdefault(kind, {}).update(dict.fromkeys(m.keys))
+            for t in m.tensors:
+                shapes.setdefault(kind, {}).setdefault(t.key, set()).add(t.shape)
+                seen = dtypes.setdefault(kind, {}).setdefault(t.key, [])
+                if t.dtype not in seen:
+                    seen.append(t.dtype)
+                by_key = sliced.setdefault(kind, {})
+                by_key[t.key] = by_key.get(t.key, False) or t.sliced
+                tensor.setdefault(kind, {})[t.key] = t.is_tensor
+                counts.setdefault(kind, Counter())[t.key] += 1
+
+    def pattern(kind: str, key: str) -> str:
+        if not tensor[kind][key]:
+            return "(not a tensor)"
+        return _shape_pattern(shapes[kind][key]) + ("/tp" if sliced[kind][key] else "")
+
+    return {kind: (n, tuple(keys.get(kind, {})),
+                   {key: NameProfile(tuple(dtypes[kind][key]), pattern(kind, key),
+                                     counts[kind][key]) for key in dtypes.get(kind, {})})
+            for kind, n in sends.items()}
 
 
 def _carries(ev: Event) -> bool:
@@ -197,6 +243,7 @@ def diff(a: RunProfile, b: RunProfile) -> list[DiffRow]:
         ratio = f", x{bb / ba:.2f}" if ba and bb else ""
         rows.append(DiffRow("bytes per step", d, f"{ba:.1f} (sd {sa:.1f})",
                             f"{bb:.1f} (sd {sb:.1f}{ratio})", bytes_changed(ba, sa, bb, sb)))
+    rows += _message_rows(a, b)
     # A count that differs while both runs have the kind is the runs' lengths, not a change.
     for kind in sorted(set(a.errors) | set(b.errors)):
         rows.append(DiffRow("engine errors", kind, str(a.errors[kind]), str(b.errors[kind]),
@@ -205,8 +252,42 @@ def diff(a: RunProfile, b: RunProfile) -> list[DiffRow]:
         rows.append(DiffRow("findings", kind, str(a.findings[kind]), str(b.findings[kind]),
                             _in_one(a.findings[kind], b.findings[kind])))
     order = {section: i for i, section in enumerate(dict.fromkeys(
-        ["run", "names", "per name (attach)", "per name (extract)", "bytes per step"]))}
+        ["run", "names", "per name (attach)", "per name (extract)", "bytes per step",
+         "messages", *(r.section for r in rows if r.section.startswith("per key ("))]))}
     rows.sort(key=lambda r: order.get(r.section, len(order)))  # stable: keeps order within
+    return rows
+
+
+def _keys(own: Sequence[str], other: Sequence[str]) -> str:
+    """``7 keys``, and the ones the other run's sends lack: ``7 keys (+residual)`` (each key's
+    own row follows)."""
+    extra = [k for k in own if k not in other]
+    return plural(len(own), "key") + (f" (+{', +'.join(extra)})" if extra else "")
+
+
+def _message_rows(a: RunProfile, b: RunProfile) -> list[DiffRow]:
+    """The message layer's rows: per kind its sends and keys, per key its dtype and shape.
+    A run that recorded no messages says so, and nothing is marked against it."""
+    if not a.messages and not b.messages:
+        return []
+    both = bool(a.messages) and bool(b.messages)
+
+    def told(p: RunProfile, text: str) -> str:
+        return text if p.messages else "not recorded"
+
+    rows = []
+    for kind in list(a.messages) + [k for k in b.messages if k not in a.messages]:
+        na, keys_a, ka = a.messages.get(kind, (0, (), {}))
+        nb, keys_b, kb = b.messages.get(kind, (0, (), {}))
+        rows.append(DiffRow("messages", f"{kind} sends", told(a, str(na)), told(b, str(nb)),
+                            both and _in_one(na, nb)))
+        rows.append(DiffRow("messages", f"{kind} keys", told(a, _keys(keys_a, keys_b)),
+                            told(b, _keys(keys_b, keys_a)), both and set(keys_a) != set(keys_b)))
+        for key in list(ka) + [k for k in kb if k not in ka]:
+            pa, pb = ka.get(key), kb.get(key)
+            ta = told(a, f"{'/'.join(pa.dtypes)} {pa.shape}" if pa else "absent")
+            tb = told(b, f"{'/'.join(pb.dtypes)} {pb.shape}" if pb else "absent")
+            rows.append(DiffRow(f"per key ({kind})", key, ta, tb, both and ta != tb))
     return rows
 
 
