@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -95,40 +95,73 @@ def _check(events: list[Event], idents: dict[int, int]) -> None:
         assert e.seq > last_seq.get(key, -1)
         last_seq[key] = e.seq
     assert set(per_thread.values()) == {PAIRS}
-    # The threads really interleaved (run one after another they would switch THREADS-1 times).
+
+
+def _interleaved(events: list[Event], idents: dict[int, int]) -> bool:
+    """Whether the threads really interleaved (run one after another they switch THREADS-1
+    times): on a machine loaded enough, the threads woken by the barrier may not get a CPU
+    before the first has made all its calls, and then nothing concurrent was tested."""
     order = [idents[e.thread_id] for e in sorted(events, key=lambda e: e.seq)
              if e.direction is Direction.ATTACH]
-    assert sum(a != b for a, b in zip(order, order[1:], strict=False)) >= THREADS
+    return sum(a != b for a, b in zip(order, order[1:], strict=False)) >= THREADS
+
+
+def _until_interleaved(run: Callable[[], tuple[list[Event], dict[int, int]] | None]) -> None:
+    """Run, check, and run again (3 tries) until a run's threads interleaved. ``run`` returns
+    None for a run whose recorder was too starved of CPU to keep up: its overload pacing then
+    drops and counts the excess (``run`` checks the count), so there is no gap-free trace to
+    check, and it is run again."""
+    for _ in range(3):
+        got = run()
+        if got is None:
+            continue
+        events, idents = got
+        _check(events, idents)
+        if _interleaved(events, idents):
+            return
+    pytest.fail(f"{THREADS} threads never interleaved, or never without overload drops, in 3 "
+                "runs (is the machine overloaded?)")
 
 
 def test_threads_in_stream_mode_with_concurrent_flushes() -> None:
-    mod = transport()
-    sink = ListSink()
-    rec = make_recorder(Config(flush_interval=0.001), sink).start()
-    attach, extract = wrap_transport(mod.add_auxiliary_output_to_pp_tensors,
-                                     mod.pop_auxiliary_output_from_pp_tensors, rec)
-    idents = _hammer(attach, extract)
-    rec.shutdown(timeout=10.0)
-    assert rec.recorded == 2 * THREADS * PAIRS
-    assert rec.dropped == 0 and rec.internal_errors == 0
-    assert len(sink.events) == 2 * THREADS * PAIRS
-    _check(sink.events, idents)
-    assert sink.stats[-1].exported == 2 * THREADS * PAIRS
+    def run() -> tuple[list[Event], dict[int, int]] | None:
+        mod = transport()
+        sink = ListSink()
+        rec = make_recorder(Config(flush_interval=0.001), sink).start()
+        attach, extract = wrap_transport(mod.add_auxiliary_output_to_pp_tensors,
+                                         mod.pop_auxiliary_output_from_pp_tensors, rec)
+        idents = _hammer(attach, extract)
+        rec.shutdown(timeout=10.0)
+        assert rec.recorded == 2 * THREADS * PAIRS and rec.internal_errors == 0
+        # Nothing lost uncounted (a starved recorder drops and counts: see _until_interleaved).
+        assert rec.recorded == rec.exported + rec.dropped == len(sink.events) + rec.dropped
+        assert sink.stats[-1].exported == rec.exported
+        return (list(sink.events), idents) if rec.dropped == 0 else None
+
+    _until_interleaved(run)
 
 
 def test_threads_with_the_file_sink(tmp_path: Path) -> None:
-    mod = transport()
-    config = Config(trace_dir=str(tmp_path), flush_interval=0.005)
-    rec = make_recorder(config, sink_factory=file_sink_factory(config)).start()
-    attach, extract = wrap_transport(mod.add_auxiliary_output_to_pp_tensors,
-                                     mod.pop_auxiliary_output_from_pp_tensors, rec)
-    idents = _hammer(attach, extract)
-    rec.shutdown(timeout=20.0)
-    (path,) = trace_files(str(tmp_path))
-    events, stats, bad = read_trace_file(path)
-    assert not bad
-    _check(events, idents)
-    assert stats[-1].recorded == stats[-1].exported == 2 * THREADS * PAIRS
+    tries = iter(range(3))
+
+    def run() -> tuple[list[Event], dict[int, int]] | None:
+        mod = transport()
+        config = Config(trace_dir=str(tmp_path / str(next(tries))), flush_interval=0.005)
+        rec = make_recorder(config, sink_factory=file_sink_factory(config)).start()
+        attach, extract = wrap_transport(mod.add_auxiliary_output_to_pp_tensors,
+                                         mod.pop_auxiliary_output_from_pp_tensors, rec)
+        idents = _hammer(attach, extract)
+        rec.shutdown(timeout=20.0)
+        (path,) = trace_files(config.trace_dir)
+        events, stats, bad = read_trace_file(path)
+        assert not bad
+        last = stats[-1]
+        assert last.recorded == 2 * THREADS * PAIRS and last.final
+        # Nothing lost uncounted, and the file holds what was exported.
+        assert last.recorded == last.exported + last.dropped and len(events) == last.exported
+        return (events, idents) if last.dropped == 0 else None
+
+    _until_interleaved(run)
 
 
 def test_threads_in_flight_mode_dump_a_consistent_ring() -> None:
