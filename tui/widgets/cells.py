@@ -13,11 +13,33 @@ from __future__ import annotations
 from typing import ClassVar
 
 from rich.style import Style
+from textual.binding import Binding
 from textual.scroll_view import ScrollView
 
-__all__ = ["CELL", "CellView"]
+__all__ = ["CELL", "CellView", "cell_bindings"]
 
 CELL = 2  # characters per cell: a glyph and a space
+
+
+_MOVE = Binding.Group("Move", compact=True)
+_PAGE = Binding.Group("Page", compact=True)
+_EDGE = Binding.Group("First/last", compact=True)
+
+
+def cell_bindings(row: str) -> list[Binding | tuple[str, str] | tuple[str, str, str]]:
+    """The keys of a cell view: arrows step (``row``: what up and down step between, "Row" or
+    "Rank"), PgUp/PgDn a screen's width, Home/End the first and last; each view's ``move``,
+    ``page`` and ``edge`` actions do the stepping."""
+    return [
+        Binding("left", "move(0, -1)", "Earlier", key_display="←", group=_MOVE),
+        Binding("right", "move(0, 1)", "Later", key_display="→", group=_MOVE),
+        Binding("up", "move(-1, 0)", f"{row} up", key_display="↑", group=_MOVE),
+        Binding("down", "move(1, 0)", f"{row} down", key_display="↓", group=_MOVE),
+        Binding("pageup", "page(-1)", "Page left", key_display="PgUp", group=_PAGE, show=False),
+        Binding("pagedown", "page(1)", "Page right", key_display="PgDn", group=_PAGE, show=False),
+        Binding("home", "edge(0)", "First", key_display="Home", group=_EDGE, show=False),
+        Binding("end", "edge(1)", "Last", key_display="End", group=_EDGE, show=False),
+    ]
 
 
 class CellView(ScrollView):

@@ -10,14 +10,13 @@ from __future__ import annotations
 from rich.segment import Segment
 from rich.style import Style
 from textual import events
-from textual.binding import Binding
 from textual.geometry import Size
 from textual.strip import Strip
 
 from ..filters import FilterSpec
 from ..index import Cell, TraceIndex
 from ..messages import CellSelected
-from .cells import CELL, CellView
+from .cells import CELL, CellView, cell_bindings
 
 __all__ = ["GLYPHS", "GridView"]
 
@@ -64,19 +63,7 @@ class GridView(CellView, can_focus=True):
         "grid--divergence",
     }
 
-    _MOVE = Binding.Group("Move", compact=True)
-    _PAGE = Binding.Group("Page", compact=True)
-    _EDGE = Binding.Group("First/last", compact=True)
-    BINDINGS = [
-        Binding("left", "move(0, -1)", "Earlier", key_display="←", group=_MOVE),
-        Binding("right", "move(0, 1)", "Later", key_display="→", group=_MOVE),
-        Binding("up", "move(-1, 0)", "Row up", key_display="↑", group=_MOVE),
-        Binding("down", "move(1, 0)", "Row down", key_display="↓", group=_MOVE),
-        Binding("pageup", "page(-1)", "Page left", key_display="PgUp", group=_PAGE, show=False),
-        Binding("pagedown", "page(1)", "Page right", key_display="PgDn", group=_PAGE, show=False),
-        Binding("home", "edge(0)", "First", key_display="Home", group=_EDGE, show=False),
-        Binding("end", "edge(1)", "Last", key_display="End", group=_EDGE, show=False),
-    ]
+    BINDINGS = cell_bindings("Row")
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)

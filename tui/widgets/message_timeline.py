@@ -15,13 +15,12 @@ from dataclasses import dataclass
 from rich.segment import Segment
 from rich.style import Style
 from textual import events
-from textual.binding import Binding
 from textual.geometry import Size
 from textual.message import Message
 from textual.strip import Strip
 
 from ..message_index import Glyph, MessageIndex
-from .cells import CELL, CellView
+from .cells import CELL, CellView, cell_bindings
 
 __all__ = ["GLYPHS", "WAIT_LINE", "MessageTimeline", "since"]
 
@@ -51,19 +50,7 @@ class MessageTimeline(CellView, can_focus=True):
         *_KIND_CLASS.values(), "mt--finding", "mt--wait", "mt--cursor", "mt--counterpart",
         "mt--gutter", "mt--gutter-bad", "mt--header",
     }
-    _MOVE = Binding.Group("Move", compact=True)
-    _PAGE = Binding.Group("Page", compact=True)
-    _EDGE = Binding.Group("First/last", compact=True)
-    BINDINGS = [
-        Binding("left", "move(0, -1)", "Earlier", key_display="←", group=_MOVE),
-        Binding("right", "move(0, 1)", "Later", key_display="→", group=_MOVE),
-        Binding("up", "move(-1, 0)", "Rank up", key_display="↑", group=_MOVE),
-        Binding("down", "move(1, 0)", "Rank down", key_display="↓", group=_MOVE),
-        Binding("pageup", "page(-1)", "Page left", key_display="PgUp", group=_PAGE, show=False),
-        Binding("pagedown", "page(1)", "Page right", key_display="PgDn", group=_PAGE, show=False),
-        Binding("home", "edge(0)", "First", key_display="Home", group=_EDGE, show=False),
-        Binding("end", "edge(1)", "Last", key_display="End", group=_EDGE, show=False),
-    ]
+    BINDINGS = cell_bindings("Rank")
 
     @dataclass
     class Chosen(Message):
