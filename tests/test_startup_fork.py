@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from pptrace.model import schema
+from pptrace.model.records import Direction
+from tests.helpers_reliability import read_trace_file
 from tests.helpers_startup import CHILD_PRELUDE, PYTHON, REPO, child_env
 
 SCRIPT = CHILD_PRELUDE + """
@@ -60,15 +61,8 @@ print(json.dumps({"bare": bare, "right_after": right_after, "child": pid, "threa
 
 
 def _attach_seqs(path: Path) -> list[int]:
-    seqs = []
-    for line in path.read_text().splitlines():
-        for rs in json.loads(line)["resourceSpans"]:
-            for ss in rs["scopeSpans"]:
-                for span in ss["spans"]:
-                    if span["name"] == schema.SPAN_ATTACH:
-                        attrs = {a["key"]: a["value"] for a in span["attributes"]}
-                        seqs.append(int(attrs[schema.SEQ]["intValue"]))
-    return seqs
+    events, _, _ = read_trace_file(str(path))
+    return [e.seq for e in events if e.direction is Direction.ATTACH]
 
 
 @pytest.mark.slow

@@ -3,14 +3,14 @@ handler, a forked child records on its own, and the environment alone decides ac
 
 from __future__ import annotations
 
-import json
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from pptrace.activation.startup import activate_from_env, active_recorder
-from pptrace.model import schema
+from pptrace.model.records import Direction
+from tests.helpers_reliability import read_trace_file
 from tests.helpers_startup import CHILD_PRELUDE, PYTHON, REPO, child_env
 
 SIGNALS = CHILD_PRELUDE + """
@@ -46,15 +46,8 @@ print("child", pid, flush=True)
 
 
 def _attach_seqs(path: Path) -> list[int]:
-    seqs = []
-    for line in path.read_text().splitlines():
-        for rs in json.loads(line)["resourceSpans"]:
-            for ss in rs["scopeSpans"]:
-                for span in ss["spans"]:
-                    if span["name"] == schema.SPAN_ATTACH:
-                        attrs = {a["key"]: a["value"] for a in span["attributes"]}
-                        seqs.append(int(attrs[schema.SEQ]["intValue"]))
-    return seqs
+    events, _, _ = read_trace_file(str(path))
+    return [e.seq for e in events if e.direction is Direction.ATTACH]
 
 
 def _run(tmp_path: Path, script: str) -> subprocess.CompletedProcess[str]:
