@@ -40,6 +40,7 @@ import torch.distributed as dist
 from pptrace.activation.sglang_module import load_transport_module
 from pptrace.export.sinks import build_sink
 from pptrace.export.trace_file import trace_file_name
+from pptrace.load.segments import segment_of
 from pptrace.model.config import Config
 from pptrace.model.records import PREFIX, RankInfo
 from pptrace.record.messages import MessageLog, wrap_recv, wrap_send, wrap_typed_recv
@@ -337,15 +338,15 @@ def trace_written(out_dir: str, info: RankInfo) -> str:
     and how many are on disk) when it rotated."""
     stem = trace_file_name(info).removesuffix(".otlp.jsonl")
     try:
-        names = sorted(n for n in os.listdir(out_dir) if n.startswith(stem + "."))
+        found = [(seg, name) for name in sorted(os.listdir(out_dir))
+                 if (seg := segment_of(name)) is not None and seg.process[1] == stem]
     except OSError:
-        names = []
-    if len(names) == 1:
-        return os.path.join(out_dir, names[0])
-    if not names:
+        found = []
+    if not found:
         return os.path.join(out_dir, trace_file_name(info))
-    ext = names[-1][len(stem) + 7:]  # after ".000007"
-    return os.path.join(out_dir, f"{stem}.*{ext} ({len(names)} segments)")
+    if len(found) == 1:
+        return os.path.join(out_dir, found[0][1])
+    return os.path.join(out_dir, f"{stem}.*{found[-1][0].ending} ({len(found)} segments)")
 
 
 def run_rank(opts: PipelineOptions, rank: int, progress: Progress) -> RankReport:
