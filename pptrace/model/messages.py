@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 from pptrace.model.derived import ITEMSIZES, implied_devices, implied_nbytes
-from pptrace.model.schema import R_MAIN_DEVICE, R_THREAD_MAIN_ID, VERSION
+from pptrace.model.schema import R_MAIN_DEVICE, R_THREAD_MAIN_ID, compact_against
 
 __all__ = [
     "MSG_TYPE_KEY",
@@ -175,10 +175,6 @@ def _is_tensor(dtype: str) -> bool:
     return dtype in ITEMSIZES
 
 
-def _compact(resource: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
-    return resource if resource is not None and resource.get(VERSION) == 2 else None
-
-
 def to_attributes(event: MessageEvent,
                   resource: Mapping[str, Any] | None = None) -> dict[str, AttributeValue]:
     """A message event as span attributes (the inverse of ``from_attributes``).
@@ -192,7 +188,7 @@ def to_attributes(event: MessageEvent,
     non-tensor); ``T_SLICED`` when none is; ``T_IS_TENSOR`` when a value is a tensor exactly
     when its dtype is in ``ITEMSIZES``. A value is left out only when its rule gives it back.
     """
-    res = _compact(resource)
+    res = compact_against(resource)
     out: dict[str, AttributeValue] = {}
     if res is None:
         out[OP], out[PHASE] = event.op.value, event.phase
@@ -313,7 +309,7 @@ def from_attributes(attrs: Mapping[str, object], name: str,
     if name not in SPAN_NAMES:
         raise BadMessageSpan(f"{name!r:.60} is not a message span")
     # A compact span is one without OP, under a version 2 resource (a whole span always has it).
-    res = _compact(resource) if OP not in attrs else None
+    res = compact_against(resource) if OP not in attrs else None
     phase: object
     if res is not None and PHASE not in attrs:
         op, phase = _span_of(name)

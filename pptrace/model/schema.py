@@ -38,7 +38,8 @@ from pptrace.model.span_reader import SpanReader
 __all__ = [
     "READ_VERSION", "RESOURCE_KEYS", "SCHEMA_VERSION", "SPAN_ATTACH", "SPAN_EXTRACT", "SPAN_STATS",
     "SPAN_NAMES", "ITEMSIZES", "AttributeValue", "attributes_to_event", "attributes_to_stats",
-    "event_to_attributes", "implied_keys_after", "resource_attributes", "stats_to_attributes",
+    "compact_against", "event_to_attributes", "implied_keys_after", "resource_attributes",
+    "stats_to_attributes",
 ]
 
 #: The version the sinks write (``PPTRACE_SCHEMA=1`` keeps writing 1); bumped on any
@@ -198,7 +199,7 @@ def _constants(rank: RankInfo, run_id: str, resource: Mapping[str, Any] | None,
             out[key] = value
 
 
-def _compact(resource: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+def compact_against(resource: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
     """The resource to compact against: one that says version 2, else None (version 1)."""
     return resource if resource is not None and resource.get(VERSION) == 2 else None
 
@@ -228,7 +229,7 @@ def event_to_attributes(event: Event, resource: Mapping[str, Any] | None = None,
     Readers must not depend on the order; pptrace's own fast path falls back when it differs.
     """
     t = event.tensors
-    res = _compact(resource)
+    res = compact_against(resource)
     out: dict[str, AttributeValue] = {SEQ: event.seq, MONO_NS: event.mono_ns}
     if res is None or not exact_times or event.duration_ns < 0:
         out[DURATION_NS] = event.duration_ns
@@ -448,7 +449,7 @@ def stats_to_attributes(stats: RecorderStats,
                         resource: Mapping[str, Any] | None = None) -> dict[str, AttributeValue]:
     """Encode recorder counters as the stats span's attributes (under a version 2
     ``resource``, without what it says, as ``event_to_attributes``)."""
-    res = _compact(resource)
+    res = compact_against(resource)
     out: dict[str, AttributeValue] = {} if res is not None else {VERSION: 1}
     _constants(stats.rank, stats.run_id, res, out)
     out.update({
