@@ -208,13 +208,23 @@ def _open(trace: Trace, check: Check, *keys: str, size: tuple[int, int] = (120, 
         async with app.run_test(size=size) as pilot:
             await wait_main(pilot)
             await pilot.press("M")
-            for _ in range(5):
-                await pilot.pause()
+            for _ in range(200):  # bounded: the screen mounts in a few frames, later if loaded
+                if isinstance(app.screen, MessagesScreen):
+                    break
+                await pilot.pause(0.02)
             screen = app.screen
             assert isinstance(screen, MessagesScreen)
             for key in keys:
                 await pilot.press(key)
-            await pilot.pause()
+            # The detail panel redraws a frame or more after the cursor moves (under load, more
+            # than a fixed number of pauses: CI saw it): check until it holds, 5 s at most.
+            for _ in range(250):
+                await pilot.pause(0.02)
+                try:
+                    check(screen, screen_text(app))
+                    return
+                except AssertionError:
+                    pass
             check(screen, screen_text(app))
 
     asyncio.run(run())
