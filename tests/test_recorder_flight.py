@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -43,10 +42,22 @@ def test_ring_keeps_the_last_events_and_counts_what_it_overwrote() -> None:
 
 def test_nothing_is_written_until_something_happens() -> None:
     sink = MemorySink()
-    rec = recorder(Config(mode="flight", flush_interval=0.01), sink).start()
+    rec = recorder(Config(mode="flight", flush_interval=0.01), sink)
+    # Evidence instead of a sleep: the thread's loop is seen to turn (each turn trims the ring)
+    # many times after the calls, and a stream recorder writes on its first turns.
+    turns = threading.Semaphore(0)
+    trim = rec._trim
+
+    def counted_trim() -> None:
+        trim()
+        turns.release()
+
+    rec._trim = counted_trim  # type: ignore[method-assign]
+    rec.start()
     attach, extract = wrapped(rec)
     drive(attach, extract, pairs=5)
-    time.sleep(0.3)  # many flush intervals: a stream recorder would have written by now
+    for _ in range(10):
+        assert turns.acquire(timeout=10.0), "the recorder thread stopped turning"
     assert sink.events == [] and sink.stats == []
     rec.shutdown(timeout=5.0)
     assert len(sink.events) == 10  # exit dumps the ring
