@@ -5,12 +5,25 @@ Python exists in ``PPTRACE_NATIVE_DIR``. The tests point it at a folder that doe
 that a reader built on the developer's machine never decides which path a test takes: the Python
 reads are the default here, and ``tests/test_native.py`` builds the reader and runs both paths.
 ``PPTRACE_TEST_NATIVE_DIR=DIR`` runs the whole suite with the reader built in DIR instead.
+
+Nothing outside a test decides its result: each test starts in an empty working directory of its
+own (``pptrace demo`` leaves ``./pptrace-traces`` in a clone, which ``pptrace analyze`` with no
+path would read), and the variables pptrace and OpenTelemetry read from a developer's shell
+(``PPTRACE_*``, ``OTEL_*``) are cleared for the session; a test sets what it needs itself.
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+for _name in [n for n in os.environ if n.startswith(("PPTRACE_", "OTEL_"))]:
+    if _name != "PPTRACE_TEST_NATIVE_DIR":
+        del os.environ[_name]
 
 os.environ["PPTRACE_NATIVE_DIR"] = os.environ.get("PPTRACE_TEST_NATIVE_DIR") or os.path.join(
     tempfile.gettempdir(), f"pptrace-tests-no-native-{os.getpid()}")
@@ -23,3 +36,15 @@ def pytest_sessionstart(session: object) -> None:
 
         if native.reader() is None:
             raise RuntimeError(f"PPTRACE_TEST_NATIVE_DIR: {native.status().reason}")
+
+
+@pytest.fixture(autouse=True)
+def _own_working_directory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Each test runs in an empty directory of its own, never in the checkout."""
+    here = os.getcwd()
+    cwd = tmp_path_factory.mktemp("cwd")
+    os.chdir(cwd)
+    try:
+        yield cwd
+    finally:
+        os.chdir(here)
