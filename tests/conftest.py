@@ -9,7 +9,8 @@ reads are the default here, and ``tests/test_native.py`` builds the reader and r
 Nothing outside a test decides its result: each test starts in an empty working directory of its
 own (``pptrace demo`` leaves ``./pptrace-traces`` in a clone, which ``pptrace analyze`` with no
 path would read), and the variables pptrace and OpenTelemetry read from a developer's shell
-(``PPTRACE_*``, ``OTEL_*``) are cleared for the session; a test sets what it needs itself.
+(``PPTRACE_*``, ``OTEL_*``; not the suite's own ``PPTRACE_TEST_*``) are cleared for the
+session; a test sets what it needs itself.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pathlib import Path
 import pytest
 
 for _name in [n for n in os.environ if n.startswith(("PPTRACE_", "OTEL_"))]:
-    if _name != "PPTRACE_TEST_NATIVE_DIR":
+    if not _name.startswith("PPTRACE_TEST_"):  # the suite's own knobs stay
         del os.environ[_name]
 
 os.environ["PPTRACE_NATIVE_DIR"] = os.environ.get("PPTRACE_TEST_NATIVE_DIR") or os.path.join(
