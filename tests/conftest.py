@@ -11,6 +11,10 @@ own (``pptrace demo`` leaves ``./pptrace-traces`` in a clone, which ``pptrace an
 path would read), and the variables pptrace and OpenTelemetry read from a developer's shell
 (``PPTRACE_*``, ``OTEL_*``; not the suite's own ``PPTRACE_TEST_*``) are cleared for the
 session; a test sets what it needs itself.
+
+Two tiers: ``pytest`` runs the fast tier (a developer's default, a few minutes); ``pytest --slow``
+adds the tests marked ``slow`` (real multi-process gloo pipelines, subprocesses, real terminals,
+the type checker), which the README's test command and CI run. ``-m`` still selects as usual.
 """
 
 from __future__ import annotations
@@ -49,3 +53,18 @@ def _own_working_directory(tmp_path_factory: pytest.TempPathFactory) -> Iterator
         yield cwd
     finally:
         os.chdir(here)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--slow", action="store_true",
+                     help="also run the slow tier (tests marked slow), as CI does")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Without --slow (or an explicit -m), the slow tier is deselected, and counted as such."""
+    if config.getoption("--slow") or config.getoption("markexpr"):
+        return
+    slow = [item for item in items if item.get_closest_marker("slow") is not None]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if item.get_closest_marker("slow") is None]
