@@ -19,7 +19,6 @@ import importlib
 import inspect
 import io
 import pkgutil
-import sys
 import tokenize
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -65,8 +64,7 @@ def findings_page() -> str:
 
 def faults_page() -> str:
     """Every fault ``pptrace demo --fault`` injects, and what pptrace finds."""
-    sys.path.insert(0, str(ROOT))
-    from samples.faults import FAULTS, MESSAGE_FAULTS
+    from pptrace_samples.faults import FAULTS, MESSAGE_FAULTS
 
     def rows(faults: Iterable) -> list[tuple[str, ...]]:  # type: ignore[type-arg]
         return [(f"`{f.name}`", f.where, f.what,
