@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import re
 from pathlib import Path
 
@@ -148,3 +149,17 @@ def test_every_test_the_docs_name_exists(page: str, ref: str) -> None:
     source = (ROOT / path).read_text(encoding="utf-8")
     assert re.search(rf"^(async )?def {re.escape(name.split('[')[0])}\(", source, re.M), (
         f"{page} names {ref}, which {path} does not define")
+
+
+def test_the_site_builds_strict(tmp_path: Path) -> None:
+    """What CI's ``mkdocs build --strict`` checks, here too: links, anchors, the nav."""
+    import subprocess
+    import sys
+
+    if importlib.util.find_spec("mkdocs") is None:
+        pytest.fail("mkdocs is not installed: it is in the dev extra (pip install -e '.[dev]')")
+    built = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict",
+                            "--site-dir", str(tmp_path / "site")], cwd=ROOT, capture_output=True,
+                           text=True, timeout=120, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    assert built.returncode == 0, built.stderr
+    assert (tmp_path / "site" / "reference" / "findings" / "index.html").exists()
