@@ -270,7 +270,7 @@ async def _shoot(name: str, path: str, steps, size=(140, 36), **kwargs) -> None:
 
 
 def save_screenshots(directory: str) -> None:
-    """Write the README's screenshots (Textual's own SVG export) into ``directory``.
+    """Write the docs' screenshots (Textual's own SVG export) into ``directory``.
 
         python -c "import sys; sys.path.insert(0, 'tests'); import helpers_tui as h; \\
                    h.save_screenshots('docs/screenshots')"

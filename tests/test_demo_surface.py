@@ -2,7 +2,7 @@
 
 The OTLP test runs the real demo (gloo ranks) against the project's real OTLP receiver
 (``tests/otlp_receiver.py``, the official protobuf service definitions), configured the two ways
-the README shows: the standard variables, and the demo's own ``--endpoint`` option.
+docs/quickstart.md shows: the standard variables, and the demo's own ``--endpoint`` option.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def test_a_skipped_send_is_not_a_healthy_run(tmp_path: Path,
                                  "--out", out, "--no-view"))
     text = capsys.readouterr().out
     assert "1 never sent (skipped)" in text
-    assert status == 1  # the README: exit 0 needs every output to reach stage 0
+    assert status == 1  # docs/quickstart.md: exit 0 needs every output to reach stage 0
 
 
 @pytest.mark.slow
@@ -110,7 +110,7 @@ def test_the_demo_sends_its_spans_to_an_otlp_collector(
 
 def test_a_sink_that_cannot_open_costs_only_its_own_copy(tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    """Found by trying the README's Jaeger command in a fresh venv: without an OTLP exporter the
+    """Found by trying the quickstart's Jaeger command in a fresh venv: without an OTLP exporter the
     whole sink failed, and the trace file was never written. Now the file goes on and OTLP's
     loss is counted as OTLP's."""
     import pptrace.export.otlp as otlp

@@ -178,7 +178,7 @@ def test_members_larger_than_one_decompress_call_stay_whole(
 
 
 def test_gzip_dc_gives_the_plain_lines(tmp_path: Path) -> None:
-    """The README's one command for tools that cannot read gzip: ``gzip -dc FILE``."""
+    """docs/schema.md's one command for tools that cannot read gzip: ``gzip -dc FILE``."""
     gz = shutil.which("gzip")
     assert gz is not None, "gzip(1) is part of every system this runs on"
     src = sorted(GOLDEN.iterdir())[0]

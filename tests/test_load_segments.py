@@ -195,7 +195,7 @@ def test_follow_sees_segments_appear_and_disappear(tmp_path: Path) -> None:
 
 
 def test_gzip_dcf_makes_one_plain_file_of_a_rotated_trace(tmp_path: Path) -> None:
-    """The README's command for a tool that reads neither gzip nor segments: ``gzip -dcf
+    """docs/schema.md's command for a tool that reads neither gzip nor segments: ``gzip -dcf
     STEM.*`` (a shell glob sorts six-digit segment numbers in order; -f passes plain ones)."""
     gz = shutil.which("gzip")
     assert gz is not None, "gzip(1) is part of every system this runs on"

@@ -29,7 +29,7 @@ INTERVAL = 1.0  # Config.flush_interval for the child (the default)
 #: Beyond one interval: how late the recorder thread itself runs (its last chunk's and its stats
 #: span's overrun of the deadline, its waits for the GIL against four threads that never wait
 #: and for a CPU). Measured on the shared 2-core machine at load averages of 6 to 13: windows of
-#: 0.08 to 0.85 s mostly, once 2.1 s; see the README's reliability section.
+#: 0.08 to 0.85 s mostly, once 2.1 s; see docs/security.md, crash safety.
 SLACK = 1.0
 THREADS = 4
 KILLS = 4

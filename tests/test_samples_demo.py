@@ -157,13 +157,16 @@ def test_silent_fault_demo_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture
     assert "first difference at forward 2: entropy: dtype torch.float16" in text
 
 
-def test_readme_lists_every_fault() -> None:
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    section = readme.split("<!-- section:demo -->")[1].split("<!-- /section:demo -->")[0]
-    rows = [line for line in section.splitlines() if line.startswith("| `")]
-    listed = [row.split("`")[1] for row in rows if not row.startswith("| `--")]
-    assert listed == fault_names()
-    for row, fault in zip([r for r in rows if not r.startswith("| `--")], FAULTS.values(),
-                          strict=True):
-        assert f"`{fault.finding}`" in row
-        assert fault.error is None or f"`{fault.error}`" in row
+def test_the_docs_list_every_fault() -> None:
+    # docs/reference/faults.md is generated from the registries (tests/test_docs_fresh.py keeps
+    # it fresh): the auxiliary-output faults first, then the message layer's, each in order.
+    page = (Path(__file__).resolve().parents[1] / "docs" / "reference" / "faults.md").read_text(
+        encoding="utf-8")
+    aux, messages = page.split("## The message layer")
+    for section, registry in ((aux, FAULTS), (messages, MESSAGE_FAULTS)):
+        rows = [line for line in section.splitlines() if line.startswith("| `")]
+        assert [row.split("`")[1] for row in rows] == list(registry)
+        for row, fault in zip(rows, registry.values(), strict=True):
+            assert f"`{fault.finding}`" in row
+            assert fault.error is None or f"`{fault.error}`" in row
+    assert list(FAULTS) == fault_names()

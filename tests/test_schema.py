@@ -189,21 +189,20 @@ def test_stats_with_a_future_version_is_refused() -> None:
         schema.attributes_to_stats(attrs)
 
 
-# --- the README documents exactly this schema ---------------------------------------------------
+# --- docs/schema.md documents exactly this schema ---------------------------------------------
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+SCHEMA_PAGE = Path(__file__).resolve().parent.parent / "docs" / "schema.md"
 TYPE_NAMES = {str: "string", bool: "bool", int: "int", float: "double"}
 
 
 def documented_tables() -> dict[str, dict[str, str]]:
-    """``{heading: {attribute: type}}`` from the tables in README's schema section."""
-    text = README.read_text("utf-8")
-    section = text.split("<!-- section:schema -->")[1].split("<!-- /section:schema -->")[0]
+    """``{heading: {attribute: type}}`` from the tables of the schema page."""
+    section = SCHEMA_PAGE.read_text("utf-8")
     tables: dict[str, dict[str, str]] = {}
     heading = ""
     for line in section.splitlines():
-        if line.startswith("### "):
-            heading = line[4:]
+        if line.startswith("## "):
+            heading = line[3:]
         if not line.startswith("|"):
             continue
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
@@ -233,14 +232,14 @@ FULL_EVENT = Event(
 )
 
 
-def test_readme_documents_every_event_attribute_with_its_type() -> None:
+def test_the_schema_page_documents_every_event_attribute_with_its_type() -> None:
     documented = documented_tables()["Event span attributes (`pptrace.attach`, `pptrace.extract`)"]
     produced = {("pptrace.extra.<name>" if k.startswith(schema.EXTRA_PREFIX) else k): type_name(v)
                 for k, v in schema.event_to_attributes(FULL_EVENT).items()}
     assert documented == produced
 
 
-def test_readme_documents_every_stats_attribute_with_its_type() -> None:
+def test_the_schema_page_documents_every_stats_attribute_with_its_type() -> None:
     tables = documented_tables()
     documented = tables["Stats span attributes (`pptrace.recorder`)"]
     rank_keys = {schema.VERSION, schema.RUN_ID, schema.RANK, schema.WORLD_SIZE, schema.PP_RANK,
@@ -254,7 +253,7 @@ def test_readme_documents_every_stats_attribute_with_its_type() -> None:
     assert rank_keys <= set(produced)
 
 
-def test_readme_documents_the_span_names_and_resource() -> None:
+def test_the_schema_page_documents_the_span_names_and_resource() -> None:
     tables = documented_tables()
     assert set(tables["Spans"]) == schema.SPAN_NAMES
     from pptrace.export.spans import process_resource
