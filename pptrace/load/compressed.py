@@ -143,6 +143,7 @@ class CompressedLines:
         self._zstd = _zstd_module(path) if kind == ZSTD else None
         #: Set once the lines are read: what was wrong at the end of the data, if anything.
         self.problem: str | None = None
+        self.capped = False  # whether reading stopped at ``limits`` (the problem says so)
 
     def _decompressor(self) -> _Zlib | _Zstd:
         return _Zlib() if self._zstd is None else _Zstd(self._zstd)
@@ -182,6 +183,7 @@ class CompressedLines:
                     read = offset + len(chunk) - len(data)
                     if total > cap(read):
                         self.problem = _bomb(self.limits, read)
+                        self.capped = True
                         return
                     if first:
                         first = False

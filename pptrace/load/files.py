@@ -213,12 +213,14 @@ def _stop(builder: TraceBuilder, path: str, line: int, message: str, spans: bool
     else the file's error."""
     if not spans:
         raise TraceInputError(message, path=path, line=line)
-    builder.problem(f"{message} from here on; the rest of the file skipped", line=line)
+    builder.problem(f"{message}: the rest of the file skipped (the lines before it were read)",
+                    line=line)
 
 
 def _read_lines(path: str, lines: Lines, builder: TraceBuilder, tick: Callable[[int], None],
-                first_can_switch: bool, limits: ReadLimits) -> bool:
-    """Read JSON lines; return False when the first line shows it is one multi-line document."""
+                first_can_switch: bool, limits: ReadLimits) -> bool | None:
+    """Read JSON lines; return whether they gave spans, or None when the first line shows the
+    file is one multi-line document."""
     fast = builder.fast
     count = 0
     whole = 0  # lines counted in builder.accepted (which also counts the spans they gave)
@@ -232,12 +234,12 @@ def _read_lines(path: str, lines: Lines, builder: TraceBuilder, tick: Callable[[
                 continue
             _stop(builder, path, lineno, "binary data, not a JSON trace",  # BINARY
                   builder.accepted > whole)
-            return True
+            return builder.accepted > whole
         count += 1
         if count > limits.lines:
-            builder.problem(f"more than {limits.lines:,} lines; the rest of the file skipped "
-                            f"({LINES_ENV} raises the bound)")
-            return True
+            _stop(builder, path, lineno, f"more than {limits.lines:,} lines in one file "
+                  f"({LINES_ENV} raises the bound)", builder.accepted > whole)
+            return builder.accepted > whole
         tick(len(raw))
         if fast.line(raw):  # before strip(): a line of pptrace's is megabytes, copied for nothing
             first_can_switch = False
@@ -252,7 +254,7 @@ def _read_lines(path: str, lines: Lines, builder: TraceBuilder, tick: Callable[[
         except UnicodeDecodeError:
             _stop(builder, path, lineno, "not UTF-8 text: this is not a JSON trace",
                   builder.accepted > whole)
-            return True
+            return builder.accepted > whole
         try:
             if len(line) > _BIG_LINE and line[:1] == "{":
                 # One huge document on one line: walk it span by span, not as one tree.
@@ -269,12 +271,12 @@ def _read_lines(path: str, lines: Lines, builder: TraceBuilder, tick: Callable[[
             continue
         except RecursionError:
             if first_can_switch:
-                return False
+                return None
             builder.problem("JSON nested too deeply; line skipped")
             continue
         except ValueError as exc:
             if first_can_switch:
-                return False
+                return None
             if not raw.endswith(b"\n"):
                 builder.problem("truncated last line skipped (the writer stopped mid-line?)")
             else:
@@ -290,7 +292,7 @@ def _read_lines(path: str, lines: Lines, builder: TraceBuilder, tick: Callable[[
                 whole += 1
         except (BadShape, RecursionError) as exc:  # Python >= 3.12 parses deeper than it recurses
             builder.problem(f"{exc}; line skipped")
-    return True
+    return builder.accepted > whole
 
 
 def _too_big_document(path: str, limits: ReadLimits) -> TraceInputError:
@@ -342,7 +344,10 @@ def _read_compressed(path: str, f: IO[bytes], kind: str, builder: TraceBuilder,
     reader = CompressedLines(f, kind, path, tick, first=lambda head: _check_text(path, head),
                              limits=limits)
     lines = reader.lines()
-    if _read_lines(path, lines, builder, lambda n: None, not as_lines, limits):
+    spans = _read_lines(path, lines, builder, lambda n: None, not as_lines, limits)
+    if spans is not None:
+        if reader.capped and not spans:
+            raise TraceInputError(reader.problem or "", path=path, line=lines.next_line)
         if reader.problem is not None:
             builder.line = lines.next_line
             builder.problem(reader.problem)
@@ -387,7 +392,7 @@ def _read_file(path: str, builder: TraceBuilder, tick: Callable[[int], None],
                 _check_text(path, head)
                 as_lines = path.endswith(_LINE_SUFFIXES)
                 lines = Lines(_plain_pieces(f), limits.line_bytes)
-                if not _read_lines(path, lines, builder, tick, not as_lines, limits):
+                if _read_lines(path, lines, builder, tick, not as_lines, limits) is None:
                     if os.fstat(f.fileno()).st_size > limits.line_bytes:
                         raise _too_big_document(path, limits)
                     f.seek(0)

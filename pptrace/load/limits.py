@@ -35,7 +35,7 @@ class ReadLimits:
     #: three times this). pptrace's own lines are a flush each: a few MB.
     line_bytes: int = 256 << 20
     #: The most non-blank lines read from one file (a run of blank lines costs nothing).
-    lines: int = 2_000_000
+    lines: int = 1_000_000
     #: Decompressed bytes per compressed byte, beyond ``floor`` (pptrace's own files expand
     #: 20 to 50 times; gzip cannot pass about 1,030, zstd can pass 30,000).
     expansion: int = 500
