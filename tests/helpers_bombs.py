@@ -63,6 +63,20 @@ def zstd_repeated(tmp: Path, name: str, byte: bytes, size: int) -> Path:
     return _repeat(tmp / name, b"", frame, size // unit)
 
 
+def zstd_one_frame(tmp: Path, name: str, byte: bytes, size: int) -> Path:
+    """A ``.jsonl.zst`` of ``size`` bytes of ``byte`` in one zstd frame (a few seconds)."""
+    import zstandard
+
+    unit = 64 << 20
+    block = byte * unit
+    c = zstandard.ZstdCompressor(level=1).compressobj()
+    with (tmp / name).open("wb") as f:
+        for _ in range(size // unit):
+            f.write(c.compress(block))
+        f.write(c.flush())
+    return tmp / name
+
+
 def sparse_after_line(tmp: Path, size: int) -> Path:
     """A plain ``.jsonl`` file: a real trace line, then a hole (NUL bytes) to ``size``."""
     path = tmp / "sparse.jsonl"

@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import socket
 import time
+import urllib.parse
+from pathlib import Path
 
 import pytest
 
 from pptrace.cli.main import main
 from pptrace.load.jaeger_fetch import JaegerQuery, fetch_to_file
+from pptrace.load.loader import load_paths
 from pptrace.model.errors import TraceInputError
 from tests.fake_jaeger import fake_jaeger, scripted_jaeger, trickle
+from tests.test_jaeger_fetch import _spans, _v3_body
 
 NOW = time.time_ns()
 _SLOW = 120.0  # seconds each trickling server would go on for
@@ -104,17 +108,22 @@ def test_an_answer_that_is_not_http_is_one_line(
     assert len(err) < 1000
 
 
-def test_a_service_name_with_a_slash_is_fetched(capsys: pytest.CaptureFixture[str]) -> None:
-    """``--jaeger-service a/b`` is a name to ask for, never a path (FileNotFoundError before)."""
+@pytest.mark.parametrize("service", ["a/b", "../../x", "s" * 300])
+def test_a_service_name_is_a_name_never_a_path(tmp_path: Path, service: str) -> None:
+    """``--jaeger-service a/b`` is a name to ask for (FileNotFoundError before): the spans it
+    names are fetched into a file under the folder given, whatever the name holds."""
     asked: list[str] = []
+    body = _v3_body(_spans())
 
     def answer(path: str) -> tuple[int, bytes]:
         asked.append(path)
-        return 200, b'{"data": []}'
+        return 200, body
 
     with fake_jaeger(answer) as url:
-        status = main(["analyze", "--jaeger", url, "--jaeger-service", "a/b", "--no-progress"])
-    err = capsys.readouterr().err
-    assert status == 2
-    assert err.startswith(f"pptrace: error: Jaeger at {url} has no spans of service 'a/b' "), err
-    assert any("service_name=a%2Fb" in p for p in asked), asked
+        path = fetch_to_file(JaegerQuery(url, service=service, start_ns=NOW - 10**9,
+                                         end_ns=NOW, timeout=5), str(tmp_path))
+    assert Path(path).parent == tmp_path and Path(path).is_file()
+    assert len(Path(path).name) < 120
+    assert urllib.parse.parse_qs(urllib.parse.urlsplit(asked[0]).query)[
+        "query.service_name"] == [service]
+    assert load_paths([path]).event_count == 6

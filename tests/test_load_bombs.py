@@ -136,7 +136,7 @@ def test_work_size_sampler_reads_a_bounded_prefix(tmp_path: Path) -> None:
     """The sampler judged a 64 KB zstd of 2 GB of newlines by decompressing all of its head
     (2 GB and 4.4 s a file, on every load): it stops after about 1 MB now."""
     pytest.importorskip("zstandard")
-    path = bombs.zstd_repeated(tmp_path, "nl.jsonl.zst", b"\n", 2 * GB)
+    path = bombs.zstd_one_frame(tmp_path, "nl.jsonl.zst", b"\n", 2 * GB)
     code = ("from pptrace.load.worker import work_sizes; "
             f"print(work_sizes({{{str(path)!r}: 1000}})[{str(path)!r}])")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
