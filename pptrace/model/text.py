@@ -4,7 +4,7 @@ Trace files are input from anywhere: a tensor name or an error message may hold 
 sequence, a carriage return, a newline or a bidi override. Everything that shows trace text to a
 person (the text reports, error lines, the viewer and its exports) passes it through ``inert``,
 so that it can neither act on the terminal nor break the one-line promise, nor stop the
-output: a lone surrogate (``\ud800``, which JSON's ``\ud800`` escape decodes to) cannot be
+output: a lone surrogate (U+D800, which JSON's ``\\ud800`` escape decodes to) cannot be
 encoded as UTF-8, and is shown as its escape too (``json_safe`` does only that, for the JSON
 reports, whose encoder escapes the rest itself). Counted nouns go through ``plural`` so that
 sentences read right for 0, 1 and many; ``clip`` bounds what one finding or message may print
@@ -16,7 +16,7 @@ id, a host) wherever a report shows one.
     plural(3, "key", "prefixed")     # '3 prefixed keys'
     clip("x" * 10_000, 100)          # 'xxx... (9,938 more characters cut)'
     clip_name("r" * 300_000)         # 'rrr... (299,840 more characters cut)'
-    json_safe({"n": "a\ud800"})      # {'n': 'a\\ud800'}
+    json_safe({"n": "a\\ud800"})     # {'n': 'a\\\\ud800'}
 
 Stdlib only.
 """
