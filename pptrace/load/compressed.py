@@ -65,7 +65,7 @@ def expansion(head: bytes) -> float | None:
     try:
         d: _Zlib | _Zstd = _Zlib() if kind == GZIP else _Zstd(importlib.import_module("zstandard"))
         out = used = 0
-        data = head
+        data: bytes | memoryview = head
         while data and out < _SAMPLE_OUT and not d.eof:
             piece, rest = d.feed(data)
             used += len(data) - len(rest)

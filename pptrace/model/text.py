@@ -23,7 +23,9 @@ Stdlib only.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar, cast
+
+_T = TypeVar("_T")
 
 __all__ = ["INERT_CHARACTERS", "MESSAGE_LIMIT", "NAME_LIMIT", "clip", "clip_name", "inert",
            "json_safe", "plural"]
@@ -52,16 +54,18 @@ def inert(text: str) -> str:
     return text.translate(_TABLE)
 
 
-def json_safe(value: Any) -> Any:
+def json_safe(value: _T) -> _T:
     """``value`` (JSON data) with every lone surrogate in its strings, keys too, shown as its
-    escape: what a strict JSON reader accepts, and what the text report shows."""
+    escape: what a strict JSON reader accepts, and what the text report shows (tuples become
+    lists, as JSON writes them)."""
+    out: Any = value
     if isinstance(value, str):
-        return value.translate(_SURROGATE_TABLE)
-    if isinstance(value, dict):
-        return {json_safe(k): json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
-    return value
+        out = value.translate(_SURROGATE_TABLE)
+    elif isinstance(value, dict):
+        out = {json_safe(k): json_safe(v) for k, v in value.items()}
+    elif isinstance(value, (list, tuple)):
+        out = [json_safe(v) for v in value]
+    return cast(_T, out)
 
 
 def clip_name(text: str) -> str:
