@@ -2,13 +2,16 @@
 
     with fake_jaeger(lambda path: (200, b'{"data": []}')) as url: ...
     with endless_jaeger(content_length=10**12) as (url, sent): ...   # a hostile server
+    with scripted_jaeger(lambda conn: conn.sendall(b"junk\r\n\r\n")) as (url, requests): ...
 """
 
 from __future__ import annotations
 
 import contextlib
 import http.server
+import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 
 
@@ -75,3 +78,59 @@ def endless_jaeger(content_length: int | None = None, status: int = 200
 
     with _serve(Handler) as url:
         yield url, sent
+
+
+@contextlib.contextmanager
+def scripted_jaeger(script: Callable[[socket.socket], None]
+                    ) -> Iterator[tuple[str, list[str]]]:
+    """A raw TCP server on 127.0.0.1: each connection's request is read, then
+    ``script(conn)`` writes whatever bytes it likes (not necessarily HTTP); yield the URL and
+    the request lines received so far."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.05)
+    requests: list[str] = []
+    stop = threading.Event()
+
+    def one(conn: socket.socket) -> None:
+        with conn:
+            conn.settimeout(30)
+            head = b""
+            try:
+                while b"\r\n\r\n" not in head:
+                    data = conn.recv(4096)
+                    if not data:
+                        return
+                    head += data
+                requests.append(head.split(b"\r\n", 1)[0].decode("latin-1"))
+                script(conn)
+            except OSError:  # the client went: what the bounds are for
+                pass
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            threading.Thread(target=one, args=(conn,), daemon=True).start()
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}", requests
+    finally:
+        stop.set()
+        thread.join(5)
+        listener.close()
+
+
+def trickle(conn: socket.socket, data: bytes, every: float, seconds: float) -> None:
+    """Send ``data`` one byte at a time, a byte every ``every`` s, for at most ``seconds``."""
+    until = time.monotonic() + seconds
+    for i in range(len(data)):
+        if time.monotonic() > until:
+            return
+        conn.sendall(data[i : i + 1])
+        time.sleep(every)

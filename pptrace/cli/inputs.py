@@ -98,7 +98,8 @@ def add_jaeger_arguments(parser: argparse.ArgumentParser, *, url: bool = True) -
     g.add_argument("--jaeger-limit", type=int, default=1000, metavar="N",
                    help="most traces to fetch (default 1000; every pptrace span is a trace)")
     g.add_argument("--jaeger-timeout", type=float, default=10.0, metavar="SECONDS",
-                   help="timeout of each request (default 10)")
+                   help="deadline of each whole request: connecting, headers and body "
+                        "(default 10)")
     g.add_argument("--jaeger-max-mb", type=float, default=MAX_ANSWER_BYTES / (1 << 20),
                    metavar="MB",
                    help=f"most of one answer to read (default {MAX_ANSWER_BYTES >> 20}; a larger "

@@ -7,7 +7,10 @@ files, the Collector's file exporter, Jaeger v3 API stream chunks) or one JSON d
 ``TracesData``, a Jaeger v3 API response, Jaeger's JSON).
 JSON lines stream one line at a time, pptrace's own through the fast path
 (``pptrace.load.fast``); a single document, and a line over 16 MB, is walked span by span
-(``pptrace.load.stream``).
+(``pptrace.load.stream``). Every file is read within ``pptrace.load.limits.ReadLimits``: a line
+or document over its size is passed over unread, a file stops at its line count or (compressed)
+its expansion, and binary data stops it at its first NUL; each is one problem naming the file
+and line, and the lines before it are kept.
 
     files = expand_paths(["pptrace-traces/"])
     errors = read_files(files, sizes, builder, progress)   # the files that had to be skipped
@@ -19,12 +22,14 @@ import glob
 import json
 import os
 import stat
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import IO, Any, NamedTuple
 
 from pptrace.load.builder import TraceBuilder
 from pptrace.load.compressed import CompressedLines, compression_of, strip_compression
 from pptrace.load.jaeger import for_each_jaeger_span
+from pptrace.load.limits import LINE_ENV, LINES_ENV, ReadLimits
+from pptrace.load.lines import OVERLONG, Lines
 from pptrace.load.otlp import BadShape, for_each_otlp_span
 from pptrace.load.stream import stream_document
 from pptrace.model.errors import SchemaVersionError, TraceInputError
@@ -37,6 +42,7 @@ TRACE_SUFFIXES = (".json", ".jsonl", ".ndjson", ".jsonl.gz", ".jsonl.zst")
 _LINE_SUFFIXES = (".jsonl", ".ndjson")
 _PROGRESS_STEP = 1 << 20
 _BIG_LINE = 16 << 20  # characters: above this a line is walked span by span
+_PIECE = 1 << 20  # bytes of a plain file read at a time
 
 
 class Found(NamedTuple):
@@ -198,20 +204,47 @@ def _not_text(chunk: bytes) -> tuple[int, str] | None:
     return None
 
 
-def _read_lines(path: str, f: Iterable[bytes], builder: TraceBuilder,
-                tick: Callable[[int], None], first_can_switch: bool) -> bool:
-    """Read JSON lines; return False when the first line shows it is one multi-line document."""
+def _mb(n: int) -> str:
+    return f"{n / (1 << 20):g} MB"
+
+
+def _stop(builder: TraceBuilder, path: str, line: int, message: str, spans: bool) -> None:
+    """Binary or non-UTF-8 data from ``line`` on: a problem after lines that gave ``spans``,
+    else the file's error."""
+    if not spans:
+        raise TraceInputError(message, path=path, line=line)
+    builder.problem(f"{message}: the rest of the file skipped (the lines before it were read)",
+                    line=line)
+
+
+def _read_lines(path: str, lines: Lines, builder: TraceBuilder, tick: Callable[[int], None],
+                first_can_switch: bool, limits: ReadLimits) -> bool | None:
+    """Read JSON lines; return whether they gave spans, or None when the first line shows the
+    file is one multi-line document."""
     fast = builder.fast
-    lineno = 0
-    for raw in f:
-        lineno += 1
-        tick(len(raw))
+    count = 0
+    whole = 0  # lines counted in builder.accepted (which also counts the spans they gave)
+    for lineno, raw in lines:
         builder.line = lineno
-        if b"\0" in raw:
-            raise TraceInputError("binary data, not a JSON trace", path=path, line=lineno)
+        if not isinstance(raw, bytes):
+            if raw is OVERLONG:
+                first_can_switch = False
+                builder.problem(f"line longer than the {_mb(limits.line_bytes)} that pptrace "
+                                f"holds in memory; skipped unread ({LINE_ENV} raises the bound)")
+                continue
+            _stop(builder, path, lineno, "binary data, not a JSON trace",  # BINARY
+                  builder.accepted > whole)
+            return builder.accepted > whole
+        count += 1
+        if count > limits.lines:
+            _stop(builder, path, lineno, f"more than {limits.lines:,} lines in one file "
+                  f"({LINES_ENV} raises the bound)", builder.accepted > whole)
+            return builder.accepted > whole
+        tick(len(raw))
         if fast.line(raw):  # before strip(): a line of pptrace's is megabytes, copied for nothing
             first_can_switch = False
             builder.accepted += 1
+            whole += 1
             continue
         text = raw.strip()
         if not text:
@@ -219,9 +252,9 @@ def _read_lines(path: str, f: Iterable[bytes], builder: TraceBuilder,
         try:
             line = text.decode("utf-8")
         except UnicodeDecodeError:
-            raise TraceInputError(
-                "not UTF-8 text: this is not a JSON trace", path=path, line=lineno
-            ) from None
+            _stop(builder, path, lineno, "not UTF-8 text: this is not a JSON trace",
+                  builder.accepted > whole)
+            return builder.accepted > whole
         try:
             if len(line) > _BIG_LINE and line[:1] == "{":
                 # One huge document on one line: walk it span by span, not as one tree.
@@ -230,6 +263,7 @@ def _read_lines(path: str, f: Iterable[bytes], builder: TraceBuilder,
                 first_can_switch = False
                 if builder.file_problems == before:
                     builder.accepted += 1
+                    whole += 1
                 continue
             doc = json.loads(line)
         except BadShape as exc:
@@ -237,12 +271,12 @@ def _read_lines(path: str, f: Iterable[bytes], builder: TraceBuilder,
             continue
         except RecursionError:
             if first_can_switch:
-                return False
+                return None
             builder.problem("JSON nested too deeply; line skipped")
             continue
         except ValueError as exc:
             if first_can_switch:
-                return False
+                return None
             if not raw.endswith(b"\n"):
                 builder.problem("truncated last line skipped (the writer stopped mid-line?)")
             else:
@@ -255,9 +289,16 @@ def _read_lines(path: str, f: Iterable[bytes], builder: TraceBuilder,
             _dispatch(doc, builder)
             if builder.file_problems == before:
                 builder.accepted += 1
+                whole += 1
         except (BadShape, RecursionError) as exc:  # Python >= 3.12 parses deeper than it recurses
             builder.problem(f"{exc}; line skipped")
-    return True
+    return builder.accepted > whole
+
+
+def _too_big_document(path: str, limits: ReadLimits) -> TraceInputError:
+    return TraceInputError(
+        f"one JSON document larger than the {_mb(limits.line_bytes)} that pptrace holds in "
+        f"memory ({LINE_ENV} raises the bound; or write it as JSON lines)", path=path)
 
 
 def _read_document(path: str, data: bytes, builder: TraceBuilder) -> None:
@@ -288,31 +329,55 @@ def _read_document(path: str, data: bytes, builder: TraceBuilder) -> None:
 
 
 def _check_text(path: str, head: bytes) -> None:
+    """Refuse a file whose first line already shows it is not JSON text; a later line is left
+    to the line reader (the lines before it are kept)."""
     bad = _not_text(head)
-    if bad is not None:
+    if bad is not None and bad[0] == 1:
         raise TraceInputError(bad[1], path=path, line=bad[0])
 
 
 def _read_compressed(path: str, f: IO[bytes], kind: str, builder: TraceBuilder,
-                     tick: Callable[[int], None]) -> None:
+                     tick: Callable[[int], None], limits: ReadLimits) -> None:
     """Read a compressed file's lines (or, not being lines, its one document) as a plain
-    file's; a cut or damaged end is one problem."""
+    file's; a cut, damaged or over-expanding end is one problem."""
     as_lines = strip_compression(path).endswith(_LINE_SUFFIXES)
-    lines = CompressedLines(f, kind, path, tick, first=lambda head: _check_text(path, head))
-    if _read_lines(path, lines, builder, lambda n: None, first_can_switch=not as_lines):
-        if lines.problem is not None:
-            builder.line = lines.lines + 1
-            builder.problem(lines.problem)
+    reader = CompressedLines(f, kind, path, tick, first=lambda head: _check_text(path, head),
+                             limits=limits)
+    lines = reader.lines()
+    spans = _read_lines(path, lines, builder, lambda n: None, not as_lines, limits)
+    if spans is not None:
+        if reader.capped and not spans:
+            raise TraceInputError(reader.problem or "", path=path, line=lines.next_line)
+        if reader.problem is not None:
+            builder.line = lines.next_line
+            builder.problem(reader.problem)
         return
     f.seek(0)
-    whole = CompressedLines(f, kind, path)
-    data = b"".join(whole)
+    whole = CompressedLines(f, kind, path, limits=limits)
+    parts: list[bytes] = []
+    size = 0
+    for piece in whole.pieces():
+        size += len(piece)
+        if size > limits.line_bytes:
+            raise _too_big_document(path, limits)
+        parts.append(piece)
     if whole.problem is not None:
         raise TraceInputError(whole.problem, path=path)
+    data = b"".join(parts)
+    del parts
     _read_document(path, data, builder)
 
 
-def _read_file(path: str, builder: TraceBuilder, tick: Callable[[int], None]) -> None:
+def _plain_pieces(f: IO[bytes]) -> Iterator[bytes]:
+    while True:
+        piece = f.read(_PIECE)
+        if not piece:  # b"" at the end; None: a read that would block (not a regular file)
+            return
+        yield piece
+
+
+def _read_file(path: str, builder: TraceBuilder, tick: Callable[[int], None],
+               limits: ReadLimits) -> None:
     builder.start_file(path)
     try:
         with open_regular(path) as f:
@@ -322,13 +387,16 @@ def _read_file(path: str, builder: TraceBuilder, tick: Callable[[int], None]) ->
             kind = compression_of(head)
             f.seek(0)
             if kind is not None:
-                _read_compressed(path, f, kind, builder, tick)
+                _read_compressed(path, f, kind, builder, tick, limits)
             else:
                 _check_text(path, head)
                 as_lines = path.endswith(_LINE_SUFFIXES)
-                if not _read_lines(path, f, builder, tick, first_can_switch=not as_lines):
+                lines = Lines(_plain_pieces(f), limits.line_bytes)
+                if _read_lines(path, lines, builder, tick, not as_lines, limits) is None:
+                    if os.fstat(f.fileno()).st_size > limits.line_bytes:
+                        raise _too_big_document(path, limits)
                     f.seek(0)
-                    data = f.read() or b""
+                    data = f.read(limits.line_bytes + 1) or b""
                     tick(len(data))
                     _read_document(path, data, builder)
     except OSError as exc:
@@ -359,6 +427,7 @@ def read_files(files: Sequence[str], sizes: dict[str, int], builder: TraceBuilde
 
     A ``SchemaVersionError`` (a span this pptrace cannot read) is raised at once.
     """
+    limits = ReadLimits.from_env()
     total = base + sum(sizes[f] for f in files)
     done = base
     errors: list[TraceInputError] = []
@@ -366,7 +435,7 @@ def read_files(files: Sequence[str], sizes: dict[str, int], builder: TraceBuilde
         tick = _Ticker(progress, done, total, path)
         kept_problems = len(builder.problems)
         try:
-            _read_file(path, builder, tick)
+            _read_file(path, builder, tick, limits)
         except SchemaVersionError:
             raise
         except TraceInputError as exc:

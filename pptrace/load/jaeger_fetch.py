@@ -2,8 +2,12 @@
 
 Jaeger's API v3 (``/api/v3/traces``, OTLP JSON) is tried first; when the server does not have it
 (older Jaeger) or answers something else, the older ``/api/traces`` (Jaeger's JSON model) is used.
-Every request has a timeout, and what is read of an answer is capped (``max_bytes``, 128 MB by
-default: more is a one-line error naming the URL and the cap). The documents are written as
+Every request has a deadline on the whole of it (``timeout``: connecting, the headers and the
+body together; a server that trickles a byte at a time is cut there, never waited on per byte),
+and what is read of an answer is capped (``max_bytes``, 128 MB by default: more is a one-line
+error naming the URL and the cap). A redirect is never followed (it is said, with where it
+points), and an answer that is not HTTP (a bad status line, too many or too long headers) is one
+line too. The documents are written as
 JSON lines, exactly as Jaeger sent them (the loader reads both formats), so a cluster's traces
 are analysed without copying files.
 
@@ -16,17 +20,20 @@ that build a ``JaegerQuery`` live in ``pptrace.cli.inputs``.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import re
-import urllib.error
+import socket
+import threading
+import time
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
 from pptrace.model.errors import TraceInputError
+from pptrace.model.text import clip
 
 __all__ = ["MAX_ANSWER_BYTES", "JaegerQuery", "fetch_documents", "fetch_to_file", "rfc3339"]
 
@@ -48,7 +55,7 @@ class JaegerQuery:
     start_ns: int = 0
     end_ns: int = 0
     limit: int = 1000  # traces; each pptrace span is its own trace
-    timeout: float = 10.0  # seconds per request
+    timeout: float = 10.0  # seconds for each whole request (connect, headers, body)
     max_bytes: int = MAX_ANSWER_BYTES  # of one answer; more is an error, never read
 
     def v3_url(self) -> str:
@@ -86,9 +93,8 @@ class _Answer:
 
 
 def _too_big(url: str, cap: int) -> TraceInputError:
-    where = urllib.parse.urlsplit(url)
     return TraceInputError(
-        f"Jaeger at {where.scheme}://{where.netloc}{where.path}: the answer is larger than the "
+        f"Jaeger at {_where(url)}: the answer is larger than the "
         f"{cap / (1 << 20):g} MB that pptrace reads (a narrower window, a smaller "
         "--jaeger-limit, or a larger --jaeger-max-mb)")
 
@@ -110,16 +116,88 @@ def _read_capped(response: Any, url: str, cap: int) -> bytes:
         chunks.append(chunk)
 
 
+class _Deadline:
+    """Shuts a connection's socket down when a request's time is up: a read blocked on a
+    server that sends a byte now and then returns at once, whatever ``http.client`` is doing."""
+
+    def __init__(self, conn: http.client.HTTPConnection, seconds: float) -> None:
+        self.conn = conn
+        self.passed = False
+        self._timer = threading.Timer(seconds, self._cut)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _cut(self) -> None:
+        self.passed = True
+        sock = self.conn.sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+
+class _TimedOut(Exception):
+    """The request's deadline passed."""
+
+
+def _where(url: str) -> str:
+    parts = urllib.parse.urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}{parts.path}"
+
+
 def _get(url: str, timeout: float, cap: int = MAX_ANSWER_BYTES) -> _Answer:
-    request = urllib.request.Request(url, headers={"Accept": "application/json"})
+    """GET ``url`` within ``timeout`` seconds in all (``_TimedOut`` past it)."""
+    parts = urllib.parse.urlsplit(url)
+    cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    target = parts.path + ("?" + parts.query if parts.query else "")
+    start = time.monotonic()
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
-            return _Answer(response.status, _read_capped(response, url, cap))
-    except urllib.error.HTTPError as exc:
-        return _Answer(exc.code, exc.read(_ERROR_BODY_BYTES) or b"", f"HTTP {exc.code}")
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        reason = getattr(exc, "reason", exc)
-        return _Answer(0, b"", f"cannot reach it: {reason}")
+        conn = cls(parts.hostname or "", parts.port, timeout=timeout)
+    except ValueError as exc:  # a port that is not a number
+        return _Answer(0, b"", f"cannot reach it: {exc}")
+    deadline = _Deadline(conn, timeout)
+    response: http.client.HTTPResponse | None = None
+    try:
+        conn.request("GET", target, headers={"Accept": "application/json"})
+        response = conn.getresponse()
+        status = response.status
+        if 300 <= status < 400:
+            location = clip(response.headers.get("Location", "") or "nowhere", 200)
+            return _Answer(status, b"", f"HTTP {status}, a redirect to {location}: not followed "
+                                        "(give --jaeger the address it names)")
+        if status >= 400:
+            answer = _Answer(status, response.read(_ERROR_BODY_BYTES) or b"", f"HTTP {status}")
+        else:
+            answer = _Answer(status, _read_capped(response, url, cap))
+        if deadline.passed:  # the cut socket reads as the end of the body: not a whole one
+            raise _TimedOut
+        return answer
+    except (http.client.HTTPException, OSError, ValueError) as exc:
+        if deadline.passed or time.monotonic() - start >= timeout:
+            raise _TimedOut from None
+        if isinstance(exc, http.client.HTTPException) and not isinstance(
+                exc, http.client.RemoteDisconnected):
+            what = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            return _Answer(0, b"", f"not an HTTP answer ({clip(what, 200)})")
+        return _Answer(0, b"", f"cannot reach it: {clip(str(exc) or type(exc).__name__, 200)}")
+    finally:
+        deadline.cancel()
+        if response is not None:
+            response.close()  # (it holds the socket even after the connection lets go of it)
+        conn.close()
+
+
+def _get_in_time(url: str, query: JaegerQuery) -> _Answer:
+    try:
+        return _get(url, query.timeout, query.max_bytes)
+    except _TimedOut:
+        raise TraceInputError(
+            f"Jaeger at {_where(url)}: no whole answer within {query.timeout:g} s "
+            "(--jaeger-timeout bounds each request: connecting, headers and body)") from None
 
 
 def _documents(body: bytes) -> list[Any] | None:
@@ -160,11 +238,11 @@ def _is_v3(docs: list[Any]) -> bool:
 
 def fetch_documents(query: JaegerQuery) -> tuple[str, list[Any]]:
     """Fetch the spans; return the API used ("v3" or "legacy") and the JSON documents."""
-    v3 = _get(query.v3_url(), query.timeout, query.max_bytes)
+    v3 = _get_in_time(query.v3_url(), query)
     docs = _documents(v3.body) if v3.body else None
     if v3.status == 200 and docs is not None and _is_v3(docs) and _v3_spans(docs):
         return "v3", [d for d in docs if "result" in d]
-    legacy = _get(query.legacy_url(), query.timeout, query.max_bytes)
+    legacy = _get_in_time(query.legacy_url(), query)
     ldocs = _documents(legacy.body) if legacy.body else None
     if legacy.status == 200 and ldocs and isinstance(ldocs[0], dict) and "data" in ldocs[0]:
         return "legacy", ldocs[:1]
@@ -175,6 +253,12 @@ def fetch_documents(query: JaegerQuery) -> tuple[str, list[Any]]:
         f"Jaeger at {query.url}: neither {V3_PATH} ({v3.error or 'not the v3 API'}) nor "
         f"{LEGACY_PATH} ({why or 'not Jaeger JSON'}) answered with traces"
     )
+
+
+def _file_part(text: str) -> str:
+    """``text`` as part of a file name: no separators (a service ``a/b``), no dot-only names,
+    at most 64 characters."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip(".")[:64] or "_"
 
 
 def fetch_to_file(query: JaegerQuery, directory: str) -> str:
@@ -188,8 +272,8 @@ def fetch_to_file(query: JaegerQuery, directory: str) -> str:
             f"{rfc3339(query.start_ns)} and {rfc3339(query.end_ns)}"
         )
     os.makedirs(directory, exist_ok=True)
-    host = re.sub(r"[^A-Za-z0-9_.-]+", "_", urllib.parse.urlsplit(query.url).netloc or "jaeger")
-    path = os.path.join(directory, f"jaeger-{host}-{query.service}-{api}.jsonl")
+    host = _file_part(urllib.parse.urlsplit(query.url).netloc or "jaeger")
+    path = os.path.join(directory, f"jaeger-{host}-{_file_part(query.service)}-{api}.jsonl")
     with open(path, "w", encoding="utf-8") as f:
         for doc in docs:
             f.write(json.dumps(doc, separators=(",", ":")) + "\n")

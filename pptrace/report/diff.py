@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import textwrap
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -25,7 +25,7 @@ from pptrace.analyze.analyzer import classify_error
 from pptrace.model.findings import Finding
 from pptrace.model.messages import MessageOp
 from pptrace.model.records import Direction, Event
-from pptrace.model.text import inert, plural
+from pptrace.model.text import clip, clip_name, inert, json_safe, plural
 from pptrace.model.trace import Trace
 
 __all__ = [
@@ -302,12 +302,19 @@ def _header(label: str) -> str:
     return label if len(label) <= _HEADER_LIMIT else "..." + label[-(_HEADER_LIMIT - 3):]
 
 
+def _shown(row: DiffRow, escape: Callable[[str], str]) -> DiffRow:
+    """``row`` as a report shows it: its subject clipped as a name, its values as a message."""
+    return replace(row, subject=escape(clip_name(row.subject)), a=escape(clip(row.a)),
+                   b=escape(clip(row.b)))
+
+
 def render_text(rows: Sequence[DiffRow], label_a: str, label_b: str) -> str:
     """A readable table under A and B column headers, a mark on each changed row, and the
     rule that marked them."""
-    # Names come from trace files: show their control characters as escapes (as analyze does).
-    rows = [replace(r, subject=inert(r.subject), a=inert(r.a), b=inert(r.b)) for r in rows]
-    label_a, label_b = inert(label_a), inert(label_b)
+    # Names come from trace files: show their control characters as escapes (as analyze does),
+    # and clip them (a 300,000-character name padded every row to its width: 11.7 MB).
+    rows = [_shown(r, inert) for r in rows]
+    label_a, label_b = inert(clip_name(label_a)), inert(clip_name(label_b))
     head_a, head_b = f"A: {_header(label_a)}", f"B: {_header(label_b)}"
     width = max([len(r.subject) for r in rows] + [8]) + 2
     col = max([len(r.a) for r in rows] + [len(head_a), 8]) + 2
@@ -328,10 +335,11 @@ def render_text(rows: Sequence[DiffRow], label_a: str, label_b: str) -> str:
 
 def to_json(rows: Sequence[DiffRow], label_a: str, label_b: str) -> dict[str, Any]:
     """The JSON diff: ``{"schema", "a", "b", "differences", "rule", "rows": [...]}``."""
-    return {
+    rows = [_shown(r, str) for r in rows]
+    return json_safe({  # (a lone surrogate written as its escape: see ``model.text``)
         "schema": JSON_SCHEMA,
-        "a": label_a,
-        "b": label_b,
+        "a": clip_name(label_a),
+        "b": clip_name(label_b),
         "differences": sum(r.changed for r in rows),
         "rule": CHANGE_RULE,
         "rows": [
@@ -339,4 +347,4 @@ def to_json(rows: Sequence[DiffRow], label_a: str, label_b: str) -> dict[str, An
              "changed": r.changed}
             for r in rows
         ],
-    }
+    })

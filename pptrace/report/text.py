@@ -21,7 +21,7 @@ from typing import Any
 from pptrace.model.findings import Finding, MessageId, Severity
 from pptrace.model.messages import MessageOp
 from pptrace.model.records import Direction
-from pptrace.model.text import clip, inert, plural
+from pptrace.model.text import clip, clip_name, inert, json_safe, plural
 from pptrace.model.trace import EventId, Trace
 from pptrace.report.groups import consequences, first_divergence, kind_groups, occurrences
 
@@ -98,7 +98,7 @@ def _finding_line(f: Finding, indent: str = "  ", head: str = "") -> str:
     if f.microbatch is not None:
         where.append(f"mb {f.microbatch}")
     if f.channel:
-        where.append(f.channel)
+        where.append(clip_name(f.channel))  # (it holds the run id when there are several runs)
     where.append(_time(f.time_ns))
     # One finding prints at most MESSAGE_LIMIT characters of its message, saying what it cut.
     return f"{indent}{head}[{', '.join(where)}] {clip(f.message)}"
@@ -198,11 +198,11 @@ def finding_json(f: Finding, cause: int | None = None) -> dict[str, Any]:
     return {
         "kind": f.kind.value,
         "severity": f.severity.name.lower(),
-        "message": f.message,
+        "message": clip(f.message),
         "ranks": list(f.ranks),
         "microbatch": f.microbatch,
         "time_ns": f.time_ns,
-        "channel": f.channel,
+        "channel": None if f.channel is None else clip_name(f.channel),
         "cascade": f.cascade,
         "events": [event_ref_json(e) for e in f.events],
         "messages": [message_ref_json(m) for m in f.messages],
@@ -243,7 +243,7 @@ def _process_json(index: int, trace: Trace) -> dict[str, Any]:
         "pp_size": r.pp_size,
         "tp_rank": r.tp_rank,
         "tp_size": r.tp_size,
-        "host": r.host,
+        "host": clip_name(r.host),
         "pid": r.pid,
         "attaches": attaches,
         "extracts": len(proc.events) - attaches,
@@ -260,7 +260,9 @@ def to_json(trace: Trace, findings: Sequence[Finding], fail_on: Severity, *,
     of a kind it holds (None: all). The summary counts every finding."""
     by_sev = Counter(f.severity.name.lower() for f in findings)
     kept = shown(findings, per_kind)
-    return {
+    # Text from trace files is clipped as the text report clips it, and a lone surrogate (which
+    # no strict JSON reader takes) is written as its escape.
+    return json_safe({
         "schema": JSON_SCHEMA,
         "summary": {
             "processes": len(trace.processes),
@@ -280,6 +282,7 @@ def to_json(trace: Trace, findings: Sequence[Finding], fail_on: Severity, *,
         "findings": _findings_json(findings, kept),
         "truncated": _truncated(findings, kept, per_kind),
         "problems": [
-            {"source": p.source, "line": p.line, "message": p.message} for p in trace.problems
+            {"source": p.source, "line": p.line, "message": clip(p.message)}
+            for p in trace.problems
         ],
-    }
+    })
