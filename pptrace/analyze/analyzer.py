@@ -42,6 +42,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pptrace.analyze.channels import Channel, Member, Roles, plan
+from pptrace.analyze.holes import find_holes
 from pptrace.analyze.messages import carried_by, check_messages
 from pptrace.analyze.pairing import Alignment, align
 from pptrace.analyze.pairs import PairBook, Pairs
@@ -114,6 +115,7 @@ class _Analysis:
         # (process, attach seq) -> the raw tp-disagree finding about that attach
         self.tp_causes: dict[tuple[int, int], int] = {}
         self.scans = [scan(p.trace.events, p.rank.pp_rank) for p in self.procs]
+        self.holes = find_holes(trace)
         self.windows = [process_window(found, p.trace.stats)
                         for found, p in zip(self.scans, self.procs, strict=True)]
         self.attaches = {p.index: self.scans[p.index].attaches for p in self.procs}
@@ -143,6 +145,7 @@ class _Analysis:
         events, stats = p.trace.events, p.trace.stats
         if (events or p.trace.messages) and (stats is None or not stats.final):
             self.unfinished(p, "no stats at all" if stats is None else "no final stats")
+        self.incomplete(p)
         loss = window_losses(self.scans[p.index], self.windows[p.index], stats, events)
         if loss is None:
             return
@@ -157,6 +160,21 @@ class _Analysis:
             time_ns=events[0].start_ns if events else (stats.time_ns if stats else None),
             channel=self.proc_channel(p),
         )
+
+    def incomplete(self, p: _Proc) -> None:
+        """Say what a process's trace is known to lack beyond counted event losses."""
+        holes = self.holes[p.index]
+        if not holes.lossy:
+            return
+        label = who(p.rank)
+        if holes.damaged:  # the skipped data may have held events too
+            self.note_loss(p, f"{label}'s files had damaged data")
+        msgs, events = p.trace.messages, p.trace.events
+        self.add(K.INCOMPLETE_TRACE,
+                 f"{label}'s trace is incomplete ({holes.why()}): findings about its messages "
+                 "are warnings at most, and a receive whose end is missing is no wait",
+                 ranks=[rank_id(p.rank)], channel=self.proc_channel(p),
+                 time_ns=msgs[0].wall_ns if msgs else events[0].start_ns if events else None)
 
     def note_loss(self, p: _Proc, why: str) -> None:
         """Remember why absence findings on ``p``'s channels are less sure."""
@@ -452,7 +470,7 @@ class _Analysis:
         if self.tp_causes:
             self.link_tp_causes()
         verdict = check_messages(self.trace, self.raws, self.run_ids, self.run_prefix,
-                                 self.complete)
+                                 self.complete, self.holes)
         carried_by(self.raws, verdict.carried)
         self.message_pairs = verdict.pairs
         echoes = self.drop_echoes() if self.extract_hygiene else set()
