@@ -120,7 +120,13 @@ class _Analysis:
                         for found, p in zip(self.scans, self.procs, strict=True)]
         self.attaches = {p.index: self.scans[p.index].attaches for p in self.procs}
         self.extracts = {p.index: self.scans[p.index].extracts for p in self.procs}
-        self.run_ids = run_ids = [run_of(p.trace) for p in self.procs]
+        run_ids = [run_of(p.trace) for p in self.procs]
+        known = set(run_ids) - {""}
+        if len(known) == 1:
+            # A process with neither events nor stats (a middle stage killed before its first
+            # stats span) names no run: it belongs to the one run the others name.
+            run_ids = [run or next(iter(known)) for run in run_ids]
+        self.run_ids = run_ids
         self.several = len(set(run_ids)) > 1
         # Channel names carry the run when traces of several runs are analysed together.
         self.run_prefix = [f"{run or '?'}:" if self.several else "" for run in run_ids]
