@@ -102,6 +102,10 @@ class _Analysis:
         self.message_pairs: dict[MessageId, MessageId] = {}
         self.lost: dict[int, str] = {}  # process index -> "rank 2 lost 5 events"
         self.lowered: dict[str, str] = {}  # channel -> why its absence findings are less sure
+        # Processes, then channels, whose kept window lacks events (dropped, gaps, damaged data):
+        # their pairs may be paired across the hole, so payload findings there are warnings.
+        self.holed: dict[int, str] = {}
+        self.misaligned: dict[str, str] = {}
         self._equal_tensors: dict[int, tuple[TensorMeta, ...]] = {}  # id -> the first equal one
         self._first_tensors: dict[tuple[TensorMeta, ...], tuple[TensorMeta, ...]] = {}
         # channel -> (the kinds of its last pair's differences, the raw findings they started)
@@ -158,6 +162,8 @@ class _Analysis:
         lost, detail = loss
         label = who(p.rank)
         self.note_loss(p, f"{label} lost {plural(lost, 'event')}")
+        if lost:
+            self.holed[p.index] = f"{label} lost {plural(lost, 'event')}"
         self.add(
             K.EVENTS_DROPPED,
             f"{label} lost {plural(lost, 'event')} ({detail}): findings about missing events on "
@@ -175,6 +181,7 @@ class _Analysis:
         label = who(p.rank)
         if holes.damaged:  # the skipped data may have held events too
             self.note_loss(p, f"{label}'s files had damaged data")
+            self.holed[p.index] = f"{label}'s files had damaged data"
         msgs, events = p.trace.messages, p.trace.events
         self.add(K.INCOMPLETE_TRACE,
                  f"{label}'s trace is incomplete ({holes.why()}): findings about its messages "
@@ -278,6 +285,9 @@ class _Analysis:
         lost = [self.lost[p.index] for p in (s, r) if p is not None and p.index in self.lost]
         if lost:
             self.lowered[name] = "; ".join(lost)
+        holed = [self.holed[p.index] for p in (s, r) if p is not None and p.index in self.holed]
+        if holed:
+            self.misaligned[name] = "; ".join(holed)
         if s is None or r is None:
             n = len(self.attaches[present.index] if s else self.extracts[present.index])
             what = plural(n, "attach") if s else plural(n, "extract")
@@ -489,7 +499,7 @@ class _Analysis:
                 mb = self.microbatch(r.events[0])
             repeats, last_mb = self.repeats.get(index, (0, None))
             raws.append((r, repeats, last_mb, mb))
-        return summarise(raws, self.lowered)
+        return summarise(raws, self.lowered, self.misaligned)
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,8 @@
 A trace is partial where its own evidence says so, and a finding built on a partial trace must
 not read as a protocol failure (docs/partial-traces.md). Per process, ``holes`` gathers:
 
-- message-layer records its recorder counted as dropped (``RecorderStats.messages_dropped``);
+- message-layer records its recorder counted as dropped (``RecorderStats.messages_dropped``),
+  or counted as written while the trace holds fewer (a write the file lost, a torn tail);
 - sequence gaps: a send or receive number missing between the first and the last kept one
   (numbers below the first kept one are a cut window, judged in ``pptrace.analyze.window``);
 - receive ends that are missing although a later receive on the same thread began (the
@@ -39,6 +40,7 @@ class Holes:
 
     final: bool = True  # final stats: the process shut down and counted everything
     messages_dropped: int = 0  # message records its recorder counted as lost
+    unwritten: int = 0  # message records its stats count as exported that the trace lacks
     send_gaps: int = 0  # send numbers missing inside the kept range
     recv_gaps: int = 0  # receive numbers missing inside the kept range
     lost_ends: tuple[int, ...] = ()  # receives that began, whose end is missing, and returned
@@ -47,7 +49,7 @@ class Holes:
     @property
     def lossy(self) -> bool:
         """Something inside the kept window is known to be missing (drops, gaps, damage)."""
-        return bool(self.messages_dropped or self.send_gaps or self.recv_gaps
+        return bool(self.messages_dropped or self.unwritten or self.send_gaps or self.recv_gaps
                     or self.lost_ends or self.damaged)
 
     def why(self) -> str:
@@ -55,6 +57,9 @@ class Holes:
         parts = []
         if self.messages_dropped:
             parts.append(plural(self.messages_dropped, "message record") + " dropped")
+        if self.unwritten:
+            parts.append(plural(self.unwritten, "message record") + " written but not in the "
+                         "trace")
         if self.send_gaps:
             parts.append(plural(self.send_gaps, "send number", "missing"))
         if self.recv_gaps:
@@ -95,8 +100,13 @@ def _holes(proc: ProcessTrace, damaged: tuple[str, ...]) -> Holes:
     stats = proc.stats
     sends = [m.seq for m in proc.messages if m.op is MessageOp.SEND]
     recvs = [m.seq for m in proc.messages if m.op is MessageOp.RECV]
+    # Rotation and a flight ring delete records by design (counted apart, and not per layer):
+    # then the count of records written says nothing about the ones kept.
+    counted = stats is not None and not stats.rotated and not stats.overwritten
     return Holes(final=stats is not None and stats.final,
                  messages_dropped=stats.messages_dropped if stats is not None else 0,
+                 unwritten=max(0, stats.messages_exported - len(proc.messages))
+                 if stats is not None and counted else 0,
                  send_gaps=missing_numbers(sends), recv_gaps=missing_numbers(recvs),
                  lost_ends=_lost_ends(proc), damaged=damaged)
 
