@@ -33,9 +33,9 @@ def _factory_run(pp: int, steps: int) -> Trace:
         run.message("output", [mt("next_token_ids", (n,), "int64"), mt("scores", (n, 5))],
                     frm=pp - 1, to=0, carries=k)
         run.extract(aux)
-    for pp in range(pp):  # the counts a real recorder's final stats give
-        n, m = len(run.events.get((pp, 0), ())), len(run.msgs.get((pp, 0), ()))
-        run.set_stats(pp, recorded=n, exported=n, messages_recorded=m, messages_exported=m)
+    for stage in range(pp):  # the counts a real recorder's final stats give
+        n, m = len(run.events.get((stage, 0), ())), len(run.msgs.get((stage, 0), ()))
+        run.set_stats(stage, recorded=n, exported=n, messages_recorded=m, messages_exported=m)
     return run.trace()
 
 

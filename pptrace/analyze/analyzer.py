@@ -43,6 +43,7 @@ from typing import Any
 
 from pptrace.analyze.channels import Channel, Member, Roles, plan
 from pptrace.analyze.holes import find_holes
+from pptrace.analyze.losses import Accounts
 from pptrace.analyze.messages import carried_by, check_messages
 from pptrace.analyze.pairing import Alignment, align
 from pptrace.analyze.pairs import PairBook, Pairs
@@ -51,7 +52,7 @@ from pptrace.analyze.rules import (
     classify_error,
     compare_specs,
     rank_id,
-    run_of,
+    runs_of,
     stage_of,
     tensor_names,
     tp_of,
@@ -65,7 +66,6 @@ from pptrace.analyze.window import (
     excused,
     process_window,
     trim,
-    window_losses,
 )
 from pptrace.model.findings import Category, Finding, FindingKind, MessageId, Severity
 from pptrace.model.records import Direction, Event, RankInfo, TensorMeta
@@ -100,11 +100,9 @@ class _Analysis:
         self.procs = [_Proc(i, p) for i, p in enumerate(trace.processes)]
         self.raws: list[Raw] = []
         self.message_pairs: dict[MessageId, MessageId] = {}
-        self.lost: dict[int, str] = {}  # process index -> "rank 2 lost 5 events"
         self.lowered: dict[str, str] = {}  # channel -> why its absence findings are less sure
-        # Processes, then channels, whose kept window lacks events (dropped, gaps, damaged data):
-        # their pairs may be paired across the hole, so payload findings there are warnings.
-        self.holed: dict[int, str] = {}
+        # Channels one of whose ends lacks events in its window: their pairs may be matched
+        # across the hole, so their payload findings are warnings (pptrace.analyze.losses).
         self.misaligned: dict[str, str] = {}
         self._equal_tensors: dict[int, tuple[TensorMeta, ...]] = {}  # id -> the first equal one
         self._first_tensors: dict[tuple[TensorMeta, ...], tuple[TensorMeta, ...]] = {}
@@ -119,18 +117,14 @@ class _Analysis:
         # (process, attach seq) -> the raw tp-disagree finding about that attach
         self.tp_causes: dict[tuple[int, int], int] = {}
         self.scans = [scan(p.trace.events, p.rank.pp_rank) for p in self.procs]
-        self.holes = find_holes(trace)
         self.windows = [process_window(found, p.trace.stats)
                         for found, p in zip(self.scans, self.procs, strict=True)]
+        self.holes = find_holes(trace)
+        self.accounts = Accounts(self.scans, self.windows, self.holes, self.add)
+        self.lost = self.accounts.lost  # process index -> "rank 2 lost 5 events"
         self.attaches = {p.index: self.scans[p.index].attaches for p in self.procs}
         self.extracts = {p.index: self.scans[p.index].extracts for p in self.procs}
-        run_ids = [run_of(p.trace) for p in self.procs]
-        known = set(run_ids) - {""}
-        if len(known) == 1:
-            # A process with neither events nor stats (a middle stage killed before its first
-            # stats span) names no run: it belongs to the one run the others name.
-            run_ids = [run or next(iter(known)) for run in run_ids]
-        self.run_ids = run_ids
+        self.run_ids = run_ids = runs_of([p.trace for p in self.procs])
         self.several = len(set(run_ids)) > 1
         # Channel names carry the run when traces of several runs are analysed together.
         self.run_prefix = [f"{run or '?'}:" if self.several else "" for run in run_ids]
@@ -152,58 +146,7 @@ class _Analysis:
     # --- per process --------------------------------------------------------------------------
 
     def losses(self, p: _Proc) -> None:
-        events, stats = p.trace.events, p.trace.stats
-        if (events or p.trace.messages) and (stats is None or not stats.final):
-            self.unfinished(p, "no stats at all" if stats is None else "no final stats")
-        self.incomplete(p)
-        loss = window_losses(self.scans[p.index], self.windows[p.index], stats, events)
-        if loss is None:
-            return
-        lost, detail = loss
-        label = who(p.rank)
-        self.note_loss(p, f"{label} lost {plural(lost, 'event')}")
-        if lost:
-            self.holed[p.index] = f"{label} lost {plural(lost, 'event')}"
-        self.add(
-            K.EVENTS_DROPPED,
-            f"{label} lost {plural(lost, 'event')} ({detail}): findings about missing events on "
-            "its channels are less certain",
-            ranks=[rank_id(p.rank)],
-            time_ns=events[0].start_ns if events else (stats.time_ns if stats else None),
-            channel=self.proc_channel(p),
-        )
-
-    def incomplete(self, p: _Proc) -> None:
-        """Say what a process's trace is known to lack beyond counted event losses."""
-        holes = self.holes[p.index]
-        if not holes.lossy:
-            return
-        label = who(p.rank)
-        if holes.damaged:  # the skipped data may have held events too
-            self.note_loss(p, f"{label}'s files had damaged data")
-            self.holed[p.index] = f"{label}'s files had damaged data"
-        msgs, events = p.trace.messages, p.trace.events
-        self.add(K.INCOMPLETE_TRACE,
-                 f"{label}'s trace is incomplete ({holes.why()}): findings about its messages "
-                 "are warnings at most, and a receive whose end is missing is no wait",
-                 ranks=[rank_id(p.rank)], channel=self.proc_channel(p),
-                 time_ns=msgs[0].wall_ns if msgs else events[0].start_ns if events else None)
-
-    def note_loss(self, p: _Proc, why: str) -> None:
-        """Remember why absence findings on ``p``'s channels are less sure."""
-        known = self.lost.get(p.index)
-        self.lost[p.index] = f"{known}; {why}" if known else why
-
-    def unfinished(self, p: _Proc, what: str) -> None:
-        label = who(p.rank)
-        last = p.trace.events[-1:]  # a process may have recorded messages only
-        self.note_loss(p, f"{label} wrote {what}")
-        self.add(K.STATS_NOT_FINAL,
-                 f"{label} wrote {what} (killed, or out of time at exit): what it recorded "
-                 "after its last flush is neither in the trace nor counted, so findings about "
-                 "missing events on its channels are less certain", ranks=[rank_id(p.rank)],
-                 time_ns=last[0].start_ns if last else p.trace.messages[-1].wall_ns,
-                 events=[p.eid(e) for e in last], channel=self.proc_channel(p))
+        self.accounts.check(p.index, p.trace, self.proc_channel(p))
 
     def proc_channel(self, p: _Proc) -> str:
         r = p.rank
@@ -285,7 +228,8 @@ class _Analysis:
         lost = [self.lost[p.index] for p in (s, r) if p is not None and p.index in self.lost]
         if lost:
             self.lowered[name] = "; ".join(lost)
-        holed = [self.holed[p.index] for p in (s, r) if p is not None and p.index in self.holed]
+        holed = [self.accounts.holed[p.index] for p in (s, r)
+                 if p is not None and p.index in self.accounts.holed]
         if holed:
             self.misaligned[name] = "; ".join(holed)
         if s is None or r is None:

@@ -52,6 +52,22 @@ class Holes:
         return bool(self.messages_dropped or self.unwritten or self.send_gaps or self.recv_gaps
                     or self.lost_ends or self.damaged)
 
+    def unsure(self, *, failed: bool) -> str:
+        """Why a receive that never returned (or ``failed`` at its timeout) may be no wait."""
+        why = []
+        if not self.final and not failed:
+            why.append("its trace ends without final stats: still running, or killed before its "
+                       "last flush, so the receive may have returned after the trace was read")
+        if self.lossy:
+            why.append(f"its trace has holes ({self.why()}): the receive's end may be one of "
+                       "them")
+        return "; ".join(why)
+
+    def message(self, label: str) -> str:
+        """The ``incomplete-trace`` finding's text for the process ``label``."""
+        return (f"{label}'s trace is incomplete ({self.why()}): findings about its messages "
+                "are warnings at most, and a receive whose end is missing is no wait")
+
     def why(self) -> str:
         """``3 message records dropped, 1 send number missing`` (empty when not lossy)."""
         parts = []

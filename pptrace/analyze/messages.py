@@ -19,12 +19,15 @@ dicts. Here they are judged across ranks:
 - a send that raised; the waits a hang leaves, a receive that failed at its timeout among them
   (``pptrace.analyze.waits``).
 
+A channel with a known hole (``pptrace.analyze.holes``) is paired across it, its findings
+warnings at most that say so (``pptrace.analyze.message_align``).
+
 Where a process's oldest messages were rotated away (its first kept seq above 0), a channel is
 paired by seq when the seqs are the channel's own (one peer each way, no stash: send #n is
 receive #n), judging only what both ends kept; otherwise its cut ends get a ``message-cut``
 info and it is not paired (a per-process seq then cannot place where the channel starts).
 
-    verdict = check_messages(trace, raws, runs, prefixes, complete)
+    verdict = check_messages(trace, raws, runs, prefixes, complete, holes)
     carried_by(raws, verdict.carried)    # "(carried by output message #12 pp3->pp0)"
     verdict.pairs                        # each send -> the receive it reached
 
@@ -40,13 +43,21 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
 
-from pptrace.analyze.holes import Holes, find_holes
+from pptrace.analyze.holes import Holes
+from pptrace.analyze.message_align import (
+    align_across,
+    channel_hole,
+    retry_of,
+    unbroken,
+    unflushed,
+    weakened,
+)
 from pptrace.analyze.message_sides import Carried, Pair, Side, carried_by, numel
 from pptrace.analyze.rules import listed, rank_id, who
 from pptrace.analyze.slices import tp_slices
 from pptrace.analyze.summary import Raw
 from pptrace.analyze.waits import Trail, Wait, judge_waits, place, wanted
-from pptrace.model.findings import Category, FindingKind, MessageId, Severity
+from pptrace.model.findings import FindingKind, MessageId, Severity
 from pptrace.model.messages import MessageEvent, MessageOp, MessageTensor
 from pptrace.model.records import PREFIX, RankInfo
 from pptrace.model.text import clip, plural
@@ -60,8 +71,6 @@ SEND, RECV = MessageOp.SEND, MessageOp.RECV
 FORWARDED = "output"
 # (run, sender global rank, receiver global rank, kind)
 _Key = tuple[str, int, int, str]
-#: How many records a side may skip to find the partner of a message across a hole.
-MAX_SKIP = 8
 
 
 class MessageVerdict(NamedTuple):
@@ -74,12 +83,9 @@ class MessageVerdict(NamedTuple):
 class _Check:
     def __init__(self, trace: Trace, raws: list[Raw], runs: Sequence[str],
                  prefixes: Sequence[str], complete: Callable[[int], bool],
-                 holes: Sequence[Holes] | None = None) -> None:
-        self.raws, self.complete = raws, complete
-        self.holes = find_holes(trace) if holes is None else holes
-        # Why the channel being paired is known to have a hole (set while it is paired): its
-        # message findings are then warnings at most, and say so.
-        self.hole = ""
+                 holes: Sequence[Holes]) -> None:
+        self.raws, self.complete, self.holes = raws, complete, holes
+        self.hole = ""  # why the channel being paired has a hole: its findings are weakened
         self.sides: list[Side] = []
         self.by_rank: dict[tuple[str, int], Side] = {}
         self.quiet: list[Side] = []
@@ -115,10 +121,7 @@ class _Check:
             channel: str, subject: str = "", microbatch: int | None = None,
             messages: Iterable[MessageId] = (), severity: Severity | None = None,
             cause: int | None = None) -> int:
-        if self.hole and kind.category is Category.MESSAGE:
-            if (severity or kind.default_severity) > Severity.WARNING:
-                severity = Severity.WARNING
-            message += f" ({self.hole}: this may be a hole in the trace, not in the run)"
+        severity, message = weakened(self.hole, kind, severity, message)
         self.raws.append(Raw(kind, message, tuple(ranks), microbatch, time_ns, (), channel,
                              subject, severity, cause, tuple(messages)))
         return len(self.raws) - 1
@@ -209,8 +212,8 @@ class _Check:
                 cut.add((run, src, dst))
                 continue
             out, got = sends.get(key, []), recvs.get(key, [])
-            self.hole = self.channel_hole(s, r)
-            matched, left, extra = _align(out, got) if self.hole else (
+            self.hole = channel_hole(self.holes, s, r)
+            matched, left, extra = align_across(out, got) if self.hole else (
                 list(zip(out, got, strict=False)), out[len(got):], got[len(out):])
             for (side, m), (rside, e) in matched:
                 self.matched(side, m, rside, e)
@@ -219,11 +222,10 @@ class _Check:
             if extra and (run, src) in self.ranks:
                 for rside, e in extra:
                     self.unmatched(rside, e, s)
-            self.hole = ""
         unaligned: dict[int, str] = {}  # cut process -> why a channel of it is not paired
         for run, src, dst in sorted(cut):
             s, r = self.by_rank.get((run, src)), self.by_rank.get((run, dst))
-            self.hole = self.channel_hole(s, r)
+            self.hole = channel_hole(self.holes, s, r)
             why = (f"rank {src if s is None else dst} kept no message" if s is None or r is None
                    else self.aligned(s, r))
             self.hole = ""
@@ -246,26 +248,15 @@ class _Check:
                 f"{m.kind or 'untyped'} message #{m.seq} {self.channel(s, m)}")
         self.compare(s, m, r, e)
 
-    def channel_hole(self, s: Side | None, r: Side | None) -> str:
-        """Why a channel's records are known to lack some (empty: no known hole)."""
-        why = [f"{who(end.rank)}: {self.holes[end.index].why()}" for end in (s, r)
-               if end is not None and self.holes[end.index].lossy]
-        return "; ".join(why)
-
     def unmatched(self, r: Side, e: MessageEvent, s: Side | None = None) -> None:
-        # A sender killed (or still running) after the send but before its next flush left no
-        # record of it: a receive that ended after the sender's trace stops is no evidence.
-        unflushed = (s is not None and not self.holes[s.index].final
-                     and e.wall_ns + max(e.duration_ns, 0) >= s.last_ns())
-        note = (f" ({who(s.rank)}'s trace stops before this receive ended, without final "
-                "stats: the send may not have been flushed)") if unflushed and s else ""
+        note = unflushed(self.holes, s, e)  # its send may be after the sender's last flush
         self.add(K.MSG_UNMATCHED_RECV,
                  f"{who(r.rank)} ({place(r.rank)}) received {wanted(e.kind)} (receive "
                  f"#{e.seq}) from {who(self.peer_rank(r, e))} that has no send of it to pair "
                  f"with{note}", ranks=[e.peer, rank_id(r.rank)], time_ns=e.wall_ns,
                  channel=self.channel(r, e), subject=e.kind,
                  messages=[MessageId(r.index, RECV, e.seq)],
-                 severity=Severity.INFO if unflushed else None)
+                 severity=Severity.INFO if note else None)
 
     def aligned(self, s: Side, r: Side) -> str:
         """Pair a channel one of whose ends was cut, when its seqs are the channel's own: the
@@ -285,8 +276,8 @@ class _Check:
         # An end cut so that it kept none of its side's calls (every send rotated away, say)
         # has no window to judge the other end's calls against.
         kept = {e.seq for e in r.ends} | set(r.begins)
-        first_recv = None if not kept and r.cut else _unbroken(kept)
-        first_send = None if not out and s.cut else _unbroken(out)
+        first_recv = None if not kept and r.cut else unbroken(kept)
+        first_send = None if not out and s.cut else unbroken(out)
         for m in s.sends:
             e = got.get(m.seq)
             if e is not None and e.kind == m.kind and m.ok:
@@ -461,22 +452,14 @@ class _Check:
         trails: dict[tuple[str, int], Trail] = {}
         for side in self.sides:
             ended = {m.seq: m for m in side.ends}
-            holes = self.holes[side.index]
-            lost = set(holes.lost_ends)  # they returned: a hole in the trace, not a wait
-            unsure = "" if holes.final else (
-                "its trace ends without final stats: still running, or killed before its last "
-                "flush, so the receive may have returned after the trace was read")
-            if holes.lossy:
-                unsure = "; ".join(w for w in (unsure, f"its trace has holes ({holes.why()}): "
-                                               "the receive's end may be one of them") if w)
+            holes = self.holes[side.index]  # a lost end returned: a hole, not a wait
             for seq, b in sorted(side.begins.items()):
                 end = ended.get(seq)
-                if seq in lost or (end is not None and end.ok):
+                if seq in holes.lost_ends or (end is not None and end.ok):
                     continue
-                retried = _retry(side, b) if end is not None else None
+                retried = retry_of(side.begins.values(), b) if end is not None else None
                 waits.append(Wait(side.index, side.rank, side.run, side.prefix, b, end,
-                                  retried, unsure if end is None else (
-                                      unsure if holes.lossy else "")))
+                                  retried, holes.unsure(failed=end is not None)))
             last: dict[int, MessageEvent] = {}
             for m in side.sends:
                 last[m.peer] = m
@@ -502,71 +485,15 @@ class _Check:
         return MessageVerdict(self.carried, pairs)
 
 
-def _retry(side: Side, b: MessageEvent) -> MessageEvent | None:
-    """The next receive that began on the thread of a receive that failed (its retry)."""
-    later = [m for m in side.begins.values() if m.thread_id == b.thread_id and m.seq > b.seq]
-    return min(later, key=lambda m: m.seq, default=None)
-
-
-_Ends = list[tuple[Side, MessageEvent]]
-
-
-def _shape(m: MessageEvent) -> tuple[object, ...]:
-    """What a send and its receive agree on in a healthy run: keys, and each key's shape."""
-    return (m.keys, tuple((t.key, t.shape, t.dtype, t.is_tensor) for t in m.tensors))
-
-
-def _align(out: _Ends, got: _Ends) -> tuple[list[tuple[tuple[Side, MessageEvent],
-                                                     tuple[Side, MessageEvent]]], _Ends, _Ends]:
-    """Pair a channel's sends with its receives across a hole in either list: where the next
-    two differ, skip the fewest records (up to ``MAX_SKIP``, on either side) after which they
-    agree; where no skip helps, pair them (a real difference). Return the pairs, the sends
-    left unreceived and the receives left unmatched."""
-    pairs, left, extra = [], [], []
-    i = j = 0
-    while i < len(out) and j < len(got):
-        a, b = _shape(out[i][1]), _shape(got[j][1])
-        if a != b:
-            skip = _skip(out, got, i, j)
-            if skip is not None:
-                si, sj = skip
-                left += out[i:i + si]
-                extra += got[j:j + sj]
-                i, j = i + si, j + sj
-                continue
-        pairs.append((out[i], got[j]))
-        i, j = i + 1, j + 1
-    return pairs, left + out[i:], extra + got[j:]
-
-
-def _skip(out: _Ends, got: _Ends, i: int, j: int) -> tuple[int, int] | None:
-    """The fewest sends or receives to skip at (i, j) so that the next pair agrees."""
-    for k in range(1, MAX_SKIP + 1):
-        if j + k < len(got) and _shape(got[j + k][1]) == _shape(out[i][1]):
-            return 0, k  # receives whose sends were lost
-        if i + k < len(out) and _shape(out[i + k][1]) == _shape(got[j][1]):
-            return k, 0  # sends whose receives were lost
-    return None
-
-
-def _unbroken(seqs: set[int]) -> int:
-    """The lowest seq from which every seq up to the highest is there."""
-    low = max(seqs, default=0)
-    while low - 1 in seqs:
-        low -= 1
-    return low
-
-
 def check_messages(trace: Trace, raws: list[Raw], runs: Sequence[str], prefixes: Sequence[str],
                    complete: Callable[[int], bool],
-                   holes: Sequence[Holes] | None = None) -> MessageVerdict:
+                   holes: Sequence[Holes]) -> MessageVerdict:
     """Judge the message layer; append its raw findings to ``raws``; return what carried what,
     and which receive each send reached.
 
     ``runs`` and ``prefixes``: each process's run id and channel-name prefix (the run, when
     traces of several runs are analysed together); ``complete(i)``: process i's trace is whole
-    (final stats, nothing lost); ``holes``: what each process's trace is known to lack
-    (``pptrace.analyze.holes``; found here when not given)."""
+    (final stats, nothing lost); ``holes``: what each one's is known to lack."""
     if not any(p.messages for p in trace.processes):
         return MessageVerdict({}, {})
     return _Check(trace, raws, runs, prefixes, complete, holes).run()
