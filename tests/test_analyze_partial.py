@@ -211,3 +211,17 @@ def test_a_real_zstd_frame_corrupted_mid_file(tmp_path: Path) -> None:
     findings = analyze(trace)
     assert errors(findings) == []
     assert K.INCOMPLETE_TRACE in kinds(findings)
+
+
+def test_a_rotated_trace_counts_segments_not_records() -> None:
+    # A middle stage records messages only; its stats count the segments rotated away, not the
+    # records: fewer records than it wrote is the cut, by design. A gap inside what it kept is
+    # still a hole (it weakens, and no error comes of it).
+    run = healthy(10, pp=3)
+    run.set_stats(1, rotated_segments=3, messages_exported=500)
+    assert analyze(run.trace()) == []
+    drop(run, 1, MessageOp.SEND, 4)
+    findings = analyze(run.trace())
+    assert errors(findings) == []
+    assert "1 missing send number" in next(
+        f.message for f in findings if f.kind is K.INCOMPLETE_TRACE)

@@ -116,13 +116,15 @@ def _holes(proc: ProcessTrace, damaged: tuple[str, ...]) -> Holes:
     stats = proc.stats
     sends = [m.seq for m in proc.messages if m.op is MessageOp.SEND]
     recvs = [m.seq for m in proc.messages if m.op is MessageOp.RECV]
-    # Rotation and a flight ring delete records by design (counted apart, and not per layer):
-    # then the count of records written says nothing about the ones kept.
-    counted = stats is not None and not stats.rotated and not stats.overwritten
+    # Rotation and a flight ring delete records by design (counted apart, and not per layer:
+    # a stage with messages only counts segments, not records): then the count of records
+    # written says nothing about the ones kept. A gap inside the kept range is still a hole.
+    cut = stats is not None and bool(stats.rotated or stats.rotated_segments
+                                      or stats.overwritten)
     return Holes(final=stats is not None and stats.final,
                  messages_dropped=stats.messages_dropped if stats is not None else 0,
                  unwritten=max(0, stats.messages_exported - len(proc.messages))
-                 if stats is not None and counted else 0,
+                 if stats is not None and not cut else 0,
                  send_gaps=missing_numbers(sends), recv_gaps=missing_numbers(recvs),
                  lost_ends=_lost_ends(proc), damaged=damaged)
 
