@@ -253,7 +253,7 @@ class _Analysis:
         orphans: Sequence[int] = result.orphans
         unmatched: Sequence[int] = result.unmatched
         if start:
-            orphans, unmatched = self.cut(s, r, name, start, result)
+            orphans, unmatched = self.cut(s, r, name, start, result, attaches, extracts)
         self.book.add(s.index, r.index, attaches, extracts, result, orphans, unmatched,
                       ch.broadcast)
         for ia in orphans:
@@ -272,13 +272,19 @@ class _Analysis:
                      ranks=[rank_id(s.rank), rank_id(r.rank)], time_ns=e.start_ns,
                      events=[r.eid(e)], channel=name)
 
-    def cut(self, s: _Proc, r: _Proc, name: str, start: int,
-            result: Alignment) -> tuple[Sequence[int], Sequence[int]]:
+    def cut(self, s: _Proc, r: _Proc, name: str, start: int, result: Alignment,
+            attaches: Sequence[Event], extracts: Sequence[Event],
+            ) -> tuple[Sequence[int], Sequence[int]]:
         """Say which microbatches a channel no longer covers; return the orphans and unmatched
         extracts left to judge (not those at the cut whose partner lies before it)."""
         ws, wr = self.windows[s.index], self.windows[r.index]
         newest = s if ws.attach_from >= wr.extract_from else r
         orphans, unmatched = excused(result)
+        # An extract that began before the first kept attach did cannot have its attach in the
+        # window, however far the two numberings drifted apart before the cut.
+        first = attaches[0].start_ns if attaches else None
+        unmatched = tuple(sorted(set(unmatched) | {
+            j for j in result.unmatched if first is not None and extracts[j].start_ns < first}))
         events = newest.trace.events
         self.add(K.WINDOW_CUT,
                  cut_message(start, who(newest.rank), self.windows[newest.index],

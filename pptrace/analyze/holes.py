@@ -86,9 +86,9 @@ class Holes:
             parts.append(f"the end of receive {seqs}{more} missing though later receives ran")
         if self.damaged:
             named = ", ".join(clip(s, 200) for s in self.damaged[:_SOURCES_NAMED])
-            more = len(self.damaged) - _SOURCES_NAMED
+            others = len(self.damaged) - _SOURCES_NAMED
             parts.append(f"damaged data skipped in {named}"
-                         + (f" and {plural(more, 'more file')}" if more > 0 else ""))
+                         + (f" and {plural(others, 'more file')}" if others > 0 else ""))
         return ", ".join(parts)
 
 
