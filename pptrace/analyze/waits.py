@@ -7,6 +7,11 @@ trace says: what it last sent to the waiter (kind, seq, when), that it left no t
 waits too, with the chain of waits it leads to, named as a deadlock when the chain comes back
 to the waiter (rank 0 waits for rank 3, which waits for rank 0).
 
+A wait the trace cannot tell from one that ended is a warning that says why (``Wait.unsure``: its
+trace has no final stats, so the run may still be going, or it has holes); so is a receive that
+failed at its timeout and was retried (``Wait.retried``), which blocks nothing and is no part of
+a cycle.
+
     judge_waits(waits, trails, add)
 
 Pure: no I/O.
