@@ -246,3 +246,21 @@ def test_extracts_before_a_cut_sender_window_are_not_judged() -> None:
     findings = analyze(run.trace())
     assert errors(findings) == []
     assert [f.kind for f in findings] == [K.WINDOW_CUT]
+
+
+def test_a_forward_dropped_at_a_stage_that_forwards_is_no_lost_key() -> None:
+    # Stage 0 forwards each output around the ring; one forward's record dropped (counted)
+    # shifted the walk that compares what a stage received with what it forwarded.
+    run = Run(pp_size=3)
+    for k in range(8):
+        out = output(k) + ([mt("next_token_logprobs", (4,))] if k % 2 else [])
+        run.message("proxy", PROXY, frm=0, to=1)
+        run.message("proxy", PROXY, frm=1, to=2)
+        run.message("output", out, frm=2, to=0, carries=k)
+        run.message("output", out, frm=0, to=1)
+        run.message("output", out, frm=1, to=2)
+    forwards = [m.seq for m in run.msgs[(0, 0)] if m.op is MessageOp.SEND and m.kind == "output"]
+    drop(run, 0, MessageOp.SEND, forwards[2])
+    run.set_stats(0, messages_dropped=1)
+    findings = analyze(run.trace())
+    assert errors(findings) == []

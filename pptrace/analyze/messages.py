@@ -43,15 +43,8 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
 
+from pptrace.analyze import message_align as across
 from pptrace.analyze.holes import Holes
-from pptrace.analyze.message_align import (
-    align_across,
-    channel_hole,
-    retry_of,
-    unbroken,
-    unflushed,
-    weakened,
-)
 from pptrace.analyze.message_sides import Carried, Pair, Side, carried_by, numel
 from pptrace.analyze.rules import listed, rank_id, who
 from pptrace.analyze.slices import tp_slices
@@ -121,7 +114,7 @@ class _Check:
             channel: str, subject: str = "", microbatch: int | None = None,
             messages: Iterable[MessageId] = (), severity: Severity | None = None,
             cause: int | None = None) -> int:
-        severity, message = weakened(self.hole, kind, severity, message)
+        severity, message = across.weakened(self.hole, kind, severity, message)
         self.raws.append(Raw(kind, message, tuple(ranks), microbatch, time_ns, (), channel,
                              subject, severity, cause, tuple(messages)))
         return len(self.raws) - 1
@@ -212,8 +205,8 @@ class _Check:
                 cut.add((run, src, dst))
                 continue
             out, got = sends.get(key, []), recvs.get(key, [])
-            self.hole = channel_hole(self.holes, s, r)
-            matched, left, extra = align_across(out, got) if self.hole else (
+            self.hole = across.channel_hole(self.holes, s, r)
+            matched, left, extra = across.align_across(out, got) if self.hole else (
                 list(zip(out, got, strict=False)), out[len(got):], got[len(out):])
             for (side, m), (rside, e) in matched:
                 self.matched(side, m, rside, e)
@@ -225,7 +218,7 @@ class _Check:
         unaligned: dict[int, str] = {}  # cut process -> why a channel of it is not paired
         for run, src, dst in sorted(cut):
             s, r = self.by_rank.get((run, src)), self.by_rank.get((run, dst))
-            self.hole = channel_hole(self.holes, s, r)
+            self.hole = across.channel_hole(self.holes, s, r)
             why = (f"rank {src if s is None else dst} kept no message" if s is None or r is None
                    else self.aligned(s, r))
             self.hole = ""
@@ -249,7 +242,7 @@ class _Check:
         self.compare(s, m, r, e)
 
     def unmatched(self, r: Side, e: MessageEvent, s: Side | None = None) -> None:
-        note = unflushed(self.holes, s, e)  # its send may be after the sender's last flush
+        note = across.unflushed(self.holes, s, e)  # its send may be after the sender's last flush
         self.add(K.MSG_UNMATCHED_RECV,
                  f"{who(r.rank)} ({place(r.rank)}) received {wanted(e.kind)} (receive "
                  f"#{e.seq}) from {who(self.peer_rank(r, e))} that has no send of it to pair "
@@ -276,8 +269,8 @@ class _Check:
         # An end cut so that it kept none of its side's calls (every send rotated away, say)
         # has no window to judge the other end's calls against.
         kept = {e.seq for e in r.ends} | set(r.begins)
-        first_recv = None if not kept and r.cut else unbroken(kept)
-        first_send = None if not out and s.cut else unbroken(out)
+        first_recv = None if not kept and r.cut else across.unbroken(kept)
+        first_send = None if not out and s.cut else across.unbroken(out)
         for m in s.sends:
             e = got.get(m.seq)
             if e is not None and e.kind == m.kind and m.ok:
@@ -457,7 +450,7 @@ class _Check:
                 end = ended.get(seq)
                 if seq in holes.lost_ends or (end is not None and end.ok):
                     continue
-                retried = retry_of(side.begins.values(), b) if end is not None else None
+                retried = across.retry_of(side.begins.values(), b) if end is not None else None
                 waits.append(Wait(side.index, side.rank, side.run, side.prefix, b, end,
                                   retried, holes.unsure(failed=end is not None)))
             last: dict[int, MessageEvent] = {}
@@ -477,8 +470,10 @@ class _Check:
         self.slices = tp_slices(self.sides, self.add)
         self.pairs()
         self.labels()
-        for side in self.sides:
+        for side in self.sides:  # a hole in a stage's own records shifts its hops too
+            self.hole = across.channel_hole(self.holes, side, None)
             self.hops(side)
+        self.hole = ""
         self.waits()
         pairs = {MessageId(s, SEND, seq): MessageId(r.index, RECV, e.seq)
                  for (s, seq), (r, e) in self.received.items()}
