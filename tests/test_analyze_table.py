@@ -227,6 +227,11 @@ def dropped(run: Run) -> None:
     run.set_stats(0, dropped=4, recorded=10)
 
 
+def messages_dropped(run: Run) -> None:
+    healthy(run, 3)
+    run.set_stats(0, messages_dropped=2)  # the message layer's own counter
+
+
 def broadcast(pp: int = 2, tp: int = 2, *,
               received: Callable[[int, int], list[TensorMeta]] | None = None,
               lost_tp1: bool = False) -> Callable[[], Run]:
@@ -328,6 +333,7 @@ ROWS: list[tuple[str, Callable[[Run], None] | Callable[[], Run], list[FindingKin
     ("missing rank", missing_stage0, [K.MISSING_RANK]),
     ("events dropped", dropped, [K.EVENTS_DROPPED]),
     ("stats not final", not_final, [K.STATS_NOT_FINAL]),
+    ("message records dropped", messages_dropped, [K.INCOMPLETE_TRACE]),
     ("window cut by rotation", rotated, [K.WINDOW_CUT]),
     ("clean tp broadcast pp2 tp2", broadcast(), []),
     ("clean tp broadcast pp4 tp4", broadcast(4, 4), []),

@@ -89,7 +89,9 @@ def pipeline(steps: int, *, hang: bool = False, drop: str | None = None) -> Trac
     end = T0 + (steps + 1) * 10 * MS
 
     def proc(r: int, msgs: list[MessageEvent]) -> ProcessTrace:
-        stats = RecorderStats(_rank(r), end, final=not hang)
+        # A deadlock stopped by SIGTERM drains (final stats): killed without them, the trace
+        # could not tell the hang from a run still going (docs/partial-traces.md).
+        stats = RecorderStats(_rank(r), end, final=True)
         return ProcessTrace(_rank(r), (), stats, (f"rank{r}.otlp.jsonl",), tuple(msgs))
 
     return Trace((proc(0, m0), proc(1, m1)))

@@ -42,6 +42,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pptrace.analyze.channels import Channel, Member, Roles, plan
+from pptrace.analyze.holes import find_holes
+from pptrace.analyze.losses import Accounts
 from pptrace.analyze.messages import carried_by, check_messages
 from pptrace.analyze.pairing import Alignment, align
 from pptrace.analyze.pairs import PairBook, Pairs
@@ -50,7 +52,7 @@ from pptrace.analyze.rules import (
     classify_error,
     compare_specs,
     rank_id,
-    run_of,
+    runs_of,
     stage_of,
     tensor_names,
     tp_of,
@@ -64,7 +66,6 @@ from pptrace.analyze.window import (
     excused,
     process_window,
     trim,
-    window_losses,
 )
 from pptrace.model.findings import Category, Finding, FindingKind, MessageId, Severity
 from pptrace.model.records import Direction, Event, RankInfo, TensorMeta
@@ -99,8 +100,10 @@ class _Analysis:
         self.procs = [_Proc(i, p) for i, p in enumerate(trace.processes)]
         self.raws: list[Raw] = []
         self.message_pairs: dict[MessageId, MessageId] = {}
-        self.lost: dict[int, str] = {}  # process index -> "rank 2 lost 5 events"
         self.lowered: dict[str, str] = {}  # channel -> why its absence findings are less sure
+        # Channels one of whose ends lacks events in its window: their pairs may be matched
+        # across the hole, so their payload findings are warnings (pptrace.analyze.losses).
+        self.misaligned: dict[str, str] = {}
         self._equal_tensors: dict[int, tuple[TensorMeta, ...]] = {}  # id -> the first equal one
         self._first_tensors: dict[tuple[TensorMeta, ...], tuple[TensorMeta, ...]] = {}
         # channel -> (the kinds of its last pair's differences, the raw findings they started)
@@ -116,9 +119,12 @@ class _Analysis:
         self.scans = [scan(p.trace.events, p.rank.pp_rank) for p in self.procs]
         self.windows = [process_window(found, p.trace.stats)
                         for found, p in zip(self.scans, self.procs, strict=True)]
+        self.holes = find_holes(trace)
+        self.accounts = Accounts(self.scans, self.windows, self.holes, self.add)
+        self.lost = self.accounts.lost  # process index -> "rank 2 lost 5 events"
         self.attaches = {p.index: self.scans[p.index].attaches for p in self.procs}
         self.extracts = {p.index: self.scans[p.index].extracts for p in self.procs}
-        self.run_ids = run_ids = [run_of(p.trace) for p in self.procs]
+        self.run_ids = run_ids = runs_of([p.trace for p in self.procs])
         self.several = len(set(run_ids)) > 1
         # Channel names carry the run when traces of several runs are analysed together.
         self.run_prefix = [f"{run or '?'}:" if self.several else "" for run in run_ids]
@@ -140,39 +146,7 @@ class _Analysis:
     # --- per process --------------------------------------------------------------------------
 
     def losses(self, p: _Proc) -> None:
-        events, stats = p.trace.events, p.trace.stats
-        if (events or p.trace.messages) and (stats is None or not stats.final):
-            self.unfinished(p, "no stats at all" if stats is None else "no final stats")
-        loss = window_losses(self.scans[p.index], self.windows[p.index], stats, events)
-        if loss is None:
-            return
-        lost, detail = loss
-        label = who(p.rank)
-        self.note_loss(p, f"{label} lost {plural(lost, 'event')}")
-        self.add(
-            K.EVENTS_DROPPED,
-            f"{label} lost {plural(lost, 'event')} ({detail}): findings about missing events on "
-            "its channels are less certain",
-            ranks=[rank_id(p.rank)],
-            time_ns=events[0].start_ns if events else (stats.time_ns if stats else None),
-            channel=self.proc_channel(p),
-        )
-
-    def note_loss(self, p: _Proc, why: str) -> None:
-        """Remember why absence findings on ``p``'s channels are less sure."""
-        known = self.lost.get(p.index)
-        self.lost[p.index] = f"{known}; {why}" if known else why
-
-    def unfinished(self, p: _Proc, what: str) -> None:
-        label = who(p.rank)
-        last = p.trace.events[-1:]  # a process may have recorded messages only
-        self.note_loss(p, f"{label} wrote {what}")
-        self.add(K.STATS_NOT_FINAL,
-                 f"{label} wrote {what} (killed, or out of time at exit): what it recorded "
-                 "after its last flush is neither in the trace nor counted, so findings about "
-                 "missing events on its channels are less certain", ranks=[rank_id(p.rank)],
-                 time_ns=last[0].start_ns if last else p.trace.messages[-1].wall_ns,
-                 events=[p.eid(e) for e in last], channel=self.proc_channel(p))
+        self.accounts.check(p.index, p.trace, self.proc_channel(p))
 
     def proc_channel(self, p: _Proc) -> str:
         r = p.rank
@@ -254,6 +228,10 @@ class _Analysis:
         lost = [self.lost[p.index] for p in (s, r) if p is not None and p.index in self.lost]
         if lost:
             self.lowered[name] = "; ".join(lost)
+        holed = [self.accounts.holed[p.index] for p in (s, r)
+                 if p is not None and p.index in self.accounts.holed]
+        if holed:
+            self.misaligned[name] = "; ".join(holed)
         if s is None or r is None:
             n = len(self.attaches[present.index] if s else self.extracts[present.index])
             what = plural(n, "attach") if s else plural(n, "extract")
@@ -275,7 +253,7 @@ class _Analysis:
         orphans: Sequence[int] = result.orphans
         unmatched: Sequence[int] = result.unmatched
         if start:
-            orphans, unmatched = self.cut(s, r, name, start, result)
+            orphans, unmatched = self.cut(s, r, name, start, result, attaches, extracts)
         self.book.add(s.index, r.index, attaches, extracts, result, orphans, unmatched,
                       ch.broadcast)
         for ia in orphans:
@@ -294,13 +272,19 @@ class _Analysis:
                      ranks=[rank_id(s.rank), rank_id(r.rank)], time_ns=e.start_ns,
                      events=[r.eid(e)], channel=name)
 
-    def cut(self, s: _Proc, r: _Proc, name: str, start: int,
-            result: Alignment) -> tuple[Sequence[int], Sequence[int]]:
+    def cut(self, s: _Proc, r: _Proc, name: str, start: int, result: Alignment,
+            attaches: Sequence[Event], extracts: Sequence[Event],
+            ) -> tuple[Sequence[int], Sequence[int]]:
         """Say which microbatches a channel no longer covers; return the orphans and unmatched
         extracts left to judge (not those at the cut whose partner lies before it)."""
         ws, wr = self.windows[s.index], self.windows[r.index]
         newest = s if ws.attach_from >= wr.extract_from else r
         orphans, unmatched = excused(result)
+        # An extract that began before the first kept attach did cannot have its attach in the
+        # window, however far the two numberings drifted apart before the cut.
+        first = attaches[0].start_ns if attaches else None
+        unmatched = tuple(sorted(set(unmatched) | {
+            j for j in result.unmatched if first is not None and extracts[j].start_ns < first}))
         events = newest.trace.events
         self.add(K.WINDOW_CUT,
                  cut_message(start, who(newest.rank), self.windows[newest.index],
@@ -452,7 +436,7 @@ class _Analysis:
         if self.tp_causes:
             self.link_tp_causes()
         verdict = check_messages(self.trace, self.raws, self.run_ids, self.run_prefix,
-                                 self.complete)
+                                 self.complete, self.holes)
         carried_by(self.raws, verdict.carried)
         self.message_pairs = verdict.pairs
         echoes = self.drop_echoes() if self.extract_hygiene else set()
@@ -465,7 +449,7 @@ class _Analysis:
                 mb = self.microbatch(r.events[0])
             repeats, last_mb = self.repeats.get(index, (0, None))
             raws.append((r, repeats, last_mb, mb))
-        return summarise(raws, self.lowered)
+        return summarise(raws, self.lowered, self.misaligned)
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,12 +19,15 @@ dicts. Here they are judged across ranks:
 - a send that raised; the waits a hang leaves, a receive that failed at its timeout among them
   (``pptrace.analyze.waits``).
 
+A channel with a known hole (``pptrace.analyze.holes``) is paired across it, its findings
+warnings at most that say so (``pptrace.analyze.message_align``).
+
 Where a process's oldest messages were rotated away (its first kept seq above 0), a channel is
 paired by seq when the seqs are the channel's own (one peer each way, no stash: send #n is
 receive #n), judging only what both ends kept; otherwise its cut ends get a ``message-cut``
 info and it is not paired (a per-process seq then cannot place where the channel starts).
 
-    verdict = check_messages(trace, raws, runs, prefixes, complete)
+    verdict = check_messages(trace, raws, runs, prefixes, complete, holes)
     carried_by(raws, verdict.carried)    # "(carried by output message #12 pp3->pp0)"
     verdict.pairs                        # each send -> the receive it reached
 
@@ -40,6 +43,8 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
 
+from pptrace.analyze import message_align as across
+from pptrace.analyze.holes import Holes
 from pptrace.analyze.message_sides import Carried, Pair, Side, carried_by, numel
 from pptrace.analyze.rules import listed, rank_id, who
 from pptrace.analyze.slices import tp_slices
@@ -70,8 +75,10 @@ class MessageVerdict(NamedTuple):
 
 class _Check:
     def __init__(self, trace: Trace, raws: list[Raw], runs: Sequence[str],
-                 prefixes: Sequence[str], complete: Callable[[int], bool]) -> None:
-        self.raws, self.complete = raws, complete
+                 prefixes: Sequence[str], complete: Callable[[int], bool],
+                 holes: Sequence[Holes]) -> None:
+        self.raws, self.complete, self.holes = raws, complete, holes
+        self.hole = ""  # why the channel being paired has a hole: its findings are weakened
         self.sides: list[Side] = []
         self.by_rank: dict[tuple[str, int], Side] = {}
         self.quiet: list[Side] = []
@@ -107,6 +114,7 @@ class _Check:
             channel: str, subject: str = "", microbatch: int | None = None,
             messages: Iterable[MessageId] = (), severity: Severity | None = None,
             cause: int | None = None) -> int:
+        severity, message = across.weakened(self.hole, kind, severity, message)
         self.raws.append(Raw(kind, message, tuple(ranks), microbatch, time_ns, (), channel,
                              subject, severity, cause, tuple(messages)))
         return len(self.raws) - 1
@@ -197,18 +205,23 @@ class _Check:
                 cut.add((run, src, dst))
                 continue
             out, got = sends.get(key, []), recvs.get(key, [])
-            for (side, m), (rside, e) in zip(out, got, strict=False):
+            self.hole = across.channel_hole(self.holes, s, r)
+            matched, left, extra = across.align_across(out, got) if self.hole else (
+                list(zip(out, got, strict=False)), out[len(got):], got[len(out):])
+            for (side, m), (rside, e) in matched:
                 self.matched(side, m, rside, e)
-            if len(out) > len(got) and (r is not None or (run, dst) in self.ranks):
-                self.never_received(out[len(got):], r)
-            if len(got) > len(out) and (run, src) in self.ranks:
-                for rside, e in got[len(out):]:
-                    self.unmatched(rside, e)
+            if left and (r is not None or (run, dst) in self.ranks):
+                self.never_received(left, r)
+            if extra and (run, src) in self.ranks:
+                for rside, e in extra:
+                    self.unmatched(rside, e, s)
         unaligned: dict[int, str] = {}  # cut process -> why a channel of it is not paired
         for run, src, dst in sorted(cut):
             s, r = self.by_rank.get((run, src)), self.by_rank.get((run, dst))
+            self.hole = across.channel_hole(self.holes, s, r)
             why = (f"rank {src if s is None else dst} kept no message" if s is None or r is None
                    else self.aligned(s, r))
+            self.hole = ""
             for end in (s, r):
                 if why and end is not None and end.cut:
                     unaligned.setdefault(end.index, why)
@@ -228,13 +241,15 @@ class _Check:
                 f"{m.kind or 'untyped'} message #{m.seq} {self.channel(s, m)}")
         self.compare(s, m, r, e)
 
-    def unmatched(self, r: Side, e: MessageEvent) -> None:
+    def unmatched(self, r: Side, e: MessageEvent, s: Side | None = None) -> None:
+        note = across.unflushed(self.holes, s, e)  # its send may be after the sender's last flush
         self.add(K.MSG_UNMATCHED_RECV,
                  f"{who(r.rank)} ({place(r.rank)}) received {wanted(e.kind)} (receive "
                  f"#{e.seq}) from {who(self.peer_rank(r, e))} that has no send of it to pair "
-                 "with", ranks=[e.peer, rank_id(r.rank)], time_ns=e.wall_ns,
+                 f"with{note}", ranks=[e.peer, rank_id(r.rank)], time_ns=e.wall_ns,
                  channel=self.channel(r, e), subject=e.kind,
-                 messages=[MessageId(r.index, RECV, e.seq)])
+                 messages=[MessageId(r.index, RECV, e.seq)],
+                 severity=Severity.INFO if note else None)
 
     def aligned(self, s: Side, r: Side) -> str:
         """Pair a channel one of whose ends was cut, when its seqs are the channel's own: the
@@ -254,8 +269,8 @@ class _Check:
         # An end cut so that it kept none of its side's calls (every send rotated away, say)
         # has no window to judge the other end's calls against.
         kept = {e.seq for e in r.ends} | set(r.begins)
-        first_recv = None if not kept and r.cut else _unbroken(kept)
-        first_send = None if not out and s.cut else _unbroken(out)
+        first_recv = None if not kept and r.cut else across.unbroken(kept)
+        first_send = None if not out and s.cut else across.unbroken(out)
         for m in s.sends:
             e = got.get(m.seq)
             if e is not None and e.kind == m.kind and m.ok:
@@ -265,7 +280,7 @@ class _Check:
                 self.never_received([(s, m)], r)
         for seq, e in got.items():
             if seq not in out and first_send is not None and seq >= first_send:
-                self.unmatched(r, e)
+                self.unmatched(r, e, s)
         return ""
 
     def hops(self, side: Side) -> None:
@@ -430,10 +445,14 @@ class _Check:
         trails: dict[tuple[str, int], Trail] = {}
         for side in self.sides:
             ended = {m.seq: m for m in side.ends}
+            holes = self.holes[side.index]  # a lost end returned: a hole, not a wait
             for seq, b in sorted(side.begins.items()):
                 end = ended.get(seq)
-                if end is None or not end.ok:
-                    waits.append(Wait(side.index, side.rank, side.run, side.prefix, b, end))
+                if seq in holes.lost_ends or (end is not None and end.ok):
+                    continue
+                retried = across.retry_of(side.begins.values(), b) if end is not None else None
+                waits.append(Wait(side.index, side.rank, side.run, side.prefix, b, end,
+                                  retried, holes.unsure(failed=end is not None)))
             last: dict[int, MessageEvent] = {}
             for m in side.sends:
                 last[m.peer] = m
@@ -451,31 +470,26 @@ class _Check:
         self.slices = tp_slices(self.sides, self.add)
         self.pairs()
         self.labels()
-        for side in self.sides:
+        for side in self.sides:  # a hole in a stage's own records shifts its hops too
+            self.hole = across.channel_hole(self.holes, side, None)
             self.hops(side)
+        self.hole = ""
         self.waits()
         pairs = {MessageId(s, SEND, seq): MessageId(r.index, RECV, e.seq)
                  for (s, seq), (r, e) in self.received.items()}
         return MessageVerdict(self.carried, pairs)
 
 
-def _unbroken(seqs: set[int]) -> int:
-    """The lowest seq from which every seq up to the highest is there."""
-    low = max(seqs, default=0)
-    while low - 1 in seqs:
-        low -= 1
-    return low
-
-
 def check_messages(trace: Trace, raws: list[Raw], runs: Sequence[str], prefixes: Sequence[str],
-                   complete: Callable[[int], bool]) -> MessageVerdict:
+                   complete: Callable[[int], bool],
+                   holes: Sequence[Holes]) -> MessageVerdict:
     """Judge the message layer; append its raw findings to ``raws``; return what carried what,
     and which receive each send reached.
 
     ``runs`` and ``prefixes``: each process's run id and channel-name prefix (the run, when
     traces of several runs are analysed together); ``complete(i)``: process i's trace is whole
-    (final stats, nothing lost)."""
+    (final stats, nothing lost); ``holes``: what each one's is known to lack."""
     if not any(p.messages for p in trace.processes):
         return MessageVerdict({}, {})
-    return _Check(trace, raws, runs, prefixes, complete).run()
+    return _Check(trace, raws, runs, prefixes, complete, holes).run()
 

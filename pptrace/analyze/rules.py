@@ -31,6 +31,7 @@ __all__ = [
     "listed",
     "rank_id",
     "run_of",
+    "runs_of",
     "stage_of",
     "tensor_names",
     "tp_of",
@@ -158,6 +159,17 @@ def run_of(proc: ProcessTrace) -> str:
     if proc.events:
         return proc.events[0].run_id
     return proc.stats.run_id if proc.stats is not None else ""
+
+
+def runs_of(procs: Sequence[ProcessTrace]) -> list[str]:
+    """Each process's run id; one that names none joins the one run the others name."""
+    runs = [run_of(p) for p in procs]
+    known = set(runs) - {""}
+    if len(known) != 1:
+        return runs
+    # A process with neither events nor stats (a middle stage killed before its first stats
+    # span) names no run: taken for another run, its channels would stand apart.
+    return [run or next(iter(known)) for run in runs]
 
 
 def stage_of(rank: RankInfo) -> str:

@@ -6,12 +6,15 @@ become ``Finding`` records:
 - the first raw finding per (kind, channel, subject) is kept, and the rest are counted into it
   (``Finding.cascade``, "and 29 more like this through microbatch 31");
 - an absence finding on a channel whose own trace lost events is lowered one severity step;
+- a payload finding on a channel one of whose ends lacks events inside its window (dropped, a
+  sequence gap, damaged data) is a warning at most: the pairing may have walked across the
+  hole (docs/partial-traces.md);
 - a finding that follows from another (a content mismatch at stage 0 on a microbatch whose
   last-stage TP ranks disagreed: stage 0 re-assembled a mix of their slices) names its cause
   (``Finding.cause``) and is placed right after it; every other finding is in time order, a
   cause before its effects at the same moment.
 
-    findings = summarise(counted, lowered)
+    findings = summarise(counted, lowered, misaligned)
 
 Pure: no I/O.
 """
@@ -60,7 +63,8 @@ def _key(raw: Raw) -> _GroupKey:
     return (raw.kind, raw.channel, raw.subject)
 
 
-def summarise(raws: Sequence[Counted], lowered: dict[str, str]) -> list[Finding]:
+def summarise(raws: Sequence[Counted], lowered: dict[str, str],
+              misaligned: dict[str, str] | None = None) -> list[Finding]:
     """Keep the first finding per (kind, channel, subject); count the rest as its cascade; put
     each consequence after its cause."""
     ordered = sorted(range(len(raws)), key=lambda i: (raws[i][0].time_ns or 0, raws[i][3] or 0))
@@ -69,7 +73,7 @@ def summarise(raws: Sequence[Counted], lowered: dict[str, str]) -> list[Finding]
         groups.setdefault(_key(raws[i][0]), []).append(i)
     out: dict[_GroupKey, Finding] = {}
     for key, items in groups.items():
-        out[key] = _finding(raws, items, lowered)
+        out[key] = _finding(raws, items, lowered, misaligned or {})
     # At the same moment a cause goes before its effects (TP ranks disagreeing before the
     # content stage 0 re-assembled from them).
     roots = sorted(out, key=lambda k: _order(out[k]))
@@ -99,7 +103,8 @@ def _order(f: Finding) -> tuple[int, bool, int, str, str]:
             f.channel)
 
 
-def _finding(raws: Sequence[Counted], items: list[int], lowered: dict[str, str]) -> Finding:
+def _finding(raws: Sequence[Counted], items: list[int], lowered: dict[str, str],
+             misaligned: dict[str, str]) -> Finding:
     first, _, _, first_mb = raws[items[0]]
     kind, channel = first.kind, first.channel
     cascade = sum(1 + raws[i][1] for i in items) - 1
@@ -108,6 +113,10 @@ def _finding(raws: Sequence[Counted], items: list[int], lowered: dict[str, str])
     if kind.category is Category.ABSENCE and channel in lowered:
         severity = Severity(max(Severity.INFO, severity - 10))
         message += f" ({lowered[channel]}: this may be a recording gap)"
+    if kind.category is Category.PAYLOAD and channel in misaligned:
+        severity = min(severity, Severity.WARNING)
+        message += (f" ({misaligned[channel]}: the pair may have been matched across the hole, "
+                    "this may be a recording gap)")
     if cascade:
         _, repeats, last_mb, mb = raws[items[-1]]
         if repeats:

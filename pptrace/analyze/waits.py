@@ -7,6 +7,11 @@ trace says: what it last sent to the waiter (kind, seq, when), that it left no t
 waits too, with the chain of waits it leads to, named as a deadlock when the chain comes back
 to the waiter (rank 0 waits for rank 3, which waits for rank 0).
 
+A wait the trace cannot tell from one that ended is a warning that says why (``Wait.unsure``: its
+trace has no final stats, so the run may still be going, or it has holes); so is a receive that
+failed at its timeout and was retried (``Wait.retried``), which blocks nothing and is no part of
+a cycle.
+
     judge_waits(waits, trails, add)
 
 Pure: no I/O.
@@ -18,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from pptrace.analyze.rules import rank_id, who
-from pptrace.model.findings import FindingKind, MessageId
+from pptrace.model.findings import FindingKind, MessageId, Severity
 from pptrace.model.messages import MessageEvent, MessageOp
 from pptrace.model.records import RankInfo
 from pptrace.model.text import clip
@@ -57,6 +62,8 @@ class Wait:
     prefix: str  # the channel-name prefix (the run, when several are analysed together)
     begin: MessageEvent
     end: MessageEvent | None = None  # the receive's end when it raised (its timeout)
+    retried: MessageEvent | None = None  # the next receive on its thread: it did not block
+    unsure: str = ""  # why the trace cannot tell this wait from one that ended (a warning)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +92,8 @@ def judge_waits(waits: Sequence[Wait], trails: Mapping[Node, Trail], add: AddFn)
     """One finding per wait, each naming the chain (or the cycle) of waits it leads to."""
     by_node: dict[Node, Wait] = {}
     for w in sorted(waits, key=lambda w: w.begin.wall_ns):
-        by_node.setdefault((w.run, rank_id(w.rank)), w)  # a rank's earliest wait blocks it
+        if w.retried is None:  # a receive that failed and was retried blocks nothing
+            by_node.setdefault((w.run, rank_id(w.rank)), w)  # a rank's earliest wait blocks it
     for w in waits:
         _hang(w, by_node, trails, add)
 
@@ -124,6 +132,9 @@ def _hang(w: Wait, by_node: Mapping[Node, Wait], trails: Mapping[Node, Trail],
         waited = (w.end.wall_ns + max(w.end.duration_ns, 0) - b.wall_ns) / 1e9
         ended = (f"and it failed {waited:.3f} s later with {clip(w.end.error_type or '', 200)}: "
                  f"{clip(w.end.error_message or '', 200)}")
+    if w.retried is not None:
+        ended += (f", and was retried: its receive #{w.retried.seq} began "
+                  f"{(w.retried.wall_ns - b.wall_ns) / 1e9:.3f} s after this one")
     head = (f"{_label(w.rank)} waits for {wanted(b.expected_kind)} from {_label(peer)} since "
             f"its receive #{b.seq} began, {ended}")
     if b.peer < 0:
@@ -136,14 +147,18 @@ def _hang(w: Wait, by_node: Mapping[Node, Wait], trails: Mapping[Node, Trail],
                 f"{_ago(last.wall_ns, b.wall_ns)})" if last is not None else
                 f"{who(peer)} sent it nothing")
         theirs = by_node.get(peer_node)
-        if theirs is not None:
+        if theirs is not None and w.retried is None:
             said += (f", and waits too: for {wanted(theirs.begin.expected_kind)} from rank "
                      f"{theirs.begin.peer} ({_chain((w.run, me), by_node)})")
         elif trail.complete:
             said += f"; its trace ends {_ago(trail.stop_ns, b.wall_ns)} with final stats"
         else:
             said += f"; its trace stops {_ago(trail.stop_ns, b.wall_ns)}"
+    if w.unsure:
+        said += f" ({w.unsure})"
+    weak = w.retried is not None or bool(w.unsure)
     add(K.MSG_HANG, f"{head}: {said}", ranks=[me, b.peer] if b.peer >= 0 else [me],
         time_ns=b.wall_ns,
         channel=w.prefix + f"{place(peer)}->{place(w.rank)}",
-        subject=b.expected_kind, messages=[_ref(w)])
+        subject=b.expected_kind, messages=[_ref(w)],
+        severity=Severity.WARNING if weak else None)

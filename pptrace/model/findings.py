@@ -129,6 +129,14 @@ class FindingKind(str, enum.Enum):
     WINDOW_CUT = ("window-cut", R, Severity.INFO,
                   "a channel's oldest microbatches lie outside a kept window (rotated away, "
                   "overwritten): not judged")
+    # A process's trace is known to lack records inside its window (``pptrace.analyze.holes``):
+    # message records counted as dropped, send or receive numbers missing, receive ends missing
+    # though later receives ran, or damaged data the reader skipped in its files. The message
+    # findings on its channels are then warnings at most and say so; a receive whose end is
+    # missing is no wait. The trace is incomplete, the run need not be.
+    INCOMPLETE_TRACE = ("incomplete-trace", R, _WARN,
+                        "a process's trace lacks records (counted drops, sequence gaps, damaged "
+                        "data): findings on its channels are weakened")
     # The PP message layer (``pptrace.analyze.messages`` pairs each send with its receive).
     MSG_RAISED = ("message-raised", M, _ERR, "a send of a PP message raised")
     MSG_KEYS_DIFFER = ("message-keys-differ", M, _ERR,
