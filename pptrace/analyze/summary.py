@@ -125,4 +125,6 @@ def _finding(raws: Sequence[Counted], items: list[int], lowered: dict[str, str])
         channel=channel,
         cascade=cascade,
         messages=first.messages,
+        more_events=tuple(EventId(*ref) for i in items[1:] for ref in raws[i][0].events),
+        more_messages=tuple(m for i in items[1:] for m in raws[i][0].messages),
     )

@@ -194,3 +194,10 @@ class Finding:
     cascade: int = 0  # later findings on the same channel summarised into this one
     cause: Finding | None = None  # the finding this one follows from (listed just before it)
     messages: tuple[MessageId, ...] = ()  # the message-layer records involved, send first
+    # The events and messages of the later occurrences summarised into this one (its cascade),
+    # so that every place a report's count stands for can be shown, not the first alone. An
+    # identical difference on the following pairs of a channel is counted without a record of
+    # its own (at 1M pairs building one costs more than the walk): those pairs are the ones
+    # whose two sides differ, which the viewer finds by comparing them.
+    more_events: tuple[EventId, ...] = ()
+    more_messages: tuple[MessageId, ...] = ()
