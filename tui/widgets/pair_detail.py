@@ -120,6 +120,8 @@ class PairDetail(ScrollView, can_focus=True):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.pair: PairView | None = None
+        #: said after "No event here" (where the first divergence is when it is not a cell)
+        self.empty_hint = ""
         #: tensor lines formatted since the last ``show`` (the virtualisation test reads it).
         self.lines_drawn = 0
         self._width = -1
@@ -173,6 +175,8 @@ class PairDetail(ScrollView, can_focus=True):
 
         if pair is None:
             para(("No event here. Move the cursor to a cell, or pick a finding.", s["dim"]))
+            if self.empty_hint:
+                para((self.empty_hint, s["warning"]))
             return blocks
         for finding in pair.findings:
             style = s["error"] if finding.severity >= Severity.ERROR else s["warning"]
