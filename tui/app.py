@@ -168,14 +168,11 @@ class PptraceViewer(App[None]):
 
     # --- help, palette, theme ------------------------------------------------------------
     def binding_entries(self, screen: Screen[object] | None = None) -> list[Entry]:
-        """The bindings of one screen (the one the user works on by default: under the help
-        screen, the screen it was opened on), from the app down to the screen's widgets, found
-        by walking them: each screen's help and palette list its own keys, never another's."""
+        """The bindings of one screen (by default the one on top), from the app down to the
+        screen's widgets, found by walking them: each screen's help and palette list its own
+        keys, never another's."""
         if screen is None:
             screen = self.screen
-        if isinstance(screen, HelpScreen):
-            below = [s for s in self.screen_stack if not isinstance(s, HelpScreen)]
-            screen = below[-1] if below else screen
         nodes: list[object] = [self, screen, *screen.walk_children(with_self=False)]
         return catalog(nodes)  # type: ignore[arg-type]
 

@@ -61,9 +61,9 @@ class MainScreen(Screen[None]):
         Binding("left_square_bracket", "jump_finding(-1)", "Prev finding", key_display="[",
                 group=_FINDING),
         Binding("d", "first_divergence", "1st divergence"),
-        # Listed early (help's first page, the footer when it fits): a run whose first
+        # Listed early (help's first page; the footer has no room at 80 columns): a run whose first
         # divergence is in the message layer is explained there.
-        Binding("M", "messages", "Messages"),
+        Binding("M", "messages", "Messages", show=False),
         Binding("f", "filter", "Filter"),
         Binding("slash", "search", "Search", key_display="/"),
         Binding("space", "toggle_play", "Play/pause", key_display="␣"),
