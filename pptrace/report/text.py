@@ -71,9 +71,16 @@ def _summary_line(trace: Trace) -> str:
         plural(len(trace.processes), "process"),
         f"{plural(trace.event_count, 'pptrace event')} ({attaches} attach, {extracts} extract)",
     ]
-    sends, recvs = _message_counts(trace)
-    if sends or recvs:
-        parts.append(f"{plural(sends, 'message')} sent, {recvs} received")
+    sends, recvs, failed, waiting = _message_counts(trace)
+    if sends or recvs or failed or waiting:
+        line = f"{plural(sends, 'message')} sent, {recvs} received"
+        # A receive that failed at its timeout, or never returned, received nothing: counted
+        # apart, so that "received" never exceeds what was sent on a healthy channel.
+        if failed:
+            line += f", {plural(failed, 'receive')} failed"
+        if waiting:
+            line += f", {plural(waiting, 'receive')} still waiting"
+        parts.append(line)
     if trace.foreign:
         parts.append(f"{plural(len(trace.foreign), 'span')} from other tools set aside")
     if trace.problems:
@@ -81,16 +88,25 @@ def _summary_line(trace: Trace) -> str:
     return ", ".join(parts)
 
 
-def _message_counts(trace: Trace) -> tuple[int, int]:
-    """Sends, and receives that returned, across every process."""
-    sends = recvs = 0
+def _message_counts(trace: Trace) -> tuple[int, int, int, int]:
+    """Sends, receives that returned a message, receives that failed, and receives that began
+    and never ended, across every process."""
+    sends = recvs = failed = waiting = 0
     for proc in trace.processes:
+        begun: set[int] = set()
         for m in proc.messages:
             if m.op is MessageOp.SEND:
                 sends += 1
-            elif m.phase == "end":
-                recvs += 1
-    return sends, recvs
+            elif m.phase == "begin":
+                begun.add(m.seq)
+            else:
+                begun.discard(m.seq)
+                if m.ok:
+                    recvs += 1
+                else:
+                    failed += 1
+        waiting += len(begun)
+    return sends, recvs, failed, waiting
 
 
 def _finding_line(f: Finding, indent: str = "  ", head: str = "") -> str:
@@ -265,7 +281,7 @@ def to_json(trace: Trace, findings: Sequence[Finding], fail_on: Severity, *,
         "summary": {
             "processes": len(trace.processes),
             "events": trace.event_count,
-            "messages": sum(_message_counts(trace)),
+            "messages": sum(_message_counts(trace)[:3]),  # sends and ended receives
             "foreign_spans": len(trace.foreign),
             "input_problems": len(trace.problems),
             "findings": len(findings),
