@@ -19,7 +19,7 @@ import textwrap
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 
-from pptrace.cli.progress import Status
+from pptrace.cli.progress import Status, text_width
 from pptrace.cli.tracing import add_export_arguments, export_env
 from pptrace.model.errors import ConfigError
 
@@ -227,7 +227,8 @@ def _analyze_and_report(out_dir: str, view: bool = False) -> int:
     judged = analysis(trace)  # the viewer pairs on its channels, as the report does
     findings = list(judged.findings)
     status.end()
-    sys.stdout.write("\n" + render_text(trace, findings, Severity.ERROR))
+    sys.stdout.write("\n" + render_text(trace, findings, Severity.ERROR,
+                                          width=text_width(sys.stdout)))
     if view:
         from pptrace.cli.view import view as open_view
 
