@@ -126,3 +126,28 @@ def test_the_demo_s_stage0_check_is_the_report_s_count_on_the_correct_tp_rank(
     # The other stage-0 rank got its peer's wrong bytes on every disagreement: changed on
     # the way, or as they were attached.
     assert rank1.mismatched == _occurrences(disagree)
+
+
+def test_at_80x24_the_first_screen_shows_the_differing_row_of_the_first_divergence(
+        run: tuple[object, Trace, Analysis]) -> None:
+    # The pair detail has 7 lines at 80x24: `entropy`, the third name and the one that
+    # differs, was below them, and the first screen showed only equal rows.
+    import asyncio
+
+    from pptrace_tui.app import PptraceViewer
+    from pptrace_tui.widgets.pair_detail import PairDetail
+
+    from tests.helpers_tui import wait_main
+
+    _, trace, judged = run
+
+    async def look() -> list[str]:
+        app = PptraceViewer.of(trace, judged)
+        async with app.run_test(size=(80, 24)) as pilot:
+            screen = await wait_main(pilot)
+            await pilot.pause()
+            detail = screen.query_one(PairDetail)
+            return [detail.render_line(y).text for y in range(detail.size.height)]
+
+    shown = asyncio.run(look())
+    assert any(line.startswith("entropy") and "≠" in line for line in shown), shown
