@@ -412,8 +412,10 @@ def test_a_run_whose_first_divergence_is_a_message_opens_on_the_message_screen()
         await pilot.press("escape")
         await pilot.pause()
         assert not isinstance(app.screen, MessagesScreen)
-        # Back on the grid, the pair detail says where the first divergence is.
-        assert "first divergence is in the PP message layer: M shows it" in screen_text(app)
+        # Back on the grid, the pair detail and the title say where the first divergence is.
+        text = screen_text(app)
+        assert "first divergence is in the PP message layer: M shows it" in text
+        assert "in the message layer (M)" in text
 
     _lead(pipeline(3, hang=True), steps)
 

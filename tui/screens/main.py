@@ -178,6 +178,9 @@ class MainScreen(Screen[None]):
         sub = " · ".join([counted(index.trace.event_count, "event"),
                           counted(len(index.findings), "finding"),
                           counted(bad, "cell") + " in trouble"])
+        layer = sum(1 for f in index.findings if f.messages and not f.events)
+        if layer:  # drawn on the message screen, not as cells: say where they are
+            sub += f" · {layer} in the message layer (M)"
         if self.live is not None:
             if not index.trace.event_count:
                 sub = f"waiting for traces (re-read every {self.live:g} s)"
