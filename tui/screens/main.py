@@ -175,12 +175,13 @@ class MainScreen(Screen[None]):
         index = self.index
         self.query_one(Legend).show(index)
         bad = sum(r.problems for r in index.rows)
-        sub = " · ".join([counted(index.trace.event_count, "event"),
-                          counted(len(index.findings), "finding"),
-                          counted(bad, "cell") + " in trouble"])
+        # Message-layer findings are drawn on the message screen, not as cells: say where
+        # (early in the line: the header cuts it at 80 columns).
         layer = sum(1 for f in index.findings if f.messages and not f.events)
-        if layer:  # drawn on the message screen, not as cells: say where they are
-            sub += f" · {layer} in the message layer (M)"
+        found = counted(len(index.findings), "finding") + (
+            f", {layer} on messages (M)" if layer else "")
+        sub = " · ".join([counted(index.trace.event_count, "event"), found,
+                          counted(bad, "cell") + " in trouble"])
         if self.live is not None:
             if not index.trace.event_count:
                 sub = f"waiting for traces (re-read every {self.live:g} s)"
