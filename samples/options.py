@@ -133,6 +133,7 @@ class RankReport:
     error: str | None = None  # "RuntimeError: ..." when the rank failed
     steps: int = 0  # forwards this rank completed
     recorded: int = 0  # attach/extract events pptrace recorded here
+    messages: int = 0  # PP messages (sends and receives) pptrace recorded here
     exported: int = 0
     dropped: int = 0
     trace_file: str = ""  # its file, or its segments as "stem.*.otlp.jsonl (N segments)"

@@ -400,6 +400,7 @@ def run_rank(opts: PipelineOptions, rank: int, progress: Progress) -> RankReport
     return RankReport(
         rank=rank, pp_rank=info.pp_rank or 0, tp_rank=info.tp_rank or 0, exit_code=code,
         error=error, steps=stage.steps if stage else 0, recorded=stats.recorded,
+        messages=stats.messages_recorded,
         exported=stats.exported, dropped=stats.dropped,
         trace_file=trace_written(opts.out_dir, info), transport=mod.__name__,
         attached=stage.attached if stage else 0,

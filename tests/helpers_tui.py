@@ -227,10 +227,13 @@ async def wait_main(pilot) -> object:  # type: ignore[no-untyped-def]
     from pptrace_tui.screens.main import MainScreen
 
     for _ in range(200):
-        screen = pilot.app.screen
-        if isinstance(screen, MainScreen):
+        main = next((s for s in pilot.app.screen_stack if isinstance(s, MainScreen)), None)
+        # After its first paint (painted_at): by then a main screen whose first divergence is
+        # in the message layer has asked for the message screen, which opens on top.
+        if main is not None and main.painted_at is not None:
             await pilot.pause()
-            return screen
+            await pilot.pause()
+            return main
         await pilot.pause(0.02)
     raise AssertionError(f"the main screen never came up (screen: {pilot.app.screen!r})")
 

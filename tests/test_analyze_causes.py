@@ -8,6 +8,10 @@ them under it, never above it.
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
 from pptrace.analyze.analyzer import analyze
 from pptrace.model.findings import FindingKind, Severity
 from pptrace.model.records import Direction
@@ -88,3 +92,21 @@ def test_a_content_change_before_any_tp_disagreement_is_its_own_finding() -> Non
     run.extract([meta("e", (8,), fingerprint="a")], tp=1)
     (f,) = analyze(run.trace())
     assert f.kind is K.CONTENT_MISMATCH and f.cause is None
+
+
+@pytest.mark.slow
+def test_the_duplicate_fault_lists_the_peer_s_hang_under_the_attach_that_raised(
+        tmp_path: Path) -> None:
+    # Rank 1's attach raises; its engine stops, so rank 0 waits for an output that never
+    # comes. The hang follows from the error: it was a second top-level error beside it.
+    from pptrace.load.loader import load_paths
+    from tests.helpers_samples import run_sample
+
+    out = str(tmp_path / "duplicate")
+    run_sample(out, ranks=2, steps=8, fault="duplicate")
+    findings = analyze(load_paths([out]))
+    roots = [f for f in findings if f.cause is None and f.severity >= Severity.ERROR]
+    assert [f.kind for f in roots] == [FindingKind.ATTACH_DUPLICATE], [
+        (f.kind.value, f.cause) for f in findings]
+    hangs = [f for f in findings if f.kind is FindingKind.MSG_HANG]
+    assert hangs and all(f.cause is roots[0] for f in hangs)

@@ -414,3 +414,29 @@ def test_the_analysis_hands_out_each_send_with_the_receive_it_reached() -> None:
         assert recv.op is MessageOp.RECV
         assert (m.peer, m.kind, m.keys) == (trace.processes[recv.process].rank.rank, e.kind,
                                             e.keys)
+
+
+def test_the_summary_counts_a_failed_receive_apart_from_the_received() -> None:
+    # A receive that failed at its timeout ended without a message: "received" counts only the
+    # receives that returned one (a run once read "93 messages sent, 95 received").
+    from pptrace.model.messages import MessageEvent
+    from pptrace.model.records import RankInfo
+    from pptrace.model.trace import ProcessTrace, Trace
+
+    def rank(r: int) -> RankInfo:
+        return RankInfo(rank=r, world_size=2, pp_rank=r, pp_size=2, tp_rank=0, tp_size=1,
+                        host="n", pid=10 + r)
+
+    send = MessageEvent(MessageOp.SEND, "end", 0, wall_ns=1_000, peer=1, kind="proxy",
+                        keys=("h",))
+    begin = MessageEvent(MessageOp.RECV, "begin", 0, wall_ns=900, peer=0,
+                         expected_kind="proxy")
+    got = begin._replace(phase="end", duration_ns=500, kind="proxy", keys=("h",))
+    begin2 = begin._replace(seq=1, wall_ns=2_000)
+    failed = begin2._replace(phase="end", duration_ns=9_000, error_type="RuntimeError")
+    waiting = begin._replace(seq=2, wall_ns=20_000)
+    trace = Trace((ProcessTrace(rank(0), (), None, ("r0",), (send,)),
+                   ProcessTrace(rank(1), (), None, ("r1",),
+                                (begin, got, begin2, failed, waiting))))
+    line = render_text(trace, [], Severity.ERROR).splitlines()[0]
+    assert "1 message sent, 1 received, 1 receive failed, 1 receive still waiting" in line

@@ -226,3 +226,17 @@ def test_a_run_without_the_message_layer_is_said_and_never_marked() -> None:
                                                           False)
     assert not any(changed for _, _, changed in rows.values())
     assert not any(section == "messages" for section, _ in _rows(_good(), _good()))
+
+
+def test_at_80_columns_each_row_fits_without_the_terminal_wrapping_it() -> None:
+    # The table is 123 columns wide for these labels: at 80 the terminal split every row.
+    a, b = _good().trace(), _bad().trace()
+    rows = diff(profile(a, analyze(a)), profile(b, analyze(b)))
+    label_a, label_b = "runs/" + "good-commit-" * 4, "runs/" + "bad-commit-" * 4
+    wide = render_text(rows, label_a, label_b)
+    assert max(map(len, wide.splitlines())) > 80  # a pipe or a log: the table as it is
+    narrow = render_text(rows, label_a, label_b, columns=80)
+    assert max(map(len, narrow.splitlines())) <= 80, narrow
+    for r in rows:  # every row still says its subject, both sides and whether it changed
+        at = narrow.index(f"\n  {r.subject}" + ("  << changed" if r.changed else "") + "\n")
+        assert f"A: {r.a}" in narrow[at:] and f"B: {r.b}" in narrow[at:]

@@ -54,17 +54,32 @@ def test_on_a_terminal_loading_rewrites_one_line_and_erases_it(clock: _Clock) ->
     assert "pptrace: loaded 20.0 MB" in text
 
 
-def test_on_a_terminal_a_stage_ends_erased_or_kept() -> None:
+def test_on_a_terminal_a_stage_ends_erased_or_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
     out = _Tty()
     status = Status(out)
     status.stage("pptrace: analyzing 12 events")
     status.end()
-    assert out.getvalue().endswith("\r" + " " * 100 + "\r")
+    assert out.getvalue().endswith("\r" + " " * 79 + "\r")
     out = _Tty()
     status = Status(out)
     status.stage("steps r0 0/4")
     status.end("steps r0 4/4", keep=True)
-    assert out.getvalue().endswith("\rsteps r0 4/4".ljust(101) + "\n")
+    assert out.getvalue().endswith("\rsteps r0 4/4".ljust(80) + "\n")
+
+
+@pytest.mark.parametrize("columns", [40, 80, 132])
+def test_the_status_line_never_fills_the_terminal_s_width(monkeypatch: pytest.MonkeyPatch,
+                                                          columns: int) -> None:
+    # A line as wide as the terminal (or wider) wraps, and "\r" then returns to the start of
+    # its last row only: at 80 columns the 100-column line left a row behind on every redraw.
+    monkeypatch.setenv("COLUMNS", str(columns))
+    out = _Tty()
+    status = Status(out)
+    status.stage("pptrace: loading  25.0%  5.0 MB of 20.0 MB  " + "a-long-file-name" * 8)
+    status.end("steps r0 4/4 " + "r1 4/4 " * 30, keep=True)
+    drawn = [part for line in out.getvalue().split("\n") for part in line.split("\r")]
+    assert drawn and all(len(part) < columns for part in drawn), [len(p) for p in drawn]
 
 
 def test_off_a_terminal_only_a_long_stage_writes_one_line(clock: _Clock) -> None:

@@ -188,3 +188,41 @@ def test_consequences_are_capped_under_their_cause_and_point_at_it() -> None:
 
 def test_severity_parse() -> None:
     assert Severity.parse(" Warning ") is Severity.WARNING
+
+
+def test_traces_of_several_runs_in_one_input_are_named_with_their_process_counts() -> None:
+    # A 2-rank script run twice into one folder once read "4 processes" and nothing more.
+    from pptrace.model.records import RankInfo, RecorderStats
+    from pptrace.model.trace import ProcessTrace, Trace
+    from pptrace.report.text import render_text as text_of
+
+    def proc(run: str, r: int) -> ProcessTrace:
+        rank = RankInfo(rank=r, world_size=2, pp_rank=r, pp_size=2, tp_rank=0, tp_size=1,
+                        host="n", pid=100 + r)
+        return ProcessTrace(rank, (), RecorderStats(rank, 1, run_id=run), (f"{run}-{r}",))
+
+    two = Trace(tuple(proc(run, r) for run in ("r1a", "r2b") for r in (0, 1)))
+    head = text_of(two, [], Severity.ERROR).splitlines()[0]
+    assert "4 processes from 2 runs (run r1a: 2 processes, run r2b: 2 processes)" in head
+    one = Trace(tuple(proc("r1a", r) for r in (0, 1)))
+    assert "runs" not in text_of(one, [], Severity.ERROR).splitlines()[0]
+
+
+def test_at_80_columns_the_report_breaks_between_words_and_names_what_channels_mean() -> None:
+    from pptrace.report.text import render_text
+
+    run = Run()
+    for mb in range(3):
+        run.attach([meta("entropy", (4,), fingerprint=f"b2:{mb}aaaaaaaa")])
+        run.extract([meta("entropy", (4,), fingerprint=f"b2:{mb}bbbbbbbb")])
+    trace = run.trace()
+    findings = list(analyze(trace))
+    assert findings
+    wide = render_text(trace, findings, Severity.ERROR)
+    narrow = render_text(trace, findings, Severity.ERROR, width=80)
+    assert all(len(line) <= 80 for line in narrow.splitlines()), narrow
+    assert narrow.split() == wide.split()  # the same words, none broken
+    assert any(len(line) > 80 for line in wide.splitlines())  # a line per finding, for grep
+    legend = wide[wide.index("Channels"):]
+    assert "pp0<-pp1/tp0: attaches on the right-hand rank, extracted on the left-hand stage" \
+        in legend

@@ -173,3 +173,35 @@ def test_a_load_error_inside_the_app_exits_2(
     monkeypatch.setattr(cli_view, "_viewer", lambda: lambda loader, **kw: "rank0.jsonl:3: bad")
     assert cli.main(["view", str(tmp_path)]) == 2
     assert capsys.readouterr().err.endswith("pptrace: error: rank0.jsonl:3: bad\n")
+
+
+# A child interpreter in which ``import textual`` fails as it does where the ``view`` extra is
+# not installed (a meta-path finder ahead of every other refuses it), and which has a terminal
+# as far as ``pptrace view`` can tell.
+_WITHOUT_TEXTUAL = """
+import sys
+from importlib.abc import MetaPathFinder
+
+class NoTextual(MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "textual" or name.startswith("textual."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+sys.meta_path.insert(0, NoTextual())
+from pptrace.cli import main, view
+view.has_terminal = lambda: True
+sys.exit(main.main(["view", sys.argv[1]]))
+"""
+
+
+def test_view_without_textual_says_so_in_one_line_and_exits_2(tmp_path: Path) -> None:
+    write(tmp_path, 3)
+    done = subprocess.run([sys.executable, "-c", _WITHOUT_TEXTUAL, str(tmp_path)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    assert "textual" in lines[0] and "pip install 'pptrace[view]'" in lines[0]
+    assert done.stdout == ""

@@ -392,3 +392,78 @@ def test_a_trace_without_messages_says_so() -> None:
         assert "this trace has no message-layer records" in text
 
     _open(trace, empty, "right", "right_square_bracket", "enter")
+
+
+# --- the viewer leads to the message layer ---------------------------------------------------
+def _lead(trace: Trace, steps: Callable[[Any, PptraceViewer], Any],
+          size: tuple[int, int] = (80, 24)) -> None:
+    async def run() -> None:
+        app = PptraceViewer.of(trace, analysis(trace))
+        async with app.run_test(size=size) as pilot:
+            await wait_main(pilot)
+            await steps(pilot, app)
+
+    asyncio.run(run())
+
+
+def test_a_run_whose_first_divergence_is_a_message_opens_on_the_message_screen() -> None:
+    async def steps(pilot: Any, app: PptraceViewer) -> None:
+        screen = app.screen
+        assert isinstance(screen, MessagesScreen)  # not an all-equal grid
+        assert screen.index.glyph(screen.timeline.cursor) is Glyph.WAIT  # on the hang
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not isinstance(app.screen, MessagesScreen)
+        # Back on the grid, the pair detail and the title say where the first divergence is.
+        text = screen_text(app)
+        assert "first divergence is in the PP message layer: M shows it" in text
+        assert "4 findings, 2 on messages (M)" in text
+
+    _lead(pipeline(3, hang=True), steps)
+
+
+def test_enter_gives_the_detail_the_screen_and_esc_closes_it_before_the_screen() -> None:
+    async def steps(pilot: Any, app: PptraceViewer) -> None:
+        screen = app.screen
+        assert isinstance(screen, MessagesScreen)
+        await pilot.press("enter")
+        await pilot.pause()
+        assert screen.maximized is screen.detail
+        text = screen_text(app)
+        assert "messages · stage × time" not in text and "waits for `output`" in text
+        await pilot.press("escape")
+        await pilot.pause()
+        assert app.screen is screen and screen.maximized is None  # the detail closed, only
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not isinstance(app.screen, MessagesScreen)
+
+    _lead(pipeline(3, hang=True), steps)
+
+
+def test_choosing_a_message_finding_opens_the_message_screen_on_its_message() -> None:
+    trace = pipeline(3, hang=True)
+    findings = analysis(trace).findings
+    last = max(i for i, f in enumerate(findings) if f.messages)
+
+    async def steps(pilot: Any, app: PptraceViewer) -> None:
+        await pilot.press("escape")  # from the message screen the run opened on
+        await pilot.pause()
+        main = app.screen
+        assert not isinstance(main, MessagesScreen)
+        panel = main.findings_panel  # type: ignore[attr-defined]
+        panel.focus()
+        panel.select_finding(last)
+        await pilot.press("enter")  # choose it
+        for _ in range(100):
+            await pilot.pause(0.02)
+            if isinstance(app.screen, MessagesScreen):
+                break
+        screen = app.screen
+        assert isinstance(screen, MessagesScreen)
+        await pilot.pause()
+        want = screen.index.finding_cols[last][0]
+        assert screen.timeline.cursor == want
+        assert "names no event" not in "\n".join(str(n.message) for n in app._notifications)
+
+    _lead(trace, steps)

@@ -562,3 +562,17 @@ async def test_the_palette_screenshot_saves_in_the_current_directory_and_says_wh
         assert saved is not None and saved.parent == tmp_path and saved.suffix == ".svg"
         assert "<svg" in saved.read_text()
         assert f"screenshot saved to {saved}" in notes(app)
+
+
+@sync
+async def test_at_80x24_z_gives_the_findings_panel_the_whole_screen() -> None:
+    # Zoomed, the findings panel kept its 40% (8 lines) at 80x24.
+    app = viewer()
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await wait_main(pilot)
+        panel = screen.query_one(FindingsPanel)
+        panel.focus()
+        await pilot.press("z")
+        await pilot.pause()
+        assert screen.maximized is panel
+        assert panel.size.height >= 20, panel.size

@@ -34,8 +34,6 @@ from .messages import ExportWritten
 from .screens.help import HelpScreen
 from .screens.loading import LoadingScreen
 from .screens.main import MainScreen
-from .widgets.findings_panel import FindingsPanel
-from .widgets.grid import GridView
 
 __all__ = ["Loaded", "Loader", "PptraceViewer", "THEMES"]
 
@@ -169,18 +167,19 @@ class PptraceViewer(App[None]):
         self.last_export = message.path
 
     # --- help, palette, theme ------------------------------------------------------------
-    def binding_entries(self) -> list[Entry]:
-        """Every binding of the viewer, from the app down to the widgets."""
-        nodes: list[object] = [self]
-        main = self.main_screen
-        if main is not None:
-            nodes += [main, *main.query(GridView), *main.query(FindingsPanel)]
+    def binding_entries(self, screen: Screen[object] | None = None) -> list[Entry]:
+        """The bindings of one screen (by default the one on top), from the app down to the
+        screen's widgets, found by walking them: each screen's help and palette list its own
+        keys, never another's."""
+        if screen is None:
+            screen = self.screen
+        nodes: list[object] = [self, screen, *screen.walk_children(with_self=False)]
         return catalog(nodes)  # type: ignore[arg-type]
 
     def action_help(self) -> None:
-        """Show every key binding."""
+        """Show the key bindings of the screen the user is on."""
         if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen(self.binding_entries()))
+            self.push_screen(HelpScreen(self.binding_entries(self.screen)))
 
     def action_set_theme(self, name: str) -> None:
         """Switch to the light or the dark theme."""
@@ -196,9 +195,9 @@ class PptraceViewer(App[None]):
         self.refresh_bindings()  # the footer names the other theme now
 
     def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
-        """The command palette lists every binding's action, then Textual's own commands
+        """The command palette lists the screen's bindings' actions, then Textual's own commands
         (its screenshot replaced: Textual's saves to ~/Downloads, and fails where there is none)."""
-        for entry in self.binding_entries():
+        for entry in self.binding_entries(screen):
             key = self.get_key_display(entry.binding)
             yield SystemCommand(
                 entry.binding.description,

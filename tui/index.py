@@ -347,7 +347,9 @@ class TraceIndex:
         for i, f in enumerate(self.findings):
             state = cell_for_finding(f.kind)
             first: tuple[int, int] | None = None
-            for ref in f.events:
+            # Every occurrence the finding counts, not only its first: a cell the report
+            # counts is never drawn as equal.
+            for ref in chain(f.events, f.more_events):
                 cell = self.cell_of(ref)
                 if cell is None:
                     continue

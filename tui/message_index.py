@@ -24,6 +24,7 @@ from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import chain
 
 from pptrace.model.findings import Finding, MessageId
 from pptrace.model.messages import MessageEvent, MessageOp
@@ -187,8 +188,10 @@ class MessageIndex:
             cols = tuple(c for c in (self.col_of(ref) for ref in f.messages) if c is not None)
             if not cols:
                 continue
-            self.finding_cols[fi] = cols
-            for c in cols:
+            self.finding_cols[fi] = cols  # the first occurrence: where ] and [ go
+            # Every occurrence the finding counts is marked, not only its first.
+            more = (c for c in map(self.col_of, f.more_messages) if c is not None)
+            for c in dict.fromkeys(chain(cols, more)):
                 self.state[c] |= FINDING
                 self.col_findings.setdefault(c, []).append(fi)
             firsts.append((cols[0], fi))

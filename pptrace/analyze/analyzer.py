@@ -59,7 +59,7 @@ from pptrace.analyze.rules import (
     who,
 )
 from pptrace.analyze.scan import scan
-from pptrace.analyze.summary import Counted, Raw, Ref, summarise
+from pptrace.analyze.summary import Counted, Raw, Ref, link_peer_errors, summarise
 from pptrace.analyze.tp import TpPayloads, tp_message
 from pptrace.analyze.window import (
     cut_message,
@@ -438,6 +438,7 @@ class _Analysis:
         verdict = check_messages(self.trace, self.raws, self.run_ids, self.run_prefix,
                                  self.complete, self.holes)
         carried_by(self.raws, verdict.carried)
+        link_peer_errors(self.raws)
         self.message_pairs = verdict.pairs
         echoes = self.drop_echoes() if self.extract_hygiene else set()
         raws: list[Counted] = []

@@ -14,6 +14,7 @@ become ``Finding`` records:
   (``Finding.cause``) and is placed right after it; every other finding is in time order, a
   cause before its effects at the same moment.
 
+    link_peer_errors(raws)  # before counting: a hang names the error its peer raised
     findings = summarise(counted, lowered, misaligned)
 
 Pure: no I/O.
@@ -28,7 +29,7 @@ from pptrace.model.findings import Category, Finding, FindingKind, MessageId, Se
 from pptrace.model.records import Direction
 from pptrace.model.trace import EventId
 
-__all__ = ["Counted", "Raw", "Ref", "summarise"]
+__all__ = ["Counted", "Raw", "Ref", "link_peer_errors", "summarise"]
 
 # An EventId's fields: a trace with a fault on every event gives a raw finding per event, and
 # only the findings kept (the first of each group) need real EventIds.
@@ -61,6 +62,30 @@ _GroupKey = tuple[FindingKind, str, str]
 
 def _key(raw: Raw) -> _GroupKey:
     return (raw.kind, raw.channel, raw.subject)
+
+
+#: Message findings about a peer (the second rank they name) that may have stopped: a wait for
+#: it, a message it never received.
+_PEER_STOPPED = frozenset({FindingKind.MSG_HANG, FindingKind.MSG_NEVER_RECEIVED})
+
+
+def link_peer_errors(raws: list[Raw]) -> None:
+    """A wait for a peer, or a message its receiver never took, follows from the engine error
+    that peer raised: its engine stopped there, and neither sent nor received again (the
+    ``duplicate`` fault's hang is listed under the attach that raised, not beside it)."""
+    raised: dict[int, int] = {}  # global rank -> its earliest engine error's raw finding
+    for index, raw in enumerate(raws):
+        if raw.kind.category is Category.ENGINE_ERROR and raw.ranks and raw.cause is None:
+            first = raised.get(raw.ranks[0])
+            if first is None or (raw.time_ns or 0) < (raws[first].time_ns or 0):
+                raised[raw.ranks[0]] = index
+    if not raised:
+        return
+    for index, raw in enumerate(raws):
+        if raw.kind in _PEER_STOPPED and raw.cause is None and len(raw.ranks) == 2:
+            cause = raised.get(raw.ranks[1])
+            if cause is not None:
+                raws[index] = replace(raw, cause=cause)
 
 
 def summarise(raws: Sequence[Counted], lowered: dict[str, str],
@@ -134,4 +159,6 @@ def _finding(raws: Sequence[Counted], items: list[int], lowered: dict[str, str],
         channel=channel,
         cascade=cascade,
         messages=first.messages,
+        more_events=tuple(EventId(*ref) for i in items[1:] for ref in raws[i][0].events),
+        more_messages=tuple(m for i in items[1:] for m in raws[i][0].messages),
     )

@@ -15,7 +15,7 @@ from typing import Any
 
 from pptrace.analyze.analyzer import analyze
 from pptrace.cli.inputs import add_input_arguments, input_paths, inputs_from_args, load_trace
-from pptrace.cli.progress import Status
+from pptrace.cli.progress import Status, text_width
 from pptrace.model.findings import Severity
 from pptrace.report.text import JSON_SCHEMA, PER_KIND, exit_status, render_text, to_json
 
@@ -94,5 +94,6 @@ def run(args: argparse.Namespace) -> int:
         json.dump(to_json(trace, findings, fail_on, per_kind=per_kind), sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        sys.stdout.write(render_text(trace, findings, fail_on, per_kind=per_kind))
+        sys.stdout.write(render_text(trace, findings, fail_on, per_kind=per_kind,
+                                     width=text_width(sys.stdout)))
     return exit_status(findings, fail_on)

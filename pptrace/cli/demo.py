@@ -15,10 +15,11 @@ import argparse
 import datetime
 import os
 import sys
+import textwrap
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 
-from pptrace.cli.progress import Status
+from pptrace.cli.progress import Status, text_width
 from pptrace.cli.tracing import add_export_arguments, export_env
 from pptrace.model.errors import ConfigError
 
@@ -123,6 +124,12 @@ def _steps(done: dict[int, int], steps: int) -> str:
     return "steps " + "  ".join(f"r{r} {n}/{steps}" for r, n in sorted(done.items()))
 
 
+def fill(text: str, indent: str = "  ") -> str:
+    """One paragraph in 80 columns, broken between words (never inside a name or a path)."""
+    return textwrap.fill(text, 80, subsequent_indent=indent, break_on_hyphens=False,
+                         break_long_words=False)
+
+
 def _count(n: int, one: str, many: str) -> str:
     return f"{n} {one if n == 1 else many}"
 
@@ -161,18 +168,25 @@ def _summary(result: RunResult, out: IO[str]) -> bool:
     from pptrace_samples.options import EXIT_PEER_LOST
 
     opts = result.options
-    out.write(f"\n{'rank':>4} {'stage':>5} {'tp':>3} {'exit':>5}  {'outcome':<24}"
-              f"{'steps':>6} {'events':>7}  trace file\n")
+    # 80 columns: the trace files go on their own lines below the table. "events" are the
+    # attach/extract calls pptrace recorded (a middle stage makes none: it only forwards),
+    # "messages" the PP messages it recorded (every stage sends and receives).
+    out.write(f"\n{'rank':>4} {'stage':>5} {'tp':>3} {'exit':>4}  {'outcome':<24}"
+              f"{'steps':>6} {'events':>7} {'messages':>9}\n")
+    files: list[str] = []
     for rank, code in enumerate(result.exit_codes):
         rep = result.reports.get(rank)
         pp_rank, tp_rank = divmod(rank, opts.tp)
         if rep is None:
             outcome = "killed by the launcher" if rank in result.killed else "no report"
-            out.write(f"{rank:>4} {pp_rank:>5} {tp_rank:>3} {code:>5}  {outcome:<24}"
-                      f"{'-':>6} {'-':>7}  -\n")
+            out.write(f"{rank:>4} {pp_rank:>5} {tp_rank:>3} {code:>4}  {outcome:<24}"
+                      f"{'-':>6} {'-':>7} {'-':>9}\n")
             continue
-        out.write(f"{rank:>4} {pp_rank:>5} {tp_rank:>3} {code:>5}  {rep.outcome:<24}"
-                  f"{rep.steps:>6} {rep.recorded:>7}  {os.path.basename(rep.trace_file)}\n")
+        out.write(f"{rank:>4} {pp_rank:>5} {tp_rank:>3} {code:>4}  {rep.outcome:<24}"
+                  f"{rep.steps:>6} {rep.recorded:>7} {rep.messages:>9}\n")
+        files.append(os.path.basename(rep.trace_file))
+    if files:
+        out.write(fill("trace files: " + "  ".join(files)) + "\n")
     for rank, rep in sorted(result.reports.items()):
         if rep.error and rep.exit_code != EXIT_PEER_LOST:
             out.write(f"rank {rank}: {rep.error}\n")
@@ -184,10 +198,14 @@ def _summary(result: RunResult, out: IO[str]) -> bool:
                         matched=sum(r.matched for r in stage0),
                         mismatched=sum(r.mismatched for r in stage0),
                         skipped=sum(r.skipped for r in stage0))
-    out.write(f"stage 0 check: {check.sentence()}\n")
+    out.write(fill(f"stage 0 check: {check.sentence()}") + "\n")
     for rep in stage0:
         if rep.first_mismatch:
-            out.write(f"  rank {rep.rank}: first difference at {rep.first_mismatch}\n")
+            # Per rank: with TP each stage-0 rank gets its own copy, and the report counts per
+            # channel (one stage-0 rank each), so these are the figures it can be held to.
+            checked = rep.matched + rep.mismatched
+            out.write(fill(f"  rank {rep.rank}: {rep.mismatched} of {checked} differed, "
+                           f"first difference at {rep.first_mismatch}", "    ") + "\n")
     transports = {r.transport for r in result.reports.values()}
     if transports:
         out.write(f"transport: {', '.join(sorted(transports))}\n")
@@ -209,7 +227,8 @@ def _analyze_and_report(out_dir: str, view: bool = False) -> int:
     judged = analysis(trace)  # the viewer pairs on its channels, as the report does
     findings = list(judged.findings)
     status.end()
-    sys.stdout.write("\n" + render_text(trace, findings, Severity.ERROR))
+    sys.stdout.write("\n" + render_text(trace, findings, Severity.ERROR,
+                                          width=text_width(sys.stdout)))
     if view:
         from pptrace.cli.view import view as open_view
 
@@ -269,14 +288,14 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed, fingerprint=not args.no_fingerprint, env=tracing_env,
         tp_broadcast=args.tp_broadcast,
     ).resolved()
-    print(f"pptrace demo: {opts.ranks} ranks = {opts.pp} PP stages x {opts.tp} TP, "
-          f"{opts.steps} decode steps over {opts.slots} microbatch slots, "
-          f"fault: {opts.fault or 'none'}")
+    print(fill(f"pptrace demo: {opts.ranks} ranks = {opts.pp} PP stages x {opts.tp} TP, "
+               f"{opts.steps} decode steps over {opts.slots} microbatch slots, "
+               f"fault: {opts.fault or 'none'}"))
     if opts.fault:
         from pptrace_samples.faults import ALL_FAULTS
 
         fault = ALL_FAULTS[opts.fault]
-        print(f"  {fault.what} ({fault.where}); the engine: {fault.engine}")
+        print(fill(f"  {fault.what} ({fault.where}); the engine: {fault.engine}", "    "))
     print(f"traces: {out_dir}{_exporters_line(env)}", flush=True)
     progress = Status(sys.stderr, quiet_below=0.0)  # off a terminal: the final steps, once
     progress.stage(_steps({r: 0 for r in range(opts.ranks)}, opts.steps))

@@ -23,7 +23,7 @@ from pptrace.cli.inputs import (
     jaeger_query,
     load_trace,
 )
-from pptrace.cli.progress import Status
+from pptrace.cli.progress import Status, text_width
 from pptrace.model.trace import Trace
 from pptrace.report.diff import CHANGE_RULE, JSON_SCHEMA, diff, profile, render_text, to_json
 
@@ -96,5 +96,5 @@ def run(args: argparse.Namespace) -> int:
         json.dump(to_json(rows, args.a, args.b), sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        sys.stdout.write(render_text(rows, args.a, args.b))
+        sys.stdout.write(render_text(rows, args.a, args.b, columns=text_width(sys.stdout)))
     return 1 if any(r.changed for r in rows) else 0

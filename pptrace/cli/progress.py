@@ -20,14 +20,24 @@ line here is what a user needs, and it is the same on every install.
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from typing import IO
 
 from pptrace.model.progress import Progress
 
-__all__ = ["Status"]
+__all__ = ["Status", "text_width"]
 
-_WIDTH = 100
+
+def text_width(stream: IO[str]) -> int | None:
+    """The columns of the terminal ``stream`` writes to (None off a terminal: a log or a pipe
+    gets one line per item, to grep)."""
+    if not stream.isatty():
+        return None
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (OSError, ValueError, AttributeError):
+        return shutil.get_terminal_size((80, 24)).columns
 
 
 def _mb(n: int) -> str:
@@ -41,6 +51,9 @@ class Status:
                  quiet_below: float = 1.0) -> None:
         self.stream = stream
         self.tty = stream is not None and stream.isatty()
+        # One column short of the terminal: a line as wide as it wraps, and "\r" then goes
+        # back to the start of the second line only, leaving the first behind.
+        self.width = max(20, (text_width(stream) or 80) - 1) if self.tty and stream else 79
         self.interval = 1.0 / hz
         self.quiet_below = quiet_below  # off a terminal, stages quicker than this say nothing
         self._text = ""  # the current stage's latest figures
@@ -65,7 +78,7 @@ class Status:
         if not force and now - self._drawn < self.interval:
             return
         self._drawn = now
-        self.stream.write("\r" + text[:_WIDTH].ljust(_WIDTH))
+        self.stream.write("\r" + text[:self.width].ljust(self.width))
         self.stream.flush()
         self._shown = True
 
@@ -82,9 +95,9 @@ class Status:
             return
         if self.tty:
             if keep:
-                stream.write("\r" + final[:_WIDTH].ljust(_WIDTH) + "\n")
+                stream.write("\r" + final[:self.width].ljust(self.width) + "\n")
             elif self._shown:
-                stream.write("\r" + " " * _WIDTH + "\r")
+                stream.write("\r" + " " * self.width + "\r")
             self._shown = False
         elif elapsed >= self.quiet_below and final:
             stream.write(f"{final} ({elapsed:.1f}s)\n")

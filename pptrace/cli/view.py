@@ -92,7 +92,13 @@ def _viewer() -> Callable[..., str | None]:
     if not found:
         raise ConfigError("the terminal viewer is not installed: reinstall pptrace "
                           "(pip install -e .) so that its 'pptrace.viewers' entry point exists")
-    viewer: Callable[..., str | None] = next(iter(found)).load()
+    try:
+        viewer: Callable[..., str | None] = next(iter(found)).load()
+    except ImportError as exc:  # the entry point is there, its dependency (Textual) is not
+        missing = exc.name or "textual"
+        raise ConfigError(f"the terminal viewer needs {missing}, which is not installed: "
+                          "pip install 'pptrace[view]' (or run pptrace analyze for a report)"
+                          ) from None
     return viewer
 
 
@@ -110,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(
             "pptrace view needs a terminal on stdin and stdout; for a report instead, run: "
             f"pptrace analyze{' ' + named if named else ''}")
+    _viewer()  # before reading anything: a viewer that cannot start says so at once
     inputs = inputs_from_args(args, follow=args.follow)
     status = Status(None if inputs.quiet else sys.stderr)
     # --follow re-reads the same paths (a directory gains files as ranks start); a Jaeger

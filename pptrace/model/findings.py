@@ -8,7 +8,7 @@ last stage), its time and its severity.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pptrace.model.messages import MessageOp
@@ -202,3 +202,11 @@ class Finding:
     cascade: int = 0  # later findings on the same channel summarised into this one
     cause: Finding | None = None  # the finding this one follows from (listed just before it)
     messages: tuple[MessageId, ...] = ()  # the message-layer records involved, send first
+    # The events and messages of the later occurrences summarised into this one (its cascade),
+    # so that every place a report's count stands for can be shown, not the first alone. An
+    # identical difference on the following pairs of a channel is counted without a record of
+    # its own (at 1M pairs building one costs more than the walk): those pairs are the ones
+    # whose two sides differ, which the viewer finds by comparing them. Where to look, not what
+    # was found: two findings that say the same are equal whichever of these they list.
+    more_events: tuple[EventId, ...] = field(default=(), compare=False)
+    more_messages: tuple[MessageId, ...] = field(default=(), compare=False)

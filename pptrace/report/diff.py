@@ -308,9 +308,12 @@ def _shown(row: DiffRow, escape: Callable[[str], str]) -> DiffRow:
                    b=escape(clip(row.b)))
 
 
-def render_text(rows: Sequence[DiffRow], label_a: str, label_b: str) -> str:
+def render_text(rows: Sequence[DiffRow], label_a: str, label_b: str, *,
+                columns: int | None = None) -> str:
     """A readable table under A and B column headers, a mark on each changed row, and the
-    rule that marked them."""
+    rule that marked them. ``columns``: the terminal's width; where the table is wider, each
+    row is written as three short lines (subject, then A, then B) rather than wrapped by the
+    terminal (None: the table, however wide: a pipe or a log)."""
     # Names come from trace files: show their control characters as escapes (as analyze does),
     # and clip them (a 300,000-character name padded every row to its width: 11.7 MB).
     rows = [_shown(r, inert) for r in rows]
@@ -327,10 +330,33 @@ def render_text(rows: Sequence[DiffRow], label_a: str, label_b: str) -> str:
             lines += ["", f"{section}:"]
         mark = "  << changed" if r.changed else ""
         lines.append(f"  {r.subject:<{width}}{r.a:<{col}}{r.b}{mark}")
+    if columns is not None and max(map(len, lines)) > columns:
+        lines = _stacked(rows, label_a, label_b, columns)
     changed = sum(r.changed for r in rows)
     lines += ["", f"{plural(changed, 'difference')}.",
-              *textwrap.wrap(f"Rule: {CHANGE_RULE}.", _FOOTER_WIDTH)]
+              *textwrap.wrap(f"Rule: {CHANGE_RULE}.", min(_FOOTER_WIDTH, columns or 1000))]
     return "\n".join(lines) + "\n"
+
+
+def _stacked(rows: Sequence[DiffRow], label_a: str, label_b: str, columns: int) -> list[str]:
+    """The table for a narrow terminal: each row's subject on its line (marked when changed),
+    A and B under it, each wrapped between words."""
+    def side(tag: str, text: str) -> list[str]:
+        return textwrap.wrap(f"{tag}: {text}", columns, initial_indent="      ",
+                             subsequent_indent="         ", break_long_words=False,
+                             break_on_hyphens=False) or [f"      {tag}:"]
+
+    lines = textwrap.wrap(f"pptrace diff: A = {label_a}, B = {label_b}", columns,
+                          subsequent_indent="    ", break_long_words=False,
+                          break_on_hyphens=False)
+    section = ""
+    for r in rows:
+        if r.section != section:
+            section = r.section
+            lines += ["", f"{section}:"]
+        lines.append(f"  {r.subject}" + ("  << changed" if r.changed else ""))
+        lines += side("A", r.a) + side("B", r.b)
+    return lines
 
 
 def to_json(rows: Sequence[DiffRow], label_a: str, label_b: str) -> dict[str, Any]:

@@ -14,10 +14,12 @@ the counts stay exact, and the JSON's ``truncated`` says what was left out.
 from __future__ import annotations
 
 import datetime as _dt
+import textwrap
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+from pptrace.analyze.rules import run_of
 from pptrace.model.findings import Finding, MessageId, Severity
 from pptrace.model.messages import MessageOp
 from pptrace.model.records import Direction
@@ -68,12 +70,19 @@ def _summary_line(trace: Trace) -> str:
             else:
                 extracts += 1
     parts = [
-        plural(len(trace.processes), "process"),
+        plural(len(trace.processes), "process") + _runs_seen(trace),
         f"{plural(trace.event_count, 'pptrace event')} ({attaches} attach, {extracts} extract)",
     ]
-    sends, recvs = _message_counts(trace)
-    if sends or recvs:
-        parts.append(f"{plural(sends, 'message')} sent, {recvs} received")
+    sends, recvs, failed, waiting = _message_counts(trace)
+    if sends or recvs or failed or waiting:
+        line = f"{plural(sends, 'message')} sent, {recvs} received"
+        # A receive that failed at its timeout, or never returned, received nothing: counted
+        # apart, so that "received" never exceeds what was sent on a healthy channel.
+        if failed:
+            line += f", {plural(failed, 'receive')} failed"
+        if waiting:
+            line += f", {plural(waiting, 'receive')} still waiting"
+        parts.append(line)
     if trace.foreign:
         parts.append(f"{plural(len(trace.foreign), 'span')} from other tools set aside")
     if trace.problems:
@@ -81,16 +90,36 @@ def _summary_line(trace: Trace) -> str:
     return ", ".join(parts)
 
 
-def _message_counts(trace: Trace) -> tuple[int, int]:
-    """Sends, and receives that returned, across every process."""
-    sends = recvs = 0
+def _runs_seen(trace: Trace) -> str:
+    """`` from 2 runs (run a1b2: 2 processes, run c3d4: 2)``: traces of several runs in one
+    input are judged run by run (their channel names start with the run), and the report says
+    so rather than count "4 processes" for a 2-rank script run twice. Empty for one run."""
+    runs = Counter(run_of(proc) for proc in trace.processes)
+    if len(runs) < 2:
+        return ""
+    seen = ", ".join(f"run {run or '?'}: {plural(n, 'process')}" for run, n in runs.items())
+    return f" from {len(runs)} runs ({seen})"
+
+
+def _message_counts(trace: Trace) -> tuple[int, int, int, int]:
+    """Sends, receives that returned a message, receives that failed, and receives that began
+    and never ended, across every process."""
+    sends = recvs = failed = waiting = 0
     for proc in trace.processes:
+        begun: set[int] = set()
         for m in proc.messages:
             if m.op is MessageOp.SEND:
                 sends += 1
-            elif m.phase == "end":
-                recvs += 1
-    return sends, recvs
+            elif m.phase == "begin":
+                begun.add(m.seq)
+            else:
+                begun.discard(m.seq)
+                if m.ok:
+                    recvs += 1
+                else:
+                    failed += 1
+        waiting += len(begun)
+    return sends, recvs, failed, waiting
 
 
 def _finding_line(f: Finding, indent: str = "  ", head: str = "") -> str:
@@ -144,9 +173,40 @@ def _group_lines(findings: Sequence[Finding], per_kind: int | None) -> list[str]
     return lines
 
 
+def channel_legend(findings: Sequence[Finding]) -> list[str]:
+    """What the channel names the findings use mean, one line per form in use (an example of
+    each): ``pp0<-pp1/tp0`` on its own says little to a newcomer."""
+    forms = (
+        ("<-", "{c}: attaches on the right-hand rank, extracted on the left-hand stage"),
+        ("->", "{c}: PP messages the left-hand rank sent to the right-hand one"),
+        ("~", "{c}: the payloads the TP ranks of one stage attached, compared"),
+        ("?", "pp?: a rank whose PP stage the trace does not say"),
+    )
+    channels = [f.channel for f in findings if f.channel]
+    lines = []
+    for mark, text in forms:
+        example = next((c for c in channels if mark in c), None)
+        if example is not None:
+            lines.append("  " + text.format(c=example))
+    return ["", "Channels (where a finding sits; tpN: the TP rank):", *lines] if lines else []
+
+
+def _fit(line: str, width: int) -> list[str]:
+    """One report line in ``width`` columns, broken between words (never inside a name, a
+    fingerprint or a path), continued 4 columns further in."""
+    if len(line) <= width:
+        return [line]
+    lead = line[:len(line) - len(line.lstrip(" "))]
+    return textwrap.wrap(line, width, initial_indent="", subsequent_indent=lead + "    ",
+                         break_long_words=False, break_on_hyphens=False,
+                         drop_whitespace=True) or [line]
+
+
 def render_text(trace: Trace, findings: Sequence[Finding], fail_on: Severity, *,
-                per_kind: int | None = PER_KIND) -> str:
-    """The human report (``per_kind``: the most findings of a kind it lists; None: all)."""
+                per_kind: int | None = PER_KIND, width: int | None = None) -> str:
+    """The human report (``per_kind``: the most findings of a kind it lists; None: all);
+    ``width``: break lines between words to fit it (None: a line per finding, for grep and
+    logs; the CLI passes the terminal's width when it writes to one)."""
     lines = [f"pptrace analyze: {_summary_line(trace)}"]
     if trace.event_count == 0 and not any(p.messages for p in trace.processes):
         lines.append("No pptrace events in this input: nothing to check (was pptrace active?).")
@@ -172,6 +232,7 @@ def render_text(trace: Trace, findings: Sequence[Finding], fail_on: Severity, *,
         lines += [f"  {clip(str(p))}" for p in trace.problems[:_SHOWN_PROBLEMS]]
         if len(trace.problems) > _SHOWN_PROBLEMS:
             lines.append(f"  ... {len(trace.problems) - _SHOWN_PROBLEMS} more")
+    lines += channel_legend(findings)
     failing = exit_status(findings, fail_on)
     verdict = "FAIL" if failing else "OK"
     at_or_above = sum(counts[s] for s in counts if s >= fail_on)
@@ -179,7 +240,10 @@ def render_text(trace: Trace, findings: Sequence[Finding], fail_on: Severity, *,
               f"{fail_on.name.lower()}."]
     # Names and messages come from trace files: a control character or a bidi override is shown
     # as an escape, so that it cannot act on the user's terminal.
-    return "\n".join(map(inert, lines)) + "\n"
+    lines = list(map(inert, lines))
+    if width is not None:
+        lines = [part for line in lines for part in _fit(line, width)]
+    return "\n".join(lines) + "\n"
 
 
 def event_ref_json(ref: EventId) -> dict[str, Any]:
@@ -267,7 +331,7 @@ def to_json(trace: Trace, findings: Sequence[Finding], fail_on: Severity, *,
         "summary": {
             "processes": len(trace.processes),
             "events": trace.event_count,
-            "messages": sum(_message_counts(trace)),
+            "messages": sum(_message_counts(trace)[:3]),  # sends and ended receives
             "foreign_spans": len(trace.foreign),
             "input_problems": len(trace.problems),
             "findings": len(findings),

@@ -61,6 +61,9 @@ class MainScreen(Screen[None]):
         Binding("left_square_bracket", "jump_finding(-1)", "Prev finding", key_display="[",
                 group=_FINDING),
         Binding("d", "first_divergence", "1st divergence"),
+        # Listed early (help's first page; the footer has no room at 80 columns): a run whose first
+        # divergence is in the message layer is explained there.
+        Binding("M", "messages", "Messages", show=False),
         Binding("f", "filter", "Filter"),
         Binding("slash", "search", "Search", key_display="/"),
         Binding("space", "toggle_play", "Play/pause", key_display="␣"),
@@ -70,7 +73,6 @@ class MainScreen(Screen[None]):
         Binding("escape", "clear_filter", "Clear filter", key_display="Esc", show=False),
         Binding("e", "export('json')", "Export JSON", group=_EXPORT, show=False),
         Binding("m", "export('markdown')", "Export Markdown", group=_EXPORT, show=False),
-        Binding("M", "messages", "Messages", show=False),
     ]
 
     def __init__(self, index: TraceIndex, *, export_dir: Path,
@@ -119,6 +121,15 @@ class MainScreen(Screen[None]):
             cell = (self.grid.visible_rows[0], 0)
         if cell is not None:
             self.grid.goto(*cell)
+        index = self.index
+        first = index.first_divergence
+        if first is not None and index.first_divergence_cell is None \
+                and index.findings[first].messages:
+            # The first divergence is in the message layer: open where it is, not on a grid
+            # where every cell is fine (Esc comes back here).
+            self.pair_detail.empty_hint = ("The first divergence is in the PP message layer: "
+                                           "M shows it.")
+            self.call_after_refresh(self.action_messages, first)
         # Time order is only needed for replay: build it off the UI thread after first paint.
         self.call_after_refresh(self._start_ordering)
 
@@ -164,8 +175,12 @@ class MainScreen(Screen[None]):
         index = self.index
         self.query_one(Legend).show(index)
         bad = sum(r.problems for r in index.rows)
-        sub = " · ".join([counted(index.trace.event_count, "event"),
-                          counted(len(index.findings), "finding"),
+        # Message-layer findings are drawn on the message screen, not as cells: say where
+        # (early in the line: the header cuts it at 80 columns).
+        layer = sum(1 for f in index.findings if f.messages and not f.events)
+        found = counted(len(index.findings), "finding") + (
+            f", {layer} on messages (M)" if layer else "")
+        sub = " · ".join([counted(index.trace.event_count, "event"), found,
                           counted(bad, "cell") + " in trouble"])
         if self.live is not None:
             if not index.trace.event_count:
@@ -224,7 +239,11 @@ class MainScreen(Screen[None]):
     def _goto_finding(self, finding: int) -> None:
         cell = self.index.finding_cells[finding]
         if cell is None:
-            self.notify("this finding names no event", severity="warning")
+            if self.index.findings[finding].messages:  # a message-layer finding: its screen
+                self.action_messages(finding)
+                return
+            self.notify("this finding names no event nor message (see its text)",
+                        severity="warning")
             return
         if cell[0] not in self.grid.visible_rows:
             self.notify("the finding's rank is hidden by the filter", severity="warning")
@@ -343,13 +362,17 @@ class MainScreen(Screen[None]):
         if self.spec.active:
             self.apply_filter(FilterSpec())
 
-    def action_messages(self) -> None:
-        """Open the message layer's stage x time view (pptrace_tui.screens.messages)."""
+    def action_messages(self, finding: int | None = None) -> None:
+        """Open the message layer's stage x time view (pptrace_tui.screens.messages), on a
+        finding's first message (None: on the first divergence's)."""
+        if self.app.screen is not self:
+            return  # already on top (the first divergence opened it), or another screen is
         index = self.index
         pairs = index.message_pairs
         if pairs is None:  # findings made by hand: the analyzer's pairing, never the viewer's
             pairs = analysis(index.trace).message_pairs
-        self.app.push_screen(MessagesScreen.of(index.trace, index.findings, pairs))
+        self.app.push_screen(MessagesScreen.of(index.trace, index.findings, pairs,
+                                               finding=finding))
 
     def action_zoom(self) -> None:
         """Give the focused panel (grid, findings, pair detail) the whole screen, or undo it."""

@@ -57,16 +57,20 @@ class MessagesScreen(Screen[None]):
         Binding("enter", "detail", "Detail", key_display="⏎"),
     ]
 
-    def __init__(self, index: MessageIndex) -> None:
+    def __init__(self, index: MessageIndex, finding: int | None = None) -> None:
         super().__init__()
         self.index = index
+        #: the finding (its index in the findings) to open on; None: the first divergence
+        self.start_finding = finding
         self.finding_cursor = -1  # position in index.finding_order
 
     @classmethod
     def of(cls, trace: Trace, findings: Sequence[Finding],
-           pairs: Mapping[MessageId, MessageId] | None = None) -> MessagesScreen:
-        """The screen on a trace, the analyzer's findings of it and its send -> receive pairs."""
-        return cls(MessageIndex.build(trace, findings, pairs))
+           pairs: Mapping[MessageId, MessageId] | None = None, *,
+           finding: int | None = None) -> MessagesScreen:
+        """The screen on a trace, the analyzer's findings of it and its send -> receive pairs,
+        opened on ``finding``'s first message (None: the first divergence's)."""
+        return cls(MessageIndex.build(trace, findings, pairs), finding)
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -94,12 +98,15 @@ class MessagesScreen(Screen[None]):
         self.detail.border_title = "message detail"
         self.timeline.focus()
         first = index.first_selection()
+        if self.start_finding in index.finding_cols:
+            first = index.finding_cols[self.start_finding][0]
         if first is None:
             self.detail.show(index, None)
             return
         if first in index.col_findings:
             for pos, fi in enumerate(index.finding_order):
-                if index.finding_cols[fi][0] == first:
+                if index.finding_cols[fi][0] == first and (
+                        self.start_finding is None or fi == self.start_finding):
                     self.finding_cursor = pos
                     break
         # After the first layout: the timeline's size decides how far it scrolls.
@@ -119,7 +126,8 @@ class MessagesScreen(Screen[None]):
         self.timeline.select(self.index.finding_cols[order[self.finding_cursor]][0])
 
     def action_back(self) -> None:
-        """Undo the detail's zoom, else go back to the main screen."""
+        """Close the detail (enter gave it the screen) first, else go back to the main
+        screen."""
         if self.maximized is not None:
             self.minimize()
             self.timeline.focus()

@@ -223,6 +223,8 @@ class MessageDetail(VerticalScroll, can_focus=True):
     """The scrollable detail of the selected message."""
 
     HELP_GROUP = "Message detail"
+    # A container is not maximizable by default; the detail is what enter gives the screen.
+    ALLOW_MAXIMIZE = True
     COMPONENT_CLASSES = {"md--diff", "md--missing", "md--dim", "md--head", "md--wait"}
 
     def compose(self) -> ComposeResult:

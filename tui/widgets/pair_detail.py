@@ -120,6 +120,9 @@ class PairDetail(ScrollView, can_focus=True):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.pair: PairView | None = None
+        #: said after "No event here" (where the first divergence is when it is not a cell)
+        self.empty_hint = ""
+        self._reveal = False
         #: tensor lines formatted since the last ``show`` (the virtualisation test reads it).
         self.lines_drawn = 0
         self._width = -1
@@ -157,6 +160,7 @@ class PairDetail(ScrollView, can_focus=True):
         self.lines_drawn = 0
         self._width = -1
         self.scroll_to(0, 0, animate=False, immediate=True)
+        self._reveal = True  # once laid out: bring the first differing row into view
         self.refresh()
 
     def _paragraphs(self, width: int) -> list[list[Strip] | _Table]:
@@ -173,6 +177,8 @@ class PairDetail(ScrollView, can_focus=True):
 
         if pair is None:
             para(("No event here. Move the cursor to a cell, or pick a finding.", s["dim"]))
+            if self.empty_hint:
+                para((self.empty_hint, s["warning"]))
             return blocks
         for finding in pair.findings:
             style = s["error"] if finding.severity >= Severity.ERROR else s["warning"]
@@ -232,6 +238,25 @@ class PairDetail(ScrollView, can_focus=True):
             total += (len(block) if isinstance(block, list)
                       else 1 + len(block.comparison.verdict.names))
         self.virtual_size = Size(width, total)
+        if self._reveal:
+            self._reveal = False
+            first = self._first_difference()
+            height = self.scrollable_content_region.height
+            if first is not None and height and first >= height:
+                # At 80x24 the detail has 7 lines: the differing row of a table would sit
+                # below them. Scroll it onto the last line (the findings panel has the lines
+                # this scrolls away); not now, mid-draw, but right after.
+                self.call_after_refresh(self.scroll_to, 0, first - height + 1, animate=False,
+                                        immediate=True)
+
+    def _first_difference(self) -> int | None:
+        """The line of the first table row with a differing field, if any."""
+        for start, block in zip(self._starts, self._blocks, strict=True):
+            if isinstance(block, _Table):
+                for i, name in enumerate(block.comparison.verdict.names):
+                    if name.differs:
+                        return start + 1 + i
+        return None
 
     # --- scrolling: at once, since an animated scroll draws every line it passes ------------
     def action_scroll_home(self) -> None:
