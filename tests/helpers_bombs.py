@@ -77,11 +77,12 @@ def zstd_one_frame(tmp: Path, name: str, byte: bytes, size: int) -> Path:
     return tmp / name
 
 
-def sparse_after_line(tmp: Path, size: int) -> Path:
-    """A plain ``.jsonl`` file: a real trace line, then a hole (NUL bytes) to ``size``."""
+def sparse_after_line(tmp: Path, size: int, pad: int = 0) -> Path:
+    """A plain ``.jsonl`` file: a real trace line (``pad`` spaces longer: a line longer than
+    the first bytes the loader checks), then a hole (NUL bytes) to ``size``."""
     path = tmp / "sparse.jsonl"
     with path.open("wb") as f:
-        f.write(first_trace_line())
+        f.write(first_trace_line()[:-1] + b" " * pad + b"\n")
         f.truncate(size)
     assert os.path.getsize(path) == size
     return path

@@ -101,10 +101,11 @@ def test_line_bound_is_a_setting(tmp_path: Path) -> None:
     assert "6 pptrace events" in proc.stdout
 
 
-def test_sparse_file_keeps_its_lines_and_stops_at_the_hole(tmp_path: Path) -> None:
-    """A 2 GB sparse file: a real trace line, then a hole (54 s and 4.3 GB before, and the
-    line was discarded)."""
-    path = bombs.sparse_after_line(tmp_path, 2 * GB)
+@pytest.mark.parametrize("pad", [0, 100_000], ids=["short line", "line over 64 KiB"])
+def test_sparse_file_keeps_its_lines_and_stops_at_the_hole(tmp_path: Path, pad: int) -> None:
+    """A 2 GB sparse file: a real trace line, then a hole (with a line longer than the 64 KiB
+    checked first: 54 s and 4.3 GB before; either way the line was discarded)."""
+    path = bombs.sparse_after_line(tmp_path, 2 * GB, pad)
     proc = _analyze(path)
     assert "Traceback" not in proc.stderr, proc.stderr
     assert "1 process, 6 pptrace events" in proc.stdout, proc.stdout
