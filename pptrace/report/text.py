@@ -97,7 +97,8 @@ def _runs_seen(trace: Trace) -> str:
     runs = Counter(run_of(proc) for proc in trace.processes)
     if len(runs) < 2:
         return ""
-    seen = ", ".join(f"run {run or '?'}: {plural(n, 'process')}" for run, n in runs.items())
+    seen = ", ".join(f"run {inert(clip_name(run)) if run else '?'}: {plural(n, 'process')}"
+                     for run, n in runs.items())
     return f" from {len(runs)} runs ({seen})"
 
 
