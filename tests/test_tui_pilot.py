@@ -576,3 +576,26 @@ async def test_at_80x24_z_gives_the_findings_panel_the_whole_screen() -> None:
         await pilot.pause()
         assert screen.maximized is panel
         assert panel.size.height >= 20, panel.size
+
+
+@sync
+async def test_a_finding_about_a_whole_rank_leads_to_that_rank_s_row() -> None:
+    # A recorder loss names no event: choosing it said "this finding names no event".
+    from tests.helpers_tui import finding
+
+    trace = pipeline(6)
+    lost = finding(FindingKind.EVENTS_DROPPED, "rank 1 lost 2 events", ranks=(1,),
+                   channel="pp1/tp0")
+    app = PptraceViewer.of(trace, [lost])
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await wait_main(pilot)
+        screen.grid.goto(0, 3)
+        panel = screen.query_one(FindingsPanel)
+        panel.focus()
+        panel.select_finding(0)
+        await pilot.press("enter")
+        await pilot.pause()
+        row, col = screen.grid.cursor
+        assert screen.index.rows[row].rank.rank == 1 and col == 3
+        assert "names no event" not in notes(app)
+        assert "events-dropped is about" in notes(app)

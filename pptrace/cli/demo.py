@@ -124,9 +124,13 @@ def _steps(done: dict[int, int], steps: int) -> str:
     return "steps " + "  ".join(f"r{r} {n}/{steps}" for r, n in sorted(done.items()))
 
 
-def fill(text: str, indent: str = "  ") -> str:
-    """One paragraph in 80 columns, broken between words (never inside a name or a path)."""
-    return textwrap.fill(text, 80, subsequent_indent=indent, break_on_hyphens=False,
+def fill(text: str, indent: str = "  ", stream: IO[str] | None = None) -> str:
+    """One paragraph in the terminal's width, broken between words (never inside a name or a
+    path); off a terminal (a log, a pipe) one line, as the report does."""
+    width = text_width(stream or sys.stdout)
+    if width is None:
+        return text
+    return textwrap.fill(text, width, subsequent_indent=indent, break_on_hyphens=False,
                          break_long_words=False)
 
 
@@ -186,7 +190,7 @@ def _summary(result: RunResult, out: IO[str]) -> bool:
                   f"{rep.steps:>6} {rep.recorded:>7} {rep.messages:>9}\n")
         files.append(os.path.basename(rep.trace_file))
     if files:
-        out.write(fill("trace files: " + "  ".join(files)) + "\n")
+        out.write(fill("trace files: " + "  ".join(files), stream=out) + "\n")
     for rank, rep in sorted(result.reports.items()):
         if rep.error and rep.exit_code != EXIT_PEER_LOST:
             out.write(f"rank {rank}: {rep.error}\n")
@@ -198,14 +202,14 @@ def _summary(result: RunResult, out: IO[str]) -> bool:
                         matched=sum(r.matched for r in stage0),
                         mismatched=sum(r.mismatched for r in stage0),
                         skipped=sum(r.skipped for r in stage0))
-    out.write(fill(f"stage 0 check: {check.sentence()}") + "\n")
+    out.write(fill(f"stage 0 check: {check.sentence()}", stream=out) + "\n")
     for rep in stage0:
         if rep.first_mismatch:
             # Per rank: with TP each stage-0 rank gets its own copy, and the report counts per
             # channel (one stage-0 rank each), so these are the figures it can be held to.
             checked = rep.matched + rep.mismatched
             out.write(fill(f"  rank {rep.rank}: {rep.mismatched} of {checked} differed, "
-                           f"first difference at {rep.first_mismatch}", "    ") + "\n")
+                           f"first difference at {rep.first_mismatch}", "    ", out) + "\n")
     transports = {r.transport for r in result.reports.values()}
     if transports:
         out.write(f"transport: {', '.join(sorted(transports))}\n")

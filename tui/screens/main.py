@@ -242,13 +242,25 @@ class MainScreen(Screen[None]):
             if self.index.findings[finding].messages:  # a message-layer finding: its screen
                 self.action_messages(finding)
                 return
-            self.notify("this finding names no event nor message (see its text)",
-                        severity="warning")
+            self._goto_rank_of(finding)
             return
         if cell[0] not in self.grid.visible_rows:
             self.notify("the finding's rank is hidden by the filter", severity="warning")
             return
         self.grid.goto(*cell)
+
+    def _goto_rank_of(self, finding: int) -> None:
+        """A finding about a rank as a whole (its recorder lost events, its window was cut):
+        go to that rank's first row, keeping the column."""
+        f = self.index.findings[finding]
+        rows = [r for r in self.grid.visible_rows if self.index.rows[r].rank.rank in f.ranks]
+        if not rows:
+            self.notify("this finding names no event, message or shown rank (see its text)",
+                        severity="warning")
+            return
+        self.grid.goto(rows[0], self.grid.cursor[1])
+        self.notify(f"{f.kind.value} is about {self.index.rows[rows[0]].rank.label()} as a "
+                    "whole, not one event", timeout=3)
 
     @on(FilterChanged)
     def _filter_changed(self, message: FilterChanged) -> None:
