@@ -16,6 +16,7 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
+from pptrace.model.messages import MessageOp
 from pptrace.model.records import Direction, RecorderStats
 from pptrace.model.trace import ProcessTrace, Trace
 
@@ -63,15 +64,16 @@ def _kill(p: ProcessTrace, rng: random.Random) -> ProcessTrace:
 
 
 def _cut(p: ProcessTrace, rng: random.Random) -> ProcessTrace:
-    """The oldest events rotated away, as the writer counts them."""
-    if not p.events:
-        return p
+    """The oldest records rotated away, as the writer counts them (events by number, and the
+    segments: a stage with messages only counts no records)."""
     first = {d: rng.randint(0, 3) for d in Direction}
     kept = tuple(e for e in p.events if e.seq >= first[e.direction])
-    gone = len(p.events) - len(kept)
-    if not gone:
+    first_msg = {op: rng.randint(0, 6) for op in MessageOp}
+    msgs = tuple(m for m in p.messages if m.seq >= first_msg[m.op])
+    if len(kept) == len(p.events) and len(msgs) == len(p.messages):
         return p
-    return replace(p, events=kept, stats=_stats(p, rotated=gone, rotated_segments=1))
+    return replace(p, events=kept, messages=msgs,
+                   stats=_stats(p, rotated=len(p.events) - len(kept), rotated_segments=1))
 
 
 def punch(trace: Trace, rng: random.Random) -> Trace:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from pptrace.analyze.analyzer import analyze
 from pptrace.model.findings import Finding, FindingKind, Severity
 from pptrace.model.messages import MessageOp
@@ -189,6 +191,7 @@ def test_damaged_data_the_reader_skipped_makes_the_trace_partial() -> None:
         hang.message)
 
 
+@pytest.mark.slow
 def test_a_real_zstd_frame_corrupted_mid_file(tmp_path: Path) -> None:
     """The same, through the loader: a file of the sample pipeline (real message spans),
     compressed a frame a line, its middle frame's bytes flipped."""

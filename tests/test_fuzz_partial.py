@@ -44,7 +44,7 @@ def _errors(trace: Trace) -> list[str]:
             if f.severity is Severity.ERROR]
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), pp=st.integers(2, 4), steps=st.integers(3, 24))
 def test_holes_in_a_healthy_factory_run_give_no_error(seed: int, pp: int, steps: int) -> None:
     healthy = _factory_run(pp, steps)

@@ -94,28 +94,38 @@ class Holes:
 
 def missing_numbers(seqs: Sequence[int] | set[int]) -> int:
     """How many numbers are missing between the lowest and the highest of ``seqs``."""
-    distinct = set(seqs)
+    distinct = seqs if isinstance(seqs, set) else set(seqs)
     if not distinct:
         return 0
     return max(distinct) + 1 - min(distinct) - len(distinct)
 
 
-def _lost_ends(proc: ProcessTrace) -> tuple[int, ...]:
-    ended = {m.seq for m in proc.messages if m.op is MessageOp.RECV and m.phase != "begin"}
-    begins = sorted((m for m in proc.messages if m.op is MessageOp.RECV and m.phase == "begin"),
-                    key=lambda m: m.seq)
-    latest: dict[int, int] = {}  # thread -> the highest receive seq that began on it
-    for b in begins:
-        latest[b.thread_id] = max(latest.get(b.thread_id, b.seq), b.seq)
-    # A receive blocks its thread: one that began later on the same thread means it returned.
-    return tuple(b.seq for b in begins
-                 if b.seq not in ended and latest[b.thread_id] > b.seq)
-
-
 def _holes(proc: ProcessTrace, damaged: tuple[str, ...]) -> Holes:
     stats = proc.stats
-    sends = [m.seq for m in proc.messages if m.op is MessageOp.SEND]
-    recvs = [m.seq for m in proc.messages if m.op is MessageOp.RECV]
+    # One pass (a trace holds up to millions of message records): the numbers per op, which
+    # receives ended, and the last receive that began on each thread.
+    send = MessageOp.SEND
+    sends: set[int] = set()
+    recvs: set[int] = set()
+    ended: set[int] = set()
+    begins: list[tuple[int, int]] = []  # (seq, thread) of each receive's begin
+    latest: dict[int, int] = {}  # thread -> the highest receive seq that began on it
+    for m in proc.messages:
+        seq = m.seq
+        if m.op is send:
+            sends.add(seq)
+            continue
+        recvs.add(seq)
+        if m.phase == "begin":
+            thread = m.thread_id
+            begins.append((seq, thread))
+            if seq > latest.get(thread, -1):
+                latest[thread] = seq
+        else:
+            ended.add(seq)
+    # A receive blocks its thread: one that began later on the same thread means it returned.
+    lost = tuple(sorted(seq for seq, thread in begins
+                        if seq not in ended and latest[thread] > seq))
     # Rotation and a flight ring delete records by design (counted apart, and not per layer:
     # a stage with messages only counts segments, not records): then the count of records
     # written says nothing about the ones kept. A gap inside the kept range is still a hole.
@@ -126,7 +136,7 @@ def _holes(proc: ProcessTrace, damaged: tuple[str, ...]) -> Holes:
                  unwritten=max(0, stats.messages_exported - len(proc.messages))
                  if stats is not None and not cut else 0,
                  send_gaps=missing_numbers(sends), recv_gaps=missing_numbers(recvs),
-                 lost_ends=_lost_ends(proc), damaged=damaged)
+                 lost_ends=lost, damaged=damaged)
 
 
 def find_holes(trace: Trace) -> list[Holes]:

@@ -87,6 +87,11 @@ class _Check:
             side = Side(i, proc, runs[i], prefixes[i])
             if not proc.messages:
                 self.quiet.append(side)
+                # It kept no message while segments were deleted: judged as a cut end is.
+                if proc.stats is not None and (proc.stats.rotated_segments
+                                               or proc.stats.overwritten):
+                    side.cut = True
+                    self.by_rank.setdefault((side.run, rank_id(proc.rank)), side)
                 continue
             for m in proc.messages:
                 if m.op is SEND:
