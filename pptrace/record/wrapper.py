@@ -3,10 +3,15 @@
     attach, extract = wrap_transport(engine.add_auxiliary_output_to_pp_tensors,
                                      engine.pop_auxiliary_output_from_pp_tensors, recorder)
 
-The wrapped functions return the identical object and re-raise the identical exception object
-(bare ``raise``). On the caller's thread they only read metadata (keys, shapes, dtypes, devices,
-contiguity: no device sync, no tensor values) and append one tuple to the recorder. A failure
-inside recording is counted by the recorder and never reaches the engine.
+The wrapped functions take ``*args, **kwargs`` and pass them to the engine's function exactly
+as the caller passed them (keyword names, extra parameters, defaults left out), so a transport
+with another signature (``--target``) behaves as bare; where its tensor dict and output/observer
+are is worked out once, at wrap time (``pptrace.record.binding``), and read per call only when
+the call is not the common two positional arguments. They return the identical object and
+re-raise the identical exception object (bare ``raise``). On the caller's thread they only read
+metadata (keys, shapes, dtypes, devices, contiguity: no device sync, no tensor values) and append
+one tuple to the recorder. A failure inside recording is counted by the recorder and never
+reaches the engine.
 
 The success paths are written for the engine's thread: no Python call per tensor, no
 comprehension frame, plain tensors' metadata kept flat in one list (see ``pptrace.model.raw``),
@@ -54,6 +59,7 @@ import torch
 from pptrace.model import raw as R
 from pptrace.model.records import PREFIX, Direction
 from pptrace.record import native
+from pptrace.record.binding import Slots, bind
 from pptrace.record.convert import qualname
 from pptrace.record.recorder import HOT_READS, Recorder
 
@@ -100,10 +106,12 @@ def _native_reader(rec: Recorder) -> Any:
 
 
 def _hot(rec: Recorder, reader: Any, fn: Any, slow: Any, direction: Direction,
-         seq: Any, prefix: str | None, on_error: Any, on_items: Any) -> Any:
+         seq: Any, prefix: str | None, on_error: Any, on_items: Any, slots: Slots) -> Any:
     """The native reader's C wrapper around ``fn`` when it can take the common case, else the
-    Python wrapper ``slow`` (which the C one hands every other case to)."""
-    if reader is None or rec.fingerprint:
+    Python wrapper ``slow`` (which the C one hands every other case to: extra or keyword
+    arguments). A transport whose first two parameters are not (tensors, subject) by position
+    gets the Python wrapper alone: the C one reads its two positional arguments as those."""
+    if reader is None or rec.fingerprint or not slots.standard:
         return slow
     try:
         hot = reader.hot(fn=fn, slow=slow, rec=rec, reads=HOT_READS, direction=direction,
@@ -213,19 +221,32 @@ def wrap_attach(fn: F, recorder: Recorder) -> F:
     reader = _native_reader(rec)
     inserted = reader.inserted if reader is not None else None
 
+    slots = bind(fn)
+    odd = not slots.standard  # two positional arguments are not (tensors, output) there
+
     @functools.wraps(fn)
-    def pptrace_attach(tensors: Any, output: Any) -> Any:
+    def pptrace_attach(*args: Any, **kwargs: Any) -> Any:
         if not rec.enabled:
-            return fn(tensors, output)
+            return fn(*args, **kwargs)
+        if kwargs or len(args) != 2 or odd:  # not the common call: find the two where Python
+            # would bind them (the arguments still go to fn exactly as they came)
+            picked = slots.pick(args, kwargs)
+            if picked is None:  # a call the transport refuses: its own TypeError, as bare
+                return fn(*args, **kwargs)
+            tensors, output = picked
+            plain = False
+        else:
+            tensors, output = args
+            plain = True
         items: Any
         try:
             before = tuple(_dict_keys(tensors)) if isinstance(tensors, dict) else ()
         except Exception as exc:
             rec.internal_error("attach snapshot", exc)
-            return fn(tensors, output)
+            return fn(*args, **kwargs)
         wall, t0 = time_ns(), mono_ns()
         try:
-            result = fn(tensors, output)
+            result = fn(tensors, output) if plain else fn(*args, **kwargs)
         except BaseException as exc:
             failed(tensors, output, before, wall, t0, mono_ns() - t0, None, exc)
             raise
@@ -283,7 +304,7 @@ def wrap_attach(fn: F, recorder: Recorder) -> F:
             rec.internal_error("attach record", inner)
 
     return _hot(rec, reader, fn, pptrace_attach, attach, seq, None, failed,  # type: ignore
-                _inserted_items)
+                _inserted_items, slots)
 
 
 def wrap_extract(fn: F, recorder: Recorder, prefix: str = PREFIX) -> F:
@@ -299,10 +320,22 @@ def wrap_extract(fn: F, recorder: Recorder, prefix: str = PREFIX) -> F:
     reader = _native_reader(rec) if prefix == rec.prefix else None
     prefixed = reader.prefixed if reader is not None else None
 
+    slots = bind(fn)
+    odd = not slots.standard
+
     @functools.wraps(fn)
-    def pptrace_extract(tensors: Any, observer: Any) -> Any:
+    def pptrace_extract(*args: Any, **kwargs: Any) -> Any:
         if not rec.enabled:
-            return fn(tensors, observer)
+            return fn(*args, **kwargs)
+        if kwargs or len(args) != 2 or odd:  # as in attach
+            picked = slots.pick(args, kwargs)
+            if picked is None:
+                return fn(*args, **kwargs)
+            tensors, observer = picked
+            plain = False
+        else:
+            tensors, observer = args
+            plain = True
         try:
             items: Any = None
             if prefixed is not None and type(tensors) is dict:
@@ -327,10 +360,10 @@ def wrap_extract(fn: F, recorder: Recorder, prefix: str = PREFIX) -> F:
                                 ) if rec.fingerprint and items else None
         except Exception as exc:
             rec.internal_error("extract snapshot", exc)
-            return fn(tensors, observer)
+            return fn(*args, **kwargs)
         wall, t0 = time_ns(), mono_ns()
         try:
-            result = fn(tensors, observer)
+            result = fn(tensors, observer) if plain else fn(*args, **kwargs)
         except BaseException as exc:
             failed(tensors, observer, before, wall, t0, mono_ns() - t0, items, exc, fps)
             raise
@@ -371,7 +404,7 @@ def wrap_extract(fn: F, recorder: Recorder, prefix: str = PREFIX) -> F:
             rec.internal_error("extract record", inner)
 
     return _hot(rec, reader, fn, pptrace_extract, extract, seq, prefix, failed,  # type: ignore
-                None)
+                None, slots)
 
 
 def wrap_transport(attach: F, extract: Callable[..., Any], recorder: Recorder) -> tuple[F, Any]:
