@@ -60,7 +60,7 @@ from pptrace.model import raw as R
 from pptrace.model.records import PREFIX, Direction
 from pptrace.record import native
 from pptrace.record.binding import Slots, bind
-from pptrace.record.convert import qualname
+from pptrace.record.convert import Unreadable, qualname
 from pptrace.record.recorder import HOT_READS, Recorder
 
 __all__ = ["is_wrapped", "unwrap", "wrap_attach", "wrap_extract", "wrap_transport"]
@@ -138,7 +138,10 @@ def _inserted_items(tensors: dict[Any, Any], start: int) -> Any:
     for k, v in _islice(_dict_items(tensors), start, None):
         if type(v) is not _Tensor:
             return _items(_islice(_dict_items(tensors), start, None))
-        items += (k, v.shape, v.dtype, v.device, v.is_contiguous())
+        try:
+            items += (k, v.shape, v.dtype, v.device, v.is_contiguous())
+        except Exception:  # a sparse or nested tensor: the general form marks it
+            return _items(_islice(_dict_items(tensors), start, None))
     return items
 
 
@@ -148,12 +151,26 @@ def _keys(d: Any) -> tuple[Any, ...]:
 
 def _meta(v: Any) -> Any:
     if isinstance(v, _Tensor):
-        if type(v) is _Tensor:
-            return (v.shape, v.dtype, v.device, v.is_contiguous())
-        # A tensor subclass's __torch_function__ is user code that the engine never calls.
-        with _no_torch_function():
-            return (v.shape, v.dtype, v.device, v.is_contiguous())
+        try:
+            if type(v) is _Tensor:
+                return (v.shape, v.dtype, v.device, v.is_contiguous())
+            # A tensor subclass's __torch_function__ is user code that the engine never calls.
+            with _no_torch_function():
+                return (v.shape, v.dtype, v.device, v.is_contiguous())
+        except Exception:
+            return _unreadable(v)
     return type(v)
+
+
+def _unreadable(v: Any) -> Unreadable:
+    """The marker of a tensor whose metadata cannot be read as a strided one's (sparse, nested):
+    its event is then counted as lost, saying why (``pptrace.record.convert.Unreadable``)."""
+    try:
+        with _no_torch_function():
+            layout, nested = v.layout, v.is_nested
+        return Unreadable(f"{'nested, ' if nested else ''}layout {layout}")
+    except Exception as exc:
+        return Unreadable(f"its metadata cannot be read ({type(exc).__name__})")
 
 
 def _items(pairs: Any) -> tuple[tuple[Any, Any], ...]:
@@ -347,11 +364,15 @@ def wrap_extract(fn: F, recorder: Recorder, prefix: str = PREFIX) -> F:
                 items = []
                 for k, v in _dict_items(tensors):
                     if isinstance(k, str) and _startswith(k, prefix):
-                        if type(v) is not _Tensor:
-                            items = _items((k, v) for k, v in _dict_items(tensors)
-                                           if isinstance(k, str) and _startswith(k, prefix))
-                            break
-                        items += (k, v.shape, v.dtype, v.device, v.is_contiguous())
+                        try:
+                            if type(v) is _Tensor:
+                                items += (k, v.shape, v.dtype, v.device, v.is_contiguous())
+                                continue
+                        except Exception:  # sparse or nested: the general form marks it
+                            pass
+                        items = _items((k, v) for k, v in _dict_items(tensors)
+                                       if isinstance(k, str) and _startswith(k, prefix))
+                        break
                 before = tuple(_dict_keys(tensors))
             else:
                 items, before = (), ()
