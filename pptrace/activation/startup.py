@@ -13,7 +13,8 @@ module (``PPTRACE_TARGETS``; SGLang's transport module by default) has loaded, b
 imports from it. Activation installs an import hook and patches what is loaded. Only when a
 target module is patched does the process
 start its recorder thread and register its exit
-flush (atexit, SIGTERM when the handler is the default, chained otherwise) and, in flight mode,
+flush (atexit; SIGTERM when the handler is the default; otherwise the engine's own SIGTERM handler
+runs first, recorded, and the flush is final at exit) and, in flight mode,
 a SIGUSR1 dump. A process that records nothing writes nothing. Spans go through the engine's own
 SDK tracer provider when it configured one and OTLP export is asked for; otherwise through
 pptrace's provider (``pptrace.export.spans.pptrace_provider``).
@@ -242,10 +243,19 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     previous: Handler = signal.SIG_DFL
     if state is not None:
         previous = state.handlers.get(signum, (None, signal.SIG_DFL))[1]
-        _finish(state)
     if callable(previous):
+        # The engine's own handler runs first, still recorded: an engine that drains on SIGTERM
+        # makes its last calls there (or on its main loop once it returns). What is buffered is
+        # written on the way (a request the recorder thread serves: safe in a handler); the
+        # counts become final at exit (atexit, multiprocessing's finalizer), after the last call.
+        if state is not None:
+            state.recorder.request_dump()
         previous(signum, frame)
+        if state is not None:
+            state.recorder.request_dump()
         return
+    if state is not None:  # the default action kills the process: final now
+        _finish(state)
     signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)
 
