@@ -42,7 +42,10 @@ from pptrace.model.target import Target, as_targets
 from pptrace.record.recorder import Recorder
 from pptrace.record.sink import MessageSink, fan_out
 
-__all__ = ["activate", "activate_from_env", "active_recorder", "instrument", "uninstrument"]
+__all__ = [
+    "activate", "activate_from_env", "active_recorder", "instrument", "times_activated",
+    "uninstrument",
+]
 
 _TRUE = {"1", "true", "yes", "on"}
 Handler = Callable[[int, FrameType | None], Any] | int | None
@@ -88,6 +91,20 @@ def active_recorder() -> Recorder | None:
     return _state.recorder if _state is not None else None
 
 
+#: How many times ``activate`` (``instrument``) was asked in this process, active or not: the
+#: pytest plugin tells a test's own ``instrument()`` from its own by this count.
+_asked = 0
+
+
+def times_activated() -> int:
+    """How many times this process asked for activation (``instrument``, the bootstrap)."""
+    return _asked
+
+
+def _note_called() -> None:
+    run_notes.note("called")
+
+
 def activate(
     config: Config | None = None,
     *,
@@ -98,8 +115,9 @@ def activate(
     ``tracer_provider``: send spans through this provider (as the OTel instrumentor does).
     The transport modules patched are ``config.targets`` (SGLang's by default).
     """
-    global _state
+    global _state, _asked
     with _lock:
+        _asked += 1
         if _state is not None:
             return _state.recorder
         config = config if config is not None else Config.from_env()
@@ -112,6 +130,7 @@ def activate(
         # The closures below see ``state`` once it is assigned (it is, before any call).
         recorder = Recorder(config, sink_factory=lambda rank: _DeferredSink(
             lambda: _first_sink(state)))
+        recorder.on_first_call = _note_called
         patch = EnginePatch(lambda a, e: _wrap(state, a, e), config.targets)
         state = _Active(config, recorder, patch, tracer_provider=tracer_provider)
         _state = state
