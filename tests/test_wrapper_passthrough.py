@@ -64,7 +64,12 @@ def user_transports(seen: Received) -> dict[str, tuple[Callable[..., Any], str]]
         seen.calls.append(((tensors,), {"observer": observer, "group": group}))
         return REAL.pop_auxiliary_output_from_pp_tensors(tensors, observer)
 
-    return {"attach_extra": (attach_extra, "attach"), "attach_kwargs": (attach_kwargs, "attach"),
+    def attach_named(d: Any, out: Any) -> Any:  # two parameters of its own names: the fast entry
+        seen.calls.append(((d, out), {}))
+        return REAL.add_auxiliary_output_to_pp_tensors(d, out)
+
+    return {"attach_named": (attach_named, "attach"),
+            "attach_extra": (attach_extra, "attach"), "attach_kwargs": (attach_kwargs, "attach"),
             "extract_extra": (extract_extra, "extract"),
             "extract_kwonly": (extract_kwonly, "extract")}
 
@@ -80,7 +85,10 @@ CALLS: list[tuple[str, tuple[Any, ...], dict[str, Any], bool]] = [
     ("sglang_attach", ("D", "OUT"), {"output": "OUT"}, False),  # twice: the engine's TypeError
     ("sglang_extract", (), {"tensors": "DX", "observer": "OBS"}, True),
     ("sglang_extract", ("DX",), {"observer": None}, True),  # the engine's no-observer error
-    ("sglang_extract", ("DX", "OBS", 3), {}, True),  # too many: the engine's TypeError
+    ("sglang_extract", ("DX", "OBS", 3), {}, False),  # too many: the engine's TypeError
+    ("attach_named", (), {"out": "OUT", "d": "D"}, True),
+    ("attach_named", ("D",), {"out": "OUT"}, True),
+    ("attach_named", ("D",), {"output": "OUT"}, False),  # not its name: its own TypeError
     ("attach_extra", ("D", "OUT", 2), {}, True),
     ("attach_extra", ("D", "OUT"), {"strict": True}, True),
     ("attach_extra", ("D",), {"output": "OUT", "stage": -1, "strict": False}, True),  # raises
@@ -183,7 +191,7 @@ def test_bare_and_wrapped_calls_agree(reader: str, name: str, args: tuple[Any, .
     rec = make_recorder(sink, Config(exporters=("none",), native=reader == "native"))
     wrapped = wrap(user_fn, direction, rec)
     assert unwrap(wrapped) is user_fn
-    if reader == "native" and name.startswith("sglang"):
+    if reader == "native" and name.startswith(("sglang", "attach_named")):
         assert type(wrapped).__name__ == "Hot"  # the C wrapper is the one under test
     out, obs = Output(dict(NAMED)), Observer()
     bare = run(bare_fn, args, kwargs, out, obs)
