@@ -3,9 +3,10 @@
     slots = bind(fn)                        # at patch time: one inspect.signature
     tensors, subject = slots.pick(args, kwargs)   # per unusual call: a few comparisons
 
-pptrace's wrappers take ``*args, **kwargs`` and hand them to the transport exactly as the caller
-passed them (positional, keyword, extra parameters, omitted defaults), so a transport behaves the
-same wrapped and bare, whatever its signature. To record, a wrapper needs only two of those
+For a transport that is not a plain two-parameter function, pptrace's wrapper takes ``*args,
+**kwargs`` and hands them to the transport exactly as the caller passed them (positional,
+keyword, extra parameters, omitted defaults), so it behaves the same wrapped and bare, whatever
+its signature (``pptrace.record.wrapper``). To record, a wrapper needs only two of those
 arguments: the tensor dict (the transport's first parameter) and the output or observer (its
 second). A call made the common way, two positional arguments, has them in place; any other call
 goes through ``Slots.pick``, which reads them where Python would bind them, without calling
