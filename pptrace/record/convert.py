@@ -27,7 +27,8 @@ from pptrace.model.raw import Raw
 from pptrace.model.records import PREFIX, Direction, Event, RankInfo, TensorMeta
 
 __all__ = [
-    "Converter", "RawEvents", "Source", "Unreadable", "UnreadableTensor", "expand", "qualname",
+    "Converter", "RawEvents", "Source", "Unreadable", "UnreadableTensor", "expand", "key_text",
+    "qualname",
 ]
 
 
@@ -63,7 +64,7 @@ _BUILTIN_REPRS: tuple[tuple[type, Callable[[Any], str]], ...] = (
 KEY_CHARS = 200
 
 
-def _key(k: object) -> str:
+def key_text(k: object) -> str:
     """A key as a plain str: a str subclass's characters (none of its methods run); a number,
     bytes, None or a tuple of those by the builtin repr; any other object by its type's name.
     No user code runs."""
@@ -123,9 +124,9 @@ class UnreadableTensor(ValueError):
 
 def _tensor_meta(key: object, meta: Any, prefix: str, fingerprint: str | None) -> TensorMeta:
     if type(meta) is Unreadable:
-        raise UnreadableTensor(f"the event of key {_key(key)!r} was not recorded: a tensor "
+        raise UnreadableTensor(f"the event of key {key_text(key)!r} was not recorded: a tensor "
                                f"of {meta.why}, which pptrace records no metadata for")
-    k = _key(key)
+    k = key_text(key)
     name = k[len(prefix):] if isinstance(key, str) and k.startswith(prefix) else k
     if isinstance(meta, type):
         return TensorMeta(name=name, key=k, dtype=qualname(meta), is_tensor=False)
@@ -290,8 +291,8 @@ class Converter:
             subject_type=subject_type,
             subject_pp_capable=capable,
             tensors=tensors,
-            keys_before=tuple(map(_key, before)),
-            keys_after=tuple(map(_key, after)),
+            keys_before=tuple(map(key_text, before)),
+            keys_after=tuple(map(key_text, after)),
             returned_none=returned_none,
             error_type=error[0] if error else None,
             error_message=error[1] if error else None,
