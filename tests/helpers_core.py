@@ -430,10 +430,12 @@ class Capture:
         self.result: Any = None
         self.exc: BaseException | None = None
 
-    def __call__(self, tensors: Any, subject: Any) -> Any:
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        # As the call came (a wrapper passes its arguments through as they came, so a malformed
+        # call reaches the engine's function and fails with its own TypeError).
         self.result, self.exc = None, None
         try:
-            self.result = self.fn(tensors, subject)
+            self.result = self.fn(*args, **kwargs)
         except BaseException as e:
             self.exc = e
             raise

@@ -13,7 +13,8 @@ module (``PPTRACE_TARGETS``; SGLang's transport module by default) has loaded, b
 imports from it. Activation installs an import hook and patches what is loaded. Only when a
 target module is patched does the process
 start its recorder thread and register its exit
-flush (atexit, SIGTERM when the handler is the default, chained otherwise) and, in flight mode,
+flush (atexit; SIGTERM when the handler is the default; otherwise the engine's own SIGTERM handler
+runs first, recorded, and the flush is final at exit) and, in flight mode,
 a SIGUSR1 dump. A process that records nothing writes nothing. Spans go through the engine's own
 SDK tracer provider when it configured one and OTLP export is asked for; otherwise through
 pptrace's provider (``pptrace.export.spans.pptrace_provider``).
@@ -41,7 +42,10 @@ from pptrace.model.target import Target, as_targets
 from pptrace.record.recorder import Recorder
 from pptrace.record.sink import MessageSink, fan_out
 
-__all__ = ["activate", "activate_from_env", "active_recorder", "instrument", "uninstrument"]
+__all__ = [
+    "activate", "activate_from_env", "active_recorder", "instrument", "times_activated",
+    "uninstrument",
+]
 
 _TRUE = {"1", "true", "yes", "on"}
 Handler = Callable[[int, FrameType | None], Any] | int | None
@@ -87,6 +91,20 @@ def active_recorder() -> Recorder | None:
     return _state.recorder if _state is not None else None
 
 
+#: How many times ``activate`` (``instrument``) was asked in this process, active or not: the
+#: pytest plugin tells a test's own ``instrument()`` from its own by this count.
+_asked = 0
+
+
+def times_activated() -> int:
+    """How many times this process asked for activation (``instrument``, the bootstrap)."""
+    return _asked
+
+
+def _note_called() -> None:
+    run_notes.note("called")
+
+
 def activate(
     config: Config | None = None,
     *,
@@ -97,8 +115,9 @@ def activate(
     ``tracer_provider``: send spans through this provider (as the OTel instrumentor does).
     The transport modules patched are ``config.targets`` (SGLang's by default).
     """
-    global _state
+    global _state, _asked
     with _lock:
+        _asked += 1
         if _state is not None:
             return _state.recorder
         config = config if config is not None else Config.from_env()
@@ -111,6 +130,7 @@ def activate(
         # The closures below see ``state`` once it is assigned (it is, before any call).
         recorder = Recorder(config, sink_factory=lambda rank: _DeferredSink(
             lambda: _first_sink(state)))
+        recorder.on_first_call = _note_called
         patch = EnginePatch(lambda a, e: _wrap(state, a, e), config.targets)
         state = _Active(config, recorder, patch, tracer_provider=tracer_provider)
         _state = state
@@ -242,10 +262,19 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     previous: Handler = signal.SIG_DFL
     if state is not None:
         previous = state.handlers.get(signum, (None, signal.SIG_DFL))[1]
-        _finish(state)
     if callable(previous):
+        # The engine's own handler runs first, still recorded: an engine that drains on SIGTERM
+        # makes its last calls there (or on its main loop once it returns). What is buffered is
+        # written on the way (a request the recorder thread serves: safe in a handler); the
+        # counts become final at exit (atexit, multiprocessing's finalizer), after the last call.
+        if state is not None:
+            state.recorder.request_dump()
         previous(signum, frame)
+        if state is not None:
+            state.recorder.request_dump()
         return
+    if state is not None:  # the default action kills the process: final now
+        _finish(state)
     signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)
 

@@ -40,6 +40,15 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from pptrace.model.findings import Finding, Severity
 from pptrace.model.target import Target, format_targets
 
+#: ``pptrace.activation.run_notes``'s folder of markers (not imported: activation loads torch's
+#: side only once a test needs it).
+STATE_ENV = "PPTRACE_RUN_STATE"
+
+
+def _times_activated() -> int:
+    startup = sys.modules.get("pptrace.activation.startup")
+    return startup.times_activated() if startup is not None else 0
+
 if TYPE_CHECKING:
     from pptrace.activation.hook import ImportHook
 
@@ -93,6 +102,9 @@ class Verdict(NamedTuple):
     fail_on: Severity
     report: str  # ``pptrace analyze``'s text report of the folder
     events: int  # pptrace events read
+    #: Why the trace is not the whole story, one line each (a process that ended without its
+    #: exit flush, lost events, the test's own instrument()/uninstrument()); () when it is.
+    incomplete: tuple[str, ...] = ()
 
     def headline(self) -> str:
         """One line: how many findings fail the test, and where the traces are."""
@@ -103,7 +115,8 @@ class Verdict(NamedTuple):
 
     def message(self) -> str:
         """The headline, the report, and the command to look closer."""
-        return (f"{self.headline()}\n{self.report}"
+        gaps = "".join(f"incomplete trace: {line}\n" for line in self.incomplete)
+        return (f"{self.headline()}\n{gaps}{self.report}"
                 f"to look closer: pptrace view {self.directory}")
 
 
@@ -116,6 +129,10 @@ class Plan:
     keep: bool = False  # keep every test's traces (``--pptrace-dir``), not only failing ones
     targets: tuple[Target, ...] = ()
     problems: collections.Counter[str] = field(default_factory=collections.Counter)
+    #: Tests whose traces were incomplete: (node id, why), in the order found.
+    incomplete: list[tuple[str, str]] = field(default_factory=list)
+    #: Passing tests' folders removed: a process still running may write one again.
+    removed: list[tuple[str, str]] = field(default_factory=list)
 
     def folder(self) -> str:
         """The session's folder of test folders (made on first use)."""
@@ -134,6 +151,11 @@ class Plan:
             line = line.replace(directory, "<the test's folder>")
         self.problems[line] += 1
         return line
+
+    def rewritten(self) -> list[tuple[str, str]]:
+        """(node id, folder) of each passing test whose removed folder exists again: a process
+        the test started went on recording after the test ended."""
+        return [(nodeid, path) for nodeid, path in self.removed if os.path.exists(path)]
 
     def close(self) -> None:
         """Remove the session's temporary folder when no test left traces in it."""
@@ -156,6 +178,10 @@ class Case:
         self._recorder: Any = None  # this process's recorder, when this case activated it
         self._hook: ImportHook | None = None  # waiting for a target module to load here
         self.problem = ""  # the failure inside pptrace that left this test unjudged
+        self._state_dir = ""  # where this test's processes leave their called-PID markers
+        self._asked = 0  # activations asked in this process before the test
+        self._own_activation = 0  # those this case asked for
+        self._by_test: list[str] = []  # what the test did to this process's tracing itself
 
     def _fail(self, what: str, exc: BaseException, *, unjudged: bool = True) -> None:
         line = self.plan.problem(what, exc, self.directory)
@@ -168,12 +194,14 @@ class Case:
             self.directory = self._make_folder()
             env = traced_env(os.environ, self.directory, uuid.uuid4().hex[:16],
                              self.plan.targets)
+            env[STATE_ENV] = self._state_dir = self._make_state()
             self._saved = {name: os.environ.get(name) for name in env}
             os.environ.update(env)
         except Exception as exc:
             self._fail("cannot set up this test's tracing", exc)
             self.restore()
             return
+        self._asked = _times_activated()
         try:
             self._trace_here()
         except Exception as exc:
@@ -213,7 +241,25 @@ class Case:
         from pptrace.activation.startup import instrument
         from pptrace.model.config import Config
 
+        self._own_activation += 1
         self._recorder = instrument(Config.from_env())
+
+    def _make_state(self) -> str:
+        """A folder for the markers of the test's processes (``pptrace.activation.run_notes``),
+        with a ``root`` marker: the test's processes then never print where traces go."""
+        state = tempfile.mkdtemp(prefix="pptrace-state-")
+        os.close(os.open(os.path.join(state, "root"), os.O_WRONLY | os.O_CREAT, 0o600))
+        return state
+
+    def _called(self) -> set[int]:
+        """The pids of the test's processes that made a transport call (their markers)."""
+        if not self._state_dir:
+            return set()
+        try:
+            names = os.listdir(self._state_dir)
+        except OSError:
+            return set()
+        return {int(n[7:]) for n in names if n.startswith("called-") and n[7:].isdigit()}
 
     def _make_folder(self) -> str:
         slug = _slug(self.nodeid)
@@ -228,18 +274,42 @@ class Case:
         return path
 
     def stop(self) -> None:
-        """End this process's tracing, if this case started it (its last spans are written)."""
+        """End this process's tracing, if this case started it (its last spans are written);
+        note what the test itself did to it (``instrument()``/``uninstrument()``)."""
         hook, self._hook = self._hook, None
         if hook is not None:
             hook.remove()
         recorder, self._recorder = self._recorder, None
+        asked_by_test = _times_activated() - self._asked - self._own_activation
         if recorder is None:
+            if asked_by_test > 0:
+                self._by_test.append(
+                    "the test called pptrace.instrument() itself: the pytest process's calls "
+                    "went to that recorder's trace, not this one")
             return
         try:
             from pptrace.activation.startup import active_recorder, uninstrument
 
-            if active_recorder() is recorder:  # the test may have ended it itself
+            active = active_recorder()
+            if active is recorder:
                 uninstrument()
+            elif active is None:
+                self._by_test.append(
+                    "the test called pptrace.uninstrument() itself: the pytest process's "
+                    "transport calls after it are not in this trace")
+            else:
+                self._by_test.append(
+                    "the test instrumented pptrace itself, with a recorder of its own: the "
+                    "pytest process's calls went to that recorder's trace, not this one")
+            if os.path.realpath(recorder.config.trace_dir) != os.path.realpath(self.directory):
+                self._by_test.append(
+                    "the test instrumented pptrace itself before the transport loaded: the "
+                    "pytest process's calls went to its own trace folder, not this one")
+            elif asked_by_test > 0:
+                self._by_test.append(
+                    "the test called pptrace.instrument() itself while this process was "
+                    "traced: its configuration was not used (this process's calls are in this "
+                    "trace, as the plugin set it up)")
         except Exception as exc:
             self._fail("cannot stop tracing the pytest process itself", exc, unjudged=False)
 
@@ -257,10 +327,36 @@ class Case:
             findings = tuple(analyze(trace))
             failing = tuple(f for f in findings if f.severity >= self.fail_on)
             report = render_text(trace, findings, self.fail_on)
+            incomplete = self._gaps(trace)
         except Exception as exc:
             self._fail("cannot judge this test's traces", exc)
             return None
-        return Verdict(self.directory, findings, failing, self.fail_on, report, trace.event_count)
+        for line in incomplete:
+            self.plan.incomplete.append((self.nodeid, line))
+        return Verdict(self.directory, findings, failing, self.fail_on, report, trace.event_count,
+                       incomplete)
+
+    def _gaps(self, trace: Any) -> tuple[str, ...]:
+        """Why this test's trace is incomplete: each process that called the transport but has
+        no final counts (it ended without pptrace's exit flush, or is still running), each that
+        lost events, and what the test did to this process's tracing itself."""
+        lines = list(self._by_test)
+        by_pid = {p.rank.pid: p for p in trace.processes}
+        for pid in sorted(self._called() | set(by_pid)):
+            proc = by_pid.get(pid)
+            stats = proc.stats if proc is not None else None
+            if proc is None:
+                lines.append(f"process {pid} called the transport but left no trace (it ended "
+                             "without pptrace's exit flush: os._exit, a kill; or it is still "
+                             "running)")
+            elif stats is None or not stats.final:
+                lines.append(f"process {pid} (rank {proc.rank.rank}) has no final counts (it "
+                             "ended without pptrace's exit flush: os._exit, a kill; or it is "
+                             "still running): its last events may be missing")
+            elif stats.dropped:
+                lines.append(f"process {pid} (rank {proc.rank.rank}) lost {stats.dropped} "
+                             f"of its {stats.recorded} events")
+        return tuple(lines)
 
     def restore(self) -> None:
         """Put back the variables this case set (idempotent)."""
@@ -275,5 +371,8 @@ class Case:
         """After the test: tracing stopped, environment restored, a passing test's traces gone."""
         self.stop()
         self.restore()
+        if self._state_dir:
+            shutil.rmtree(self._state_dir, ignore_errors=True)
         if passed and not self.plan.keep and self.directory:
             shutil.rmtree(self.directory, ignore_errors=True)
+            self.plan.removed.append((self.nodeid, self.directory))

@@ -25,6 +25,12 @@ changes unless a test is traced: with ``--pptrace`` (every test), the ``pptrace`
         run_ranks(bad_output=True)
         assert [f.kind.value for f in pptrace_findings()] == ["attach-empty"]
 
+A passing test whose trace is incomplete (a process that called the transport and ended
+without pptrace's exit flush, as ``os._exit`` does; lost events; the test's own
+``pptrace.instrument()``/``uninstrument()``) gets an ``IncompleteTrace`` warning saying why, and
+the session's summary lists it; so it does a passing test whose removed folder a process still
+running wrote again.
+
 A failure inside pptrace never fails a test: it is said once, in the session's summary (only a
 ``pptrace_findings()`` call that cannot be answered fails its test, with the reason).
 """
@@ -32,6 +38,7 @@ A failure inside pptrace never fails a test: it is said once, in the session's s
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Generator
 from typing import Any
 
@@ -41,7 +48,7 @@ from pptrace.model.errors import ConfigError
 from pptrace.model.findings import Finding, Severity
 from pptrace.plugins.per_test import Case, Plan, Verdict
 
-__all__ = ["Findings"]
+__all__ = ["Findings", "IncompleteTrace"]
 
 _PLAN = pytest.StashKey[Plan]()
 _CASE = pytest.StashKey[Case]()
@@ -189,7 +196,21 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Generator[None, object, o
     verdict = case.judge()
     if verdict is not None and verdict.failing:
         pytest.fail(verdict.message(), pytrace=False)
+    _warn_incomplete(verdict)
     return result
+
+
+class IncompleteTrace(pytest.PytestWarning):
+    """A traced test passed, but its trace is not the whole story (the reason is the text)."""
+
+
+def _warn_incomplete(verdict: Verdict | None) -> None:
+    """A passing test with an incomplete trace is never a silent pass: a warning says why (the
+    session's summary lists them too)."""
+    if verdict is not None:
+        for line in verdict.incomplete:
+            warnings.warn(IncompleteTrace(f"pptrace: incomplete trace: {line} "
+                                          f"(traces in {verdict.directory})"), stacklevel=1)
 
 
 def _add_section(item: pytest.Item, case: Case, verdict: Verdict | None) -> None:
@@ -239,8 +260,22 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int,
                             config: pytest.Config) -> None:
     """Say each failure inside pptrace once, with the number of tests it left unjudged."""
     plan = config.stash.get(_PLAN, None)
-    if plan is not None and plan.problems:
-        terminalreporter.write_sep("-", "pptrace")
-        for line, count in plan.problems.most_common():
-            times = f" ({count} tests)" if count > 1 else ""
-            terminalreporter.write_line(f"pptrace: {line}{times}")
+    if plan is None:
+        return
+    rewritten = plan.rewritten()
+    if not (plan.problems or plan.incomplete or rewritten):
+        return
+    terminalreporter.write_sep("-", "pptrace")
+    for line, count in plan.problems.most_common():
+        times = f" ({count} tests)" if count > 1 else ""
+        terminalreporter.write_line(f"pptrace: {line}{times}")
+    tests = len(dict.fromkeys(nodeid for nodeid, _ in plan.incomplete))
+    if tests:
+        terminalreporter.write_line(f"pptrace: {tests} test{'s' if tests != 1 else ''} with an "
+                                    "incomplete trace:")
+        for nodeid, line in plan.incomplete:
+            terminalreporter.write_line(f"  {nodeid}: {line}")
+    for nodeid, path in rewritten:
+        terminalreporter.write_line(
+            f"pptrace: {nodeid} passed and its traces were removed, but a process it started "
+            f"went on recording after it ended and wrote {path} again (left there)")

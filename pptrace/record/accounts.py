@@ -18,6 +18,7 @@ import time
 
 from pptrace.model.config import Config
 from pptrace.model.records import Direction, RankInfo, RecorderStats
+from pptrace.record.convert import UnreadableTensor
 from pptrace.record.ring import RingCount
 from pptrace.record.sink import WarnOnce
 
@@ -139,7 +140,10 @@ class Accounts:
         return (msgs.exported, msgs.dropped) if msgs is not None else (0, 0)
 
     def _conversion_failed(self, exc: BaseException) -> None:
-        self.internal_error("event conversion", exc)
+        if isinstance(exc, UnreadableTensor):  # not pptrace failing: a lost event, said why
+            self.warn("event not recorded", str(exc))
+        else:
+            self.internal_error("event conversion", exc)
         with self._lock:
             self.dropped += 1
 

@@ -19,14 +19,17 @@ from __future__ import annotations
 import operator
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Protocol, overload
+from typing import Any, NamedTuple, Protocol, overload
 
 from pptrace.model import raw as R
 from pptrace.model.config import Config
 from pptrace.model.raw import Raw
 from pptrace.model.records import PREFIX, Direction, Event, RankInfo, TensorMeta
 
-__all__ = ["Converter", "RawEvents", "Source", "expand", "qualname"]
+__all__ = [
+    "Converter", "RawEvents", "Source", "Unreadable", "UnreadableTensor", "expand", "key_text",
+    "qualname",
+]
 
 
 class Source(Protocol):
@@ -51,13 +54,46 @@ def qualname(tp: type) -> str:
     return name if module in ("builtins", "", None) else f"{module}.{name}"
 
 
-def _key(k: object) -> str:
-    """A key as a plain str: a str subclass's characters (none of its methods run), else repr."""
+# Keys of these types (and their subclasses) are shown by the builtin type's own repr, in C: a
+# subclass's __repr__ (user code, on the recorder thread, where a slow one would hold the exit
+# flush past its deadline and cost the final stats span) never runs.
+_BUILTIN_REPRS: tuple[tuple[type, Callable[[Any], str]], ...] = (
+    (bool, bool.__repr__), (int, int.__repr__), (float, float.__repr__),
+    (complex, complex.__repr__), (bytes, bytes.__repr__))
+#: A key's text is clipped here (a 10 MB bytes key must not become a 10 MB span attribute).
+KEY_CHARS = 200
+
+
+def key_text(k: object) -> str:
+    """A key as a plain str: a str subclass's characters (none of its methods run); a number,
+    bytes, None or a tuple of those by the builtin repr; any other object by its type's name.
+    No user code runs."""
     if type(k) is str:
         return k
     if isinstance(k, str):
         return str.__getitem__(k, slice(None))  # an exact str copy
-    return repr(k)
+    return _shown(k, 2)
+
+
+def _shown(k: object, depth: int) -> str:
+    if isinstance(k, str):  # inside a tuple: quoted, as repr would
+        text = str.__repr__(str.__getitem__(k, slice(None)))
+    elif k is None:
+        text = "None"
+    elif type(k) is tuple and depth > 0:
+        parts = [_shown(e, depth - 1) for e in k[:8]] + (["..."] if len(k) > 8 else [])
+        text = "(" + ", ".join(parts) + ("," if len(k) == 1 else "") + ")"
+    else:
+        for base, show in _BUILTIN_REPRS:
+            if isinstance(k, base):
+                try:
+                    text = show(k)
+                except ValueError:  # an int past Python's digit limit
+                    return f"<{qualname(type(k))} too long to show>"
+                break
+        else:
+            return f"<{qualname(type(k))} object>"
+    return text if len(text) <= KEY_CHARS else text[:KEY_CHARS] + "..."
 
 
 def _dtype(dtype: Any) -> str:
@@ -75,8 +111,22 @@ def _itemsize(dtype: Any) -> int:
     return size
 
 
+class Unreadable(NamedTuple):
+    """In a raw's items, a tensor the wrapper could not describe without reading it (a sparse or
+    nested layout): the event is not converted but counted as lost, with ``why``."""
+
+    why: str
+
+
+class UnreadableTensor(ValueError):
+    """An event holds a tensor pptrace cannot describe; the recorder counts the event as lost."""
+
+
 def _tensor_meta(key: object, meta: Any, prefix: str, fingerprint: str | None) -> TensorMeta:
-    k = _key(key)
+    if type(meta) is Unreadable:
+        raise UnreadableTensor(f"the event of key {key_text(key)!r} was not recorded: a tensor "
+                               f"of {meta.why}, which pptrace records no metadata for")
+    k = key_text(key)
     name = k[len(prefix):] if isinstance(key, str) and k.startswith(prefix) else k
     if isinstance(meta, type):
         return TensorMeta(name=name, key=k, dtype=qualname(meta), is_tensor=False)
@@ -195,8 +245,8 @@ class Converter:
                         return None
                 items = tuple(items)
             else:
-                for k, _ in items:
-                    if type(k) is not str:
+                for k, meta in items:
+                    if type(k) is not str or type(meta) is Unreadable:
                         return None
             if error is not None and not (type(error) is tuple and len(error) == 2 and
                                           type(error[0]) is str and type(error[1]) is str):
@@ -241,8 +291,8 @@ class Converter:
             subject_type=subject_type,
             subject_pp_capable=capable,
             tensors=tensors,
-            keys_before=tuple(map(_key, before)),
-            keys_after=tuple(map(_key, after)),
+            keys_before=tuple(map(key_text, before)),
+            keys_after=tuple(map(key_text, after)),
             returned_none=returned_none,
             error_type=error[0] if error else None,
             error_message=error[1] if error else None,

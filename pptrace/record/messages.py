@@ -54,7 +54,7 @@ import torch
 
 from pptrace.model.messages import MSG_TYPE_KEY, MessageEvent, MessageOp, MessageTensor
 from pptrace.model.records import PREFIX, RankInfo
-from pptrace.record.convert import qualname
+from pptrace.record.convert import key_text, qualname
 from pptrace.record.recorder import Recorder
 
 __all__ = [
@@ -192,7 +192,7 @@ def convert(raw: tuple[Any, ...], rank: RankInfo,
     tensors: list[MessageTensor] = []
     for i, at in enumerate(range(_HEAD, len(raw), 4)):
         key, shape, dtype, device = raw[at:at + 4]
-        name = key if type(key) is str else repr(key)
+        name = key_text(key)  # never a user __repr__ on the recorder thread
         keys.append(name)
         if shape is None:
             tensors.append(MessageTensor(key=name, dtype=qualname(dtype), is_tensor=False))

@@ -167,8 +167,19 @@ class Recorder(Accounts):
     #: ``learn_rank`` once per call, while the engine's process group is surely up.
     rank_pending = True
 
+    #: Called once, on the engine's thread, at this process's first recorded call (where
+    #: ``pptrace run`` and the pytest plugin leave their ``called-PID`` marker); None: nothing.
+    on_first_call: Callable[[], None] | None = None
+
     def learn_rank(self) -> None:
         """Discover the rank during a transport call (the first few calls only)."""
+        first = self.on_first_call
+        if first is not None:
+            self.on_first_call = None
+            try:
+                first()
+            except Exception as exc:  # bookkeeping: never the engine's business
+                self.internal_error("first call", exc)
         if self._ranks.learn():
             self.rank_pending = False
 

@@ -3,10 +3,17 @@
     attach, extract = wrap_transport(engine.add_auxiliary_output_to_pp_tensors,
                                      engine.pop_auxiliary_output_from_pp_tensors, recorder)
 
-The wrapped functions return the identical object and re-raise the identical exception object
-(bare ``raise``). On the caller's thread they only read metadata (keys, shapes, dtypes, devices,
-contiguity: no device sync, no tensor values) and append one tuple to the recorder. A failure
-inside recording is counted by the recorder and never reaches the engine.
+Every argument reaches the engine's function as the caller passed it. A plain Python function
+of exactly two parameters (SGLang's) gets a wrapper with its own two parameter names: it takes
+and refuses the same calls, with the same text, and such a function cannot tell positional from
+keyword. Any other transport (a ``--target`` with extra, defaulted, keyword-only or ``*``
+parameters) gets an entry taking ``*args, **kwargs`` that hands the call on exactly as it came;
+where its tensor dict and output/observer are is worked out once, at wrap time
+(``pptrace.record.binding``). They return the identical object and
+re-raise the identical exception object (bare ``raise``). On the caller's thread they only read
+metadata (keys, shapes, dtypes, devices, contiguity: no device sync, no tensor values) and append
+one tuple to the recorder. A failure inside recording is counted by the recorder and never
+reaches the engine.
 
 The success paths are written for the engine's thread: no Python call per tensor, no
 comprehension frame, plain tensors' metadata kept flat in one list (see ``pptrace.model.raw``),
@@ -54,7 +61,8 @@ import torch
 from pptrace.model import raw as R
 from pptrace.model.records import PREFIX, Direction
 from pptrace.record import native
-from pptrace.record.convert import qualname
+from pptrace.record.binding import Slots, bind
+from pptrace.record.convert import Unreadable, qualname
 from pptrace.record.recorder import HOT_READS, Recorder
 
 __all__ = ["is_wrapped", "unwrap", "wrap_attach", "wrap_extract", "wrap_transport"]
@@ -100,10 +108,12 @@ def _native_reader(rec: Recorder) -> Any:
 
 
 def _hot(rec: Recorder, reader: Any, fn: Any, slow: Any, direction: Direction,
-         seq: Any, prefix: str | None, on_error: Any, on_items: Any) -> Any:
+         seq: Any, prefix: str | None, on_error: Any, on_items: Any, slots: Slots) -> Any:
     """The native reader's C wrapper around ``fn`` when it can take the common case, else the
-    Python wrapper ``slow`` (which the C one hands every other case to)."""
-    if reader is None or rec.fingerprint:
+    Python wrapper ``slow`` (which the C one hands every other case to: extra or keyword
+    arguments). A transport whose first two parameters are not (tensors, subject) by position
+    gets the Python wrapper alone: the C one reads its two positional arguments as those."""
+    if reader is None or rec.fingerprint or not slots.standard:
         return slow
     try:
         hot = reader.hot(fn=fn, slow=slow, rec=rec, reads=HOT_READS, direction=direction,
@@ -130,7 +140,10 @@ def _inserted_items(tensors: dict[Any, Any], start: int) -> Any:
     for k, v in _islice(_dict_items(tensors), start, None):
         if type(v) is not _Tensor:
             return _items(_islice(_dict_items(tensors), start, None))
-        items += (k, v.shape, v.dtype, v.device, v.is_contiguous())
+        try:
+            items += (k, v.shape, v.dtype, v.device, v.is_contiguous())
+        except Exception:  # a sparse or nested tensor: the general form marks it
+            return _items(_islice(_dict_items(tensors), start, None))
     return items
 
 
@@ -140,12 +153,26 @@ def _keys(d: Any) -> tuple[Any, ...]:
 
 def _meta(v: Any) -> Any:
     if isinstance(v, _Tensor):
-        if type(v) is _Tensor:
-            return (v.shape, v.dtype, v.device, v.is_contiguous())
-        # A tensor subclass's __torch_function__ is user code that the engine never calls.
-        with _no_torch_function():
-            return (v.shape, v.dtype, v.device, v.is_contiguous())
+        try:
+            if type(v) is _Tensor:
+                return (v.shape, v.dtype, v.device, v.is_contiguous())
+            # A tensor subclass's __torch_function__ is user code that the engine never calls.
+            with _no_torch_function():
+                return (v.shape, v.dtype, v.device, v.is_contiguous())
+        except Exception:
+            return _unreadable(v)
     return type(v)
+
+
+def _unreadable(v: Any) -> Unreadable:
+    """The marker of a tensor whose metadata cannot be read as a strided one's (sparse, nested):
+    its event is then counted as lost, saying why (``pptrace.record.convert.Unreadable``)."""
+    try:
+        with _no_torch_function():
+            layout, nested = v.layout, v.is_nested
+        return Unreadable(f"{'nested, ' if nested else ''}layout {layout}")
+    except Exception as exc:
+        return Unreadable(f"its metadata cannot be read ({type(exc).__name__})")
 
 
 def _items(pairs: Any) -> tuple[tuple[Any, Any], ...]:
@@ -169,6 +196,68 @@ def _fingerprints(rec: Recorder, values: list[Any]) -> tuple[Any, ...]:
     return tuple(out)
 
 
+# The general entry's call, handed to the two-parameter body's ``_through`` on this thread.
+_pending = threading.local()
+_PLAIN_FLAGS = 0x04 | 0x08  # CO_VARARGS | CO_VARKEYWORDS
+
+
+def _exact_names(fn: Any) -> tuple[str, str] | None:
+    """The parameter names of a plain Python function of exactly two parameters (no defaults,
+    no ``*``/``**``, none positional- or keyword-only), else None. Such a function cannot tell
+    a positional call from a keyword one, so a wrapper with its two parameter names takes every
+    call it takes, fails every call it fails with its own text (``functools.wraps`` gives the
+    wrapper its name), and calls it positionally: the fast entry."""
+    if type(fn) is not _Function or "__wrapped__" in fn.__dict__:
+        return None
+    code = fn.__code__
+    if (code.co_argcount != 2 or code.co_posonlyargcount or code.co_kwonlyargcount
+            or code.co_flags & _PLAIN_FLAGS or fn.__defaults__ or fn.__kwdefaults__):
+        return None
+    return code.co_varnames[0], code.co_varnames[1]
+
+
+def _through(tensors: Any, subject: Any) -> Any:
+    """What the two-parameter body calls for the general entry: the transport, with the call's
+    own arguments as they came."""
+    fn, args, kwargs = _pending.call
+    _pending.call = None
+    return fn(*args, **kwargs)
+
+
+def _renamed(body: Any, names: tuple[str, str]) -> Any:
+    """The two-parameter body with the transport's own parameter names (for keyword calls)."""
+    code = body.__code__
+    if code.co_varnames[:2] == names:
+        return body
+    renamed = code.replace(co_varnames=names + code.co_varnames[2:])
+    if not any(renamed is c for c in _OWN_CODES):
+        _OWN_CODES.append(renamed)
+    return _Function(renamed, body.__globals__, body.__name__, None, body.__closure__)
+
+
+def _entry(fn: Any, slots: Slots, exact: tuple[str, str] | None, body: Any,
+           rec: Recorder) -> Any:
+    """The wrapper a caller gets: the body itself, with the transport's parameter names, for a
+    plain two-parameter function; else an entry that takes any call, finds the dict and the
+    subject where Python binds them (``slots``, worked out once) and hands the call as it came
+    to the body (``_through``)."""
+    if exact is not None:
+        return functools.update_wrapper(_renamed(body, exact), fn)
+    standard = slots.standard
+
+    @functools.wraps(fn)
+    def pptrace_call(*args: Any, **kwargs: Any) -> Any:
+        if not rec.enabled:
+            return fn(*args, **kwargs)
+        picked = args if not kwargs and len(args) == 2 and standard else slots.pick(args, kwargs)
+        if picked is None:  # a call the transport refuses: its own TypeError, as bare
+            return fn(*args, **kwargs)
+        _pending.call = (fn, args, kwargs)
+        return body(*picked)
+
+    return pptrace_call
+
+
 def _own(made: type) -> None:
     """Note the type of a wrapper pptrace made (by identity; once)."""
     if not any(t is made for t in _OWN_TYPES):
@@ -189,7 +278,8 @@ def _inner(wrapper: Any) -> Any:
     ``__wrapped__``, which its maker set)."""
     if type(wrapper) is _Function:
         code = wrapper.__code__
-        return (wrapper.__closure__ or ())[code.co_freevars.index("fn")].cell_contents
+        name = "fn" if "fn" in code.co_freevars else "call"  # the general entry's, the exact's
+        return (wrapper.__closure__ or ())[code.co_freevars.index(name)].cell_contents
     return wrapper.__dict__["__wrapped__"]
 
 
@@ -213,19 +303,22 @@ def wrap_attach(fn: F, recorder: Recorder) -> F:
     reader = _native_reader(rec)
     inserted = reader.inserted if reader is not None else None
 
-    @functools.wraps(fn)
+    slots = bind(fn)
+    exact = _exact_names(fn)
+    call = fn if exact else _through  # the general entry hands its call over in _pending
+
     def pptrace_attach(tensors: Any, output: Any) -> Any:
         if not rec.enabled:
-            return fn(tensors, output)
+            return call(tensors, output)
         items: Any
         try:
             before = tuple(_dict_keys(tensors)) if isinstance(tensors, dict) else ()
         except Exception as exc:
             rec.internal_error("attach snapshot", exc)
-            return fn(tensors, output)
+            return call(tensors, output)
         wall, t0 = time_ns(), mono_ns()
         try:
-            result = fn(tensors, output)
+            result = call(tensors, output)
         except BaseException as exc:
             failed(tensors, output, before, wall, t0, mono_ns() - t0, None, exc)
             raise
@@ -282,8 +375,9 @@ def wrap_attach(fn: F, recorder: Recorder) -> F:
         except Exception as inner:
             rec.internal_error("attach record", inner)
 
-    return _hot(rec, reader, fn, pptrace_attach, attach, seq, None, failed,  # type: ignore
-                _inserted_items)
+    slow = _entry(fn, slots, exact, pptrace_attach, rec)
+    return _hot(rec, reader, fn, slow, attach, seq, None, failed,  # type: ignore
+                _inserted_items, slots)
 
 
 def wrap_extract(fn: F, recorder: Recorder, prefix: str = PREFIX) -> F:
@@ -299,10 +393,13 @@ def wrap_extract(fn: F, recorder: Recorder, prefix: str = PREFIX) -> F:
     reader = _native_reader(rec) if prefix == rec.prefix else None
     prefixed = reader.prefixed if reader is not None else None
 
-    @functools.wraps(fn)
+    slots = bind(fn)
+    exact = _exact_names(fn)
+    call = fn if exact else _through
+
     def pptrace_extract(tensors: Any, observer: Any) -> Any:
         if not rec.enabled:
-            return fn(tensors, observer)
+            return call(tensors, observer)
         try:
             items: Any = None
             if prefixed is not None and type(tensors) is dict:
@@ -314,11 +411,15 @@ def wrap_extract(fn: F, recorder: Recorder, prefix: str = PREFIX) -> F:
                 items = []
                 for k, v in _dict_items(tensors):
                     if isinstance(k, str) and _startswith(k, prefix):
-                        if type(v) is not _Tensor:
-                            items = _items((k, v) for k, v in _dict_items(tensors)
-                                           if isinstance(k, str) and _startswith(k, prefix))
-                            break
-                        items += (k, v.shape, v.dtype, v.device, v.is_contiguous())
+                        try:
+                            if type(v) is _Tensor:
+                                items += (k, v.shape, v.dtype, v.device, v.is_contiguous())
+                                continue
+                        except Exception:  # sparse or nested: the general form marks it
+                            pass
+                        items = _items((k, v) for k, v in _dict_items(tensors)
+                                       if isinstance(k, str) and _startswith(k, prefix))
+                        break
                 before = tuple(_dict_keys(tensors))
             else:
                 items, before = (), ()
@@ -327,10 +428,10 @@ def wrap_extract(fn: F, recorder: Recorder, prefix: str = PREFIX) -> F:
                                 ) if rec.fingerprint and items else None
         except Exception as exc:
             rec.internal_error("extract snapshot", exc)
-            return fn(tensors, observer)
+            return call(tensors, observer)
         wall, t0 = time_ns(), mono_ns()
         try:
-            result = fn(tensors, observer)
+            result = call(tensors, observer)
         except BaseException as exc:
             failed(tensors, observer, before, wall, t0, mono_ns() - t0, items, exc, fps)
             raise
@@ -370,8 +471,9 @@ def wrap_extract(fn: F, recorder: Recorder, prefix: str = PREFIX) -> F:
         except Exception as inner:
             rec.internal_error("extract record", inner)
 
-    return _hot(rec, reader, fn, pptrace_extract, extract, seq, prefix, failed,  # type: ignore
-                None)
+    slow = _entry(fn, slots, exact, pptrace_extract, rec)
+    return _hot(rec, reader, fn, slow, extract, seq, prefix, failed,  # type: ignore
+                None, slots)
 
 
 def wrap_transport(attach: F, extract: Callable[..., Any], recorder: Recorder) -> tuple[F, Any]:
@@ -380,6 +482,8 @@ def wrap_transport(attach: F, extract: Callable[..., Any], recorder: Recorder) -
 
 
 # The code objects every Python wrapper made by wrap_attach and wrap_extract runs.
-_OWN_CODES += [c for maker in (wrap_attach, wrap_extract) for c in maker.__code__.co_consts
+_OWN_CODES += [c for maker in (wrap_attach, wrap_extract, _entry)
+               for c in maker.__code__.co_consts
                if isinstance(c, types.CodeType) and c.co_name in ("pptrace_attach",
-                                                                  "pptrace_extract")]
+                                                                  "pptrace_extract",
+                                                                  "pptrace_call")]
