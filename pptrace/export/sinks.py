@@ -2,9 +2,10 @@
 
 ``build_sink(config, rank)`` returns a recorder ``Sink``: a ``FileSink`` for ``file`` (events
 encoded straight to the trace file, no SDK span built; compressed and rotated as the config
-says), an ``SdkSpanSink`` on pptrace's own
-provider with the fail-open OTLP processor for ``otlp``, and a ``FanOut`` of the two when both
-are named. (Activation builds its sinks itself, to use the engine's provider when it has one.)
+says); for ``otlp`` a ``JsonOtlpSink`` (the same encoder, its lines posted as OTLP/JSON by a
+``JsonShipper``) over ``http/json``, the default, or an ``SdkSpanSink`` on pptrace's own
+provider with the fail-open OTLP processor over ``grpc`` and ``http/protobuf``; and a ``FanOut``
+of the two when both are named. (Activation builds its sinks itself, to use the engine's provider when it has one.)
 
     sink = build_sink(config, rank, on_drop=recorder.exporter_dropped)
     sink.export(events)
@@ -71,7 +72,17 @@ def build_sink(
         out = TraceSegments(path, config.compress, config.segment_bytes, config.max_bytes,
                             config.dir_unsafe_ok)
         sinks.append(FileSink(out, resource, scope_version(), config.dir_unsafe_ok))
-    if "otlp" in config.exporters or not sinks:
+    if "otlp" in config.exporters and _json_protocol():
+        try:
+            from pptrace.export.otlp_json import JsonOtlpSink, JsonShipper
+
+            sinks.append(JsonOtlpSink(JsonShipper.from_env(config, on_drop=on_drop), rank,
+                                      config.run_id, owns_shipper=True))
+        except Exception as exc:  # a bad endpoint or header: OTLP alone is lost
+            if not sinks:
+                raise
+            sinks.append(Unavailable(f"{type(exc).__name__}: {exc}"))
+    elif "otlp" in config.exporters or not sinks:
         provider = pptrace_provider(resource)
         sink: Any = SdkSpanSink(provider, owns_provider=True)
         if "otlp" in config.exporters:
@@ -85,6 +96,18 @@ def build_sink(
                 sink = Unavailable(f"{type(exc).__name__}: {exc}")
         sinks.append(sink)
     return sinks[0] if len(sinks) == 1 else FanOut(sinks, ("file", "otlp"))
+
+
+def _json_protocol() -> bool:
+    """Whether OTLP goes as JSON (``http/json``, the default); a bad protocol: the SDK path,
+    whose exporter set-up reports it."""
+    from pptrace.export.otlp import protocol
+    from pptrace.model.errors import ConfigError
+
+    try:
+        return protocol() == "http/json"
+    except ConfigError:
+        return False
 
 
 class Unavailable:
