@@ -85,12 +85,13 @@ def test_a_skipped_send_is_not_a_healthy_run(tmp_path: Path,
 
 @pytest.mark.slow
 @pytest.mark.timeout(200)
-@pytest.mark.parametrize("how", ["variables", "options"])
+@pytest.mark.parametrize(("how", "protocol"), [("variables", "http"), ("options", "http"),
+                                               ("variables", "json"), ("options", "json")])
 def test_the_demo_sends_its_spans_to_an_otlp_collector(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-    how: str,
+    how: str, protocol: str,
 ) -> None:
-    with Receiver("http") as rx:
+    with Receiver(protocol) as rx:
         argv = ["--ranks", "2", "--steps", "3", "--out", str(tmp_path / "demo"), "--no-view"]
         if how == "variables":
             monkeypatch.setenv("OTEL_TRACES_EXPORTER", "otlp")
@@ -105,15 +106,19 @@ def test_the_demo_sends_its_spans_to_an_otlp_collector(
     names = [name for _, _, name in spans]
     assert names.count("pptrace.attach") == 3 and names.count("pptrace.extract") == 3
     assert {res["service.name"] for res, _, _ in spans} == {"demo-test"}
+    assert (rx.json_requests > 0) == (protocol == "json")  # each path really taken
     assert f"(and OTLP to {rx.endpoint}, service demo-test)" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("protocol", ["http/protobuf", "http/json"])
 def test_a_sink_that_cannot_open_costs_only_its_own_copy(tmp_path: Path,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+                                                          monkeypatch: pytest.MonkeyPatch,
+                                                          protocol: str) -> None:
     """Found by trying the README's Jaeger command in a fresh venv: without an OTLP exporter the
     whole sink failed, and the trace file was never written. Now the file goes on and OTLP's
-    loss is counted as OTLP's."""
+    loss is counted as OTLP's, on the SDK path and on the JSON one alike."""
     import pptrace.export.otlp as otlp
+    import pptrace.export.otlp_json as otlp_json
     from pptrace.export.sinks import build_sink
     from pptrace.load.loader import load_paths
     from pptrace.model.config import Config
@@ -129,7 +134,11 @@ def test_a_sink_that_cannot_open_costs_only_its_own_copy(tmp_path: Path,
     def no_exporter(*_: object, **__: object) -> None:
         raise ModuleNotFoundError("No module named 'opentelemetry.exporter.otlp.proto.http'")
 
-    monkeypatch.setattr(otlp, "otlp_processor", no_exporter)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)
+    if protocol == "http/json":
+        monkeypatch.setattr(otlp_json.JsonShipper, "from_env", no_exporter)
+    else:
+        monkeypatch.setattr(otlp, "otlp_processor", no_exporter)
     cfg = Config(trace_dir=str(tmp_path), exporters=("file", "otlp"), flush_interval=0.05)
     info = RankInfo(rank=0, world_size=1, pid=1)
     rec = Recorder(cfg, sink_factory=lambda r: build_sink(cfg, r),

@@ -149,7 +149,7 @@ class JsonShipper:
         self._session = session
         self._queue: collections.deque[tuple[str, int]] = collections.deque()
         self._retry: _Batch | None = None  # a batch the collector never got, posted again
-        self._in_flight = False
+        self._in_flight: _Batch | None = None  # the batch being posted
         self._cond = threading.Condition()
         self._closed = False
         self._abandoned = False
@@ -214,7 +214,7 @@ class JsonShipper:
                 batch = _Batch([line for line, _ in take], sum(n for _, n in take))
             else:
                 return None
-            self._in_flight = True
+            self._in_flight = batch
             return batch
 
     def _run(self) -> None:
@@ -226,7 +226,7 @@ class JsonShipper:
             outcome = self._post(batch.lines)  # "" sent, "retry: ..." not received, else lost
             retried = False
             with self._cond:
-                self._in_flight = False
+                self._in_flight = None
                 if self._abandoned:
                     return  # shutdown counted this batch already
                 if not outcome:
@@ -288,7 +288,7 @@ class JsonShipper:
 
     def _wait_idle(self, deadline: float) -> bool:
         with self._cond:
-            while self._queue or self._retry is not None or self._in_flight:
+            while self._queue or self._retry is not None or self._in_flight is not None:
                 left = deadline - time.monotonic()
                 if left <= 0 or not self._thread.is_alive():
                     return False
@@ -313,11 +313,12 @@ class JsonShipper:
             self._queue.clear()
             events = sum(n for _, n in left)
             lines = len(left)
-            if self._retry is not None:
-                events, lines = events + self._retry.events, lines + len(self._retry.lines)
-                self._retry = None
-            self._abandoned = self._in_flight
-        if lines or self._abandoned:
+            for batch in (self._retry, self._in_flight):
+                if batch is not None:
+                    events, lines = events + batch.events, lines + len(batch.lines)
+            self._retry = None
+            self._abandoned = self._in_flight is not None
+        if lines:
             self._drop(events, lines, "exit timeout")
 
 

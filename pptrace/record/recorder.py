@@ -254,6 +254,12 @@ class Recorder(Accounts):
                 if final:
                     self._finalize()
                 return 0
+            opener = getattr(sink, "open", None)  # a deferred sink: opened off the timed write,
+            if raws and opener is not None:  # so its one-off cost is never taken for a rate
+                try:
+                    opener()
+                except Exception:  # the export meets the same error, and counts its loss
+                    pass
             if background and deadline is not None and not self.flight:
                 self._shed(raws, deadline)
             exported = self._export(sink, rank, raws, deadline, background)
