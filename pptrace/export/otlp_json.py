@@ -56,6 +56,7 @@ QUEUE_LINES = 8192 // SPANS_PER_LINE
 #: Lines per request: at most BATCH_LINES * SPANS_PER_LINE (512) spans a request.
 BATCH_LINES = 8
 MAX_BACKOFF = 30.0
+DEFAULT_TIMEOUT = 10.0  # seconds a request may take, as the official exporters' default
 #: Answers OTLP/HTTP says a client should retry: the collector did not take the batch.
 RETRYABLE = frozenset({429, 502, 503, 504})
 DropCallback = Callable[[int, str], None]
@@ -68,7 +69,7 @@ class Target:
 
     url: str
     headers: tuple[tuple[str, str], ...] = ()
-    timeout: float = 1.0
+    timeout: float = DEFAULT_TIMEOUT
     compression: str = "none"  # none, gzip or deflate
     verify: str | bool = True
     cert: tuple[str, str] | str | None = None
@@ -80,7 +81,7 @@ def _env(env: Mapping[str, str], name: str) -> str:
             or env.get(f"OTEL_EXPORTER_OTLP_{name}") or "").strip()
 
 
-def traces_target(config: Config, env: Mapping[str, str] | None = None) -> Target:
+def traces_target(env: Mapping[str, str] | None = None) -> Target:
     """The shipper's target as the official HTTP exporter would read the environment."""
     env = os.environ if env is None else env
     url = (env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or "").strip()
@@ -91,8 +92,9 @@ def traces_target(config: Config, env: Mapping[str, str] | None = None) -> Targe
 
     headers = tuple(parse_env_headers(_env(env, "HEADERS"), liberal=True).items())
     raw_timeout = _env(env, "TIMEOUT")
-    # The Python exporters read this variable in seconds; unset: short, within the exit budget.
-    timeout = float(raw_timeout) if raw_timeout else max(0.1, min(1.0, config.exit_timeout))
+    # The Python exporters read this variable in seconds; unset, their default (10 s): the wait
+    # is the shipper thread's, and at exit a batch still in flight is counted, not waited for.
+    timeout = float(raw_timeout) if raw_timeout else DEFAULT_TIMEOUT
     compression = _env(env, "COMPRESSION").lower() or "none"
     if compression not in ("none", "gzip", "deflate"):
         compression = "none"
@@ -167,7 +169,7 @@ class JsonShipper:
     def from_env(cls, config: Config, on_drop: DropCallback | None = None) -> JsonShipper:
         """The shipper activation builds when OTLP goes over ``http/json``."""
         # The exit budget is shared with the file flush: keep a small margin for it.
-        return cls(traces_target(config), exit_timeout=max(0.1, config.exit_timeout - 0.25),
+        return cls(traces_target(), exit_timeout=max(0.1, config.exit_timeout - 0.25),
                    on_drop=on_drop)
 
     # --- the recorder's side (its thread): append, never wait -------------------------------
