@@ -190,3 +190,34 @@ def test_the_table_names_the_trace_as_it_is_on_disk(tmp_path: Path, files: list[
     for name in [*files, "pptrace-rank2-pid70.otlp.jsonl", "pptrace-rank3-pid7.otlp.jsonl"]:
         (tmp_path / name).write_text("")  # another process's files are not this one's
     assert trace_written(str(tmp_path), RankInfo(rank=2, pid=7)) == str(tmp_path / named)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(200)
+def test_a_down_collector_costs_the_demo_only_otlp_s_copy_counted_in_one_line_each(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str],
+) -> None:
+    """Found on main: with nothing listening the trace files lost events, the stats spans did
+    not count OTLP's loss, and the SDK's own log lines reached the terminal."""
+    from tests.helpers_reliability import read_trace_file
+
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_PROTOCOL", raising=False)  # the default protocol
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", raising=False)
+    steps = 8
+    with Receiver("json", "down") as rx:
+        argv = ["--ranks", "2", "--steps", str(steps), "--out", str(tmp_path / "demo"),
+                "--no-view", "--endpoint", rx.endpoint]
+        assert cli_demo.run(_parse(*argv)) == 0
+    out, err = capfd.readouterr()
+    files = sorted((tmp_path / "demo").glob("*.jsonl"))
+    assert len(files) == 2
+    for path in files:
+        events, stats, bad = read_trace_file(str(path))
+        assert len(events) == steps and bad == []  # the file has every event of its rank
+        last = stats[-1]
+        assert last.final and last.dropped == 0, last
+        assert last.sink_lost("otlp") == steps, last  # OTLP's copy, counted as OTLP's
+    text = out + err
+    assert "Transient error" not in text and "Failed to export" not in text, text
+    said = [ln for ln in text.splitlines() if ln.startswith("pptrace: exporter dropped")]
+    assert 1 <= len(said) <= 2, text  # one line a rank at most

@@ -446,7 +446,7 @@ class _DeferredSink:
         self._factory = factory
         self._sink: MessageSink | None = None
 
-    def open(self) -> MessageSink:
+    def open_sink(self) -> MessageSink:
         """Open the real sink now (the recorder does, before it times a write: the opening
         is once, and a write rate learnt from it would drop the next events)."""
         if self._sink is None:
@@ -455,15 +455,15 @@ class _DeferredSink:
 
     def export(self, events: Any) -> None:
         if events:
-            self.open().export(events)
+            self.open_sink().export(events)
 
     def export_stats(self, stats: RecorderStats) -> None:
         if self._sink is not None or stats.dropped or stats.internal_errors:
-            self.open().export_stats(stats)
+            self.open_sink().export_stats(stats)
 
     def export_messages(self, events: Any, rank: RankInfo, run_id: str) -> None:
         if events:
-            self.open().export_messages(events, rank, run_id)
+            self.open_sink().export_messages(events, rank, run_id)
 
     def shutdown(self, timeout: float) -> None:
         if self._sink is not None:

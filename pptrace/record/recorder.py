@@ -254,7 +254,7 @@ class Recorder(Accounts):
                 if final:
                     self._finalize()
                 return 0
-            opener = getattr(sink, "open", None)  # a deferred sink: opened off the timed write,
+            opener = getattr(sink, "open_sink", None)  # a deferred sink: opened before the timing,
             if raws and opener is not None:  # so its one-off cost is never taken for a rate
                 try:
                     opener()
