@@ -358,8 +358,11 @@ def run_rank(opts: PipelineOptions, rank: int, progress: Progress) -> RankReport
     # what the demo's own options decide wins.
     cfg = Config.from_env(trace_dir=opts.out_dir, run_id=opts.run_id,
                           fingerprint=opts.fingerprint, flush_interval=0.5, enabled=opts.trace)
-    recorder = Recorder(cfg, sink_factory=lambda r: build_sink(cfg, r),
-                        rank_provider=lambda: (info, True))
+    # OTLP's own losses (a collector down) are counted as OTLP's, in the trace's stats spans.
+    recorder = Recorder(cfg, sink_factory=lambda r: build_sink(
+        cfg, r, on_drop=lambda n, cause: recorder.exporter_dropped(n, cause),
+        stats=lambda: recorder.stats()),
+        rank_provider=lambda: (info, True))
     mod = transport_module(opts.transport)
     attach = mod.add_auxiliary_output_to_pp_tensors
     extract = mod.pop_auxiliary_output_from_pp_tensors

@@ -1,4 +1,6 @@
-"""A real OTLP receiver for tests: gRPC (the official TraceService) and HTTP/protobuf.
+"""A real OTLP receiver for tests: gRPC (the official TraceService), HTTP/protobuf and
+HTTP/JSON (``json``: OTLP/JSON bodies, hex ids as the OTLP specification writes them, parsed
+strictly into the official ``ExportTraceServiceRequest`` by ``google.protobuf.json_format``).
 
 Both listen on 127.0.0.1 at a free port and collect every ``ExportTraceServiceRequest``. Modes
 stand in for a collector's failures:
@@ -22,8 +24,10 @@ stand in for a collector's failures:
 
 from __future__ import annotations
 
+import base64
 import gzip
 import http.server
+import json
 import socket
 import threading
 import time
@@ -32,6 +36,7 @@ from concurrent import futures
 from typing import Any
 
 import grpc
+from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
@@ -81,6 +86,21 @@ class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
         return response
 
 
+def _ids_as_base64(request: Any) -> Any:
+    """OTLP/JSON writes trace and span ids in hex, where protobuf's JSON mapping has base64:
+    turn them over (a collector does the same), failing on an id of the wrong length."""
+    for rs in request.get("resourceSpans", []):
+        for ss in rs.get("scopeSpans", []):
+            for span in ss.get("spans", []):
+                for key, size in (("traceId", 16), ("spanId", 8), ("parentSpanId", 8)):
+                    if span.get(key):
+                        raw = bytes.fromhex(span[key])
+                        if len(raw) != size:
+                            raise ValueError(f"{key} {span[key]!r} is not {size} bytes")
+                        span[key] = base64.b64encode(raw).decode()
+    return request
+
+
 class _HttpHandler(http.server.BaseHTTPRequestHandler):
     rx: Receiver
 
@@ -109,11 +129,19 @@ class _HttpHandler(http.server.BaseHTTPRequestHandler):
         elif encoding == "deflate":
             body = zlib.decompress(body)
         request = trace_service_pb2.ExportTraceServiceRequest()
-        request.ParseFromString(body)
+        json_body = self.headers.get("Content-Type", "") == "application/json"
+        if json_body:
+            rx.json_requests += 1
+            json_format.Parse(json.dumps(_ids_as_base64(json.loads(body))), request)
+        else:
+            request.ParseFromString(body)
         rx.add(request)
-        out = trace_service_pb2.ExportTraceServiceResponse().SerializeToString()
+        response = trace_service_pb2.ExportTraceServiceResponse()
+        out = (json_format.MessageToJson(response).encode() if json_body
+               else response.SerializeToString())
         self.send_response(200)
-        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Type",
+                         "application/json" if json_body else "application/x-protobuf")
         self.send_header("Content-Length", str(len(out)))
         self.end_headers()
         self.wfile.write(out)
@@ -147,15 +175,17 @@ class _HttpHandler(http.server.BaseHTTPRequestHandler):
 
 
 class Receiver:
-    """One OTLP receiver (``grpc`` or ``http``) in one failure mode."""
+    """One OTLP receiver (``grpc``, ``http`` or ``json``, which is HTTP too) in one failure
+    mode."""
 
     def __init__(self, protocol: str, mode: str = "ok") -> None:
-        assert protocol in ("grpc", "http") and mode in MODES
+        assert protocol in ("grpc", "http", "json") and mode in MODES
         self.protocol = protocol
         self.mode = mode
         self.requests: list[Any] = []
         self.headers: list[dict[str, str]] = []
         self.attempts = 0
+        self.json_requests = 0  # requests whose body was OTLP/JSON
         self.body_sent = 0  # hostile modes: bytes of answer written to clients
         self.released = threading.Event()
         self._lock = threading.Lock()
@@ -170,7 +200,7 @@ class Receiver:
     @property
     def env_protocol(self) -> str:
         """The value of ``OTEL_EXPORTER_OTLP_PROTOCOL`` for this receiver."""
-        return "grpc" if self.protocol == "grpc" else "http/protobuf"
+        return {"grpc": "grpc", "http": "http/protobuf", "json": "http/json"}[self.protocol]
 
     def add(self, request: Any) -> None:
         with self._lock:

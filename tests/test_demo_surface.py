@@ -85,12 +85,13 @@ def test_a_skipped_send_is_not_a_healthy_run(tmp_path: Path,
 
 @pytest.mark.slow
 @pytest.mark.timeout(200)
-@pytest.mark.parametrize("how", ["variables", "options"])
+@pytest.mark.parametrize(("how", "protocol"), [("variables", "http"), ("options", "http"),
+                                               ("variables", "json"), ("options", "json")])
 def test_the_demo_sends_its_spans_to_an_otlp_collector(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-    how: str,
+    how: str, protocol: str,
 ) -> None:
-    with Receiver("http") as rx:
+    with Receiver(protocol) as rx:
         argv = ["--ranks", "2", "--steps", "3", "--out", str(tmp_path / "demo"), "--no-view"]
         if how == "variables":
             monkeypatch.setenv("OTEL_TRACES_EXPORTER", "otlp")
@@ -105,15 +106,19 @@ def test_the_demo_sends_its_spans_to_an_otlp_collector(
     names = [name for _, _, name in spans]
     assert names.count("pptrace.attach") == 3 and names.count("pptrace.extract") == 3
     assert {res["service.name"] for res, _, _ in spans} == {"demo-test"}
+    assert (rx.json_requests > 0) == (protocol == "json")  # each path really taken
     assert f"(and OTLP to {rx.endpoint}, service demo-test)" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("protocol", ["http/protobuf", "http/json"])
 def test_a_sink_that_cannot_open_costs_only_its_own_copy(tmp_path: Path,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+                                                          monkeypatch: pytest.MonkeyPatch,
+                                                          protocol: str) -> None:
     """Found by trying the quickstart's Jaeger command in a fresh venv: without an OTLP exporter the
     whole sink failed, and the trace file was never written. Now the file goes on and OTLP's
-    loss is counted as OTLP's."""
+    loss is counted as OTLP's, on the SDK path and on the JSON one alike."""
     import pptrace.export.otlp as otlp
+    import pptrace.export.otlp_json as otlp_json
     from pptrace.export.sinks import build_sink
     from pptrace.load.loader import load_paths
     from pptrace.model.config import Config
@@ -129,7 +134,11 @@ def test_a_sink_that_cannot_open_costs_only_its_own_copy(tmp_path: Path,
     def no_exporter(*_: object, **__: object) -> None:
         raise ModuleNotFoundError("No module named 'opentelemetry.exporter.otlp.proto.http'")
 
-    monkeypatch.setattr(otlp, "otlp_processor", no_exporter)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)
+    if protocol == "http/json":
+        monkeypatch.setattr(otlp_json.JsonShipper, "from_env", no_exporter)
+    else:
+        monkeypatch.setattr(otlp, "otlp_processor", no_exporter)
     cfg = Config(trace_dir=str(tmp_path), exporters=("file", "otlp"), flush_interval=0.05)
     info = RankInfo(rank=0, world_size=1, pid=1)
     rec = Recorder(cfg, sink_factory=lambda r: build_sink(cfg, r),
@@ -181,3 +190,41 @@ def test_the_table_names_the_trace_as_it_is_on_disk(tmp_path: Path, files: list[
     for name in [*files, "pptrace-rank2-pid70.otlp.jsonl", "pptrace-rank3-pid7.otlp.jsonl"]:
         (tmp_path / name).write_text("")  # another process's files are not this one's
     assert trace_written(str(tmp_path), RankInfo(rank=2, pid=7)) == str(tmp_path / named)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(200)
+def test_a_down_collector_costs_the_demo_only_otlp_s_copy_counted_in_one_line_each(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str],
+) -> None:
+    """Found on main: with nothing listening the trace files lost events, the stats spans did
+    not count OTLP's loss, and the SDK's own log lines reached the terminal."""
+    from tests.helpers_reliability import read_trace_file
+
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_PROTOCOL", raising=False)  # the default protocol
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", raising=False)
+    steps = 8
+    with Receiver("json", "down") as rx:
+        argv = ["--ranks", "2", "--steps", str(steps), "--out", str(tmp_path / "demo"),
+                "--no-view", "--endpoint", rx.endpoint]
+        assert cli_demo.run(_parse(*argv)) == 0
+    out, err = capfd.readouterr()
+
+    def text_of(_: object) -> str:
+        return out + err
+
+    files = sorted((tmp_path / "demo").glob("*.jsonl"))
+    assert len(files) == 2
+    for path in files:
+        events, stats, bad = read_trace_file(str(path))
+        last = stats[-1]
+        # Every event is in the file or counted dropped by the recorder (whose overload rule
+        # sheds on a starved machine, with or without OTLP: the SIGKILL promise); what the file
+        # took, OTLP lost, each counted as OTLP's own.
+        assert last.final and bad == [] and last.recorded == steps, (last, text_of(capfd))
+        assert len(events) == last.exported == steps - last.dropped, last
+        assert last.sink_lost("otlp") == last.exported, last
+    text = out + err
+    assert "Transient error" not in text and "Failed to export" not in text, text
+    said = [ln for ln in text.splitlines() if ln.startswith("pptrace: exporter dropped")]
+    assert 1 <= len(said) <= 2, text  # one line a rank at most

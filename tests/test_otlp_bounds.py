@@ -84,13 +84,14 @@ def wait_until(predicate: Callable[[], bool], timeout: float) -> bool:
     return predicate()
 
 
+@pytest.mark.parametrize("protocol", ["http/protobuf", "http/json"])
 @pytest.mark.parametrize("mode", ["flood", "chunked"])
 def test_an_endless_answer_costs_the_engine_no_memory_and_is_counted(
-    consumer: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, mode: str
+    consumer: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, mode: str, protocol: str
 ) -> None:
     pairs = 20
-    with Receiver("http", mode) as rx:
-        monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+    with Receiver("json" if protocol == "http/json" else "http", mode) as rx:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rx.endpoint)
         with PeakRss() as memory:
             rec = pptrace.instrument(Config(exporters=("otlp",), flush_interval=0.05,

@@ -53,7 +53,7 @@ def _run_pairs(consumer: Any) -> list[tuple[Any, ...]]:
     return out
 
 
-@pytest.mark.parametrize("protocol", ["grpc", "http"])
+@pytest.mark.parametrize("protocol", ["grpc", "http", "json"])
 @pytest.mark.parametrize("fault", FAULTS)
 def test_a_failing_collector_changes_nothing_and_every_loss_is_counted(
     consumer: Any, monkeypatch: pytest.MonkeyPatch, protocol: str, fault: str, tmp_path: Path
@@ -171,7 +171,7 @@ EXPECTED = [f"result {i} {2.0 * i} ['next_token_ids']" for i in range(10)]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("protocol", ["grpc", "http"])
+@pytest.mark.parametrize("protocol", ["grpc", "http", "json"])
 def test_under_pptrace_run_a_hung_collector_costs_at_most_the_exit_budget(
     tmp_path: Path, protocol: str
 ) -> None:

@@ -230,8 +230,10 @@ def test_build_env_sets_pptrace_and_otel_variables_and_the_bootstrap_path() -> N
     assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://c:4317"
     assert env["PPTRACE_EXIT_TIMEOUT"] == "0.5" and len(env["PPTRACE_RUN_ID"]) == 16
     assert args.command[-2:] == ["python", "x.py"]
-    with pytest.raises(ConfigError, match="OTEL_EXPORTER_OTLP_PROTOCOL='http/json'"):
-        build_env(_parse(["--", "true"]), {"OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"})
+    with pytest.raises(ConfigError, match="OTEL_EXPORTER_OTLP_PROTOCOL='thrift'"):
+        build_env(_parse(["--", "true"]), {"OTEL_EXPORTER_OTLP_PROTOCOL": "thrift"})
+    json_env = build_env(_parse(["--protocol", "http/json", "--", "true"]), {})
+    assert json_env["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] == "http/json"
     kept = build_env(_parse(["--", "true"]), {"PPTRACE_RUN_ID": "outer"})
     assert kept["PPTRACE_RUN_ID"] == "outer"  # a nested run keeps the outer run's id
     assert "PPTRACE_EXPORT" not in kept

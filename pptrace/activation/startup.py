@@ -214,9 +214,9 @@ def _arm(state: _Active) -> None:
         # pool, which refuses work once the interpreter exits (a short run's first flush).
         # About 0.3 s once, at the engine's start-up, and only when OTLP is asked for.
         try:
-            from pptrace.export.otlp import otlp_processor
+            from pptrace.export.otlp_json import otlp_sender
 
-            state.processor = otlp_processor(state.config, on_drop=state.on_drop)
+            state.processor = otlp_sender(state.config, on_drop=state.on_drop)
         except Exception as exc:
             state.recorder.warn("cannot set up OTLP export", f"{type(exc).__name__}: {exc}")
     _prepare()
@@ -383,6 +383,7 @@ def _engine_provider() -> Any:
 
 
 def _make_sink(state: _Active) -> MessageSink:
+    from pptrace.export.otlp_json import JsonOtlpSink, JsonShipper
     from pptrace.export.sinks import build_sink
     from pptrace.export.spans import SdkSpanSink
 
@@ -395,7 +396,10 @@ def _make_sink(state: _Active) -> MessageSink:
     processor = None
     if "otlp" in exporters:
         provider = state.tracer_provider or _engine_provider()
-        if provider is None:
+        if provider is None and isinstance(state.processor, JsonShipper):
+            processor = state.processor  # OTLP/JSON: the file encoder's lines, no SDK span
+            otlp = JsonOtlpSink(processor, rank, config.run_id)
+        elif provider is None:
             provider, processor = _otlp_provider(config, rank, state)
         else:
             # The engine already exports spans: pptrace's go through its pipeline, not a second.
@@ -404,7 +408,8 @@ def _make_sink(state: _Active) -> MessageSink:
             # Exit handlers run last-registered first: flush before the engine's provider's own
             # atexit shutdown (registered when it was built, after pptrace's first one).
             atexit.register(_finish_active)
-        otlp = SdkSpanSink(provider, owns_provider=processor is not None)
+        if otlp is None:
+            otlp = SdkSpanSink(provider, owns_provider=processor is not None)
     return _Sinks(files, otlp, state.recorder.stats, processor)
 
 
@@ -470,22 +475,24 @@ class _DeferredSink:
         self._factory = factory
         self._sink: MessageSink | None = None
 
-    def _open(self) -> MessageSink:
+    def open_sink(self) -> MessageSink:
+        """Open the real sink now (the recorder does, before it times a write: the opening
+        is once, and a write rate learnt from it would drop the next events)."""
         if self._sink is None:
             self._sink = self._factory()
         return self._sink
 
     def export(self, events: Any) -> None:
         if events:
-            self._open().export(events)
+            self.open_sink().export(events)
 
     def export_stats(self, stats: RecorderStats) -> None:
         if self._sink is not None or stats.dropped or stats.internal_errors:
-            self._open().export_stats(stats)
+            self.open_sink().export_stats(stats)
 
     def export_messages(self, events: Any, rank: RankInfo, run_id: str) -> None:
         if events:
-            self._open().export_messages(events, rank, run_id)
+            self.open_sink().export_messages(events, rank, run_id)
 
     def shutdown(self, timeout: float) -> None:
         if self._sink is not None:

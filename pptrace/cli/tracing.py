@@ -41,8 +41,9 @@ def add_export_arguments(parser: argparse.ArgumentParser, *, fingerprint: bool =
     g.add_argument("--endpoint", metavar="URL",
                    help="OTLP collector, e.g. http://localhost:4318 (http/protobuf) or "
                         "http://localhost:4317 (grpc)")
-    g.add_argument("--protocol", choices=("grpc", "http/protobuf"),
-                   help="OTLP protocol (default: OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf)")
+    g.add_argument("--protocol", choices=("grpc", "http/protobuf", "http/json"),
+                   help="OTLP protocol (default: OTEL_EXPORTER_OTLP_PROTOCOL, else http/json, "
+                        "the cheapest for the engine)")
     g.add_argument("--service-name", metavar="NAME",
                    help="service name the spans carry, as Jaeger lists it (default pptrace)")
     f = parser.add_argument_group("trace files (PPTRACE_COMPRESS, PPTRACE_ROTATE_MB, "
@@ -78,16 +79,18 @@ def export_env(args: argparse.Namespace, environ: Mapping[str, str]) -> dict[str
     protocol = ""
     for var in ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"):
         value = env.get(var, "").strip().lower()
-        if value and value not in ("grpc", "http/protobuf"):
-            raise ConfigError(f"{var}={env[var]!r}: pptrace exports grpc or http/protobuf")
+        if value and value not in _EXPORTERS:
+            raise ConfigError(f"{var}={env[var]!r}: pptrace exports grpc, http/protobuf or "
+                              "http/json")
         protocol = protocol or value
     if "otlp" in config.exporters:
-        _require_exporter(protocol or "http/protobuf")
+        _require_exporter(protocol or "http/json")
     return env
 
 
 _EXPORTERS = {"grpc": "opentelemetry.exporter.otlp.proto.grpc",
-              "http/protobuf": "opentelemetry.exporter.otlp.proto.http"}
+              "http/protobuf": "opentelemetry.exporter.otlp.proto.http",
+              "http/json": "requests"}
 
 
 def _require_exporter(protocol: str) -> None:

@@ -37,7 +37,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from itertools import chain
 from json.encoder import encode_basestring_ascii as _esc  # what json.dumps uses (ensure_ascii)
-from typing import Any
+from typing import Any, Protocol
 
 from opentelemetry.sdk.resources import Resource
 
@@ -47,7 +47,7 @@ from pptrace.model.messages import MessageEvent
 from pptrace.model.records import Event, RankInfo, RecorderStats
 from pptrace.record.convert import RawEvents
 
-__all__ = ["FileSink"]
+__all__ = ["FileSink", "LineOut"]
 
 #: Spans per line: keeps lines small enough to stream and to lose little to a torn write, and
 #: the line's few copies (join, encode, write) within the CPU's caches: at 64 spans (about 200 kB)
@@ -164,6 +164,32 @@ def _renderer(parts: list[str], order: list[int]) -> Render | None:
     return render
 
 
+class LineOut(Protocol):
+    """Where a ``FileSink`` writes its lines: a ``TraceSegments``, or OTLP's shipper
+    (``pptrace.export.otlp_json``)."""
+
+    lock: Any
+    rotated: int
+    rotated_segments: int
+
+    @property
+    def base(self) -> str: ...
+
+    @property
+    def encode(self) -> Callable[[Sequence[str]], bytes]: ...
+
+    @property
+    def refused(self) -> object | None: ...
+
+    def write_lines(self, lines: Sequence[str], events: int = 0) -> None: ...
+
+    def make_room(self, nbytes: int) -> bool: ...
+
+    def write(self, data: bytes, events: int = 0) -> None: ...
+
+    def close(self) -> None: ...
+
+
 class FileSink:
     """Write events and recorder stats to a process's trace file as OTLP/JSON lines.
 
@@ -173,10 +199,10 @@ class FileSink:
     (``PPTRACE_DIR_UNSAFE_OK``) accepts one.
     """
 
-    def __init__(self, out: str | TraceSegments, resource: Resource, scope_version: str = "0",
+    def __init__(self, out: str | LineOut, resource: Resource, scope_version: str = "0",
                  allow_unsafe_dir: bool = False) -> None:
-        self._out = out if isinstance(out, TraceSegments) else TraceSegments(
-            out, allow_unsafe_dir=allow_unsafe_dir)
+        self._out: LineOut = TraceSegments(out, allow_unsafe_dir=allow_unsafe_dir) if (
+            isinstance(out, str)) else out
         self.path = self._out.base
         self._scope = '{"name":"pptrace","version":' + _esc(scope_version) + "}"
         if resource.schema_url:

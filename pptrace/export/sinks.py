@@ -2,9 +2,12 @@
 
 ``build_sink(config, rank)`` returns a recorder ``Sink``: a ``FileSink`` for ``file`` (events
 encoded straight to the trace file, no SDK span built; compressed and rotated as the config
-says), an ``SdkSpanSink`` on pptrace's own
-provider with the fail-open OTLP processor for ``otlp``, and a ``FanOut`` of the two when both
-are named. (Activation builds its sinks itself, to use the engine's provider when it has one.)
+says); for ``otlp`` a ``JsonOtlpSink`` (the same encoder, its lines posted as OTLP/JSON by a
+``JsonShipper``) over ``http/json``, the default, or an ``SdkSpanSink`` on pptrace's own
+provider with the fail-open OTLP processor over ``grpc`` and ``http/protobuf``; and a ``FanOut``
+of the two when both are named (OTLP shut down first, so that the file's last stats span
+counts OTLP's losses). Activation builds its sinks itself, to use the engine's provider when
+it has one.
 
     sink = build_sink(config, rank, on_drop=recorder.exporter_dropped)
     sink.export(events)
@@ -32,9 +35,14 @@ class FanOut:
     ``SinkFailed`` naming it when others took the batch, see ``pptrace.record.sink.fan_out``).
     ``names``: the sinks' names in the trace's per-sink counts (default ``sink0``, ...)."""
 
-    def __init__(self, sinks: Sequence[Any], names: Sequence[str] = ()) -> None:
+    def __init__(self, sinks: Sequence[Any], names: Sequence[str] = (),
+                 stats: Callable[[], RecorderStats] | None = None) -> None:
         self.sinks = list(sinks)
         self.names = [*names, *(f"sink{i}" for i in range(len(names), len(self.sinks)))]
+        #: The recorder's counts: after OTLP's shutdown, what it lost goes in a last stats
+        #: span of the trace file (the final one was written before the sinks shut down).
+        self._stats = stats
+        self._last: RecorderStats | None = None
 
     def _each(self, method: str, *args: Any) -> None:
         fan_out(zip(self.names, self.sinks, strict=False),
@@ -44,10 +52,21 @@ class FanOut:
         self._each("export", events)
 
     def export_stats(self, stats: RecorderStats) -> None:
+        self._last = stats
         self._each("export_stats", stats)
 
     def shutdown(self, timeout: float) -> None:
-        self._each("shutdown", timeout)
+        """OTLP first (bounded), so that the trace file's last stats span counts its losses."""
+        pairs = list(zip(self.names, self.sinks, strict=False))
+        files = [(n, s) for n, s in pairs if isinstance(s, FileSink)]
+        others = [(n, s) for n, s in pairs if not isinstance(s, FileSink)]
+        budget = max(0.05, timeout - max(0.1, 0.2 * timeout)) if files else timeout
+        fan_out(others, lambda sink: sink.shutdown(budget))
+        if self._stats is not None and self._last is not None and files:
+            stats = self._stats()
+            if stats.sink_dropped != self._last.sink_dropped:
+                fan_out(files, lambda sink: sink.export_stats(stats))
+        fan_out(files, lambda sink: sink.shutdown(timeout))
 
     def export_messages(self, events: Sequence[Any], rank: RankInfo, run_id: str) -> None:
         """The message layer's events, to the sinks that write them (the trace file)."""
@@ -57,12 +76,14 @@ class FanOut:
 
 
 def build_sink(
-    config: Config, rank: RankInfo, on_drop: Callable[[int, str], None] | None = None
+    config: Config, rank: RankInfo, on_drop: Callable[[int, str], None] | None = None,
+    stats: Callable[[], RecorderStats] | None = None,
 ) -> MessageSink:
     """The recorder sink for the exporters ``config`` names.
 
-    ``on_drop(events, cause)`` hears of spans the OTLP exporter lost. With neither ``file`` nor
-    ``otlp`` named, spans are built on pptrace's provider and go nowhere.
+    ``on_drop(events, cause)`` hears of spans the OTLP exporter lost; ``stats``, the recorder's
+    counts, lets the trace file end with a stats span that counts them. With neither ``file``
+    nor ``otlp`` named, spans are built on pptrace's provider and go nowhere.
     """
     resource = process_resource(rank, config.run_id, config.schema_version)
     sinks: list[Any] = []
@@ -71,7 +92,17 @@ def build_sink(
         out = TraceSegments(path, config.compress, config.segment_bytes, config.max_bytes,
                             config.dir_unsafe_ok)
         sinks.append(FileSink(out, resource, scope_version(), config.dir_unsafe_ok))
-    if "otlp" in config.exporters or not sinks:
+    if "otlp" in config.exporters and _json_protocol():
+        try:
+            from pptrace.export.otlp_json import JsonOtlpSink, JsonShipper
+
+            sinks.append(JsonOtlpSink(JsonShipper.from_env(config, on_drop=on_drop), rank,
+                                      config.run_id, owns_shipper=True))
+        except Exception as exc:  # a bad endpoint or header: OTLP alone is lost
+            if not sinks:
+                raise
+            sinks.append(Unavailable(f"{type(exc).__name__}: {exc}"))
+    elif "otlp" in config.exporters or not sinks:
         provider = pptrace_provider(resource)
         sink: Any = SdkSpanSink(provider, owns_provider=True)
         if "otlp" in config.exporters:
@@ -84,7 +115,19 @@ def build_sink(
                     raise
                 sink = Unavailable(f"{type(exc).__name__}: {exc}")
         sinks.append(sink)
-    return sinks[0] if len(sinks) == 1 else FanOut(sinks, ("file", "otlp"))
+    return sinks[0] if len(sinks) == 1 else FanOut(sinks, ("file", "otlp"), stats)
+
+
+def _json_protocol() -> bool:
+    """Whether OTLP goes as JSON (``http/json``, the default); a bad protocol: the SDK path,
+    whose exporter set-up reports it."""
+    from pptrace.export.otlp import protocol
+    from pptrace.model.errors import ConfigError
+
+    try:
+        return protocol() == "http/json"
+    except ConfigError:
+        return False
 
 
 class Unavailable:

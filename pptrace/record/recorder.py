@@ -104,6 +104,9 @@ class Recorder(Accounts):
         self._thread: threading.Thread | None = None
         self._flush_lock = threading.Lock()
         self._pace = Pace(self.config.flush_interval, _TICK, _CHUNK)
+        #: Whether the sink took a chunk yet: the first pays once (its file opened, its first
+        #: spans encoded the long way), and learnt as the rate it shed the next events.
+        self._warm = False
         #: The message layer's log (``pptrace.record.messages``), written at each flush.
         self.messages: Any = None
 
@@ -265,6 +268,12 @@ class Recorder(Accounts):
                 if final:
                     self._finalize()
                 return 0
+            opener = getattr(sink, "open_sink", None)  # a deferred sink: opened before the timing,
+            if raws and opener is not None:  # so its one-off cost is never taken for a rate
+                try:
+                    opener()
+                except Exception:  # the export meets the same error, and counts its loss
+                    pass
             if background and deadline is not None and not self.flight:
                 self._shed(raws, deadline)
             exported = self._export(sink, rank, raws, deadline, background)
@@ -336,8 +345,9 @@ class Recorder(Accounts):
                     self.dropped += len(chunk) - events.failed
                 self.warn(f"export failed ({type(exc).__name__})", str(exc))
                 continue
-            if paced:
+            if paced and self._warm:
                 self._pace.wrote(len(chunk), time.monotonic() - began)
+            self._warm = True
             done = len(chunk) - events.failed
             with self._lock:
                 if self._abandoned:  # exit already counted these as lost
