@@ -209,8 +209,11 @@ def _network_calls_without_timeout(path: Path, base: Path = ROOT) -> tuple[int, 
             continue
         if name in {"get", "post", "put", "request"}:
             # Only HTTP client objects: requests.get(...), session.post(...).
+            # (self._session.post counts too: the owner's own name, underscores aside.)
             owner = fn.value if isinstance(fn, ast.Attribute) else None
-            if not (isinstance(owner, ast.Name) and owner.id.lower() in requests_names):
+            owner_name = (owner.id if isinstance(owner, ast.Name) else owner.attr
+                          if isinstance(owner, ast.Attribute) else "")
+            if owner_name.lstrip("_").lower() not in requests_names:
                 continue
         calls += 1
         kw = {k.arg: k.value for k in node.keywords}
