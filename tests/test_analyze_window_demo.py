@@ -57,15 +57,19 @@ def test_a_healthy_rotated_run_gives_only_window_cuts(tmp_path: Path) -> None:
     # The table names each rank's trace as it is on disk: its segments and how many it kept,
     # or the one segment it kept (a flush larger than a segment gets one of its own, and the
     # budget may then keep that one alone).
-    for line in printed.splitlines():
-        if line.split()[:1] not in (["0"], ["3"]):
-            continue
-        named = re.search(r"(pptrace-rank\d-pid\d+)\.\*(\.otlp\.jsonl) \((\d+) segments\)", line)
+    # (The names stand on the line under the table, one entry per rank, two spaces apart.)
+    (listed,) = [ln for ln in printed.splitlines() if ln.startswith("trace files: ")]
+    entries = {int(m[1]): m[0] for m in re.finditer(
+        r"pptrace-rank(\d)-pid\d+\S*(?: \(\d+ segments\))?", listed)}
+    assert set(entries) == {0, 1, 2, 3}, listed
+    for rank in (0, 3):
+        entry = entries[rank]
+        named = re.search(r"(pptrace-rank\d-pid\d+)\.\*(\.otlp\.jsonl) \((\d+) segments\)", entry)
         if named:
             kept = list(out.glob(f"{named[1]}.[0-9]*{named[2]}"))
-            assert len(kept) == int(named[3]) > 1, (line, kept)
+            assert len(kept) == int(named[3]) > 1, (entry, kept)
         else:
-            one = re.search(r"pptrace-rank\d-pid\d+\.\d{6}\.otlp\.jsonl", line)
+            one = re.search(r"pptrace-rank\d-pid\d+\.\d{6}\.otlp\.jsonl", entry)
             assert one and (out / one[0]).is_file(), printed
             assert len(list(out.glob(one[0].split(".")[0] + ".*"))) == 1, printed
     findings = _judged(analyze(load_paths([str(out)])))

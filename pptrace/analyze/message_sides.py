@@ -14,7 +14,7 @@ from pptrace.analyze.rules import who
 from pptrace.analyze.summary import Raw
 from pptrace.analyze.waits import labelled, place
 from pptrace.model.findings import Category
-from pptrace.model.messages import MessageEvent
+from pptrace.model.messages import MessageEvent, MessageOp
 from pptrace.model.records import Direction, RankInfo
 from pptrace.model.trace import ProcessTrace
 
@@ -22,6 +22,16 @@ __all__ = ["Carried", "Pair", "Side", "carried_by", "numel"]
 
 #: (sending process index, attach seq) -> "output message #12 pp3->pp0"
 Carried = dict[tuple[int, int], str]
+
+
+def cut_at_start(proc: ProcessTrace) -> bool:
+    """Whether a process's oldest message records are gone: a kept seq above 0 says so; so do
+    segments deleted or a ring overwritten, also when one side kept none at all (every send
+    rotated away while the receives stayed leaves no seq above 0 to say it)."""
+    sends = [m.seq for m in proc.messages if m.op is MessageOp.SEND]
+    recvs = [m.seq for m in proc.messages if m.op is MessageOp.RECV]
+    return min(sends, default=0) > 0 or min(recvs, default=0) > 0 or (
+        proc.stats is not None and bool(proc.stats.rotated_segments or proc.stats.overwritten))
 
 
 def numel(shape: tuple[int, ...]) -> int:

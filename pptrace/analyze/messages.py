@@ -45,7 +45,7 @@ from typing import NamedTuple
 
 from pptrace.analyze import message_align as across
 from pptrace.analyze.holes import Holes
-from pptrace.analyze.message_sides import Carried, Pair, Side, carried_by, numel
+from pptrace.analyze.message_sides import Carried, Pair, Side, carried_by, cut_at_start, numel
 from pptrace.analyze.rules import listed, rank_id, who
 from pptrace.analyze.slices import tp_slices
 from pptrace.analyze.summary import Raw
@@ -102,8 +102,7 @@ class _Check:
                     side.ends.append(m)
             side.sends.sort(key=lambda m: m.seq)
             side.ends.sort(key=lambda m: m.seq)
-            side.cut = min((m.seq for m in proc.messages if m.op is SEND), default=0) > 0 or (
-                min((m.seq for m in proc.messages if m.op is RECV), default=0) > 0)
+            side.cut = cut_at_start(proc)
             self.sides.append(side)
             self.sides_by_index[i] = side
             self.by_rank.setdefault((side.run, rank_id(proc.rank)), side)
