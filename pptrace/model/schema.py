@@ -128,6 +128,10 @@ _SINK_HEAD, _SINK_TAIL = S_SINK_DROPPED.split("{}")
 # with the name of the process's first recording thread, which a span without THREAD_NAME takes.
 R_HOST = "host.name"  # str
 R_PID = "process.pid"  # int
+#: str, OpenTelemetry's name for what tells apart two processes of one host and pid (a restarted
+#: container, another PID namespace): a random id each recorder draws once at start. A trace
+#: without it (written before it existed) keys its processes by host and pid alone.
+R_INSTANCE = "service.instance.id"
 R_THREAD_MAIN_NAME = "pptrace.thread.main_name"  # str
 R_THREAD_MAIN_ID = "pptrace.thread.main_id"  # int, that thread's id
 #: str, the device of the first tensor the process recorded: a span without ``T_DEVICES`` has
@@ -141,6 +145,7 @@ RESOURCE_KEYS: Mapping[str, str] = {
     VERSION: VERSION, RUN_ID: RUN_ID, RANK: RANK, WORLD_SIZE: WORLD_SIZE, PP_RANK: PP_RANK,
     PP_SIZE: PP_SIZE, TP_RANK: TP_RANK, TP_SIZE: TP_SIZE, HOST: R_HOST, PID: R_PID,
     THREAD_NAME: R_THREAD_MAIN_NAME, THREAD_ID: R_THREAD_MAIN_ID, SUBJECT_TYPE: R_MAIN_SUBJECT,
+    R_INSTANCE: R_INSTANCE,  # on the resource only, in every version
 }
 
 
@@ -167,6 +172,8 @@ def resource_attributes(rank: RankInfo, run_id: str, version: int = SCHEMA_VERSI
     1 the host, pid, run id and ranks that it always named (its spans carry everything)."""
     if version == 1:
         old: dict[str, AttributeValue] = {R_HOST: rank.host, R_PID: rank.pid, RUN_ID: run_id}
+        if rank.instance:
+            old[R_INSTANCE] = rank.instance
         for key, value in ((RANK, rank.rank), (PP_RANK, rank.pp_rank), (TP_RANK, rank.tp_rank)):
             if value is not None:
                 old[key] = value
@@ -177,6 +184,8 @@ def resource_attributes(rank: RankInfo, run_id: str, version: int = SCHEMA_VERSI
             out[key] = value
     out[R_HOST] = rank.host
     out[R_PID] = rank.pid
+    if rank.instance:
+        out[R_INSTANCE] = rank.instance
     if main_thread is not None:
         out[R_THREAD_MAIN_NAME] = main_thread
     if main_thread_id is not None:
@@ -309,6 +318,7 @@ def _rank_from(r: SpanReader) -> RankInfo:
         tp_size=r.opt_integer(TP_SIZE),
         host=r.string(HOST, ""),
         pid=r.integer(PID, 0),
+        instance=r.string(R_INSTANCE, ""),
     )
 
 
