@@ -128,9 +128,8 @@ _SINK_HEAD, _SINK_TAIL = S_SINK_DROPPED.split("{}")
 # with the name of the process's first recording thread, which a span without THREAD_NAME takes.
 R_HOST = "host.name"  # str
 R_PID = "process.pid"  # int
-#: str, OpenTelemetry's name for what tells apart two processes of one host and pid (a restarted
-#: container, another PID namespace): a random id each recorder draws once at start. A trace
-#: without it (written before it existed) keys its processes by host and pid alone.
+#: str, each recorder's random id: tells apart processes of one host and pid (a restart, another
+#: PID namespace); a trace without it (older) keys its processes by host and pid alone.
 R_INSTANCE = "service.instance.id"
 R_THREAD_MAIN_NAME = "pptrace.thread.main_name"  # str
 R_THREAD_MAIN_ID = "pptrace.thread.main_id"  # int, that thread's id
@@ -168,8 +167,8 @@ def resource_attributes(rank: RankInfo, run_id: str, version: int = SCHEMA_VERSI
                         main_subject: str | None = None) -> dict[str, AttributeValue]:
     """The attributes of a process's resource: in version 2 every per-process constant
     (``RESOURCE_KEYS``; the main thread's name and id, the main device and subject type, when
-    known); in version
-    1 the host, pid, run id and ranks that it always named (its spans carry everything)."""
+    known); in version 1 the host, pid, run id and ranks that it always named (its spans carry
+    everything), and the instance id."""
     if version == 1:
         old: dict[str, AttributeValue] = {R_HOST: rank.host, R_PID: rank.pid, RUN_ID: run_id}
         if rank.instance:
@@ -184,16 +183,13 @@ def resource_attributes(rank: RankInfo, run_id: str, version: int = SCHEMA_VERSI
             out[key] = value
     out[R_HOST] = rank.host
     out[R_PID] = rank.pid
-    if rank.instance:
-        out[R_INSTANCE] = rank.instance
-    if main_thread is not None:
-        out[R_THREAD_MAIN_NAME] = main_thread
-    if main_thread_id is not None:
-        out[R_THREAD_MAIN_ID] = main_thread_id
-    if main_device is not None:
-        out[R_MAIN_DEVICE] = main_device
-    if main_subject is not None:
-        out[R_MAIN_SUBJECT] = main_subject
+    known: tuple[tuple[str, AttributeValue | None], ...] = (
+        (R_INSTANCE, rank.instance or None), (R_THREAD_MAIN_NAME, main_thread),
+        (R_THREAD_MAIN_ID, main_thread_id), (R_MAIN_DEVICE, main_device),
+        (R_MAIN_SUBJECT, main_subject))
+    for key, value in known:  # each only when known
+        if value is not None:
+            out[key] = value
     return out
 
 
@@ -322,15 +318,6 @@ def _rank_from(r: SpanReader) -> RankInfo:
     )
 
 
-def _shape(text: str, where: str) -> tuple[int, ...]:
-    if not text:
-        return ()
-    try:
-        return tuple(int(p) for p in text.split(","))
-    except ValueError:
-        raise SchemaVersionError(f"{where}bad tensor shape {text!r:.40}") from None
-
-
 def _devices(r: SpanReader, resource: Mapping[str, Any] | None,
              is_tensor: Sequence[bool]) -> list[str]:
     """A version 2 span's devices without ``T_DEVICES``: the resource's main device."""
@@ -381,7 +368,7 @@ def attributes_to_event(
         keys = [PREFIX + name for name in names]
     else:
         keys = r.array(T_KEYS, str, n)
-    shapes = [_shape(text, where) for text in r.array(T_SHAPES, str, n)]
+    shapes = r.shapes(T_SHAPES, n)
     dtypes = r.array(T_DTYPES, str, n)
     every = [True] * n if v2 else None  # version 2 leaves out all-true lists
     contig = r.array(T_CONTIG, bool, n, every)
