@@ -20,6 +20,7 @@ import torch
 import pptrace.record.engine as engine
 from pptrace.analyze.analyzer import analyze
 from pptrace.export.sinks import build_sink
+from pptrace.load import worker as load_worker
 from pptrace.load.loader import load_paths
 from pptrace.model import schema
 from pptrace.model.config import Config
@@ -147,3 +148,26 @@ def test_two_real_recorders_with_one_pid_append_to_one_file_and_stay_apart(
                                                 instance=rec.instance)
         assert len(proc.events) == 6
         assert {t.dtype for e in proc.events for t in e.tensors if t.name == "entropy"} == {dtype}
+
+
+@pytest.mark.slow  # starts the loader's worker process
+def test_the_loaders_worker_keeps_the_instances_apart(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    export(healthy_run("first"), tmp_path, "a")
+    export(golden_run(), tmp_path, "b")
+    monkeypatch.setattr(load_worker, "MIN_PARALLEL_BYTES", 0)
+    monkeypatch.setattr(load_worker, "_cpus", lambda: 2)
+    started: list[object] = []
+    real = load_worker.Worker.__init__
+
+    def spy(self: load_worker.Worker, files: Any) -> None:
+        real(self, files)
+        started.append(self)
+
+    monkeypatch.setattr(load_worker.Worker, "__init__", spy)
+    monkeypatch.delenv("PPTRACE_LOAD_WORKERS", raising=False)
+    parallel = load_paths([str(tmp_path)])
+    assert started  # one of the two files went through the worker
+    monkeypatch.setenv("PPTRACE_LOAD_WORKERS", "0")
+    assert parallel == load_paths([str(tmp_path)])
+    assert sorted(p.rank.instance for p in parallel.processes) == ["a0", "a1", "b0", "b1"]
