@@ -187,9 +187,9 @@ def resource_attributes(rank: RankInfo, run_id: str, version: int = SCHEMA_VERSI
         (R_INSTANCE, rank.instance or None), (R_THREAD_MAIN_NAME, main_thread),
         (R_THREAD_MAIN_ID, main_thread_id), (R_MAIN_DEVICE, main_device),
         (R_MAIN_SUBJECT, main_subject))
-    for key, value in known:  # each only when known
-        if value is not None:
-            out[key] = value
+    for name, given in known:  # each only when known
+        if given is not None:
+            out[name] = given
     return out
 
 
