@@ -44,6 +44,7 @@ from pptrace.load.segments import segment_of
 from pptrace.model.config import Config
 from pptrace.model.records import PREFIX, RankInfo
 from pptrace.record.messages import MessageLog, wrap_recv, wrap_send, wrap_typed_recv
+from pptrace.record.ranks import new_instance
 from pptrace.record.recorder import Recorder
 from pptrace.record.wrapper import wrap_transport
 
@@ -297,6 +298,7 @@ def _rank_info(opts: PipelineOptions, rank: int) -> RankInfo:
     return RankInfo(
         rank=rank, world_size=opts.ranks, pp_rank=pp_rank, pp_size=opts.pp,
         tp_rank=tp_rank, tp_size=opts.tp, host=socket.gethostname(), pid=os.getpid(),
+        instance=new_instance(),  # as a recorder that discovers its rank draws one
     )
 
 

@@ -135,7 +135,7 @@ def _documented_keys(path: Path) -> list[tuple[str, str, str]]:
             continue
         key = node.value.value
         if not (key.startswith("pptrace.") or key in {"pp_rank", "tp_rank", "host.name",
-                                                       "process.pid"}):
+                                                       "process.pid", "service.instance.id"}):
             continue
         note = [comments[node.lineno]] if node.lineno in comments else []
         above, n = [], node.lineno - 1

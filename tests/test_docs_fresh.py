@@ -71,7 +71,7 @@ def test_every_schema_key_is_listed() -> None:
     keys = {v for m in (schema, messages) for k, v in vars(m).items()
             if k.isupper() and isinstance(v, str) and v.startswith("pptrace.")
             and "{}" not in v and not v.endswith(".")}
-    keys |= {schema.PP_RANK, schema.TP_RANK, schema.R_HOST, schema.R_PID}
+    keys |= {schema.PP_RANK, schema.TP_RANK, schema.R_HOST, schema.R_PID, schema.R_INSTANCE}
     assert len(keys) > 50
     for key in sorted(keys):
         assert f"| `{key}` |" in page, key

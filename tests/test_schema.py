@@ -3,6 +3,7 @@ bad or foreign span is refused with one line naming where and what."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 from typing import Any
@@ -258,9 +259,10 @@ def test_the_schema_page_documents_the_span_names_and_resource() -> None:
     assert set(tables["Spans"]) == schema.SPAN_NAMES
     from pptrace.export.spans import process_resource
 
-    resource = dict(process_resource(FULL_RANK, "r").attributes)
+    rank = dataclasses.replace(FULL_RANK, instance="0f" * 16)
+    resource = dict(process_resource(rank, "r").attributes)
     ours = {k: type_name(resource[k]) for k in tables["Resource attributes (one set per process)"]}
     assert ours == tables["Resource attributes (one set per process)"]
-    sdk_defaults = {k for k in resource if k.startswith("telemetry.sdk.")} | {
-        "service.instance.id"}
+    assert resource[schema.R_INSTANCE] == rank.instance
+    sdk_defaults = {k for k in resource if k.startswith("telemetry.sdk.")}
     assert set(resource) - set(ours) <= sdk_defaults

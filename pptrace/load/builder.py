@@ -31,13 +31,20 @@ from pptrace.model.messages import BadMessageSpan, MessageEvent
 from pptrace.model.records import Direction, Event, RankInfo, RecorderStats, TensorMeta
 from pptrace.model.trace import ForeignSpan, InputProblem, ProcessTrace, Trace
 
-__all__ = ["MAX_PROBLEMS_PER_FILE", "ProcessKey", "TraceBuilder"]
+__all__ = ["MAX_PROBLEMS_PER_FILE", "ProcessKey", "TraceBuilder", "process_key"]
 
 #: Problems of one file kept verbatim; the rest are counted in one line.
 MAX_PROBLEMS_PER_FILE = 20
-ProcessKey = tuple[str, int]  # (host, pid)
+#: (host, pid, instance): a restarted container or another PID namespace reuses host and pid
+#: but draws its own instance id; a trace written before instance ids has "" there.
+ProcessKey = tuple[str, int, str]
 _ORDER = operator.itemgetter(MONO_NS, DIRECTION, SEQ)  # call order; "attach" sorts first
 _ATTACH = Direction.ATTACH
+
+
+def process_key(rank: RankInfo) -> ProcessKey:
+    """The key of the process that ``rank`` names."""
+    return (rank.host, rank.pid, rank.instance)
 
 
 def _rank_score(rank: RankInfo) -> int:
@@ -171,7 +178,7 @@ class TraceBuilder:
     def add_stats(self, stats: RecorderStats) -> ProcessKey:
         """Keep a process's latest stats; return the process's key."""
         stats = dataclasses.replace(stats, rank=self.intern_rank(stats.rank))
-        key = (stats.rank.host, stats.rank.pid)
+        key = process_key(stats.rank)
         old = self.stats.get(key)
         if old is None or stats.time_ns >= old.time_ns:
             self.stats[key] = stats
@@ -192,7 +199,7 @@ class TraceBuilder:
         """Add events read elsewhere, whose processes and sources are merged separately."""
         buckets = self.events
         for ev in events:
-            buckets.setdefault((ev.rank.host, ev.rank.pid), []).append(ev)
+            buckets.setdefault(process_key(ev.rank), []).append(ev)
 
     def add_events(self, events: Sequence[Event]) -> None:
         """``add_event`` for many events: a line's events share a few processes."""
@@ -201,7 +208,7 @@ class TraceBuilder:
         for ev in events:
             if ev.rank is not last:
                 last = ev.rank
-                key = (last.host, last.pid)
+                key = process_key(last)
                 bucket = self.events.setdefault(key, [])
                 if self._noted.get(key) != (last, self.source):
                     self._note_process(key, last)
@@ -211,7 +218,7 @@ class TraceBuilder:
     def add_message(self, rank: RankInfo, message: MessageEvent) -> None:
         """Add a decoded message-layer event to its process."""
         rank = self.intern_rank(rank)
-        key = (rank.host, rank.pid)
+        key = process_key(rank)
         self.messages.setdefault(key, []).append(message)
         if self._noted.get(key) != (rank, self.source):
             self._note_process(key, rank)
@@ -328,4 +335,5 @@ def _process_order(proc: ProcessTrace) -> tuple[Any, ...]:
         r.tp_rank if r.tp_rank is not None else -1,
         r.host,
         r.pid,
+        r.instance,
     )

@@ -51,9 +51,12 @@ def decode_span(name: str, attrs: Mapping[str, Any], resource: Mapping[str, Any]
     run_id = _constant(attrs, resource, schema.RUN_ID)
     if not isinstance(host, str) or pid is None:
         raise BadMessageSpan("no host and pid on the span or its resource")
+    instance = _constant(attrs, resource, schema.R_INSTANCE) or ""
+    if not isinstance(instance, str):
+        raise BadMessageSpan(f"{schema.R_INSTANCE}: expected a string, got {instance!r:.60}")
     ranks = [_opt_int(attrs, resource, key) for key in _RANK_KEYS]
     rank = RankInfo(rank=ranks[0], world_size=ranks[1], pp_rank=ranks[2], pp_size=ranks[3],
-                    tp_rank=ranks[4], tp_size=ranks[5], host=host, pid=pid)
+                    tp_rank=ranks[4], tp_size=ranks[5], host=host, pid=pid, instance=instance)
     return rank, run_id if isinstance(run_id, str) else "", event
 
 

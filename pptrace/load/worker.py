@@ -258,10 +258,10 @@ def _encode(builder: TraceBuilder, errors: Sequence[TraceInputError],
         "events": [pack.event(ev) for evs in builder.events.values() for ev in evs],
         "tables": pack.tables,
         "stats": [_stats_json(s) for s in builder.stats.values()],
-        "ranks": [[k[0], k[1], asdict(r)] for k, r in builder.ranks.items()],
-        "sources": [[k[0], k[1], v] for k, v in builder.proc_sources.items()],
+        "ranks": [[*k, asdict(r)] for k, r in builder.ranks.items()],
+        "sources": [[*k, v] for k, v in builder.proc_sources.items()],
         "foreign": [list(asdict(s).values()) for s in builder.foreign],
-        "messages": [[k[0], k[1], asdict(builder.ranks[k]), [to_json(m) for m in ms]]
+        "messages": [[*k, asdict(builder.ranks[k]), [to_json(m) for m in ms]]
                      for k, ms in builder.messages.items()],
         "problems": [[p.source, p.line, p.message] for p in builder.problems],
         "errors": [_error_json(e) for e in errors],
@@ -419,11 +419,13 @@ def take(builder: TraceBuilder, result: dict[str, Any], rows: bytes
             raise ValueError("a row names a shape that was not cached")
         events.append(with_numbers(t, seq, begin, mono, dur))
     stats = [_stats(values) for values in result["stats"]]
-    ranks = [((host, pid), RankInfo(**fields)) for host, pid, fields in result["ranks"]]
-    sources = [((host, pid), list(map(str, found))) for host, pid, found in result["sources"]]
+    ranks = [((host, pid, inst), RankInfo(**fields))
+             for host, pid, inst, fields in result["ranks"]]
+    sources = [((host, pid, inst), list(map(str, found)))
+               for host, pid, inst, found in result["sources"]]
     foreign = [ForeignSpan(*f) for f in result["foreign"]]
     messages = [(RankInfo(**fields), [from_json(m) for m in ms])
-                for _, _, fields, ms in result.get("messages", ())]
+                for _, _, _, fields, ms in result.get("messages", ())]
     problems = [InputProblem(*p) for p in result["problems"]]
     errors = [TraceInputError(m, path=p, line=n) for m, p, n in result["errors"]]
     fatal = result["fatal"]

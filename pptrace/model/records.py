@@ -75,6 +75,10 @@ class RankInfo:
     tp_size: int | None = None
     host: str = ""
     pid: int = 0
+    #: The recorder's own id for its process (a random hex string drawn at start, the
+    #: resource's ``service.instance.id``): a restarted container reuses host and pid, never
+    #: this. "" in traces written before it existed, which are keyed by host and pid alone.
+    instance: str = ""
 
     @property
     def is_last_stage(self) -> bool:

@@ -128,6 +128,9 @@ _SINK_HEAD, _SINK_TAIL = S_SINK_DROPPED.split("{}")
 # with the name of the process's first recording thread, which a span without THREAD_NAME takes.
 R_HOST = "host.name"  # str
 R_PID = "process.pid"  # int
+#: str, each recorder's random id: tells apart processes of one host and pid (a restart, another
+#: PID namespace); a trace without it (older) keys its processes by host and pid alone.
+R_INSTANCE = "service.instance.id"
 R_THREAD_MAIN_NAME = "pptrace.thread.main_name"  # str
 R_THREAD_MAIN_ID = "pptrace.thread.main_id"  # int, that thread's id
 #: str, the device of the first tensor the process recorded: a span without ``T_DEVICES`` has
@@ -141,6 +144,7 @@ RESOURCE_KEYS: Mapping[str, str] = {
     VERSION: VERSION, RUN_ID: RUN_ID, RANK: RANK, WORLD_SIZE: WORLD_SIZE, PP_RANK: PP_RANK,
     PP_SIZE: PP_SIZE, TP_RANK: TP_RANK, TP_SIZE: TP_SIZE, HOST: R_HOST, PID: R_PID,
     THREAD_NAME: R_THREAD_MAIN_NAME, THREAD_ID: R_THREAD_MAIN_ID, SUBJECT_TYPE: R_MAIN_SUBJECT,
+    R_INSTANCE: R_INSTANCE,  # on the resource only, in every version
 }
 
 
@@ -163,10 +167,12 @@ def resource_attributes(rank: RankInfo, run_id: str, version: int = SCHEMA_VERSI
                         main_subject: str | None = None) -> dict[str, AttributeValue]:
     """The attributes of a process's resource: in version 2 every per-process constant
     (``RESOURCE_KEYS``; the main thread's name and id, the main device and subject type, when
-    known); in version
-    1 the host, pid, run id and ranks that it always named (its spans carry everything)."""
+    known); in version 1 the host, pid, run id and ranks that it always named (its spans carry
+    everything), and the instance id."""
     if version == 1:
         old: dict[str, AttributeValue] = {R_HOST: rank.host, R_PID: rank.pid, RUN_ID: run_id}
+        if rank.instance:
+            old[R_INSTANCE] = rank.instance
         for key, value in ((RANK, rank.rank), (PP_RANK, rank.pp_rank), (TP_RANK, rank.tp_rank)):
             if value is not None:
                 old[key] = value
@@ -177,14 +183,13 @@ def resource_attributes(rank: RankInfo, run_id: str, version: int = SCHEMA_VERSI
             out[key] = value
     out[R_HOST] = rank.host
     out[R_PID] = rank.pid
-    if main_thread is not None:
-        out[R_THREAD_MAIN_NAME] = main_thread
-    if main_thread_id is not None:
-        out[R_THREAD_MAIN_ID] = main_thread_id
-    if main_device is not None:
-        out[R_MAIN_DEVICE] = main_device
-    if main_subject is not None:
-        out[R_MAIN_SUBJECT] = main_subject
+    known: tuple[tuple[str, AttributeValue | None], ...] = (
+        (R_INSTANCE, rank.instance or None), (R_THREAD_MAIN_NAME, main_thread),
+        (R_THREAD_MAIN_ID, main_thread_id), (R_MAIN_DEVICE, main_device),
+        (R_MAIN_SUBJECT, main_subject))
+    for name, given in known:  # each only when known
+        if given is not None:
+            out[name] = given
     return out
 
 
@@ -309,16 +314,8 @@ def _rank_from(r: SpanReader) -> RankInfo:
         tp_size=r.opt_integer(TP_SIZE),
         host=r.string(HOST, ""),
         pid=r.integer(PID, 0),
+        instance=r.string(R_INSTANCE, ""),
     )
-
-
-def _shape(text: str, where: str) -> tuple[int, ...]:
-    if not text:
-        return ()
-    try:
-        return tuple(int(p) for p in text.split(","))
-    except ValueError:
-        raise SchemaVersionError(f"{where}bad tensor shape {text!r:.40}") from None
 
 
 def _devices(r: SpanReader, resource: Mapping[str, Any] | None,
@@ -371,7 +368,7 @@ def attributes_to_event(
         keys = [PREFIX + name for name in names]
     else:
         keys = r.array(T_KEYS, str, n)
-    shapes = [_shape(text, where) for text in r.array(T_SHAPES, str, n)]
+    shapes = r.shapes(T_SHAPES, n)
     dtypes = r.array(T_DTYPES, str, n)
     every = [True] * n if v2 else None  # version 2 leaves out all-true lists
     contig = r.array(T_CONTIG, bool, n, every)

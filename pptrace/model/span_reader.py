@@ -7,6 +7,7 @@ library only.
 
     r = SpanReader(attrs, "rank0.jsonl:3: ", resource, {"pptrace.pid": "process.pid"})
     r.integer("pptrace.pid")       # the span's, else the resource's ``process.pid``
+    r.shapes("pptrace.tensor.shapes", 2)   # [(8, 5), ()]
 """
 
 from __future__ import annotations
@@ -88,3 +89,13 @@ class SpanReader:
                 f"{self.where}attribute {key!r} has {len(value)} items, expected {n}"
             )
         return list(value)
+
+    def shapes(self, key: str, n: int) -> list[tuple[int, ...]]:
+        """A list of ``n`` tensor shapes, each written as ``"8,5"`` (``""`` for a 0-d tensor)."""
+        out = []
+        for text in self.array(key, str, n):
+            try:
+                out.append(tuple(int(p) for p in text.split(",")) if text else ())
+            except ValueError:
+                raise SchemaVersionError(f"{self.where}bad tensor shape {text!r:.40}") from None
+        return out

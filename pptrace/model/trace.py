@@ -67,9 +67,9 @@ class ProcessTrace:
     messages: tuple[MessageEvent, ...] = ()
 
     @property
-    def key(self) -> tuple[str, int]:
-        """(host, pid): what identifies a process across files."""
-        return (self.rank.host, self.rank.pid)
+    def key(self) -> tuple[str, int, str]:
+        """(host, pid, instance id): what identifies a process across files."""
+        return (self.rank.host, self.rank.pid, self.rank.instance)
 
 
 @dataclass(frozen=True)

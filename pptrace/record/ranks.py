@@ -5,7 +5,9 @@ layout (SGLang's parallel state when it is initialised), then ``torch.distribute
 launcher's environment (``RANK``, ``WORLD_SIZE``; ``LOCAL_RANK`` on a single node). PP and TP
 ranks missing after that are derived from the global rank and the sizes, in SGLang's layout
 (TP innermost). Anything unknown stays None. ``RankCache`` keeps what was found and asks again
-until the answer is final (torch.distributed is up).
+until the answer is final (torch.distributed is up). ``new_instance`` draws the id a recorder
+keeps for its process (``RankInfo.instance``), which tells it from one that reuses its host and
+pid (a restarted container, another PID namespace).
 """
 
 from __future__ import annotations
@@ -14,12 +16,18 @@ import os
 import platform
 import sys
 import threading
+import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from pptrace.model.records import RankInfo
 
-__all__ = ["RankCache", "discover_rank"]
+__all__ = ["RankCache", "discover_rank", "new_instance"]
+
+
+def new_instance() -> str:
+    """A fresh process instance id (OpenTelemetry's ``service.instance.id``): a random uuid4."""
+    return uuid.uuid4().hex
 
 
 def _env_int(env: Mapping[str, str], name: str) -> int | None:
@@ -78,9 +86,11 @@ def _derive_layout(fields: dict[str, int | None]) -> None:
 
 
 def discover_rank(
-    overrides: Mapping[str, int] | None = None, env: Mapping[str, str] | None = None
+    overrides: Mapping[str, int] | None = None, env: Mapping[str, str] | None = None,
+    instance: str = "",
 ) -> tuple[RankInfo, bool]:
-    """Return this process's rank info and whether it is final (torch.distributed was up)."""
+    """Return this process's rank info (with ``instance``, the recorder's id for the process)
+    and whether it is final (torch.distributed was up)."""
     env = os.environ if env is None else env
     fields: dict[str, int | None] = {
         "rank": _env_int(env, "RANK"),
@@ -102,6 +112,7 @@ def discover_rank(
         tp_size=fields.get("tp_size"),
         host=platform.node(),  # gethostname, without importing the network (socket)
         pid=os.getpid(),
+        instance=instance,
     )
     return info, bool(from_torch)
 
@@ -109,11 +120,12 @@ def discover_rank(
 class RankCache:
     """A process's rank info, asked of ``provider`` (``(rank, final)``) until it is final; a
     provider that raises is reported to ``on_error`` and the last answer (or the bare pid)
-    is used."""
+    is used (with ``instance``)."""
 
     def __init__(self, provider: Callable[[], tuple[RankInfo, bool]],
-                 on_error: Callable[[str, BaseException], None]) -> None:
+                 on_error: Callable[[str, BaseException], None], instance: str = "") -> None:
         self._provider = provider
+        self._instance = instance
         self._on_error = on_error
         self._rank: RankInfo | None = None
         self.final = False
@@ -137,7 +149,7 @@ class RankCache:
                 rank, final = self._provider()
             except Exception as exc:  # the events must still go out, and be counted
                 self._on_error("rank discovery", exc)
-                rank, final = found or RankInfo(pid=os.getpid()), False
+                rank, final = found or RankInfo(pid=os.getpid(), instance=self._instance), False
             with self._lock:  # two threads may ask: never replace a final rank by a guess
                 if self._rank is None or not self.final:
                     self._rank, self.final = rank, final

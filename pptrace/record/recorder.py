@@ -53,7 +53,7 @@ from pptrace.model.records import PREFIX, RankInfo
 from pptrace.record.accounts import Accounts
 from pptrace.record.convert import Converter, RawEvents
 from pptrace.record.pace import Pace
-from pptrace.record.ranks import RankCache, discover_rank
+from pptrace.record.ranks import RankCache, discover_rank, new_instance
 from pptrace.record.ring import drain, take_excess
 from pptrace.record.sink import Sink, SinkFailed, WarnOnce
 
@@ -90,8 +90,13 @@ class Recorder(Accounts):
         self.prefix = PREFIX
         self._sink_factory = sink_factory
         self._sink: Sink | None = None
+        #: This process's id while this recorder records it, drawn once here: a forked child
+        #: builds its own recorder, so it never keeps its parent's. A ``rank_provider`` that
+        #: is given names its own (or none).
+        self.instance = new_instance()
         self._ranks = RankCache(rank_provider or (
-            lambda: discover_rank(self.config.rank_overrides)), self.internal_error)
+            lambda: discover_rank(self.config.rank_overrides, instance=self.instance)),
+            self.internal_error, self.instance)
         size = self._flight_size = self.config.flight_size
         # Flight: the thread trims to flight_size; maxlen is the hard bound if it falls behind.
         maxlen = size + max(size, _SLACK) if self.flight else None
