@@ -40,6 +40,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
 
+from pptrace import engines
 from pptrace.analyze.message_sides import Carried, Pair, Side, carried_by, numel
 from pptrace.analyze.rules import listed, rank_id, who
 from pptrace.analyze.slices import tp_slices
@@ -55,8 +56,9 @@ __all__ = ["Carried", "MessageVerdict", "carried_by", "check_messages"]
 
 K = FindingKind
 SEND, RECV = MessageOp.SEND, MessageOp.RECV
-#: The kind a stage that receives it forwards to the next stage (the ring of outputs).
-FORWARDED = "output"
+#: The kinds a stage that receives them forwards to the next stage (the ring of outputs: the
+#: engine adapters' ``forwarded_kind``, SGLang's "output").
+FORWARDED = engines.forwarded_kinds()
 # (run, sender global rank, receiver global rank, kind)
 _Key = tuple[str, int, int, str]
 
@@ -273,8 +275,8 @@ class _Check:
         auxiliary ones, which stage 0 extracts)."""
         if side.rank.pp_rank is None or side.rank.is_last_stage or side.cut:
             return  # a cut process's receives and forwards may be cut at different messages
-        got = [e for e in side.ends if e.ok and not e.stashed and e.kind == FORWARDED]
-        out = [m for m in side.sends if m.ok and m.kind == FORWARDED
+        got = [e for e in side.ends if e.ok and not e.stashed and e.kind in FORWARDED]
+        out = [m for m in side.sends if m.ok and m.kind in FORWARDED
                and (side.index, m.seq) not in self.relabelled]
         for e, m in zip(got, out, strict=False):
             if m.keys == e.keys:
