@@ -12,8 +12,9 @@ the handles and runs the postprocess list when the model reads it. Each rank run
   every time, not by chance);
 - ``residual-slices`` (vllm#24021): a ``residual`` that differs across the TP ranks (not
   replicated, as with sequence parallelism) sent as TP slices;
-- ``lost-send``: the sender skips its last send; the receiver waits in ``irecv_tensor_dict``
-  until the test stops it with SIGTERM (pptrace drains its trace then).
+- ``lost-send``: the sender skips its last send and stays alive (its process exiting would
+  close the connections and fail the receive instead); the receiver waits in
+  ``irecv_tensor_dict`` until the test stops it with SIGTERM (pptrace drains its trace then).
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ class LazyTensors:
         return self._tensors
 
 
-def rank_main(rank: int, init_file: str, trace_dir: str, scenario: str) -> None:
+def rank_main(rank: int, init_file: str, trace_dir: str, scenario: str,
+              finished: Any = None, release: Any = None) -> None:
     """One rank of the pipeline (run by ``torch.multiprocessing`` spawn)."""
     os.environ.update(RANK=str(rank), WORLD_SIZE="4", LOCAL_RANK=str(rank),
                       PPTRACE_DIR=trace_dir, PPTRACE_RUN_ID=f"vllm-{scenario}",
@@ -88,4 +90,8 @@ def rank_main(rank: int, init_file: str, trace_dir: str, scenario: str) -> None:
         handle.wait()
     if scenario != "lost-send":  # there, the receivers never come back from their receive
         torch.distributed.barrier()
-    pptrace.uninstrument()
+    pptrace.uninstrument()  # the trace is written
+    if finished is not None and pp.is_first_rank:
+        # Alive, and silent: exiting would close gloo's connections and fail the receive.
+        finished.put(rank)
+        release.wait(120)

@@ -37,22 +37,28 @@ def run_pipeline(tmp_path: Path, scenario: str, fingerprint: bool) -> list[str]:
     trace_dir = tmp_path / "traces"
     os.environ["PPTRACE_FINGERPRINT"] = "1" if fingerprint else "0"
     ctx = mp.get_context("spawn")
+    finished, release = ctx.Queue(), ctx.Event()
     procs = [ctx.Process(target=helpers_vllm.rank_main,
-                         args=(rank, str(tmp_path / "init"), str(trace_dir), scenario))
+                         args=(rank, str(tmp_path / "init"), str(trace_dir), scenario,
+                               finished, release))
              for rank in range(4)]
     try:
         for p in procs:
             p.start()
         senders, receivers = procs[:2], procs[2:]
+        if scenario == "lost-send":
+            # Both senders have written their traces and will send nothing more: the
+            # receivers wait for good, in a receive whose begin is in their traces.
+            assert sorted(finished.get(timeout=120) for _ in senders) == [0, 1]
+            for p in receivers:
+                assert p.exitcode is None, "a receiver returned from a receive never sent"
+                os.kill(p.pid, signal.SIGTERM)
+            for p in receivers:
+                p.join(120)
+            release.set()
         for p in senders:
             p.join(120)
             assert p.exitcode == 0, f"sender exited {p.exitcode}"
-        if scenario == "lost-send":
-            # The senders are gone, so nothing can arrive: the receivers wait for good.
-            for p in receivers:
-                p.join(5)
-                assert p.exitcode is None, "a receiver returned from a receive never sent"
-                os.kill(p.pid, signal.SIGTERM)
         for p in receivers:
             p.join(120)
             assert p.exitcode is not None, "a receiver did not stop"
