@@ -32,7 +32,8 @@ class LazyTensors:
 
     def __init__(self, tensors: dict[str, Any], handles: list[Any],
                  postprocess: list[Any]) -> None:
-        self._tensors, self._handles, self._post, self._waited = tensors, handles, postprocess, False
+        self._tensors, self._handles, self._post = tensors, handles, postprocess
+        self._waited = False
 
     @property
     def tensors(self) -> dict[str, Any]:
@@ -46,14 +47,16 @@ class LazyTensors:
 
 
 def rank_main(rank: int, init_file: str, trace_dir: str, scenario: str,
-              finished: Any = None, release: Any = None) -> None:
-    """One rank of the pipeline (run by ``torch.multiprocessing`` spawn)."""
+              finished: Any = None, release: Any = None, instrument: bool = True) -> None:
+    """One rank of the pipeline (run by ``multiprocessing`` spawn); ``instrument=False``: traced
+    by ``pptrace run``'s start-up alone."""
     os.environ.update(RANK=str(rank), WORLD_SIZE="4", LOCAL_RANK=str(rank),
                       PPTRACE_DIR=trace_dir, PPTRACE_RUN_ID=f"vllm-{scenario}",
                       PPTRACE_FLUSH_INTERVAL="0.2")
     import pptrace
 
-    pptrace.instrument()  # no option: vLLM is the engine, detected
+    if instrument:
+        pptrace.instrument()  # no option: vLLM is the engine, detected
     import torch
     from vllm.distributed import parallel_state as ps
 
@@ -90,8 +93,33 @@ def rank_main(rank: int, init_file: str, trace_dir: str, scenario: str,
         handle.wait()
     if scenario != "lost-send":  # there, the receivers never come back from their receive
         torch.distributed.barrier()
-    pptrace.uninstrument()  # the trace is written
+    if instrument:
+        pptrace.uninstrument()  # the trace is written
     if finished is not None and pp.is_first_rank:
         # Alive, and silent: exiting would close gloo's connections and fail the receive.
         finished.put(rank)
         release.wait(120)
+
+
+def main(argv: list[str]) -> int:
+    """``python -m tests.helpers_vllm DIR``: the healthy pipeline, uninstrumented (for
+    ``pptrace run``), its four ranks spawned as vLLM's executor spawns its workers."""
+    import multiprocessing as mp
+
+    trace_dir = argv[0]
+    ctx = mp.get_context("spawn")
+    init = os.path.join(os.path.dirname(os.path.abspath(trace_dir)), "init")
+    procs = [ctx.Process(target=rank_main,
+                         args=(rank, init, trace_dir, "healthy", None, None, False))
+             for rank in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(300)
+    return max(abs(p.exitcode if p.exitcode is not None else 1) for p in procs)
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main(sys.argv[1:]))

@@ -15,6 +15,8 @@ import importlib.util
 import multiprocessing as mp
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -109,3 +111,19 @@ def test_a_vllm_bug_class_is_named(tmp_path: Path, scenario: str, fingerprint: b
     files = run_pipeline(tmp_path, scenario, fingerprint)
     errors = errors_of(files)
     assert kind in errors, errors
+
+
+def test_pptrace_run_traces_vllm_with_no_option(tmp_path: Path) -> None:
+    """``pptrace run`` with no --target: the ranks' start-up waits for vLLM's parallel_state too
+    (a vLLM process never loads a transport module) and traces its messages."""
+    trace_dir = tmp_path / "traces"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PPTRACE_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "pptrace", "run", "--dir", str(trace_dir), "--",
+         sys.executable, "-m", "tests.helpers_vllm", str(trace_dir)],
+        cwd=Path(__file__).parent.parent, env=env, capture_output=True, text=True, timeout=400)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "4 processes recorded" in done.stderr, done.stderr[-3000:]
+    files = sorted(str(f) for f in trace_dir.glob("*.jsonl*"))
+    assert len(files) == 4
+    assert errors_of(files) == {}
