@@ -6,10 +6,11 @@ first runs the ``sitecustomize`` that would otherwise have run (the environment'
 ``PPTRACE_ENABLED`` says so, it waits for the target modules (``PPTRACE_TARGETS``; the default
 transport module otherwise) and for the message layer of each engine that has no transport
 (vLLM's ``parallel_state``: its processes never load a transport module) with pptrace's
-import hook (``pptrace.activation.hook``) and activates pptrace (``pptrace.activation.startup.activate_from_env``) the moment the first has
-loaded, before anything can import from it. A process that never loads one imports only the hook
-and the target grammar (stdlib only: no torch, no OpenTelemetry, no thread). Nothing here may
-stop the process.
+import hook (``pptrace.activation.hook``) and activates pptrace
+(``pptrace.activation.startup.activate_from_env``) the moment the first has loaded, before
+anything can import from it. A process that never loads one imports only the hook, the target
+grammar and the engine registry (stdlib only: no torch, no OpenTelemetry, no thread). Nothing
+here may stop the process.
 """
 
 from __future__ import annotations
