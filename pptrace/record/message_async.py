@@ -23,9 +23,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from pptrace.model.messages import MSG_TYPE_KEY
 from pptrace.record.messages import (
     _RECV,
-    MSG_TYPE_KEY,
     MessageLog,
     PeerOf,
     _dict_get,
