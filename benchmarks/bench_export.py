@@ -54,7 +54,7 @@ from typing import Any
 
 import torch
 
-from pptrace.activation.sglang_module import load_transport_module
+from pptrace.engines.sglang_load import load_transport_module
 from pptrace.export.sinks import build_sink
 from pptrace.model.config import Config
 from pptrace.model.records import RankInfo

@@ -48,7 +48,7 @@ import torch
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
-from pptrace.activation.sglang_module import load_transport_module
+from pptrace.engines.sglang_load import load_transport_module
 from pptrace.export.sinks import build_sink
 from pptrace.model.config import Config
 from pptrace.record import native

@@ -37,7 +37,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from pptrace.activation.sglang_module import load_transport_module
+from pptrace.engines.sglang_load import load_transport_module
 from pptrace.export.sinks import build_sink
 from pptrace.export.trace_file import trace_file_name
 from pptrace.load.segments import segment_of

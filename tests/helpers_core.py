@@ -46,7 +46,7 @@ RANK = RankInfo(rank=3, world_size=4, pp_rank=3, pp_size=4, tp_rank=0, tp_size=1
 
 def real_module() -> types.ModuleType:
     """SGLang's real transport module; fails (never skips) when it cannot be loaded."""
-    from pptrace.activation.sglang_module import load_transport_module
+    from pptrace.engines.sglang_load import load_transport_module
 
     mod = load_transport_module(allow_bare=True)
     if mod is None:

@@ -34,7 +34,7 @@ RANK = RankInfo(rank=0, world_size=1, pp_rank=0, pp_size=1, tp_rank=0, tp_size=1
 @functools.lru_cache(maxsize=1)
 def transport() -> types.ModuleType:
     """SGLang's real transport module when installed, else pptrace's reference engine."""
-    from pptrace.activation.sglang_module import load_transport_module
+    from pptrace.engines.sglang_load import load_transport_module
 
     mod = load_transport_module(allow_bare=True)
     if mod is None:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from pptrace.activation.sglang_module import ATTACH, EXTRACT, MODULE, load_transport_module
+from pptrace.engines.sglang_load import ATTACH, EXTRACT, MODULE, load_transport_module
 from tests.doubles import Output
 
 REPO = Path(__file__).resolve().parent.parent
@@ -54,7 +54,7 @@ CHILD_PRELUDE = """
 import glob, json, os, signal, sys, threading, time
 import torch
 import pptrace
-from pptrace.activation.sglang_module import load_transport_module
+from pptrace.engines.sglang_load import load_transport_module
 from pptrace.model.config import Config
 
 mod = load_transport_module(allow_bare=True)

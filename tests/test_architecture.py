@@ -122,6 +122,14 @@ WRONG_IMPORTS = [
      "nothing imports the plugins, and only the plugins import pytest"),
     ("pptrace/report/text.py", "import pytest",
      "nothing imports the plugins, and only the plugins import pytest"),
+    ("pptrace/analyze/rules.py", "import pptrace.engines.sglang",
+     "the core never imports an engine adapter except through the registry"),
+    ("pptrace/record/ranks.py", "from pptrace.engines import vllm",
+     "the core never imports an engine adapter except through the registry"),
+    ("pptrace/engines/vllm.py", "import pptrace.record.recorder",
+     "engine adapters import nothing of pptrace's but the seam's own records"),
+    ("pptrace/engines/sglang.py", "import torch",
+     "engine adapters import nothing of pptrace's but the seam's own records"),
 ]
 
 
@@ -274,6 +282,7 @@ VIEWER_AND_NETWORK = ("pptrace_tui", "textual", "rich", "grpc", "requests", "url
 TORCH_AND_OTEL = ("torch", "opentelemetry")
 
 MODEL = modules_in("model")
+ENGINES = modules_in("engines")
 RECORDING = modules_in("record", "export", "activation")
 READING = modules_in("load", "analyze", "report")
 PLUGINS = modules_in("plugins")
@@ -289,8 +298,23 @@ def test_a_model_module_loads_the_standard_library_only(module: str) -> None:
     loaded = loaded_by(module)
     foreign = sorted({m.split(".")[0] for m in loaded} - set(sys.stdlib_module_names)
                      - {"pptrace"})
+    # The model reads engine data (prefix, error texts, kinds) from the seam's registry, which
+    # is stdlib only too; never its selection (the environment, entry points).
     others = sorted(m for m in loaded if m.startswith("pptrace.")
-                    and not m.startswith("pptrace.model"))
+                    and not m.startswith(("pptrace.model", "pptrace.engines"))
+                    or m == "pptrace.engines.select")
+    assert (foreign, others) == ([], []), f"importing {module} loads {foreign + others}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("module", ENGINES,
+                         ids=[f"{m} loads the standard library only" for m in ENGINES])
+def test_an_engine_adapter_loads_the_standard_library_and_the_seam_only(module: str) -> None:
+    loaded = loaded_by(module)
+    foreign = sorted({m.split(".")[0] for m in loaded} - set(sys.stdlib_module_names)
+                     - {"pptrace"})
+    others = sorted(m for m in loaded if m.startswith("pptrace.")
+                    and not m.startswith("pptrace.engines"))
     assert (foreign, others) == ([], []), f"importing {module} loads {foreign + others}"
 
 
@@ -373,15 +397,17 @@ def test_the_probe_sees_what_a_module_imports() -> None:
 def test_every_folder_has_its_rule_and_every_module_is_probed() -> None:
     """The lists above are read from the folders; a new folder must be given a rule here."""
     folders = sorted(p.name for p in PACKAGES["pptrace"].iterdir() if (p / "__init__.py").exists())
-    assert folders == ["activation", "analyze", "cli", "export", "load", "model", "plugins",
-                       "record", "report"], "a folder was added or renamed: give it its rules"
+    assert folders == ["activation", "analyze", "cli", "engines", "export", "load", "model",
+                       "plugins", "record", "report"], ("a folder was added or renamed: give it "
+                                                        "its rules")
+    assert "pptrace.engines.sglang" in ENGINES and "pptrace.engines.vllm" in ENGINES
     assert "pptrace.record" in RECORDING and "pptrace.record.wrapper" in RECORDING
     assert "pptrace.activation._bootstrap.sitecustomize" in RECORDING
     assert "pptrace.load.loader" in READING and "pptrace.model.records" in MODEL
     assert "pptrace.plugins.pytest_plugin" in PLUGINS
     in_folders = [p.relative_to(PACKAGES["pptrace"]).parts for p in
                   PACKAGES["pptrace"].rglob("*.py")]
-    assert len(MODEL + RECORDING + READING + PLUGINS) == len(
+    assert len(MODEL + ENGINES + RECORDING + READING + PLUGINS) == len(
         [parts for parts in in_folders if len(parts) > 1 and parts[0] != "cli"])
 
 

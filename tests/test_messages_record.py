@@ -16,16 +16,20 @@ from typing import Any
 import pytest
 import torch
 
+from pptrace.engines.sglang import ENGINE as SGLANG
 from pptrace.load.loader import load_paths
 from pptrace.model.config import Config
 from pptrace.model.messages import MessageOp
 from pptrace.model.records import PREFIX, RankInfo
-from pptrace.record.message_patch import patch_methods
+from pptrace.record.message_patch import patch_class
 from pptrace.record.messages import MessageLog, wrap_recv, wrap_send
 from pptrace.record.recorder import Recorder
 
 RANK = RankInfo(rank=3, world_size=4, pp_rank=1, pp_size=2, tp_rank=1, tp_size=2, host="h",
                 pid=4242)
+
+#: SGLang's GroupCoordinator patches, for the stand-in classes below (matched by name else).
+COORDINATOR = [p for p in SGLANG.messages if p.cls == "GroupCoordinator"]
 
 
 class Group:
@@ -110,7 +114,7 @@ def test_parity_same_objects_exceptions_and_effects(tmp_path: Any) -> None:
 
 
 def _peer(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[int, int | None, int]:
-    from pptrace.record.message_patch import coordinator_send_peer
+    from pptrace.engines.sglang import coordinator_send_peer
 
     return coordinator_send_peer(args, kwargs)
 
@@ -123,7 +127,7 @@ def test_begin_is_buffered_before_the_receive_blocks(tmp_path: Any) -> None:
         seen.append(log.pending)  # what the recorder thread could write while we wait
         return {"__msg_type__": "proxy", "hidden_states": torch.zeros(2)}
 
-    from pptrace.record.message_patch import coordinator_recv_peer
+    from pptrace.engines.sglang import coordinator_recv_peer
 
     wrap_recv(blocking_recv, log, coordinator_recv_peer)(Group())
     assert seen == [1]
@@ -144,7 +148,7 @@ def test_patch_methods_restores_the_exact_originals() -> None:
     own = Coordinator.__dict__["send_tensor_dict"]
     inherited = Base.__dict__["recv_tensor_dict"]
     rec = Recorder(Config(), rank_provider=lambda: (RANK, True))
-    restore = patch_methods(Coordinator, MessageLog(rec))
+    restore = patch_class(Coordinator, MessageLog(rec), SGLANG, COORDINATOR)
     assert Coordinator.__dict__["send_tensor_dict"] is not own
     assert "recv_tensor_dict" in Coordinator.__dict__
     restore()
@@ -172,7 +176,7 @@ def test_written_and_loaded_back(tmp_path: Any, version: int) -> None:
     log = MessageLog(rec)
     group = Group()
     patched = type("G", (Group,), {})
-    restore = patch_methods(patched, log)
+    restore = patch_class(patched, log, SGLANG, COORDINATOR)
     try:
         g = patched(wire=group.wire)
         g.send_tensor_dict(payload(), all_gather_group=Gather())

@@ -17,8 +17,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 import pptrace
 from pptrace.activation.otel_instrumentor import PptraceInstrumentor
-from pptrace.activation.sglang_module import ATTACH, MODULE
 from pptrace.activation.startup import active_recorder
+from pptrace.engines.sglang_load import ATTACH, MODULE
 from pptrace.model import schema
 from pptrace.model.config import Config
 from pptrace.record.wrapper import is_wrapped

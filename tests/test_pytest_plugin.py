@@ -32,7 +32,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from pptrace.activation.sglang_module import load_transport_module
+from pptrace.engines.sglang_load import load_transport_module
 
 STEPS = 2
 
@@ -120,7 +120,7 @@ import os
 import pytest
 import torch
 
-from pptrace.activation.sglang_module import load_transport_module
+from pptrace.engines.sglang_load import load_transport_module
 
 mod = load_transport_module(allow_bare=True)
 ORIGINAL = {k: v for k, v in os.environ.items() if k.startswith("PPTRACE_") or k == "PYTHONPATH"}
@@ -300,7 +300,7 @@ def test_another_target_and_fail_on_warning(inner: pytest.Pytester) -> None:
     inner.makepyfile(test_ref='''
 import torch
 from pptrace.record import engine
-from pptrace.activation.sglang_module import load_transport_module
+from pptrace.engines.sglang_load import load_transport_module
 
 sglang = load_transport_module(allow_bare=True)
 

@@ -170,9 +170,10 @@ def rank_main(rank: int, store: str, out: str) -> None:
     """One process: the bare run, then the wrapped run; writes what it saw as JSON."""
     import torch.distributed as dist
 
+    from pptrace.engines.sglang import ENGINE as sglang
     from pptrace.model.config import Config
     from pptrace.model.records import RankInfo
-    from pptrace.record.message_patch import patch_coordinator, patch_mixin
+    from pptrace.record.message_patch import patch_class
     from pptrace.record.messages import MessageLog, iter_events
     from pptrace.record.recorder import Recorder
 
@@ -186,8 +187,8 @@ def rank_main(rank: int, store: str, out: str) -> None:
     for run in ("bare", "wrapped"):
         if run == "wrapped":
             log = MessageLog(Recorder(Config(), rank_provider=lambda: (info, True)))
-            undo = [patch_coordinator(ps.GroupCoordinator, log),
-                    patch_mixin(mixin.SchedulerPPMixin, log)]
+            undo = [patch_class(ps.GroupCoordinator, log, sglang),
+                    patch_class(mixin.SchedulerPPMixin, log, sglang)]
         group = coordinator(ps, rank)
         got: list[Any] = []
         dist.barrier()
@@ -313,9 +314,10 @@ def test_activation_patches_on_import_and_restores_exactly(wheel: None, tmp_path
         mixin = import_mixin()
         names = ("send_tensor_dict", "recv_tensor_dict")
         gates = {n: ps.GroupCoordinator.__dict__[n] for n in names}
-        patch = startup._state.messages  # type: ignore[union-attr]
-        assert patch is not None and patch.coordinator is ps.GroupCoordinator
-        assert patch.mixin is mixin.SchedulerPPMixin  # a complete class: patched at once
+        patch = startup._state.messages[0]  # type: ignore[union-attr]
+        assert patch.patched.get("GroupCoordinator") is ps.GroupCoordinator
+        # a complete class: patched at once
+        assert patch.patched.get("SchedulerPPMixin") is mixin.SchedulerPPMixin
         typed = mixin.SchedulerPPMixin.__dict__["_pp_recv_typed_dict"]
         one = coordinator(ps, 0, world_size=1)
         d = {"x": torch.zeros(1)}
@@ -345,11 +347,12 @@ def test_a_mixin_still_executing_is_patched_at_the_first_call(wheel: None,
     sys.modules[MIXIN] = half
     try:
         _activate(tmp_path)
-        patch = startup._state.messages  # type: ignore[union-attr]
-        assert patch.coordinator is ps.GroupCoordinator and patch.mixin is None
+        patch = startup._state.messages[0]  # type: ignore[union-attr]
+        assert patch.patched.get("GroupCoordinator") is ps.GroupCoordinator
+        assert patch.patched.get("SchedulerPPMixin") is None
         half.SchedulerPPMixin = real.SchedulerPPMixin  # the module finished executing
         coordinator(ps, 0, world_size=1).recv_tensor_dict()  # the first call opens the gate
-        assert patch.mixin is real.SchedulerPPMixin
+        assert patch.patched.get("SchedulerPPMixin") is real.SchedulerPPMixin
         assert real.SchedulerPPMixin.__dict__["_pp_recv_typed_dict"] is not typed
     finally:
         pptrace.uninstrument()
@@ -367,7 +370,7 @@ def test_pptrace_messages_0_patches_nothing(wheel: None, tmp_path: Path,
     monkeypatch.setenv("PPTRACE_MESSAGES", "0")
     try:
         _activate(tmp_path)
-        assert startup._state is not None and startup._state.messages is None
+        assert startup._state is not None and not startup._state.messages
         assert ps.GroupCoordinator.__dict__["send_tensor_dict"] is original
     finally:
         pptrace.uninstrument()

@@ -29,7 +29,7 @@ import torch
 
 import pptrace
 from pptrace.activation import startup
-from pptrace.activation.sglang_module import ATTACH, EXTRACT, MODULE
+from pptrace.engines.sglang_load import ATTACH, EXTRACT, MODULE
 from pptrace.model.config import Config
 from pptrace.record import native
 from pptrace.record.wrapper import is_wrapped, unwrap
@@ -215,7 +215,7 @@ import importlib, json, os, sys
 import torch
 import pptrace
 from pptrace.activation import startup
-from pptrace.activation.sglang_module import ATTACH, EXTRACT, MODULE, load_transport_module
+from pptrace.engines.sglang_load import ATTACH, EXTRACT, MODULE, load_transport_module
 from pptrace.model.config import Config
 from pptrace.record.wrapper import is_wrapped, unwrap
 from tests.doubles import Observer

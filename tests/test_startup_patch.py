@@ -14,8 +14,8 @@ import torch
 
 import pptrace
 from pptrace.activation.patch import EnginePatch, module_status
-from pptrace.activation.sglang_module import ATTACH, EXTRACT, MODULE
 from pptrace.activation.startup import active_recorder
+from pptrace.engines.sglang_load import ATTACH, EXTRACT, MODULE
 from pptrace.model.config import Config
 from pptrace.record.wrapper import is_wrapped, unwrap
 from tests.doubles import NotPP, Observer, Output

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from pptrace.activation.sglang_module import ATTACH, EXTRACT, MODULE
 from pptrace.cli.run import OTEL_DOC, add_parser, bootstrap_dir, build_env
+from pptrace.engines.sglang_load import ATTACH, EXTRACT, MODULE
 from pptrace.model import schema
 from pptrace.model.config import ENV_DOC
 from pptrace.model.errors import ConfigError

@@ -141,17 +141,18 @@ def test_targets_become_pptrace_targets(capsys: pytest.CaptureFixture[str]) -> N
 def test_sglang_missing_is_said_by_the_launcher_naming_target(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import pptrace.activation.patch as patch
+    import pptrace.engines.select as select
 
     ran: list[dict[str, str]] = []
-    monkeypatch.setattr(patch, "module_status", lambda name: "absent")
+    monkeypatch.setattr(select, "module_status", lambda name: "absent")
     monkeypatch.setattr(run_cli, "_exec", lambda command, env: ran.append(dict(env)))
     monkeypatch.delenv("PPTRACE_TARGETS", raising=False)
     run_cli.run(_args("--", "true"))
     assert capsys.readouterr().err == (
-        f"pptrace: SGLang's transport module ({DEFAULT_MODULE}) is not installed for "
-        f"{sys.executable}, so nothing is traced unless a process loads it; to trace a transport "
-        "module of your own: pptrace run --target MODULE[:ATTACH,EXTRACT] -- COMMAND\n")
+        f"pptrace: no engine pptrace knows is installed for {sys.executable} (its transport "
+        f"module {DEFAULT_MODULE} or an engine's message layer), so nothing is traced unless a "
+        "process loads one; to trace a transport module of your own: pptrace run --target "
+        "MODULE[:ATTACH,EXTRACT] -- COMMAND\n")
     run_cli.run(_args("--target", "mine", "--", "true"))  # a target of one's own: not looked for
     assert capsys.readouterr().err == ""
     for env in ran:

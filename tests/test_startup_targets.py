@@ -18,8 +18,8 @@ import torch
 import pptrace
 from pptrace.activation.hook import ImportHook
 from pptrace.activation.patch import EnginePatch
-from pptrace.activation.sglang_module import ATTACH, EXTRACT
 from pptrace.activation.startup import active_recorder
+from pptrace.engines.sglang_load import ATTACH, EXTRACT
 from pptrace.model.config import Config
 from pptrace.model.errors import ConfigError
 from pptrace.model.target import (

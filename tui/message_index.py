@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain
 
+from pptrace import engines
 from pptrace.model.findings import Finding, MessageId
 from pptrace.model.messages import MessageEvent, MessageOp
 from pptrace.model.records import RankInfo
@@ -36,8 +37,9 @@ __all__ = ["Glyph", "MessageIndex", "MessageRow", "Selected", "place"]
 
 #: A message's state byte: its glyph (bits 0-1), its kind (bits 2-3), a finding (bit 4).
 _GLYPH_MASK, _KIND_SHIFT, _KIND_MASK, FINDING = 0b11, 2, 0b1100, 0b10000
-#: The kinds drawn in their own colour (the rest share one).
-KINDS = ("output", "proxy")
+#: The kinds drawn in their own colour (the engine adapters' message kinds, at most the three
+#: that two bits hold; the rest share one).
+KINDS = engines.message_kinds()[:3]
 
 
 class Glyph(enum.IntEnum):

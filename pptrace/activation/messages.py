@@ -1,27 +1,26 @@
-"""Instrument SGLang's PP message layer in the running engine, and undo it exactly.
+"""Instrument an engine's PP message layer in the running process, and undo it exactly.
 
-The message layer's wrappers (``pptrace.record.messages``) go on SGLang's classes:
-``GroupCoordinator.send_tensor_dict``/``recv_tensor_dict`` in
-``sglang.srt.distributed.parallel_state`` and ``SchedulerPPMixin._pp_recv_typed_dict`` in
-``sglang.srt.managers.scheduler_pp_mixin`` (``pptrace.record.message_patch``). Each is patched
-the moment its module has executed, now when it is loaded, or later through pptrace's import
-hook (``pptrace.activation.hook``, the one the transport patch uses); ``stop`` puts the exact
-originals back.
+Which classes and methods is the engine adapter's (``pptrace.engines``: its ``MethodPatch``
+records, e.g. SGLang's ``GroupCoordinator.send_tensor_dict``/``recv_tensor_dict`` and its mixin's
+typed receive); the wrappers are ``pptrace.record.messages``' (put on by
+``pptrace.record.message_patch``). Each class is patched the moment its module has executed, now
+when it is loaded, or later through pptrace's import hook (``pptrace.activation.hook``, the one
+the transport patch uses); ``stop`` puts the exact originals back.
 
-Under ``pptrace run`` pptrace activates while the mixin is still executing (the mixin imports the
-transport module, whose load activates pptrace, before it defines its class), so no import hook
-can see the mixin's class appear. Then the coordinator's two methods are first patched with a
-one-time gate: the first send or receive of the process (the engine is running by then) puts
-the wrappers in place, patches the mixin's finished class and arms the recorder; later calls
-never pass the gate. A typed receive already in progress at that first call is recorded
-untyped (no expected kind); every later one is typed.
+A method marked ``late`` may belong to a class that is still executing when pptrace sees its
+module (under ``pptrace run`` SGLang's mixin imports the transport module, whose load activates
+pptrace, before it defines its class), so no import hook can see it appear. Therefore the other
+methods are first patched with a one-time gate: the first message call of the process (the
+engine is running by then) puts the wrappers in place, patches the late classes and arms the
+recorder; later calls never pass the gate. A typed receive already in progress at that first
+call is recorded untyped (no expected kind); every later one is typed.
 
 Switched by ``Config.messages`` (``PPTRACE_MESSAGES``, on by default). Nothing here imports torch:
-the wrappers are built only when SGLang's module loads (it imports torch itself).
+the wrappers are built only when the engine's module loads (it imports torch itself).
 
-    patch = start(config, recorder, arm)   # None when off or SGLang is absent
+    patches = start(config, recorder, arm, engines)   # [] when off or no engine is installed
     ...
-    stop(patch)
+    stop(patches)
 """
 
 from __future__ import annotations
@@ -30,19 +29,17 @@ import functools
 import sys
 import threading
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from pptrace.activation.hook import ImportHook
-from pptrace.activation.patch import module_status
+from pptrace.engines import Engine, MethodPatch
+from pptrace.engines.select import module_status
 from pptrace.model.config import Config
 from pptrace.record.recorder import Recorder
 
-__all__ = ["MIXIN", "PARALLEL_STATE", "MessagePatch", "start", "stop"]
+__all__ = ["MessagePatch", "start", "stop"]
 
-PARALLEL_STATE = "sglang.srt.distributed.parallel_state"
-MIXIN = "sglang.srt.managers.scheduler_pp_mixin"
-_COORDINATOR, _MIXIN_CLASS = "GroupCoordinator", "SchedulerPPMixin"
 _said: set[str] = set()
 
 
@@ -53,35 +50,40 @@ def _say_once(message: str) -> None:
 
 
 class MessagePatch:
-    """SGLang's message-layer classes, patched as their modules load (see the module doc)."""
+    """One engine's message-layer classes, patched as their modules load (see the module doc)."""
 
-    def __init__(self, recorder: Recorder, arm: Callable[[], None] = lambda: None) -> None:
+    def __init__(self, recorder: Recorder, arm: Callable[[], None], engine: Engine) -> None:
         self.recorder = recorder
+        self.engine = engine
         self._arm = arm
         self._log: Any = None
         self._restores: list[Callable[[], None]] = []
         self._hook: ImportHook | None = None
         self._lock = threading.RLock()
-        self.coordinator: type | None = None  # the classes patched, once they are
-        self.mixin: type | None = None
+        self._modules = list(dict.fromkeys(p.module for p in engine.messages))
+        self._early = [p for p in engine.messages if not p.late]
+        self._late = [p for p in engine.messages if p.late]
+        #: The classes patched, by name, once they are.
+        self.patched: dict[str, type] = {}
 
     def apply(self) -> bool:
-        """Patch what is loaded now and watch for the rest; False when SGLang is absent."""
+        """Patch what is loaded now and watch for the rest; False when the engine is absent."""
         with self._lock:
             if self._hook is not None:
                 return True
-            if PARALLEL_STATE not in sys.modules and module_status(PARALLEL_STATE) is not None:
+            first = self._modules[0] if self._modules else None
+            if first is None or (first not in sys.modules and module_status(first) is not None):
                 return False
-            self._hook = ImportHook([PARALLEL_STATE, MIXIN], self._loaded)
+            self._hook = ImportHook(self._modules, self._loaded)
             self._hook.install()
-            for name in (PARALLEL_STATE, MIXIN):
+            for name in self._modules:
                 mod = sys.modules.get(name)
                 if mod is not None:
                     self._loaded(mod)
             return True
 
     def restore(self) -> None:
-        """The exact originals back on both classes; the hook off (idempotent)."""
+        """The exact originals back on every class; the hook off (idempotent)."""
         with self._lock:
             if self._hook is not None:
                 self._hook.remove()
@@ -89,7 +91,7 @@ class MessagePatch:
             for undo in reversed(self._restores):
                 undo()
             self._restores.clear()
-            self.coordinator = self.mixin = None
+            self.patched.clear()
 
     # --- patching ------------------------------------------------------------------------------
 
@@ -105,69 +107,75 @@ class MessagePatch:
             if self._hook is None:  # restored meanwhile
                 return
             try:
-                if mod.__name__ == PARALLEL_STATE:
-                    self._patch_coordinator(mod)
-                elif isinstance(mod.__dict__.get(_MIXIN_CLASS), type):
-                    self._patch_mixin(mod)
-                # else the mixin is still executing: the coordinator's first call patches it
+                self._patch_early(mod)
+                self._patch_late(mod, said=False)  # a class still executing: the first call
             except Exception as exc:  # pptrace failing must never fail the engine
-                _say_once(f"not tracing SGLang's PP messages ({mod.__name__}): "
+                _say_once(f"not tracing {self.engine.title}'s PP messages ({mod.__name__}): "
                           f"{type(exc).__name__}: {exc}")
 
-    def _patch_coordinator(self, mod: types.ModuleType) -> None:
-        if self.coordinator is not None:
-            return
-        cls = getattr(mod, _COORDINATOR, None)
-        if not isinstance(cls, type):
-            _say_once(f"{mod.__name__} has no class {_COORDINATOR}; not tracing PP messages")
-            return
-        from pptrace.record.message_patch import COORDINATOR_METHODS, patch_coordinator
+    def _classes(self, mod: types.ModuleType,
+                 patches: Sequence[MethodPatch]) -> dict[str, list[MethodPatch]]:
+        found: dict[str, list[MethodPatch]] = {}
+        for p in patches:
+            if p.module == mod.__name__ and p.cls not in self.patched:
+                found.setdefault(p.cls, []).append(p)
+        return found
 
-        self._restores.append(patch_coordinator(cls, self._message_log()))
-        self.coordinator = cls
-        wrappers = {name: cls.__dict__[name] for name in COORDINATOR_METHODS}
-        for name, wrapper in wrappers.items():
-            setattr(cls, name, self._gate(cls, wrapper, wrappers))
+    def _patch_early(self, mod: types.ModuleType) -> None:
+        from pptrace.record.message_patch import patch_class
 
-    def _gate(self, cls: type, wrapper: Any, wrappers: dict[str, Any]) -> Any:
+        for name, patches in self._classes(mod, self._early).items():
+            cls = mod.__dict__.get(name)
+            if not isinstance(cls, type):
+                _say_once(f"{mod.__name__} has no class {name}; not tracing its PP messages")
+                continue
+            self._restores.append(patch_class(cls, self._message_log(), self.engine, patches))
+            self.patched[name] = cls
+            wrappers = {p.method: cls.__dict__[p.method] for p in patches
+                        if p.role != "shell"}
+            for method, wrapper in wrappers.items():
+                setattr(cls, method, self._gate(cls, name, wrapper, wrappers))
+
+    def _patch_late(self, mod: types.ModuleType, said: bool) -> None:
+        from pptrace.record.message_patch import patch_class
+
+        for name, patches in self._classes(mod, self._late).items():
+            cls = mod.__dict__.get(name)
+            if not isinstance(cls, type):
+                if said:
+                    _say_once(f"{mod.__name__} has no class {name}; its PP receives are "
+                              "recorded untyped")
+                continue
+            self._restores.append(patch_class(cls, self._message_log(), self.engine, patches))
+            self.patched[name] = cls
+
+    def _gate(self, cls: type, name: str, wrapper: Any, wrappers: dict[str, Any]) -> Any:
         """``wrapper`` behind a one-time gate: the first call opens it (``_first_call``)."""
 
         @functools.wraps(wrapper)
         def pptrace_first_call(*args: Any, **kwargs: Any) -> Any:
-            self._first_call(cls, wrappers)
+            self._first_call(cls, name, wrappers)
             return wrapper(*args, **kwargs)
 
         pptrace_first_call.__dict__["_pptrace_gate"] = True
         return pptrace_first_call
 
-    def _first_call(self, cls: type, wrappers: dict[str, Any]) -> None:
-        """Put the wrappers in the gates' place, patch the mixin's class, arm the recorder."""
+    def _first_call(self, cls: type, name: str, wrappers: dict[str, Any]) -> None:
+        """Put the wrappers in the gates' place, patch the late classes, arm the recorder."""
         try:
             with self._lock:
-                if self.coordinator is not cls:  # restored meanwhile: the originals stay
+                if self.patched.get(name) is not cls:  # restored meanwhile: originals stay
                     return
-                for name, wrapper in wrappers.items():
-                    if _gated(cls, name):
-                        setattr(cls, name, wrapper)
-                mixin = sys.modules.get(MIXIN)
-                if mixin is not None:
-                    self._patch_mixin(mixin)
+                for method, wrapper in wrappers.items():
+                    if _gated(cls, method):
+                        setattr(cls, method, wrapper)
+                for module in {p.module for p in self._late}:
+                    loaded = sys.modules.get(module)
+                    if loaded is not None:
+                        self._patch_late(loaded, said=True)
             self._arm()
         except Exception as exc:  # contained, counted: the engine's call goes on
             self.recorder.internal_error("message layer first call", exc)
-
-    def _patch_mixin(self, mod: types.ModuleType) -> None:
-        if self.mixin is not None:
-            return
-        cls = mod.__dict__.get(_MIXIN_CLASS)
-        if not isinstance(cls, type):
-            _say_once(f"{mod.__name__} has no class {_MIXIN_CLASS}; PP receives are recorded "
-                      f"untyped")
-            return
-        from pptrace.record.message_patch import patch_mixin
-
-        self._restores.append(patch_mixin(cls, self._message_log()))
-        self.mixin = cls
 
 
 def _gated(cls: type, name: str) -> bool:
@@ -175,26 +183,33 @@ def _gated(cls: type, name: str) -> bool:
     return getattr(fn, "__dict__", {}).get("_pptrace_gate", False) is True
 
 
-def start(config: Config, recorder: Recorder,
-          arm: Callable[[], None] = lambda: None) -> MessagePatch | None:
-    """Patch SGLang's message layer for ``recorder`` when ``config.messages`` asks for it;
+def start(config: Config, recorder: Recorder, arm: Callable[[], None] = lambda: None,
+          engines: Iterable[Engine] = ()) -> list[MessagePatch]:
+    """Patch each engine's message layer for ``recorder`` when ``config.messages`` asks for it;
     ``arm()`` runs at the first PP message (starts the recorder, registers its exit flush)."""
     if not config.messages:
-        return None
-    patch = MessagePatch(recorder, arm)
-    try:
-        return patch if patch.apply() else None
-    except Exception as exc:
-        _say_once(f"not tracing SGLang's PP messages: {type(exc).__name__}: {exc}")
-        patch.restore()
-        return None
+        return []
+    started = []
+    for engine in engines:
+        if not engine.messages:
+            continue
+        patch = MessagePatch(recorder, arm, engine)
+        try:
+            if patch.apply():
+                started.append(patch)
+        except Exception as exc:
+            _say_once(f"not tracing {engine.title}'s PP messages: {type(exc).__name__}: {exc}")
+            patch.restore()
+    return started
 
 
-def stop(patch: MessagePatch | None) -> None:
-    """Undo ``start`` (None: nothing to undo); never raises."""
-    if patch is None:
+def stop(patches: Iterable[MessagePatch] | MessagePatch | None) -> None:
+    """Undo ``start`` (None or empty: nothing to undo); never raises."""
+    if patches is None:
         return
-    try:
-        patch.restore()
-    except Exception as exc:
-        _say_once(f"cannot restore SGLang's PP message methods: {type(exc).__name__}: {exc}")
+    for patch in [patches] if isinstance(patches, MessagePatch) else list(patches):
+        try:
+            patch.restore()
+        except Exception as exc:
+            _say_once(f"cannot restore {patch.engine.title}'s PP message methods: "
+                      f"{type(exc).__name__}: {exc}")

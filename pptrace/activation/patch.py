@@ -30,9 +30,7 @@ when a target module loads.
 
 from __future__ import annotations
 
-import importlib.util
 import logging
-import os
 import sys
 import threading
 import types
@@ -40,7 +38,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from pptrace.activation.hook import ImportHook
-from pptrace.model.target import DEFAULT_MODULE, DEFAULT_TARGETS, Target, as_targets
+from pptrace.engines import engine_of_module
+from pptrace.engines.select import module_status
+from pptrace.model.target import DEFAULT_TARGETS, Target, as_targets
 
 __all__ = ["EnginePatch", "Site", "WrapperFactory", "module_status"]
 
@@ -60,35 +60,6 @@ def _say_once(key: str, message: str) -> None:
     if key not in _said:
         _said.add(key)
         log.warning("pptrace: %s", message)
-
-
-def module_status(name: str = DEFAULT_MODULE) -> str | None:
-    """Return why ``name`` cannot be patched ("absent", "missing"), or None when it may load.
-
-    Looks at files only: importing SGLang's package would pull in its GPU dependencies.
-    """
-    if name in sys.modules:
-        return None
-    top = name.split(".", 1)[0]
-    locations: list[str] | None
-    if top in sys.modules:  # possibly a bare package object (no __spec__): use its path
-        locations = list(getattr(sys.modules[top], "__path__", None) or [])
-    else:
-        try:
-            spec = importlib.util.find_spec(top)
-        except (ImportError, ValueError):
-            spec = None
-        if spec is None:
-            return "absent"
-        locations = list(spec.submodule_search_locations or [])
-    if "." not in name:
-        return None
-    rest = name.split(".")[1:]
-    for base in locations:
-        path = os.path.join(base, *rest)
-        if os.path.exists(path + ".py") or os.path.isdir(path):
-            return None
-    return "missing"
 
 
 class Site:
@@ -150,9 +121,10 @@ class EnginePatch:
         status = module_status(name)
         if status is None:
             return True
-        if name == DEFAULT_MODULE:
-            why = ("SGLang is not installed" if status == "absent" else
-                   f"this SGLang has no {DEFAULT_MODULE} module")
+        engine = engine_of_module(name)
+        if engine is not None:
+            why = (f"{engine.title} is not installed" if status == "absent" else
+                   f"this {engine.title} has no {name} module")
             _say_once(f"{name}:{status}", f"{why}; nothing to trace (to trace another "
                       f"transport module: {TARGET_HINT})")
         else:

@@ -120,6 +120,7 @@ def _root_exit(pid: int) -> None:
 
 def summary(state: str) -> str:
     """The closing line for the run whose markers are in ``state``."""
+    from pptrace.engines import engine_of_module
     from pptrace.model.config import Config
     from pptrace.model.target import DEFAULT_TARGETS
 
@@ -130,13 +131,21 @@ def summary(state: str) -> str:
         return f"pptrace: {who} recorded; {_where(config.trace_dir, config.exporters)}"
     targets = config.targets
     modules = ", ".join(dict.fromkeys(t.module for t in targets))
+    layers = [(t.module, e) for t in targets if (e := engine_of_module(t.module)) is not None
+              and e.transport is None]
+    if layers:  # an engine's message layer named as a transport: it has no attach/extract
+        module, engine = layers[0]
+        return (f"pptrace: nothing traced: {module} is {engine.title}'s message layer, not an "
+                "attach/extract transport; pptrace traces it with no --target (PPTRACE_ENGINE="
+                f"{engine.name} to choose it); did the command's processes send PP messages?")
     if patched:
         who = "1 process" if patched == 1 else f"{patched} processes"
         calls = " or ".join(dict.fromkeys(f"{t.module}.{n}" for t in targets
                                           for n in (t.attach, t.extract)))
         return f"pptrace: nothing traced: {who} loaded {modules}, but none called {calls}"
     if targets == DEFAULT_TARGETS:
-        return (f"pptrace: nothing traced: no process of this run imported {modules} (SGLang's "
+        title = getattr(engine_of_module(targets[0].module), "title", "the engine")
+        return (f"pptrace: nothing traced: no process of this run imported {modules} ({title}'s "
                 "transport module); to trace a transport module of your own: pptrace run "
                 "--target MODULE[:ATTACH,EXTRACT] -- COMMAND")
     return (f"pptrace: nothing traced: no process of this run imported {modules} (the --target "

@@ -136,8 +136,21 @@ def activate(
         _state = state
         _register_process_hooks()
         state.patch.apply()
-        state.messages = message_layer.start(config, recorder, lambda: _arm(state))
+        state.messages = message_layer.start(config, recorder, lambda: _arm(state),
+                                             _engines(config))
         return recorder
+
+
+def _engines(config: Config) -> tuple[Any, ...]:
+    """The engines whose message layers this process traces (``PPTRACE_ENGINE``, else the
+    installed ones); a name that is no engine is said once and none is traced."""
+    from pptrace.engines.select import UnknownEngineError, selected
+
+    try:
+        return selected(config.engines, on_error=_say_once)
+    except UnknownEngineError as exc:
+        _say_once(f"{exc}; not tracing any engine's PP messages")
+        return ()
 
 
 def instrument(

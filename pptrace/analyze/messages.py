@@ -8,8 +8,7 @@ dicts. Here they are judged across ranks:
   send: the receive that stashed the message is the one its send reached); per pair, the keys,
   each key's shape, dtype, bytes and fingerprint, and the all-gather group the receiver
   re-assembled TP slices over against the one the sender sliced over;
-- a send never received (unless the receiver's trace stopped before it was sent: in flight),
-  a receive with no send;
+- a send never received (unless the receiver's trace stopped before it), a receive with no send;
 - across a sending stage's TP ranks, per message: a tensor sent as TP slices must be the same
   tensor on every one (else the receivers re-assemble a mix);
 - a typed receive that got another kind than it asked for; a message whose keys are another
@@ -22,7 +21,7 @@ dicts. Here they are judged across ranks:
 A channel with a known hole (``pptrace.analyze.holes``) is paired across it, its findings
 warnings at most that say so (``pptrace.analyze.message_align``).
 
-Where a process's oldest messages were rotated away (its first kept seq above 0), a channel is
+Where a process's oldest messages were rotated away (``message_sides.cut_at_start``), a channel is
 paired by seq when the seqs are the channel's own (one peer each way, no stash: send #n is
 receive #n), judging only what both ends kept; otherwise its cut ends get a ``message-cut``
 info and it is not paired (a per-process seq then cannot place where the channel starts).
@@ -43,6 +42,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
 
+from pptrace import engines
 from pptrace.analyze import message_align as across
 from pptrace.analyze.holes import Holes
 from pptrace.analyze.message_sides import Carried, Pair, Side, carried_by, cut_at_start, numel
@@ -60,8 +60,9 @@ __all__ = ["Carried", "MessageVerdict", "carried_by", "check_messages"]
 
 K = FindingKind
 SEND, RECV = MessageOp.SEND, MessageOp.RECV
-#: The kind a stage that receives it forwards to the next stage (the ring of outputs).
-FORWARDED = "output"
+#: The kinds a stage that receives them forwards to the next stage (the ring of outputs: the
+#: engine adapters' ``forwarded_kind``, SGLang's "output").
+FORWARDED = engines.forwarded_kinds()
 # (run, sender global rank, receiver global rank, kind)
 _Key = tuple[str, int, int, str]
 
@@ -292,8 +293,8 @@ class _Check:
         auxiliary ones, which stage 0 extracts)."""
         if side.rank.pp_rank is None or side.rank.is_last_stage or side.cut:
             return  # a cut process's receives and forwards may be cut at different messages
-        got = [e for e in side.ends if e.ok and not e.stashed and e.kind == FORWARDED]
-        out = [m for m in side.sends if m.ok and m.kind == FORWARDED
+        got = [e for e in side.ends if e.ok and not e.stashed and e.kind in FORWARDED]
+        out = [m for m in side.sends if m.ok and m.kind in FORWARDED
                and (side.index, m.seq) not in self.relabelled]
         for e, m in zip(got, out, strict=False):
             if m.keys == e.keys:

@@ -4,7 +4,7 @@
 - ``hygiene_specs``: the namespace findings one event gives (prefixed keys, engine-key names,
   empty names, names carrying the prefix, keys left after an extract, extracts off stage 0);
 - ``compare_specs``: what differs between an attach and the extract it paired with;
-- ``ENGINE_KEYS``: the keys the engine itself puts in the PP output dict.
+- ``ENGINE_KEYS``: the keys the engines themselves put in the PP output dict (their adapters').
 
 ``pptrace.analyze.analyzer`` applies them across ranks, once per distinct event shape.
 """
@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from pptrace import engines
 from pptrace.analyze.payload import Field, compare
 from pptrace.model import errors
 from pptrace.model.findings import FindingKind, Severity
@@ -40,44 +41,9 @@ __all__ = [
 
 K = FindingKind
 
-#: Keys the engine itself puts in the PP output dict (SGLang's scheduler_pp_mixin and
-#: managers/utils.get_logprob_dict_from_result): an auxiliary name equal to one is a collision.
-ENGINE_KEYS = frozenset(
-    {
-        "__msg_type__",
-        "__skip__",
-        "next_token_ids",
-        "spec_accept_lens",
-        "spec_new_seq_lens",
-        "spec_bonus_tokens",
-        "spec_accept_index",
-        "spec_next_chain",
-        "spec_next_parents",
-        "spec_next_top_scores",
-        "draft_topk_p",
-        "draft_topk_index",
-        "draft_hidden_states",
-        "draft_dsa_topk_indices",
-        "extend_input_len_per_req",
-        "extend_logprob_start_len_per_req",
-        "next_token_logprobs",
-        "next_token_top_logprobs_val",
-        "next_token_top_logprobs_idx",
-        "next_token_token_ids_logprobs_val",
-        "next_token_token_ids_logprobs_idx",
-        "sampling_mask_token_ids",
-        "sampling_mask_lengths",
-        "sampling_mask_selected_logprobs",
-        "sampling_mask_support_logprobs",
-        "sampling_mask_statuses",
-        "sampling_mask_num_accept_tokens",
-        "input_token_logprobs",
-        "input_top_logprobs_val",
-        "input_top_logprobs_idx",
-        "input_token_ids_logprobs_val",
-        "input_token_ids_logprobs_idx",
-    }
-)
+#: Keys the engines themselves put in the PP output dict (each adapter's reserved keys,
+#: pptrace.engines): an auxiliary name equal to one is a collision.
+ENGINE_KEYS = engines.reserved_keys()
 
 #: A key that starts like the prefix without being prefixed: stage 0 will not pop it, but it
 #: is one typo away from a wrong pop.

@@ -168,15 +168,15 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if not command:
         raise ConfigError("pptrace run: no command given (put it after '--')")
-    from pptrace.activation.patch import module_status
+    from pptrace.engines.select import installed, selected
 
-    if "PPTRACE_TARGETS" not in env and module_status(DEFAULT_MODULE) is not None:
+    if "PPTRACE_TARGETS" not in env and not any(installed(e) for e in selected()):
         # Said once here, not in every process of the tree. A target of the user's own is not
         # looked for here: it is often found only on the command's path (its script's folder).
-        print(f"pptrace: SGLang's transport module ({DEFAULT_MODULE}) is not installed for "
-              f"{sys.executable}, so nothing is traced unless a process loads it; to trace a "
-              "transport module of your own: pptrace run --target MODULE[:ATTACH,EXTRACT] -- "
-              "COMMAND", file=sys.stderr)
+        print(f"pptrace: no engine pptrace knows is installed for {sys.executable} (its "
+              f"transport module {DEFAULT_MODULE} or an engine's message layer), so nothing is "
+              "traced unless a process loads one; to trace a transport module of your own: "
+              "pptrace run --target MODULE[:ATTACH,EXTRACT] -- COMMAND", file=sys.stderr)
     autobuild.launch(getattr(args, "native_build", "auto"), env)  # never raises
     env["PPTRACE_RUN_PID"] = str(os.getpid())  # the command's process: exec keeps the pid
     env["PPTRACE_RUN_STATE"] = state = tempfile.mkdtemp(prefix="pptrace-run-")

@@ -42,11 +42,13 @@ ENV_DOC: dict[str, str] = {
     "PPTRACE_FINGERPRINT": "1/0: hash tensor contents (reads tensor memory; default 0)",
     "PPTRACE_NATIVE": "1/0: read tensor metadata with the native reader once built (default 1;"
                       " see pptrace native --help)",
-    "PPTRACE_MESSAGES": "1/0: record the PP message layer (SGLang's send/recv_tensor_dict and"
-                        " typed receive; default 1)",
+    "PPTRACE_MESSAGES": "1/0: record the PP message layer (the engine's tensor-dict sends,"
+                        " receives and broadcasts; default 1)",
+    "PPTRACE_ENGINE": "comma list of engines whose message layer to trace (sglang, vllm, or a"
+                      " pptrace.engines entry point; default: every installed one)",
     "PPTRACE_NATIVE_DIR": "where pptrace native build puts the reader (default ~/.cache/pptrace)",
     "PPTRACE_TARGETS": "the transport modules to trace, ';' between them, each MODULE or"
-                       " MODULE:ATTACH,EXTRACT (default: SGLang's module; set by --target)",
+                       " MODULE:ATTACH,EXTRACT (default: the engines' own; set by --target)",
     "PPTRACE_RUN_ID": "an id shared by all ranks of one run (default: set by pptrace run)",
     "PPTRACE_RANK": "override the global rank",
     "PPTRACE_PP_RANK": "override the pipeline-parallel rank",
@@ -148,9 +150,11 @@ class Config:
     exit_timeout: float = 2.0
     fingerprint: bool = False
     native: bool = True  # use pptrace.record.native's reader when it is built for this process
-    #: Record the PP message layer too (SGLang's send/recv_tensor_dict, the typed receive):
+    #: Record the PP message layer too (the engine adapter's methods, pptrace.engines):
     #: on by default, since most PP transport failures happen there (pptrace.record.messages).
     messages: bool = True
+    #: The engines whose message layer is traced (``PPTRACE_ENGINE``); empty: the installed ones.
+    engines: tuple[str, ...] = ()
     run_id: str = ""
     rank_overrides: dict[str, int] = field(default_factory=dict)
     targets: tuple[Target, ...] = DEFAULT_TARGETS  # see pptrace.model.target
@@ -237,6 +241,8 @@ class Config:
             fingerprint=_bool(env, "PPTRACE_FINGERPRINT", False),
             native=_bool(env, "PPTRACE_NATIVE", True),
             messages=_bool(env, "PPTRACE_MESSAGES", True),
+            engines=tuple(n.strip().lower() for n in env.get("PPTRACE_ENGINE", "").split(",")
+                          if n.strip()),
             run_id=env.get("PPTRACE_RUN_ID", ""),
             rank_overrides=ranks,
             targets=_targets(env),

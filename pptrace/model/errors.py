@@ -9,7 +9,8 @@ The hierarchy::
 
 Engine errors are never pptrace errors: the instrumented transport re-raises the engine's own
 ``RuntimeError`` object unchanged. The messages below are the engine's interface (users grep logs
-for them); they are tested for string equality against SGLang's real module.
+for them); they are the engine adapter's (``pptrace.engines``), re-exported here, and tested for
+string equality against SGLang's real module.
 
 Trace text quoted in a message goes through ``pptrace.model.text.inert`` (the one escaper;
 ``inert`` is re-exported here for the readers that quote input problems).
@@ -17,6 +18,7 @@ Trace text quoted in a message goes through ``pptrace.model.text.inert`` (the on
 
 from __future__ import annotations
 
+from pptrace.engines import DEFAULT_ERRORS
 from pptrace.model.text import inert
 
 __all__ = [
@@ -36,18 +38,19 @@ __all__ = [
     "inert",
 ]
 
-# Attach ("add_auxiliary_output_to_pp_tensors"), in the order the engine checks.
-ATTACH_NOT_PP = "auxiliary output does not support pipeline-parallel transport"
-ATTACH_EMPTY = "auxiliary PP output must contain at least one tensor"
-ATTACH_BAD_NAME = "auxiliary PP tensor names must be non-empty strings"
-ATTACH_NOT_TENSOR = "auxiliary PP output {name!r} is not a tensor"
-ATTACH_DUPLICATE = "duplicate auxiliary PP tensor {name!r}"
-
-# Extract ("pop_auxiliary_output_from_pp_tensors"), in the order the engine checks.
-EXTRACT_NO_OBSERVER = "received auxiliary PP output without a sampling observer"
-EXTRACT_NOT_PP = "sampling observer does not support pipeline-parallel transport"
-EXTRACT_NOT_TENSOR = "received a non-tensor auxiliary PP output"
-EXTRACT_NOT_RECONSTRUCTED = "sampling observer did not reconstruct its PP output"
+# The default transport's messages (its engine adapter declares them: pptrace.engines).
+_ERRORS = DEFAULT_ERRORS
+# Attach, in the order the engine checks.
+ATTACH_NOT_PP = _ERRORS.attach_not_pp
+ATTACH_EMPTY = _ERRORS.attach_empty
+ATTACH_BAD_NAME = _ERRORS.attach_bad_name
+ATTACH_NOT_TENSOR = _ERRORS.attach_not_tensor
+ATTACH_DUPLICATE = _ERRORS.attach_duplicate
+# Extract, in the order the engine checks.
+EXTRACT_NO_OBSERVER = _ERRORS.extract_no_observer
+EXTRACT_NOT_PP = _ERRORS.extract_not_pp
+EXTRACT_NOT_TENSOR = _ERRORS.extract_not_tensor
+EXTRACT_NOT_RECONSTRUCTED = _ERRORS.extract_not_reconstructed
 
 
 class PptraceError(Exception):

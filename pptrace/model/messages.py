@@ -32,6 +32,7 @@ import enum
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
+from pptrace import engines
 from pptrace.model.derived import ITEMSIZES, implied_devices, implied_nbytes
 from pptrace.model.schema import R_MAIN_DEVICE, R_THREAD_MAIN_ID, compact_against
 
@@ -50,8 +51,9 @@ __all__ = [
     "to_attributes",
 ]
 
-#: The key SGLang's receivers demultiplex on (``"output"``, ``"proxy"``...).
-MSG_TYPE_KEY = "__msg_type__"
+#: The key an engine's receivers demultiplex on (SGLang's ``__msg_type__``: ``"output"``,
+#: ``"proxy"``...), as its adapter declares it (pptrace.engines); "" when no engine has one.
+MSG_TYPE_KEY = next(iter(engines.kind_keys()), "")
 
 SPAN_SEND = "pptrace.send"
 SPAN_RECV = "pptrace.recv"  # a receive that returned (or raised)

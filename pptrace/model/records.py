@@ -17,6 +17,8 @@ import enum
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from pptrace.engines import DEFAULT_TRANSPORT
+
 __all__ = [
     "PREFIX",
     "Direction",
@@ -26,8 +28,8 @@ __all__ = [
     "TensorMeta",
 ]
 
-#: The engine's reserved key prefix (``_OUTPUT_PREFIX`` in SGLang's module).
-PREFIX = "__sampling_observer_output__."
+#: The default transport's reserved key prefix (its engine adapter's: pptrace.engines).
+PREFIX = DEFAULT_TRANSPORT.prefix
 
 
 class Direction(str, enum.Enum):

@@ -1,11 +1,12 @@
 """Transport targets: which module's attach and extract functions pptrace patches.
 
-A target names a module and its two transport functions. The default is SGLang's module with its
-own names; a target lets pptrace trace a module that vendors, forks or renames the transport (a
-user's own engine, pptrace's reference transport). One grammar, parsed here only, for
+A target names a module and its two transport functions. The default is the engines' own
+transport (``pptrace.engines.DEFAULT_TRANSPORT``, the first built-in adapter's); a target lets
+pptrace trace a module that vendors, forks or renames the transport (a user's own engine,
+pptrace's reference transport). One grammar, parsed here only, for
 ``pptrace run --target``, ``PPTRACE_TARGETS`` and ``pptrace.instrument(targets=...)``::
 
-    MODULE                     the module, with SGLang's names for the two functions
+    MODULE                     the module, with the default transport's function names
     MODULE:ATTACH,EXTRACT      the module, with its own names (attach first)
 
     PPTRACE_TARGETS='mytransport;vendored.pp:attach_aux,pop_aux'   # ';' between targets
@@ -26,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import NamedTuple
 
+from pptrace.engines import DEFAULT_TRANSPORT
 from pptrace.model.errors import ConfigError
 
 __all__ = [
@@ -41,10 +43,10 @@ __all__ = [
     "parse_targets",
 ]
 
-#: SGLang's transport module and its two functions (the default target).
-DEFAULT_MODULE = "sglang.srt.sampling.sampling_observer_pp"
-DEFAULT_ATTACH = "add_auxiliary_output_to_pp_tensors"
-DEFAULT_EXTRACT = "pop_auxiliary_output_from_pp_tensors"
+#: The default transport module and its two functions (the engine adapter's: pptrace.engines).
+DEFAULT_MODULE = DEFAULT_TRANSPORT.module
+DEFAULT_ATTACH = DEFAULT_TRANSPORT.attach
+DEFAULT_EXTRACT = DEFAULT_TRANSPORT.extract
 #: Between targets in ``PPTRACE_TARGETS``.
 SEPARATOR = ";"
 SYNTAX = "MODULE or MODULE:ATTACH,EXTRACT"
@@ -66,7 +68,7 @@ class Target(NamedTuple):
 
     @property
     def is_default(self) -> bool:
-        """True for SGLang's own module with its own names."""
+        """True for the default transport's own module with its own names."""
         return self == DEFAULT_TARGETS[0]
 
 

@@ -1,15 +1,14 @@
-"""SGLang's message-layer classes patched in place, and put back exactly.
+"""An engine's message-layer methods patched in place, and put back exactly.
 
-``GroupCoordinator.send_tensor_dict``/``recv_tensor_dict`` get ``pptrace.record.messages``'
-wire wrappers, with the peer each call's arguments name (as the method itself computes it);
-``SchedulerPPMixin._pp_recv_typed_dict`` gets the typed-receive wrapper. Each patch returns the
-function that restores the exact originals (an inherited method is deleted again, so that
-lookup finds the base class's). Which modules and when: ``pptrace.activation.messages``.
+Which methods, and how each call's peer is read from its arguments, is the engine adapter's
+(``pptrace.engines``: its ``MethodPatch`` records); this module turns each record's role into the
+matching wrapper of ``pptrace.record.messages`` and puts it on the class. Each patch returns the
+function that restores the exact originals (an inherited method is deleted again, so that lookup
+finds the base class's). Which modules and when: ``pptrace.activation.messages``.
 
-    restore = patch_coordinator(GroupCoordinator, log)
-    undo = patch_mixin(SchedulerPPMixin, log)
+    restore = patch_class(GroupCoordinator, log, engine)   # the engine's methods of that class
     ...
-    undo(); restore()
+    restore()
 """
 
 from __future__ import annotations
@@ -17,65 +16,34 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from pptrace.record.messages import MessageLog, Peer, wrap_recv, wrap_send, wrap_typed_recv
+from pptrace.engines import Engine, MethodPatch
+from pptrace.record.messages import MessageLog, wrap_recv, wrap_send, wrap_typed_recv
 
-__all__ = [
-    "COORDINATOR_METHODS",
-    "MIXIN_METHOD",
-    "coordinator_recv_peer",
-    "coordinator_send_peer",
-    "patch_coordinator",
-    "patch_methods",
-    "patch_mixin",
-]
+__all__ = ["patch_class", "wrapper_for"]
 
 
-# --- SGLang's GroupCoordinator -----------------------------------------------------------------
-
-def _gather_size(group: Any) -> int:
-    return 1 if group is None else int(group.world_size)
-
-
-def coordinator_send_peer(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Peer | None:
-    """``GroupCoordinator.send_tensor_dict(self, tensor_dict, dst=None, all_gather_group=None,
-    async_send=False)``'s destination, as the method computes it (None in a group of one,
-    where the method returns at once)."""
-    group = args[0]
-    if group.world_size == 1:
+def wrapper_for(patch: MethodPatch, log: MessageLog) -> Callable[[Any], Any] | None:
+    """The function that wraps ``patch``'s method for its role (None: left alone, as a shell
+    whose inner calls are recorded)."""
+    if patch.role == "shell":
         return None
-    dst = args[2] if len(args) > 2 else kwargs.get("dst")
-    gather = args[3] if len(args) > 3 else kwargs.get("all_gather_group")
-    if dst is None:
-        dst = (group.rank_in_group + 1) % group.world_size
-    peer = group.ranks[dst] if 0 <= dst < len(group.ranks) else -1
-    return peer, dst, _gather_size(gather)
+    if patch.peer is None:
+        raise ValueError(f"{patch.cls}.{patch.method}: a {patch.role} needs a peer decoder")
+    peer = patch.peer
+    if patch.role == "send":
+        return lambda f: wrap_send(f, log, peer, dict_arg=patch.dict_arg)
+    if patch.role == "recv":
+        return lambda f: wrap_recv(f, log, peer)
+    if patch.role == "typed_recv":
+        expected = patch.expected or (lambda args, kwargs: "default")
+        return lambda f: wrap_typed_recv(f, log, expected, peer)
+    if patch.role == "isend":  # recorded as it is posted, with what it was handed then
+        return lambda f: wrap_send(f, log, peer, dict_arg=patch.dict_arg)
+    if patch.role == "irecv":
+        from pptrace.record.message_async import wrap_irecv
 
-
-def coordinator_recv_peer(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Peer | None:
-    """``GroupCoordinator.recv_tensor_dict(self, src=None, all_gather_group=None)``'s source
-    (None in a group of one)."""
-    group = args[0]
-    if group.world_size == 1:
-        return None
-    src = args[1] if len(args) > 1 else kwargs.get("src")
-    gather = args[2] if len(args) > 2 else kwargs.get("all_gather_group")
-    if src is None:
-        src = (group.rank_in_group - 1) % group.world_size
-    peer = group.ranks[src] if 0 <= src < len(group.ranks) else -1
-    return peer, src, _gather_size(gather)
-
-
-def _typed_expected(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
-    """``_pp_recv_typed_dict(self, expected_kind="default", all_gather_group=None)``'s kind."""
-    return str(args[1] if len(args) > 1 else kwargs.get("expected_kind", "default"))
-
-
-def _typed_peer(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Peer | None:
-    pp = getattr(args[0], "pp_group", None)
-    if pp is None:
-        return -1, None, 1
-    gather = args[2] if len(args) > 2 else kwargs.get("all_gather_group")
-    return coordinator_recv_peer((pp, None, gather), {})
+        return lambda f: wrap_irecv(f, log, peer)
+    raise ValueError(f"{patch.cls}.{patch.method}: unknown role {patch.role!r}")
 
 
 def _patch(plan: Sequence[tuple[type, str, Callable[[Any], Any]]]) -> Callable[[], None]:
@@ -98,38 +66,15 @@ def _patch(plan: Sequence[tuple[type, str, Callable[[Any], Any]]]) -> Callable[[
     return restore
 
 
-#: The methods of SGLang's ``GroupCoordinator`` that ``patch_coordinator`` wraps.
-COORDINATOR_METHODS = ("send_tensor_dict", "recv_tensor_dict")
-#: The method of SGLang's ``SchedulerPPMixin`` that ``patch_mixin`` wraps.
-MIXIN_METHOD = "_pp_recv_typed_dict"
-
-
-def patch_coordinator(coordinator: type, log: MessageLog) -> Callable[[], None]:
-    """Wrap SGLang's ``GroupCoordinator.send_tensor_dict``/``recv_tensor_dict`` in place;
-    return the exact restore."""
-    return _patch([
-        (coordinator, "send_tensor_dict",
-         lambda f: wrap_send(f, log, coordinator_send_peer, dict_arg=1)),
-        (coordinator, "recv_tensor_dict", lambda f: wrap_recv(f, log, coordinator_recv_peer)),
-    ])
-
-
-def patch_mixin(mixin: type, log: MessageLog) -> Callable[[], None]:
-    """Wrap SGLang's ``SchedulerPPMixin._pp_recv_typed_dict`` in place; return the exact
-    restore."""
-    return _patch([(mixin, MIXIN_METHOD,
-                    lambda f: wrap_typed_recv(f, log, _typed_expected, _typed_peer))])
-
-
-def patch_methods(coordinator: type, log: MessageLog,
-                  mixin: type | None = None) -> Callable[[], None]:
-    """``patch_coordinator`` and, when given, ``patch_mixin`` at once; one restore for both."""
-    restores = [patch_coordinator(coordinator, log)]
-    if mixin is not None:
-        restores.append(patch_mixin(mixin, log))
-
-    def restore() -> None:
-        for undo in reversed(restores):
-            undo()
-
-    return restore
+def patch_class(cls: type, log: MessageLog, engine: Engine,
+                patches: Sequence[MethodPatch] | None = None) -> Callable[[], None]:
+    """Wrap ``cls``'s methods that ``engine`` names (or ``patches``) in place; return the exact
+    restore (the engine's patches are matched to ``cls`` by its name)."""
+    chosen = list(patches) if patches is not None else [
+        p for p in engine.messages if p.cls == cls.__name__]
+    plan = []
+    for p in chosen:
+        make = wrapper_for(p, log)
+        if make is not None:
+            plan.append((cls, p.method, make))
+    return _patch(plan)

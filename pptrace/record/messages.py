@@ -37,7 +37,8 @@ inserted keys.
     send = wrap_send(link.send, log, peer_of)           # peer_of(args, kwargs) -> Peer | None
     recv = wrap_recv(link.recv, log, peer_of)
 
-SGLang's own classes are patched by ``pptrace.record.message_patch``.
+An engine's own classes are patched by ``pptrace.record.message_patch`` (which methods: its
+adapter in ``pptrace.engines``); asynchronous receives by ``pptrace.record.message_async``.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from typing import Any
 
 import torch
 
+from pptrace import engines
 from pptrace.model.messages import MSG_TYPE_KEY, MessageEvent, MessageOp, MessageTensor
 from pptrace.model.records import PREFIX, RankInfo
 from pptrace.record.convert import key_text, qualname
@@ -60,6 +62,7 @@ from pptrace.record.recorder import Recorder
 __all__ = [
     "MessageLog",
     "Peer",
+    "PeerOf",
     "wrap_recv",
     "wrap_send",
     "wrap_typed_recv",
@@ -71,6 +74,7 @@ _dict_get = dict.get
 # Plain strings in the raw records, not the enum: an enum member is an object the garbage
 # collector tracks, and a record that holds one stays on its lists while it waits.
 _SEND, _RECV = MessageOp.SEND.value, MessageOp.RECV.value
+_FORWARDED = engines.forwarded_kinds()  # the engines' output kinds (SGLang's "output")
 _here = threading.local()  # the typed receive in progress on this thread, if any
 
 #: (peer global rank, peer PP stage or None, all-gather group size) of a call, from its
@@ -283,7 +287,7 @@ def wrap_send(fn: Callable[..., Any], log: MessageLog, peer_of: PeerOf,
             if where is not None:
                 values = _values(d)
                 kind = _dict_get(d, MSG_TYPE_KEY) if isinstance(d, dict) else None
-                carries = _carries(log, d) if kind == "output" else None
+                carries = _carries(log, d) if kind in _FORWARDED else None
                 fps = _fingerprints(log, d) if rec.fingerprint else None
         except Exception as exc:
             rec.internal_error("message send snapshot", exc)

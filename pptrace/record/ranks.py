@@ -1,13 +1,14 @@
 """Rank discovery: who this process is in the PP x TP layout, learned without the hot path.
 
 Order of precedence: explicit overrides (arguments or ``PPTRACE_*``), then an engine-provided
-layout (SGLang's parallel state when it is initialised), then ``torch.distributed``, then the
-launcher's environment (``RANK``, ``WORLD_SIZE``; ``LOCAL_RANK`` on a single node). PP and TP
-ranks missing after that are derived from the global rank and the sizes, in SGLang's layout
-(TP innermost). Anything unknown stays None. ``RankCache`` keeps what was found and asks again
-until the answer is final (torch.distributed is up). ``new_instance`` draws the id a recorder
-keeps for its process (``RankInfo.instance``), which tells it from one that reuses its host and
-pid (a restarted container, another PID namespace).
+layout (an engine adapter's PP/TP groups, ``pptrace.engines``, when initialised), then
+``torch.distributed``, then the launcher's environment (``RANK``, ``WORLD_SIZE``;
+``LOCAL_RANK`` on a single node). PP and TP ranks missing after that are derived from the
+global rank and the sizes, TP innermost (SGLang's and vLLM's layout). Anything unknown stays
+None. ``RankCache`` keeps what was found and asks again until the answer is final
+(torch.distributed is up). ``new_instance`` draws the id a recorder keeps for its process
+(``RankInfo.instance``), which tells it from one that reuses its host and pid (a restarted
+container, another PID namespace).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from pptrace import engines
 from pptrace.model.records import RankInfo
 
 __all__ = ["RankCache", "discover_rank", "new_instance"]
@@ -37,13 +39,24 @@ def _env_int(env: Mapping[str, str], name: str) -> int | None:
         return None
 
 
-def _from_sglang() -> dict[str, int]:
-    """Read SGLang's PP/TP groups when its parallel state is imported and initialised."""
-    mod: Any = sys.modules.get("sglang.srt.distributed.parallel_state")
+def _from_engines() -> dict[str, int]:
+    """Read an engine's PP/TP groups when its module is imported and initialised (the first
+    engine, in the registry's order, whose groups answer)."""
+    for engine in engines.BUILTIN:
+        if engine.ranks is not None:
+            found = _from_groups(engine.ranks.module, engine.ranks.pp_getter,
+                                 engine.ranks.tp_getter)
+            if found:
+                return found
+    return {}
+
+
+def _from_groups(module: str, pp_getter: str, tp_getter: str) -> dict[str, int]:
+    mod: Any = sys.modules.get(module)
     if mod is None:
         return {}
     found: dict[str, int] = {}
-    for prefix, getter in (("pp", "get_pp_group"), ("tp", "get_tp_group")):
+    for prefix, getter in (("pp", pp_getter), ("tp", tp_getter)):
         try:
             group = getattr(mod, getter)()
             found[f"{prefix}_rank"] = int(group.rank_in_group)
@@ -64,10 +77,10 @@ def _from_torch() -> dict[str, int]:
 
 
 def _derive_layout(fields: dict[str, int | None]) -> None:
-    """Fill PP/TP ranks from the global rank and the sizes, in SGLang's layout.
+    """Fill PP/TP ranks from the global rank and the sizes, TP innermost.
 
-    SGLang places TP innermost: ``rank = pp_rank * tp_size + tp_rank``. Only what is unknown is
-    filled; a size that does not divide the world is left alone.
+    SGLang and vLLM place TP innermost: ``rank = pp_rank * tp_size + tp_rank``. Only what is
+    unknown is filled; a size that does not divide the world is left alone.
     """
     rank, world = fields.get("rank"), fields.get("world_size")
     pp_size, tp_size = fields.get("pp_size"), fields.get("tp_size")
@@ -100,7 +113,7 @@ def discover_rank(
         fields["rank"] = _env_int(env, "LOCAL_RANK")  # one node: the local rank is global
     from_torch = _from_torch()
     fields.update(from_torch)
-    fields.update(_from_sglang())
+    fields.update(_from_engines())
     fields.update(overrides or {})
     _derive_layout(fields)
     info = RankInfo(

@@ -3,12 +3,14 @@
 ``pptrace run`` puts this folder first on ``PYTHONPATH``, so every Python process of the command's
 tree (``spawn`` children included, which inherit the environment) runs this file at start-up. It
 first runs the ``sitecustomize`` that would otherwise have run (the environment's own). Then, when
-``PPTRACE_ENABLED`` says so, it waits for the target modules (``PPTRACE_TARGETS``; SGLang's
-transport module by default) with pptrace's import hook (``pptrace.activation.hook``) and
-activates pptrace (``pptrace.activation.startup.activate_from_env``) the moment the first has
-loaded, before anything can import from it. A process that never loads one imports only the hook
-and the target grammar (stdlib only: no torch, no OpenTelemetry, no thread). Nothing here may
-stop the process.
+``PPTRACE_ENABLED`` says so, it waits for the target modules (``PPTRACE_TARGETS``; the default
+transport module otherwise) and for the message layer of each engine that has no transport
+(vLLM's ``parallel_state``: its processes never load a transport module) with pptrace's
+import hook (``pptrace.activation.hook``) and activates pptrace
+(``pptrace.activation.startup.activate_from_env``) the moment the first has loaded, before
+anything can import from it. A process that never loads one imports only the hook, the target
+grammar and the engine registry (stdlib only: no torch, no OpenTelemetry, no thread). Nothing
+here may stop the process.
 """
 
 from __future__ import annotations
@@ -44,6 +46,19 @@ def _activate(module: Any = None) -> None:
     activate_from_env()  # patches the module that has just loaded; never raises
 
 
+def _message_layers() -> tuple[str, ...]:
+    """The message-layer modules of the engines with no transport of their own (the registry's,
+    narrowed by ``PPTRACE_ENGINE``); none when ``PPTRACE_MESSAGES`` is off."""
+    if os.environ.get("PPTRACE_MESSAGES", "1").strip().lower() in ("0", "false", "no", "off"):
+        return ()
+    from pptrace import engines
+
+    named = [n for n in os.environ.get("PPTRACE_ENGINE", "").split(",") if n.strip()]
+    chosen = [e for e in (engines.engine_named(n) for n in named) if e is not None] if named \
+        else list(engines.BUILTIN)
+    return tuple(e.messages[0].module for e in chosen if e.transport is None and e.messages)
+
+
 def _start() -> None:
     """Wait for the target modules (or activate now if one is loaded already)."""
     root = os.environ.get("PPTRACE_RUN_PID", "") == str(os.getpid())
@@ -58,7 +73,7 @@ def _start() -> None:
         return
     raw = os.environ.get("PPTRACE_TARGETS")
     try:
-        modules = tuple(dict.fromkeys(t.module for t in parse_targets(raw)))
+        modules = tuple(dict.fromkeys(t.module for t in parse_targets(raw))) + _message_layers()
     except ConfigError as exc:
         print(f"pptrace: not tracing {sys.executable}: PPTRACE_TARGETS={raw!r}: {exc}",
               file=sys.stderr)

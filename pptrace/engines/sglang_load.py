@@ -1,4 +1,4 @@
-"""Find SGLang's transport module (``sglang.srt.sampling.sampling_observer_pp``).
+"""Find SGLang's transport module (``sglang.srt.sampling.sampling_observer_pp``): SGLang's adapter.
 
     mod = load_transport_module()                  # the engine's module, or None
     mod = load_transport_module(allow_bare=True)   # also without SGLang's heavy dependencies
@@ -17,9 +17,9 @@ import importlib.util
 import sys
 import types
 
-from pptrace.model.target import DEFAULT_ATTACH as ATTACH
-from pptrace.model.target import DEFAULT_EXTRACT as EXTRACT
-from pptrace.model.target import DEFAULT_MODULE as MODULE
+from pptrace.engines.sglang import TRANSPORT
+
+MODULE, ATTACH, EXTRACT = TRANSPORT.module, TRANSPORT.attach, TRANSPORT.extract
 
 __all__ = ["ATTACH", "EXTRACT", "MODULE", "load_transport_module"]
 

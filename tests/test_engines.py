@@ -1,0 +1,79 @@
+"""The engine seam: the registry's answers, and selection by name, detection and entry point."""
+
+from __future__ import annotations
+
+from importlib.metadata import EntryPoint
+from typing import Any
+
+import pytest
+
+from pptrace import engines
+from pptrace.engines import select
+from pptrace.engines.spec import Engine
+from pptrace.model import errors, records, target
+
+
+def test_sglang_is_the_default_transport_with_its_own_texts() -> None:
+    sglang = engines.engine_named("sglang")
+    assert sglang is not None and sglang.transport is engines.DEFAULT_TRANSPORT
+    assert target.DEFAULT_MODULE == "sglang.srt.sampling.sampling_observer_pp"
+    assert records.PREFIX == "__sampling_observer_output__."
+    assert errors.ATTACH_DUPLICATE == "duplicate auxiliary PP tensor {name!r}"
+    assert "__msg_type__" in engines.reserved_keys() and "next_token_ids" in engines.reserved_keys()
+
+
+def test_vllm_records_the_async_pair_and_leaves_the_shells() -> None:
+    vllm = engines.engine_named("VLLM")
+    assert vllm is not None and vllm.transport is None
+    roles = {p.method: p.role for p in vllm.messages}
+    assert roles == {"isend_tensor_dict": "isend", "irecv_tensor_dict": "irecv",
+                     "send_tensor_dict": "shell", "recv_tensor_dict": "shell"}
+    assert engines.engine_of_module("vllm.distributed.parallel_state") is vllm
+
+
+class _Group:
+    def __init__(self, rank_in_group: int, world_size: int) -> None:
+        self.rank_in_group, self.world_size = rank_in_group, world_size
+        self.ranks = [r * 2 + 1 for r in range(world_size)]  # a PP group of TP rank 1
+
+
+def test_vllm_peer_decoders_compute_what_the_method_computes() -> None:
+    vllm = engines.engine_named("vllm")
+    assert vllm is not None
+    peer = {p.method: p.peer for p in vllm.messages}
+    send, recv = peer["isend_tensor_dict"], peer["irecv_tensor_dict"]
+    assert send is not None and recv is not None
+    assert send((_Group(0, 2), {}), {}) == (3, 1, 1)  # dst = next stage, as global rank
+    assert send((_Group(0, 2), {}), {"all_gather_group": _Group(0, 2)}) == (3, 1, 2)
+    assert recv((_Group(1, 2),), {}) == (1, 0, 1)
+    assert send((_Group(0, 1), {}), {}) is None  # a group of one moves nothing
+
+
+def test_an_unknown_engine_name_is_refused_with_the_known_ones() -> None:
+    with pytest.raises(select.UnknownEngineError, match=r"PPTRACE_ENGINE='tgi'.*sglang, vllm"):
+        select.selected("tgi")
+    assert select.selected("vllm, sglang") == (engines.engine_named("vllm"),
+                                                engines.engine_named("sglang"))
+
+
+def test_detection_keeps_the_installed_engines(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(select, "module_status",
+                        lambda name: None if name.startswith("vllm.") else "absent")
+    assert select.selected() == (engines.engine_named("vllm"),)
+
+
+MINE = Engine(name="mine", title="Mine", detect=("mine.pp",))
+
+
+def test_a_third_party_engine_comes_by_entry_point(monkeypatch: pytest.MonkeyPatch) -> None:
+    said: list[str] = []
+    points = [EntryPoint("mine", "tests.test_engines:MINE", select.ENTRY_POINTS),
+              EntryPoint("broken", "tests.no_such_module:ENGINE", select.ENTRY_POINTS)]
+
+    def entry_points(**kwargs: Any) -> list[EntryPoint]:
+        assert kwargs == {"group": select.ENTRY_POINTS}
+        return points
+
+    monkeypatch.setattr("importlib.metadata.entry_points", entry_points)
+    assert select.selected("mine", on_error=said.append) == (MINE,)
+    assert len(said) == 1 and "engine 'broken'" in said[0]
