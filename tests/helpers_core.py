@@ -52,7 +52,7 @@ def real_module() -> types.ModuleType:
     if mod is None:
         raise RuntimeError(
             "SGLang's transport module is not installed: run "
-            "`pip install --no-deps sglang==0.5.23` (the parity tests must never skip)"
+            "`pip install --no-deps -r tests/engines.txt` (the parity tests must never skip)"
         )
     return mod
 

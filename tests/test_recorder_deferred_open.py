@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from pptrace.activation.startup import _DeferredSink
+from pptrace.activation.process_sinks import DeferredSink
 from pptrace.model.config import Config
 from tests.helpers_recorder import MemorySink, drive, recorder, wait_for, wrapped
 
@@ -26,7 +26,7 @@ def test_a_slow_opening_is_not_taken_for_the_write_rate() -> None:
         time.sleep(OPENING)  # the cause under test, not a wait for an absence
         return inner
 
-    rec = recorder(Config(flush_interval=1.0), _DeferredSink(slow_open))
+    rec = recorder(Config(flush_interval=1.0), DeferredSink(slow_open))
     rec.start()
     attach, extract = wrapped(rec)
     drive(attach, extract, pairs=PAIRS)  # all before the first take, half an interval in

@@ -88,11 +88,11 @@ def test_fan_out_names_the_failed_sinks_and_raises_the_error_when_all_failed() -
 
 
 def test_the_activation_s_file_and_otlp_pair_names_the_failed_sink() -> None:
-    from pptrace.activation.startup import _Sinks
+    from pptrace.activation.process_sinks import FilesAndOtlp
 
     spans = MemorySink()
     rec = recorder(Config(flush_interval=3600), None)
-    both = _Sinks(Broken(), spans, rec.stats)
+    both = FilesAndOtlp(Broken(), spans, rec.stats)
     rec._sink_factory = lambda _rank: both
     attach, extract = wrapped(rec)
     drive(attach, extract, pairs=PAIRS)

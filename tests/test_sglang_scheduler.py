@@ -47,7 +47,8 @@ def sglang_folder() -> Path:
     spec = importlib.util.find_spec("sglang") if "sglang" not in sys.modules else None
     locations = (spec.submodule_search_locations if spec is not None
                  else sys.modules["sglang"].__path__)
-    assert locations, "SGLang's wheel must be installed (pip install --no-deps sglang==0.5.23)"
+    assert locations, ("SGLang's wheel must be installed "
+                       "(pip install --no-deps -r tests/engines.txt)")
     return Path(list(locations)[0])
 
 

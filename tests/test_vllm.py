@@ -4,9 +4,10 @@ The pipeline is ``tests.helpers_vllm``'s: the V1 worker's call pattern, traced w
 ``pptrace.instrument()`` and no option. A healthy run gives no finding; each injected bug class
 is named by the analyzer: a buffer overwritten while its isend is in flight (vllm#54962,
 ``message-content-mismatch``, with fingerprints), a non-replicated residual sent as TP slices
-(vllm#24021, ``message-slices-differ``), a lost send (``message-hang``). Skipped with the reason
-when vLLM is not installed (``scripts/install_vllm_test_deps.sh`` installs it and the small
-packages its ``parallel_state`` and ``vllm.config`` import, all ``--no-deps``).
+(vllm#24021, ``message-slices-differ``), a lost send (``message-hang``). vLLM is installed by the
+test command (``pip install --no-deps -r tests/engines.txt``: the wheel and the small packages its
+``parallel_state`` and ``vllm.config`` import); without it these tests fail naming that line, as
+SGLang's parity tests do: a real-class test that skips proves nothing.
 """
 
 from __future__ import annotations
@@ -26,11 +27,13 @@ from pptrace.load.loader import load_paths
 from pptrace.model.findings import FindingKind, Severity
 from tests import helpers_vllm
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
-                       reason="vllm is not installed (scripts/install_vllm_test_deps.sh)"),
-]
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(autouse=True)
+def _vllm_installed() -> None:
+    if importlib.util.find_spec("vllm") is None:
+        pytest.fail("vLLM is not installed: pip install --no-deps -r tests/engines.txt")
 
 
 def run_pipeline(tmp_path: Path, scenario: str, fingerprint: bool) -> list[str]:

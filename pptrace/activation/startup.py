@@ -36,11 +36,12 @@ from typing import Any
 from pptrace.activation import messages as message_layer
 from pptrace.activation import run_notes
 from pptrace.activation.patch import EnginePatch
+from pptrace.activation.process_sinks import DeferredSink, FilesAndOtlp
 from pptrace.model.config import Config
 from pptrace.model.records import RankInfo, RecorderStats
 from pptrace.model.target import Target, as_targets
 from pptrace.record.recorder import Recorder
-from pptrace.record.sink import MessageSink, fan_out
+from pptrace.record.sink import MessageSink
 
 __all__ = [
     "activate", "activate_from_env", "active_recorder", "instrument", "times_activated",
@@ -128,7 +129,7 @@ def activate(
             _say_once("OTEL_SDK_DISABLED=true: OpenTelemetry is off, so pptrace records nothing")
             return None
         # The closures below see ``state`` once it is assigned (it is, before any call).
-        recorder = Recorder(config, sink_factory=lambda rank: _DeferredSink(
+        recorder = Recorder(config, sink_factory=lambda rank: DeferredSink(
             lambda: _first_sink(state)))
         recorder.on_first_call = _note_called
         patch = EnginePatch(lambda a, e: _wrap(state, a, e), config.targets)
@@ -423,7 +424,7 @@ def _make_sink(state: _Active) -> MessageSink:
             atexit.register(_finish_active)
         if otlp is None:
             otlp = SdkSpanSink(provider, owns_provider=processor is not None)
-    return _Sinks(files, otlp, state.recorder.stats, processor)
+    return FilesAndOtlp(files, otlp, state.recorder.stats, processor)
 
 
 def _otlp_provider(config: Config, rank: RankInfo, state: _Active) -> Any:
@@ -435,78 +436,3 @@ def _otlp_provider(config: Config, rank: RankInfo, state: _Active) -> Any:
     processor = state.processor or otlp_processor(config, on_drop=state.on_drop)
     provider.add_span_processor(processor)
     return provider, processor
-
-
-class _Sinks:
-    """Trace files and OTLP side by side; one failing does not stop the other.
-
-    At shutdown OTLP goes first (bounded by the exit timeout), so that what it lost is counted
-    in a last stats span in the trace file, not only in the exit message.
-    """
-
-    def __init__(self, files: MessageSink | None, otlp: MessageSink | None,
-                 stats: Callable[[], RecorderStats], processor: Any = None) -> None:
-        self.files = files
-        self.otlp = otlp
-        self.processor = processor  # pptrace's FailOpenProcessor, when OTLP is pptrace's own
-        self._stats = stats
-        self._last: tuple[int, int] | None = None
-
-    def _each(self, call: Callable[[MessageSink], None]) -> None:
-        fan_out((("file", self.files), ("otlp", self.otlp)), call)  # names the one that failed
-
-    def export(self, events: Any) -> None:
-        self._each(lambda s: s.export(events))
-
-    def export_stats(self, stats: RecorderStats) -> None:
-        self._last = (stats.dropped, stats.export_errors)
-        self._each(lambda s: s.export_stats(stats))
-
-    def export_messages(self, events: Any, rank: RankInfo, run_id: str) -> None:
-        self._each(lambda s: s.export_messages(events, rank, run_id))
-
-    def shutdown(self, timeout: float) -> None:
-        if self.processor is not None:
-            # Within the recorder's remaining time, keeping a slice for the last stats span.
-            self.processor.shutdown(max(0.05, timeout - max(0.1, 0.2 * timeout)))
-        if self.otlp is not None:
-            self.otlp.shutdown(timeout)
-        if self.files is not None:
-            stats = self._stats()
-            if (stats.dropped, stats.export_errors) != self._last:
-                self.files.export_stats(stats)
-            self.files.shutdown(timeout)
-
-
-class _DeferredSink:
-    """Open the real sink at the first event, so a process that records nothing writes nothing.
-
-    Waiting also lets the rank settle (torch.distributed is usually up by the first event).
-    """
-
-    def __init__(self, factory: Callable[[], MessageSink]) -> None:
-        self._factory = factory
-        self._sink: MessageSink | None = None
-
-    def open_sink(self) -> MessageSink:
-        """Open the real sink now (the recorder does, before it times a write: the opening
-        is once, and a write rate learnt from it would drop the next events)."""
-        if self._sink is None:
-            self._sink = self._factory()
-        return self._sink
-
-    def export(self, events: Any) -> None:
-        if events:
-            self.open_sink().export(events)
-
-    def export_stats(self, stats: RecorderStats) -> None:
-        if self._sink is not None or stats.dropped or stats.internal_errors:
-            self.open_sink().export_stats(stats)
-
-    def export_messages(self, events: Any, rank: RankInfo, run_id: str) -> None:
-        if events:
-            self.open_sink().export_messages(events, rank, run_id)
-
-    def shutdown(self, timeout: float) -> None:
-        if self._sink is not None:
-            self._sink.shutdown(timeout)
