@@ -98,13 +98,20 @@ async def test_play_advances_at_the_chosen_speed_and_pauses() -> None:
         assert SPEEDS[screen.speed_level] == 20.0
         await pilot.press("space")
         assert screen.playing and "▶ playing" in screen_text(app)
-        await pilot.pause(0.5)
+        # The replay moves on its timer: wait (bounded) until it has moved, never a fixed pause
+        # that a loaded machine can outlast.
+        for _ in range(200):
+            await pilot.pause(0.05)
+            if screen.index.position(*screen.grid.cursor) - start >= 2:
+                break
         await pilot.press("space")
         assert not screen.playing and "⏸ paused" in screen_text(app)
         moved = screen.index.position(*screen.grid.cursor) - start
         assert moved >= 2
-        await pilot.pause(0.2)
-        assert screen.index.position(*screen.grid.cursor) - start == moved  # paused stays put
+        # Paused stays put: no timer is left to move it (its state, not a wait, says so).
+        assert screen._timer is None
+        await pilot.pause()
+        assert screen.index.position(*screen.grid.cursor) - start == moved
         await pilot.press("minus")
         assert SPEEDS[screen.speed_level] == 10.0 and "10 ev/s" in screen_text(app)
 
