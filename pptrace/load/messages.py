@@ -19,7 +19,7 @@ from pptrace.model import schema
 from pptrace.model.messages import BadMessageSpan, MessageEvent
 from pptrace.model.records import RankInfo
 
-__all__ = ["decode_span", "from_json", "in_call_order", "to_json"]
+__all__ = ["decode_span", "from_json", "in_call_order", "pack", "to_json", "unpack"]
 
 _RANK_KEYS = (schema.RANK, schema.WORLD_SIZE, schema.PP_RANK, schema.PP_SIZE, schema.TP_RANK,
               schema.TP_SIZE)
@@ -86,3 +86,42 @@ def from_json(value: list[Any]) -> MessageEvent:
     if not isinstance(name, str) or not isinstance(attrs, dict):
         raise BadMessageSpan("not a message event")
     return M.from_attributes(attrs, name)
+
+
+_NUMBERS = ("seq", "wall_ns", "mono_ns", "duration_ns")
+_POSITIONS = tuple(MessageEvent._fields.index(f) for f in _NUMBERS)
+
+
+def pack(events: Iterable[MessageEvent]) -> list[Any]:
+    """Events as JSON values for the loader worker's result: each distinct shape (the event
+    with its numbers zeroed) once as ``to_json``, then a row of (shape, seq, wall, mono,
+    duration) per event; the parent decodes each shape once (``unpack``)."""
+    index: dict[MessageEvent, int] = {}
+    shapes: list[Any] = []
+    rows: list[int] = []
+    for ev in events:
+        shape = ev._replace(seq=0, wall_ns=0, mono_ns=0, duration_ns=0)
+        i = index.get(shape)
+        if i is None:
+            i = index[shape] = len(shapes)
+            shapes.append(to_json(shape))
+        rows += (i, ev.seq, ev.wall_ns, ev.mono_ns, ev.duration_ns)
+    return [shapes, rows]
+
+
+def unpack(value: list[Any]) -> list[MessageEvent]:
+    """The inverse of ``pack`` (``BadMessageSpan`` when it is not one)."""
+    shapes, rows = value
+    templates = [list(from_json(s)) for s in shapes]
+    out = []
+    new = tuple.__new__
+    p_seq, p_wall, p_mono, p_dur = _POSITIONS
+    it = iter(rows)
+    try:
+        for i, seq, wall, mono, dur in zip(it, it, it, it, it, strict=True):
+            values = templates[i][:]
+            values[p_seq], values[p_wall], values[p_mono], values[p_dur] = seq, wall, mono, dur
+            out.append(new(MessageEvent, values))
+    except (ValueError, IndexError, TypeError):
+        raise BadMessageSpan("not packed message events") from None
+    return out
