@@ -109,7 +109,8 @@ def _events(index: int, procs: int, count: int) -> list[Any]:
         after = keys + tuple(m.key for m in metas)
         direction = Direction.ATTACH if i % 2 == 0 else Direction.EXTRACT
         out.append(Event(
-            rank=r, direction=direction, seq=i // 2, start_ns=1_700_000_000_000_000_000 + i * 500_000,
+            rank=r, direction=direction, seq=i // 2,
+            start_ns=1_700_000_000_000_000_000 + i * 500_000,
             mono_ns=1_000_000 + i * 500_000, duration_ns=3_000 + i % 13, thread_id=7,
             thread_name="MainThread", subject_type="GenerationBatchResult", tensors=metas,
             keys_before=keys if direction is Direction.ATTACH else after,
