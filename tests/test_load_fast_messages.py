@@ -117,3 +117,26 @@ def test_a_span_that_breaks_its_shape_is_read_exactly(tmp_path: Path,
     _write(path, 2, [*events, odd])
     (proc,) = load_paths([str(path)]).processes
     assert proc.messages[-1] == odd
+
+
+def test_call_order_is_the_one_its_docstring_defines() -> None:
+    """(mono_ns, send before receive, seq, begin before end), the first of a duplicate kept:
+    the C-speed sorts against that definition written out, on random events with ties."""
+    import random
+
+    def reference(events: list[MessageEvent]) -> tuple[MessageEvent, ...]:
+        seen: set[tuple[str, int, str]] = set()
+        out = []
+        for ev in sorted(events, key=lambda e: (e.mono_ns, e.op is MessageOp.RECV, e.seq,
+                                                 e.phase == "end")):
+            if (ev.op.value, ev.seq, ev.phase) not in seen:
+                seen.add((ev.op.value, ev.seq, ev.phase))
+                out.append(ev)
+        return tuple(out)
+
+    rnd = random.Random(5)
+    for _ in range(300):
+        events = [MessageEvent(op=rnd.choice(list(MessageOp)), phase=rnd.choice(["begin", "end"]),
+                               seq=rnd.randrange(6), mono_ns=rnd.randrange(5),
+                               peer=rnd.randrange(3)) for _ in range(rnd.randrange(30))]
+        assert load_messages.in_call_order(events) == reference(events)

@@ -11,6 +11,7 @@ cannot be a message event is an input problem of its file, named by what is wron
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -57,21 +58,34 @@ def decode_span(name: str, attrs: Mapping[str, Any], resource: Mapping[str, Any]
     return rank, run_id if isinstance(run_id, str) else "", event
 
 
-def _order(ev: MessageEvent) -> tuple[int, int, int, int]:
-    # A receive's begin sorts before its end at the same instant (they share mono_ns).
-    return (ev.mono_ns, ev.op is M.MessageOp.RECV, ev.seq, ev.phase == "end")
+_F = MessageEvent._fields
+_BY_MONO, _BY_OP, _BY_SEQ, _BY_PHASE = (operator.itemgetter(_F.index(f))
+                                        for f in ("mono_ns", "op", "seq", "phase"))
+_IDENT = operator.itemgetter(_F.index("op"), _F.index("seq"), _F.index("phase"))
 
 
 def in_call_order(events: Iterable[MessageEvent]) -> tuple[MessageEvent, ...]:
-    """The events by call start, a receive's begin before its end; one read twice kept once."""
+    """The events by call start, a receive's begin before its end; one read twice kept once.
+
+    The order is (mono_ns, send before receive, seq, begin before end): stable sorts by each
+    key from the last, in C (a Python key function for each of a million events costs more
+    than all four); "send" > "recv", so that one sorts in reverse, which keeps ties in order.
+    """
+    out = list(events)
+    out.sort(key=_BY_PHASE)  # "begin" < "end"
+    out.sort(key=_BY_SEQ)
+    out.sort(key=_BY_OP, reverse=True)
+    out.sort(key=_BY_MONO)
+    if len(set(map(_IDENT, out))) == len(out):
+        return tuple(out)
     seen: set[tuple[str, int, str]] = set()
-    out = []
-    for ev in sorted(events, key=_order):
+    unique = []
+    for ev in out:
         ident = (ev.op.value, ev.seq, ev.phase)
         if ident not in seen:
             seen.add(ident)
-            out.append(ev)
-    return tuple(out)
+            unique.append(ev)
+    return tuple(unique)
 
 
 def to_json(event: MessageEvent) -> list[Any]:
