@@ -23,7 +23,7 @@ from array import array
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from pptrace.load.fast_messages import MessageShapes, is_message
+from pptrace.load.fast_messages import MessageShapes
 from pptrace.load.layout import (
     DROPPED_BEFORE,
     DURATION_NS,
@@ -308,13 +308,10 @@ class FastLines:
         for chunk in chunks:
             m = match(chunk)
             if m is None:
-                if is_message(chunk):
-                    item = self.messages.span(chunk, head, resource)
-                    if item is None:
-                        raise _Fallback
-                    others.append(item)
-                    continue
-                others.append(self._older(chunk, head, resource))
+                item = self.messages.span(chunk, head, resource)
+                if item is None:
+                    raise _Fallback
+                others.append(self._older(chunk, head, resource) if item is False else item)
                 continue
             key = (head, m[1], chunk[m.end():])
             i = own.get(key)

@@ -126,12 +126,13 @@ class MessageShapes:
         self.decodes = 0  # spans decoded the ordinary way (one per shape, and what is not cut)
 
     def span(self, chunk: bytes, head: int, resource: Mapping[str, Any]
-             ) -> tuple[RankInfo, MessageEvent] | dict[str, Any] | None:
+             ) -> tuple[RankInfo, MessageEvent] | dict[str, Any] | bool | None:
         """(rank, event) of a cached shape, the parsed span of a new or uncacheable one (for
-        the ordinary path to read), or None when the text is not one span object."""
+        the ordinary path to read), None when the text is not one span object, False when it
+        is not a message span's."""
         cut = _cut(chunk)
         if cut is None:
-            return self._parse(chunk)
+            return self._parse(chunk) if _NAME.match(chunk) is not None else False
         text, v = cut
         key = (head, text)
         try:
