@@ -94,24 +94,28 @@ def _messages(index: int, procs: int, count: int) -> list[Any]:
 
 
 def _events(index: int, procs: int, count: int) -> list[Any]:
-    """``count`` attach/extract events of rank ``index`` (the pairs a sampler makes)."""
+    """``count`` events of rank ``index``: the last stage attaches, stage 0 extracts (the
+    output message carries them between), the other stages neither."""
     from pptrace.model.records import PREFIX, Direction, Event, TensorMeta
 
     r = _rank(index, procs)
+    last = (r.pp_size or 1) - 1
+    if r.pp_rank not in (0, last):
+        return []
+    direction = Direction.ATTACH if r.pp_rank == last else Direction.EXTRACT
     out: list[Any] = []
     for i in range(count):
-        batch = BATCH[(i // 2) % len(BATCH)]
+        batch = BATCH[i % len(BATCH)]
         metas = (TensorMeta("entropy", PREFIX + "entropy", (batch,), "float32", "cuda:0",
                             batch * 4),
                  TensorMeta("topk_ids", PREFIX + "topk_ids", (batch, 5), "int64", "cuda:0",
                             batch * 40))
         keys = ("next_token_ids", "next_token_logprobs")
         after = keys + tuple(m.key for m in metas)
-        direction = Direction.ATTACH if i % 2 == 0 else Direction.EXTRACT
+        t = i * 1_000_000 + (900_000 if direction is Direction.EXTRACT else 0)
         out.append(Event(
-            rank=r, direction=direction, seq=i // 2,
-            start_ns=1_700_000_000_000_000_000 + i * 500_000,
-            mono_ns=1_000_000 + i * 500_000, duration_ns=3_000 + i % 13, thread_id=7,
+            rank=r, direction=direction, seq=i, start_ns=1_700_000_000_000_000_000 + t,
+            mono_ns=1_000_000 + t, duration_ns=3_000 + i % 13, thread_id=7,
             thread_name="MainThread", subject_type="GenerationBatchResult", tensors=metas,
             keys_before=keys if direction is Direction.ATTACH else after,
             keys_after=after if direction is Direction.ATTACH else keys, run_id="bench-run"))
@@ -122,17 +126,23 @@ def generate(directory: str, messages: int, events: int, procs: int) -> None:
     """Write ``procs`` v2 trace files through the real encoder."""
     from pptrace.export.file_sink import FileSink
     from pptrace.export.spans import process_resource
+    from pptrace.model.records import RecorderStats
 
     for index in range(procs):
         r = _rank(index, procs)
         path = os.path.join(directory, f"pptrace-rank{index}-pid{r.pid}.otlp.jsonl")
         sink = FileSink(path, process_resource(r, "bench-run", 2))
-        evs = _events(index, procs, events // procs)
+        ends = 2 * min(TP, procs) if procs > TP else procs  # the ranks of stage 0 and the last
+        evs = _events(index, procs, events // ends)
         for i in range(0, len(evs), 512):
             sink.export(evs[i:i + 512])
         msgs = _messages(index, procs, messages // procs)
         for i in range(0, len(msgs), 512):
             sink.export_messages(msgs[i:i + 512], r, "bench-run")
+        sink.export_stats(RecorderStats(
+            rank=r, time_ns=1_800_000_000_000_000_000, recorded=len(evs), exported=len(evs),
+            run_id="bench-run", final=True, messages_recorded=len(msgs),
+            messages_exported=len(msgs)))  # the recorder's last word, as at a clean exit
         sink.shutdown(5.0)
 
 
