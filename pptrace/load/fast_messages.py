@@ -10,7 +10,7 @@ so a million messages hold a few thousand tuples); a miss is parsed and decoded 
 the event the decoder made of the whole span.
 
     cache = MessageShapes()
-    item = cache.span(chunk, head, resource)   # (rank, event), or None: not for this path
+    item = cache.span(chunk, head, resource)  # (rank, event); a span to parse; False: no message
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pptrace.model.messages import BadMessageSpan, MessageEvent
 from pptrace.model.records import RankInfo
 from pptrace.model.schema import compact_against
 
-__all__ = ["MessageShapes", "is_message"]
+__all__ = ["MessageShapes"]
 
 _HEAD = b'{"traceId":"'
 # A message span of pptrace's writer: hex ids, then its name.
@@ -57,11 +57,6 @@ _new = tuple.__new__
 
 # (rank, template event, compact: version 2 rebuilds the wall clock and duration from the times)
 _Shape = tuple[RankInfo, MessageEvent, bool]
-
-
-def is_message(chunk: bytes) -> bool:
-    """Whether a span's text (after its leading traceId marker) is a message span's."""
-    return _NAME.match(chunk) is not None
 
 
 def _number(v: bytes) -> bool:
