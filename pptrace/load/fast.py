@@ -23,6 +23,7 @@ from array import array
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from pptrace.load.fast_messages import MessageShapes
 from pptrace.load.layout import (
     DROPPED_BEFORE,
     DURATION_NS,
@@ -44,7 +45,8 @@ from pptrace.load.otlp import (
 )
 from pptrace.model import schema
 from pptrace.model.errors import SchemaVersionError
-from pptrace.model.records import Event
+from pptrace.model.messages import MessageEvent
+from pptrace.model.records import Event, RankInfo
 
 __all__ = ["EventSink", "FastLines"]
 
@@ -55,6 +57,8 @@ class EventSink(SpanSink, Protocol):
     def add_events(self, events: Sequence[Event]) -> None: ...
 
     def add_event(self, ev: Event) -> None: ...
+
+    def add_message(self, rank: RankInfo, message: MessageEvent) -> None: ...
 
     def problem(self, message: str, line: int | None = None) -> None: ...
 
@@ -232,6 +236,7 @@ class FastLines:
         # schema version 2 keeps the process's constants there), service name, attributes.
         self.heads: dict[bytes, _Resource] = {}
         self.hits = self.misses = 0
+        self.messages = MessageShapes()  # message spans' templates (``fast_messages``)
 
     def _resource(self, head: bytes, tail: bytes) -> _Resource:
         known = self.heads.get(head)
@@ -278,6 +283,8 @@ class FastLines:
             for item in others:
                 if isinstance(item, dict):
                     otlp_span(item, service, resource, b)
+                elif type(item) is tuple:  # (rank, message) of a cached message shape
+                    b.add_message(*item)
                 else:
                     b.add_event(item)
         except (BadShape, RecursionError) as exc:  # as the ordinary path reports a bad line
@@ -301,7 +308,10 @@ class FastLines:
         for chunk in chunks:
             m = match(chunk)
             if m is None:
-                others.append(self._older(chunk, head, resource))
+                item = self.messages.span(chunk, head, resource)
+                if item is None:
+                    raise _Fallback
+                others.append(self._older(chunk, head, resource) if item is False else item)
                 continue
             key = (head, m[1], chunk[m.end():])
             i = own.get(key)

@@ -33,7 +33,8 @@ from pptrace.load.builder import TraceBuilder
 from pptrace.load.compressed import COMPRESSED_SUFFIXES, expansion
 from pptrace.load.files import error_detail, open_regular, read_files
 from pptrace.load.layout import with_numbers
-from pptrace.load.messages import from_json, to_json
+from pptrace.load.messages import pack as pack_messages
+from pptrace.load.messages import unpack as unpack_messages
 from pptrace.model.errors import SchemaVersionError, TraceInputError
 from pptrace.model.records import Direction, Event, RankInfo, RecorderStats, TensorMeta
 from pptrace.model.trace import ForeignSpan, InputProblem
@@ -261,7 +262,7 @@ def _encode(builder: TraceBuilder, errors: Sequence[TraceInputError],
         "ranks": [[*k, asdict(r)] for k, r in builder.ranks.items()],
         "sources": [[*k, v] for k, v in builder.proc_sources.items()],
         "foreign": [list(asdict(s).values()) for s in builder.foreign],
-        "messages": [[*k, asdict(builder.ranks[k]), [to_json(m) for m in ms]]
+        "messages": [[*k, asdict(builder.ranks[k]), pack_messages(ms)]
                      for k, ms in builder.messages.items()],
         "problems": [[p.source, p.line, p.message] for p in builder.problems],
         "errors": [_error_json(e) for e in errors],
@@ -424,7 +425,7 @@ def take(builder: TraceBuilder, result: dict[str, Any], rows: bytes
     sources = [((host, pid, inst), list(map(str, found)))
                for host, pid, inst, found in result["sources"]]
     foreign = [ForeignSpan(*f) for f in result["foreign"]]
-    messages = [(RankInfo(**fields), [from_json(m) for m in ms])
+    messages = [(RankInfo(**fields), unpack_messages(ms))
                 for _, _, _, fields, ms in result.get("messages", ())]
     problems = [InputProblem(*p) for p in result["problems"]]
     errors = [TraceInputError(m, path=p, line=n) for m, p, n in result["errors"]]

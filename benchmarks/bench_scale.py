@@ -1,0 +1,202 @@
+"""Load and analyze a long run's trace: N message records and M attach/extract events, P ranks.
+
+The trace is written by the real trace-file encoder (``pptrace.export.file_sink.FileSink``, schema
+version 2): each rank's file holds its attach/extract events (``sink.export``) and its message
+layer (``sink.export_messages``): stage ``s`` receives proxy messages from ``s - 1`` and sends to
+``s + 1``, the last stage sends the output message (token ids, logprobs, auxiliary tensors) to
+stage 0, and every receive is two records (its begin and its end), as a real run writes them.
+Then it loads (``load_paths``) and analyzes (``analyze``) in a fresh process, and prints seconds
+for each and the peak RSS (this process and the loader worker, as if both peaked at once).
+
+    python benchmarks/bench_scale.py --messages 20000 100000
+    python benchmarks/bench_scale.py --messages 1000000 --events 300000 --procs 16
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+TP = 4
+BATCH = (1, 4, 8, 16)  # batch sizes cycle, so shapes vary like a real run's
+
+
+def _rank(index: int, procs: int) -> Any:
+    from pptrace.model.records import RankInfo
+
+    pp_size = max(1, procs // TP)
+    tp = TP if procs >= TP else procs
+    return RankInfo(rank=index, world_size=procs, pp_rank=index // tp, pp_size=pp_size,
+                    tp_rank=index % tp, tp_size=tp, host="bench-host", pid=50000 + index)
+
+
+def _tensors(kind: str, batch: int) -> tuple[tuple[str, ...], tuple[Any, ...]]:
+    from pptrace.model.messages import MessageTensor as T
+    from pptrace.model.records import PREFIX
+
+    if kind == "proxy":
+        ts = (T("hidden_states", (batch, 4096), "bfloat16", "cuda", batch * 8192),
+              T("residual", (batch, 4096), "bfloat16", "cuda", batch * 8192))
+        return ("hidden_states", "residual", "__msg_type__"), ts
+    ts = (T("next_token_ids", (batch,), "int64", "cuda", batch * 8),
+          T("next_token_logprobs", (batch,), "float32", "cuda", batch * 4),
+          T(PREFIX + "topk_logprobs", (batch, 5), "float32", "cuda", batch * 20),
+          T(PREFIX + "topk_ids", (batch, 5), "int64", "cuda", batch * 40),
+          T(PREFIX + "entropy", (batch,), "float32", "cuda", batch * 4))
+    return tuple(t.key for t in ts) + ("__msg_type__",), ts
+
+
+def _messages(index: int, procs: int, count: int) -> list[Any]:
+    """About ``count`` message records of rank ``index``: sends and two-record receives."""
+    from pptrace.model.messages import MessageEvent, MessageOp
+
+    r = _rank(index, procs)
+    tp, last = r.tp_size or 1, (r.pp_size or 1) - 1
+    pp = r.pp_rank or 0
+    out: list[Any] = []
+    seq = {MessageOp.SEND: 0, MessageOp.RECV: 0}
+    step, mono = 0, 1_000_000
+    while len(out) < count:
+        batch = BATCH[step % len(BATCH)]
+        calls = []
+        if pp > 0:
+            calls.append((MessageOp.RECV, (pp - 1) * tp + (r.tp_rank or 0), "proxy"))
+        elif last > 0:
+            calls.append((MessageOp.RECV, last * tp + (r.tp_rank or 0), "output"))
+        if pp < last:
+            calls.append((MessageOp.SEND, (pp + 1) * tp + (r.tp_rank or 0), "proxy"))
+        elif last > 0:
+            calls.append((MessageOp.SEND, r.tp_rank or 0, "output"))
+        for op, peer, kind in calls:
+            keys, ts = _tensors(kind, batch)
+            common = dict(seq=seq[op], wall_ns=1_700_000_000_000_000_000 + mono, mono_ns=mono,
+                          thread_id=7, peer=peer, peer_pp_rank=peer // tp,
+                          peer_tp_rank=peer % tp, kind=kind, keys=keys, tensors=ts)
+            if op is MessageOp.RECV:
+                out.append(MessageEvent(op=op, phase="begin", duration_ns=-1, **common))
+                out.append(MessageEvent(op=op, phase="end", duration_ns=41_000 + step % 97,
+                                        **{**common, "mono_ns": mono}))
+            else:
+                out.append(MessageEvent(op=op, phase="end", duration_ns=12_000 + step % 31,
+                                        **common))
+            seq[op] += 1
+            mono += 50_000
+        step += 1
+        mono += 1_000_000
+    return out
+
+
+def _events(index: int, procs: int, count: int) -> list[Any]:
+    """``count`` events of rank ``index``: the last stage attaches, stage 0 extracts (the
+    output message carries them between), the other stages neither."""
+    from pptrace.model.records import PREFIX, Direction, Event, TensorMeta
+
+    r = _rank(index, procs)
+    last = (r.pp_size or 1) - 1
+    if r.pp_rank not in (0, last):
+        return []
+    direction = Direction.ATTACH if r.pp_rank == last else Direction.EXTRACT
+    out: list[Any] = []
+    for i in range(count):
+        batch = BATCH[i % len(BATCH)]
+        metas = (TensorMeta("entropy", PREFIX + "entropy", (batch,), "float32", "cuda:0",
+                            batch * 4),
+                 TensorMeta("topk_ids", PREFIX + "topk_ids", (batch, 5), "int64", "cuda:0",
+                            batch * 40))
+        keys = ("next_token_ids", "next_token_logprobs")
+        after = keys + tuple(m.key for m in metas)
+        t = i * 1_000_000 + (900_000 if direction is Direction.EXTRACT else 0)
+        out.append(Event(
+            rank=r, direction=direction, seq=i, start_ns=1_700_000_000_000_000_000 + t,
+            mono_ns=1_000_000 + t, duration_ns=3_000 + i % 13, thread_id=7,
+            thread_name="MainThread", subject_type="GenerationBatchResult", tensors=metas,
+            keys_before=keys if direction is Direction.ATTACH else after,
+            keys_after=after if direction is Direction.ATTACH else keys, run_id="bench-run"))
+    return out
+
+
+def generate(directory: str, messages: int, events: int, procs: int) -> None:
+    """Write ``procs`` v2 trace files through the real encoder."""
+    from pptrace.export.file_sink import FileSink
+    from pptrace.export.spans import process_resource
+    from pptrace.model.records import RecorderStats
+
+    for index in range(procs):
+        r = _rank(index, procs)
+        path = os.path.join(directory, f"pptrace-rank{index}-pid{r.pid}.otlp.jsonl")
+        sink = FileSink(path, process_resource(r, "bench-run", 2))
+        ends = 2 * min(TP, procs) if procs > TP else procs  # the ranks of stage 0 and the last
+        evs = _events(index, procs, events // ends)
+        for i in range(0, len(evs), 512):
+            sink.export(evs[i:i + 512])
+        msgs = _messages(index, procs, messages // procs)
+        for i in range(0, len(msgs), 512):
+            sink.export_messages(msgs[i:i + 512], r, "bench-run")
+        sink.export_stats(RecorderStats(
+            rank=r, time_ns=1_800_000_000_000_000_000, recorded=len(evs), exported=len(evs),
+            run_id="bench-run", final=True, messages_recorded=len(msgs),
+            messages_exported=len(msgs)))  # the recorder's last word, as at a clean exit
+        sink.shutdown(5.0)
+
+
+def measure(directory: str) -> dict[str, float]:
+    """Load, then analyze, in this process: seconds each and the peak RSS."""
+    from pptrace.analyze.analyzer import analyze
+    from pptrace.load.loader import load_paths
+
+    t0 = time.perf_counter()
+    trace = load_paths([directory])
+    t1 = time.perf_counter()
+    findings = analyze(trace)
+    t2 = time.perf_counter()
+    peak_kb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+               + resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+    return {"messages": sum(len(p.messages) for p in trace.processes),
+            "events": trace.event_count, "load_s": t1 - t0, "analyze_s": t2 - t1,
+            "peak_mb": peak_kb / 1024, "findings": len(findings),
+            "problems": len(trace.problems)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, nargs="+", default=[20_000, 100_000])
+    parser.add_argument("--events", type=int, default=0,
+                        help="attach/extract events (default: messages / 7, a demo's ratio)")
+    parser.add_argument("--procs", type=int, default=16)
+    parser.add_argument("--dir", help="keep the generated traces here (reused when present)")
+    parser.add_argument("--measure", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.measure:
+        print(json.dumps(measure(args.measure)))
+        return
+    base = args.dir or tempfile.mkdtemp(prefix="pptrace-scale-")
+    print(f"load average: {os.getloadavg()[0]:.2f}  (uptime)")
+    print(f"{'messages':>9} {'events':>8} {'procs':>5} {'MB':>6} {'load s':>7} {'analyze s':>9} "
+          f"{'total s':>7} {'peak MB':>8} {'µs/rec':>7}")
+    for n in args.messages:
+        m = args.events or n // 7
+        d = os.path.join(base, f"m{n}-e{m}-p{args.procs}")
+        if not os.path.isdir(d):
+            os.makedirs(d + ".tmp", exist_ok=True)
+            generate(d + ".tmp", n, m, args.procs)
+            os.rename(d + ".tmp", d)
+        size = sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d)) / 1e6
+        out = subprocess.run([sys.executable, __file__, "--measure", d], check=True,
+                             capture_output=True, text=True).stdout
+        r = json.loads(out.splitlines()[-1])
+        total = r["load_s"] + r["analyze_s"]
+        per = total / max(1, r["messages"] + r["events"]) * 1e6
+        print(f"{r['messages']:>9} {r['events']:>8} {args.procs:>5} {size:>6.0f} "
+              f"{r['load_s']:>7.2f} {r['analyze_s']:>9.2f} {total:>7.2f} {r['peak_mb']:>8.0f} "
+              f"{per:>7.1f}  findings={r['findings']} problems={r['problems']}")
+
+
+if __name__ == "__main__":
+    main()

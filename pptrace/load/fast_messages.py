@@ -1,0 +1,189 @@
+"""The fast path for message spans (``pptrace.send``, ``pptrace.recv.begin``, ``pptrace.recv``).
+
+A message span differs from the one before it of the same shape (same process, kind, peer, keys
+and tensors) only in its ids, its times, its ``seq``, its monotonic clock and, in schema version
+1, its wall-clock start and duration. As ``pptrace.load.fast`` does for attach/extract spans, this
+cuts those numbers out of the span's text and uses the rest as the key of a cache of decoded
+template events: a hit is the template with the numbers put back (its keys and tensors shared,
+so a million messages hold a few thousand tuples); a miss is parsed and decoded the ordinary way
+(``pptrace.load.messages.decode_span``), and cached only when the numbers cut out rebuild exactly
+the event the decoder made of the whole span.
+
+    cache = MessageShapes()
+    item = cache.span(chunk, head, resource)  # (rank, event); a span to parse; False: no message
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from pptrace.load import messages as load_messages
+from pptrace.load.otlp import BadShape, attributes, to_int
+from pptrace.model import messages as M
+from pptrace.model.messages import BadMessageSpan, MessageEvent
+from pptrace.model.records import RankInfo
+from pptrace.model.schema import compact_against
+
+__all__ = ["MessageShapes"]
+
+_HEAD = b'{"traceId":"'
+# A message span of pptrace's writer: hex ids, then its name.
+_NAME = re.compile(rb'[0-9a-f]{32}","spanId":"([0-9a-f]{16})","name":"pptrace\.'
+                   rb'(?:send|recv|recv\.begin)",')
+
+
+def _attr(key: str) -> bytes:
+    return ('{"key":"' + key + '","value":{"intValue":"').encode()
+
+
+# Cut out of the text, in the order ``model.messages.to_attributes`` writes them; each but the
+# times may be absent (version 2 leaves the wall clock and duration to the span's times).
+_MARKERS = (b'"startTimeUnixNano":"', b'"endTimeUnixNano":"', _attr(M.SEQ), _attr(M.WALL_NS),
+            _attr(M.MONO_NS), _attr(M.DURATION_NS))
+_START, _END, _SEQ, _WALL, _MONO, _DUR = range(len(_MARKERS))
+# Members the JSON decoder would read a second time (the last one wins): never cached.
+# (The span's own "traceId" member is before the text: another one there is a second one.)
+_ONCE = (b'"spanId"', b'"name"', b'"startTimeUnixNano"', b'"endTimeUnixNano"',
+         b'"attributes"') + tuple(('"' + k + '"').encode() for k in (
+             M.SEQ, M.WALL_NS, M.MONO_NS, M.DURATION_NS, M.OP, M.PHASE))
+_FIELDS = MessageEvent._fields
+_F_SEQ, _F_WALL, _F_MONO, _F_DUR = (_FIELDS.index(f) for f in
+                                    ("seq", "wall_ns", "mono_ns", "duration_ns"))
+_MAX_SHAPES = 50_000
+_new = tuple.__new__
+
+# (rank, template event, compact: version 2 rebuilds the wall clock and duration from the times)
+_Shape = tuple[RankInfo, MessageEvent, bool]
+
+
+def _number(v: bytes) -> bool:
+    return v.isdigit() or (v[:1] == b"-" and v[1:].isdigit())
+
+
+def _int_re(key: str, sign: bytes = b"") -> bytes:
+    return re.escape(_attr(key)) + b"(" + sign + rb'\d{1,20})"\}\},'
+
+
+# pptrace's own writer, in one anchored match: the ids, name and kind, the times, then the
+# numbers ``to_attributes`` writes first (``seq``; version 1's wall clock; ``mono_ns``; a
+# duration where the times do not give it back). The text after the match is the shape's.
+_OWN = re.compile(
+    rb'[0-9a-f]{32}","spanId":"[0-9a-f]{16}(","name":"pptrace\.(?:send|recv|recv\.begin)",'
+    rb'"kind":(?:\d{1,3}|"[A-Z_]{1,40}"),"startTimeUnixNano":")(\d{1,20})","endTimeUnixNano":"'
+    rb'(\d{1,20})","attributes":\[' + _int_re(M.SEQ) + b"(?:" + _int_re(M.WALL_NS) + b")?"
+    + _int_re(M.MONO_NS) + b"(?:" + _int_re(M.DURATION_NS, b"-?") + b")?")
+
+
+def _cut(chunk: bytes) -> tuple[bytes, list[bytes | None]] | None:
+    """(the text without its ids and numbers, the numbers), or None: not cut here."""
+    own = _OWN.match(chunk)
+    if own is not None:
+        name, start, end, seq, wall, mono, dur = own.groups()
+        flags = b"%d%d" % (wall is None, dur is None)
+        return b"\0".join((b"O" + flags, name, chunk[own.end():])), [
+            start, end, seq, wall, mono, dur]
+    m = _NAME.match(chunk)
+    if m is None:
+        return None
+    find = chunk.find
+    pieces = [chunk[32:m.start(1)]]  # the ids cut out: the trace id's 32 characters, the span's
+    last = m.end(1)
+    values: list[bytes | None] = []
+    for marker in _MARKERS:
+        p = find(marker, last)
+        if p < 0:
+            if find(marker) >= 0:
+                return None  # out of order: not pptrace's writer
+            values.append(None)
+            continue
+        s = p + len(marker)
+        e = find(b'"', s)
+        v = chunk[s:e]
+        if not _number(v):
+            return None
+        pieces.append(chunk[last:s])
+        values.append(v)
+        last = e
+    if values[_START] is None or values[_END] is None or values[_SEQ] is None:
+        return None
+    pieces.append(chunk[last:])
+    return b"\0".join(pieces), values
+
+
+class MessageShapes:
+    """One loader run's cache of message templates."""
+
+    def __init__(self) -> None:
+        self.shapes: dict[tuple[int, bytes], _Shape | None] = {}
+        self.decodes = 0  # spans decoded the ordinary way (one per shape, and what is not cut)
+
+    def span(self, chunk: bytes, head: int, resource: Mapping[str, Any]
+             ) -> tuple[RankInfo, MessageEvent] | dict[str, Any] | bool | None:
+        """(rank, event) of a cached shape, the parsed span of a new or uncacheable one (for
+        the ordinary path to read), None when the text is not one span object, False when it
+        is not a message span's."""
+        cut = _cut(chunk)
+        if cut is None:
+            return self._parse(chunk) if _NAME.match(chunk) is not None else False
+        text, v = cut
+        key = (head, text)
+        try:
+            shape = self.shapes[key]
+        except KeyError:
+            return self._learn(chunk, key, v, resource)
+        if shape is None:
+            return self._parse(chunk)
+        return shape[0], _rebuild(shape, v)
+
+    def _parse(self, chunk: bytes) -> dict[str, Any] | None:
+        self.decodes += 1
+        try:
+            span = json.loads(_HEAD + chunk)
+        except (ValueError, RecursionError):
+            return None
+        return span if isinstance(span, dict) else None
+
+    def _learn(self, chunk: bytes, key: tuple[int, bytes], v: list[bytes | None],
+               resource: Mapping[str, Any]) -> dict[str, Any] | None:
+        """Parse a new shape's span; cache it when the numbers cut out rebuild its event."""
+        span = self._parse(chunk)
+        if len(self.shapes) >= _MAX_SHAPES:
+            self.shapes.clear()
+        self.shapes[key] = None
+        if span is None or b'"traceId"' in chunk or any(chunk.count(m) > 1 for m in _ONCE):
+            return span
+        try:
+            attrs = attributes(span.get("attributes", []))
+            start = to_int(span.get("startTimeUnixNano", 0), "start")
+            end = to_int(span.get("endTimeUnixNano", start), "end")
+            rank, _, ev = load_messages.decode_span(span["name"], attrs, resource, start, end)
+        except (BadShape, BadMessageSpan, RecursionError, KeyError, TypeError):
+            return span  # the ordinary path reports it
+        compact = M.OP not in attrs and compact_against(resource) is not None
+        shape = (rank, ev, compact)
+        if _rebuild(shape, v) == ev:
+            self.shapes[key] = shape
+        return span  # (read the ordinary way once: its version checked, its process noted)
+
+
+def _rebuild(shape: _Shape, v: list[bytes | None]) -> MessageEvent:
+    """The template with the numbers of one span, as ``from_attributes`` derives them."""
+    _, t, compact = shape
+    start, end = int(v[_START]), int(v[_END])  # type: ignore[arg-type]
+    values = list(t)
+    values[_F_SEQ] = int(v[_SEQ])  # type: ignore[arg-type]
+    wall, mono, dur = v[_WALL], v[_MONO], v[_DUR]
+    values[_F_WALL] = int(wall) if wall is not None else (start if compact else 0)
+    if mono is not None:
+        values[_F_MONO] = int(mono)
+    if dur is not None:
+        values[_F_DUR] = int(dur)
+    elif compact:
+        values[_F_DUR] = -1 if t.phase == "begin" else end - start
+    else:
+        values[_F_DUR] = -1
+    event: MessageEvent = _new(MessageEvent, values)
+    return event

@@ -1,0 +1,142 @@
+"""The message layer's fast path (``pptrace.load.fast_messages``) keeps what makes it fast.
+
+A trace file of many message spans of a few shapes, written by the real ``FileSink`` in both
+schema versions, loads to exactly the events written, decoding each distinct shape a bounded
+number of times (never once a span); the loader worker's result carries them as shapes and rows
+and gives back the same events; a span that breaks its shape is still read exactly.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pptrace.export.file_sink import FileSink
+from pptrace.export.spans import process_resource
+from pptrace.load import messages as load_messages
+from pptrace.load import worker
+from pptrace.load.loader import load_paths
+from pptrace.model.messages import MessageEvent, MessageOp, MessageTensor
+from pptrace.model.records import RankInfo
+
+RANK = RankInfo(rank=1, world_size=4, pp_rank=1, pp_size=4, tp_rank=0, tp_size=1, host="h",
+                pid=41)
+
+
+def _events(n: int) -> list[MessageEvent]:
+    """``n`` calls of 3 shapes per op (batch sizes cycle): a receive is a begin and an end."""
+    out: list[MessageEvent] = []
+    seq = {MessageOp.SEND: 0, MessageOp.RECV: 0}
+    for i in range(n):
+        batch = (1, 4, 8)[i % 3]
+        ts = (MessageTensor("hidden_states", (batch, 64), "bfloat16", "cuda", batch * 128),)
+        op = MessageOp.RECV if i % 2 else MessageOp.SEND
+        common = dict(op=op, seq=seq[op], wall_ns=1_700_000_000_000_000_000 + i * 1000,
+                      mono_ns=5_000 + i * 1000, thread_id=7, peer=0 if op is MessageOp.RECV
+                      else 2, kind="proxy", keys=("hidden_states", "__msg_type__"), tensors=ts)
+        seq[op] += 1
+        if op is MessageOp.RECV:
+            out.append(MessageEvent(phase="begin", duration_ns=-1, **common))  # type: ignore[arg-type]
+        out.append(MessageEvent(phase="end", duration_ns=300 + i, **common))  # type: ignore[arg-type]
+    return out
+
+
+def _write(path: Path, version: int, events: list[MessageEvent]) -> None:
+    sink = FileSink(str(path), process_resource(RANK, "run1", version))
+    for i in range(0, len(events), 50):
+        sink.export_messages(events[i:i + 50], RANK, "run1")
+    sink.shutdown(1.0)
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_each_message_shape_is_decoded_a_bounded_number_of_times(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, version: int) -> None:
+    monkeypatch.setenv("PPTRACE_LOAD_WORKERS", "0")  # in this process, where it is counted
+    events = _events(600)
+    path = tmp_path / f"pptrace-rank1-pid41-v{version}.otlp.jsonl"
+    _write(path, version, events)
+    decodes = 0
+    real = load_messages.decode_span
+
+    def counting(*args: object, **kwargs: object) -> object:
+        nonlocal decodes
+        decodes += 1
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(load_messages, "decode_span", counting)
+    trace = load_paths([str(path)])
+    (proc,) = trace.processes
+    assert not trace.problems
+    assert proc.messages == load_messages.in_call_order(events)
+    # 9 shapes (send; receive begin; receive end; 3 batch sizes each): each read twice at most
+    # (learned, then read the ordinary way once), against 900 spans.
+    assert 9 <= decodes <= 18
+    # The loaded events share their keys and tensors: a few tuples, not one each.
+    assert len({id(m.tensors) for m in proc.messages}) <= 18  # (a learned span: its own)
+
+
+def test_the_worker_carries_messages_as_shapes_and_rows() -> None:
+    events = _events(90)
+    packed = load_messages.pack(events)
+    shapes, rows = packed
+    assert len(shapes) == 9 and len(rows) == 5 * len(events)
+    assert load_messages.unpack(packed) == events
+
+
+def test_a_worker_loaded_trace_equals_the_one_read_here(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two files, the second read by the loader worker (its size threshold lowered)."""
+    events = _events(300)
+    _write(tmp_path / "pptrace-rank1-pid41.otlp.jsonl", 2, events)
+    other = RankInfo(rank=2, world_size=4, pp_rank=2, pp_size=4, tp_rank=0, tp_size=1,
+                     host="h", pid=42)
+    sink = FileSink(str(tmp_path / "pptrace-rank2-pid42.otlp.jsonl"),
+                    process_resource(other, "run1", 2))
+    sink.export_messages(events, other, "run1")
+    sink.shutdown(1.0)
+    monkeypatch.setattr(worker, "MIN_PARALLEL_BYTES", 0)
+    monkeypatch.delenv("PPTRACE_LOAD_WORKERS", raising=False)
+    files = sorted(str(f) for f in tmp_path.iterdir())
+    assert worker.split_files(files, {f: Path(f).stat().st_size for f in files}) == 1
+    parallel = load_paths([str(tmp_path)])
+    monkeypatch.setenv("PPTRACE_LOAD_WORKERS", "0")
+    serial = load_paths([str(tmp_path)])
+    assert [p.messages for p in parallel.processes] == [p.messages for p in serial.processes]
+    assert [p.messages for p in serial.processes] == [load_messages.in_call_order(events)] * 2
+
+
+def test_a_span_that_breaks_its_shape_is_read_exactly(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A span of a cached shape whose duration its times cannot give back writes the duration
+    (a new shape): it must load as written, not as the template's rule would rebuild it."""
+    monkeypatch.setenv("PPTRACE_LOAD_WORKERS", "0")
+    events = _events(30)
+    odd = events[-1]._replace(seq=99, duration_ns=-1, mono_ns=10**9)  # an end with no duration
+    path = tmp_path / "pptrace-rank1-pid41.otlp.jsonl"
+    _write(path, 2, [*events, odd])
+    (proc,) = load_paths([str(path)]).processes
+    assert proc.messages[-1] == odd
+
+
+def test_call_order_is_the_one_its_docstring_defines() -> None:
+    """(mono_ns, send before receive, seq, begin before end), the first of a duplicate kept:
+    the C-speed sorts against that definition written out, on random events with ties."""
+    import random
+
+    def reference(events: list[MessageEvent]) -> tuple[MessageEvent, ...]:
+        seen: set[tuple[str, int, str]] = set()
+        out = []
+        for ev in sorted(events, key=lambda e: (e.mono_ns, e.op is MessageOp.RECV, e.seq,
+                                                 e.phase == "end")):
+            if (ev.op.value, ev.seq, ev.phase) not in seen:
+                seen.add((ev.op.value, ev.seq, ev.phase))
+                out.append(ev)
+        return tuple(out)
+
+    rnd = random.Random(5)
+    for _ in range(300):
+        events = [MessageEvent(op=rnd.choice(list(MessageOp)), phase=rnd.choice(["begin", "end"]),
+                               seq=rnd.randrange(6), mono_ns=rnd.randrange(5),
+                               peer=rnd.randrange(3)) for _ in range(rnd.randrange(30))]
+        assert load_messages.in_call_order(events) == reference(events)
