@@ -91,7 +91,6 @@ def _work_unit() -> int:
 def child(variant: str, rate: float, seconds: float, trace_dir: str) -> dict[str, Any]:
     """Run the work loop for one variant; its counts."""
     import torch
-
     from pptrace.activation.sglang_module import load_transport_module
 
     module = load_transport_module(allow_bare=True)

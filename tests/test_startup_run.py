@@ -186,11 +186,13 @@ def test_spawned_children_are_instrumented_without_code_in_them(tmp_path: Path) 
 
 # What the bootstrap may import in a process that never loads a target module: pptrace's import
 # hook and the target grammar (stdlib only; in the command's own process also the run's closing
-# line). Not torch, not OpenTelemetry, not dataclasses (about 8 ms), not importlib.abc (about
-# 7 ms), not the activation itself.
+# line; and the engine seam's declarations, stdlib-only data that names which modules to wait
+# for). Not torch, not OpenTelemetry, not dataclasses (about 8 ms), not importlib.abc (about
+# 7 ms), not the activation itself, never an engine.
 BOOTSTRAP_ONLY = {"pptrace", "pptrace.activation", "pptrace.activation.hook", "pptrace.model",
                   "pptrace.model.errors", "pptrace.model.target", "pptrace.model.text",
-                  "pptrace.activation.run_notes"}
+                  "pptrace.activation.run_notes", "pptrace.engines", "pptrace.engines.spec",
+                  "pptrace.engines.sglang", "pptrace.engines.vllm"}
 HEAVY = ("torch", "numpy", "opentelemetry", "textual", "grpc", "google", "dataclasses",
          "importlib.abc", "threading", "pptrace.activation.startup", "pptrace.record")
 

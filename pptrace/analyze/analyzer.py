@@ -52,12 +52,12 @@ from pptrace.analyze.rules import (
     classify_error,
     compare_specs,
     rank_id,
-    runs_of,
     stage_of,
     tensor_names,
     tp_of,
     who,
 )
+from pptrace.analyze.runs import join_runs
 from pptrace.analyze.scan import scan
 from pptrace.analyze.summary import Counted, Raw, Ref, link_peer_errors, summarise
 from pptrace.analyze.tp import TpPayloads, tp_message
@@ -124,7 +124,8 @@ class _Analysis:
         self.lost = self.accounts.lost  # process index -> "rank 2 lost 5 events"
         self.attaches = {p.index: self.scans[p.index].attaches for p in self.procs}
         self.extracts = {p.index: self.scans[p.index].extracts for p in self.procs}
-        self.run_ids = run_ids = runs_of([p.trace for p in self.procs])
+        # Several nodes' run ids that complement each other are one job (pptrace.analyze.runs).
+        self.run_ids = run_ids = list(join_runs([p.trace for p in self.procs]).job_of)
         self.several = len(set(run_ids)) > 1
         # Channel names carry the run when traces of several runs are analysed together.
         self.run_prefix = [f"{run or '?'}:" if self.several else "" for run in run_ids]
@@ -380,8 +381,7 @@ class _Analysis:
                  if self.roles.is_last(self.members[p.index]) and self.attaches[p.index]]
         by_run: dict[tuple[str, int | None], list[_Proc]] = {}
         for p in lasts:
-            run = p.trace.events[0].run_id if p.trace.events else ""
-            by_run.setdefault((run, p.rank.pp_rank), []).append(p)
+            by_run.setdefault((self.run_ids[p.index], p.rank.pp_rank), []).append(p)
         payloads = TpPayloads()
         for group in by_run.values():
             if len({tp_of(p.rank) for p in group}) < 2:

@@ -13,7 +13,8 @@ import json
 import sys
 from typing import Any
 
-from pptrace.analyze.analyzer import analyze
+from pptrace.analyze.analyzer import analysis
+from pptrace.analyze.clocks import estimate, message_constraints
 from pptrace.cli.inputs import add_input_arguments, input_paths, inputs_from_args, load_trace
 from pptrace.cli.progress import Status, text_width
 from pptrace.model.findings import Severity
@@ -87,7 +88,9 @@ def run(args: argparse.Namespace) -> int:
     with input_paths(inputs) as paths:
         trace = load_trace(paths, status)
     status.stage(f"pptrace: analyzing {trace.event_count:,} events")
-    findings = analyze(trace)
+    result = analysis(trace)
+    findings = list(result.findings)
+    clocks = estimate(message_constraints(trace, result.message_pairs), len(trace.processes))
     status.end()
     per_kind = args.max_per_kind if args.max_per_kind > 0 else None
     if args.format == "json":
@@ -95,5 +98,5 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         sys.stdout.write(render_text(trace, findings, fail_on, per_kind=per_kind,
-                                     width=text_width(sys.stdout)))
+                                     width=text_width(sys.stdout), clocks=clocks))
     return exit_status(findings, fail_on)

@@ -35,6 +35,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 
 from pptrace.activation import autobuild
+from pptrace.cli import launchers
 from pptrace.cli.tracing import add_export_arguments, export_env
 from pptrace.model.config import ENV_DOC
 from pptrace.model.errors import ConfigError
@@ -137,14 +138,16 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 
 def build_env(args: argparse.Namespace, environ: Mapping[str, str]) -> dict[str, str]:
-    """The environment COMMAND runs in: ``environ`` plus pptrace's variables."""
+    """The environment COMMAND runs in: ``environ`` plus pptrace's variables (the run id the
+    launcher shares across nodes, when it names one: one job, one run)."""
     env = dict(environ)
     env["PPTRACE_ENABLED"] = "1"
     for option, var in _OPTION_ENV:
         value = getattr(args, option, None)
         if value is not None:
             env[var] = str(value)
-    env.setdefault("PPTRACE_RUN_ID", uuid.uuid4().hex[:16])
+    shared = launchers.shared_run_id(list(getattr(args, "command", None) or ()), environ)
+    env.setdefault("PPTRACE_RUN_ID", shared or uuid.uuid4().hex[:16])
     if getattr(args, "targets", None):
         env["PPTRACE_TARGETS"] = format_targets(as_targets(args.targets))
     env = export_env(args, env)  # validates every PPTRACE_* value, targets included
@@ -177,6 +180,10 @@ def run(args: argparse.Namespace) -> int:
               f"transport module {DEFAULT_MODULE} or an engine's message layer), so nothing is "
               "traced unless a process loads one; to trace a transport module of your own: "
               "pptrace run --target MODULE[:ATTACH,EXTRACT] -- COMMAND", file=sys.stderr)
+    note = launchers.combine_note(command, env.get("PPTRACE_DIR") or "pptrace-traces",
+                                  env["PPTRACE_RUN_ID"])
+    if note is not None:
+        print(note, file=sys.stderr)
     autobuild.launch(getattr(args, "native_build", "auto"), env)  # never raises
     env["PPTRACE_RUN_PID"] = str(os.getpid())  # the command's process: exec keeps the pid
     env["PPTRACE_RUN_STATE"] = state = tempfile.mkdtemp(prefix="pptrace-run-")

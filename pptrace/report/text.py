@@ -19,7 +19,9 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+from pptrace.analyze.clocks import ClockOffsets
 from pptrace.analyze.rules import run_of
+from pptrace.analyze.runs import join_runs
 from pptrace.model.findings import Finding, MessageId, Severity
 from pptrace.model.messages import MessageOp
 from pptrace.model.records import Direction
@@ -203,12 +205,35 @@ def _fit(line: str, width: int) -> list[str]:
                          drop_whitespace=True) or [line]
 
 
+def clock_note(trace: Trace, clocks: ClockOffsets | None) -> str | None:
+    """A line naming the processes whose clocks provably differ from the first process's (the
+    causal pairs bound their offset away from 0), or None."""
+    if clocks is None or not clocks.consistent:
+        return None
+    off = [o for o in clocks.offsets if o.low_ns > 0 or o.high_ns < 0]
+    if not off:
+        return None
+    shown = ", ".join(f"{trace.processes[o.process].rank.label()} {o.offset_ns / 1e6:+.1f} ms"
+                      + (f" (within {(o.high_ns - o.low_ns) / 2e6:.1f} ms)" if o.certain else
+                         " (one-way bound)") for o in off[:4])
+    return (f"clock offsets against {trace.processes[0].rank.label()}, from the message pairs "
+            f"(not applied to the times shown): {shown}" + (" ..." if len(off) > 4 else ""))
+
+
 def render_text(trace: Trace, findings: Sequence[Finding], fail_on: Severity, *,
-                per_kind: int | None = PER_KIND, width: int | None = None) -> str:
+                per_kind: int | None = PER_KIND, width: int | None = None,
+                clocks: ClockOffsets | None = None) -> str:
     """The human report (``per_kind``: the most findings of a kind it lists; None: all);
     ``width``: break lines between words to fit it (None: a line per finding, for grep and
-    logs; the CLI passes the terminal's width when it writes to one)."""
+    logs; the CLI passes the terminal's width when it writes to one); ``clocks``: the offsets
+    ``pptrace.analyze.clocks`` estimated, said when they matter."""
     lines = [f"pptrace analyze: {_summary_line(trace)}"]
+    runs = join_runs(trace.processes)
+    if runs.reason:
+        lines.append(inert(clip(runs.reason)))
+    note = clock_note(trace, clocks)
+    if note is not None:
+        lines.append(note)
     if trace.event_count == 0 and not any(p.messages for p in trace.processes):
         lines.append("No pptrace events in this input: nothing to check (was pptrace active?).")
     counts = Counter(f.severity for f in findings)

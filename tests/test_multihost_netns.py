@@ -1,0 +1,99 @@
+"""A real two-host job (issue 22): two network namespaces joined by a veth pair, gloo over it,
+each host in its own UTS and PID namespace with the *same* hostname (as containers often report),
+``pptrace run -- torchrun --nnodes 2`` on each with its own trace folder and its own drawn run id.
+Analysed together, the two folders are one job of two processes, and the healthy run is clean.
+Where namespaces cannot be made here, the test says why and skips."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+
+from pptrace.analyze.analyzer import analyze
+from pptrace.load.loader import load_paths
+from pptrace.model.findings import Severity
+from pptrace.report.text import render_text
+from tests.helpers_startup import PYTHON, REPO, child_env
+
+EXAMPLE = REPO / "docs" / "examples" / "own_pp"
+BIN = Path(PYTHON).parent
+
+
+def _ip(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["ip", *args], capture_output=True, text=True, timeout=20)
+
+
+@pytest.fixture
+def hosts() -> object:
+    """Two namespaces, 10.77.0.1 and 10.77.0.2 over a veth pair; removed afterwards."""
+    if os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("unshare") is None:
+        pytest.skip("network namespaces need root, ip and unshare")
+    tag = uuid.uuid4().hex[:6]
+    names = (f"pph{tag}a", f"pph{tag}b")
+    made: list[str] = []
+    try:
+        for name in names:
+            out = _ip("netns", "add", name)
+            if out.returncode != 0:
+                pytest.skip(f"ip netns add failed: {out.stderr.strip()}")
+            made.append(name)
+        steps = [("link", "add", f"v{tag}a", "type", "veth", "peer", "name", f"v{tag}b")]
+        for i, name in enumerate(names):
+            end = f"v{tag}{'ab'[i]}"
+            steps += [("link", "set", end, "netns", name),
+                      ("-n", name, "addr", "add", f"10.77.0.{i + 1}/24", "dev", end),
+                      ("-n", name, "link", "set", end, "up"),
+                      ("-n", name, "link", "set", "lo", "up")]
+        for step in steps:
+            out = _ip(*step)
+            if out.returncode != 0:
+                pytest.skip(f"ip {' '.join(step)} failed: {out.stderr.strip()}")
+        yield names
+    finally:
+        for name in made:
+            _ip("netns", "del", name)
+
+
+@pytest.mark.slow
+def test_two_hosts_one_hostname_equal_pid_namespaces_are_one_clean_job(
+        hosts: tuple[str, str], tmp_path: Path) -> None:
+    shutil.copytree(EXAMPLE, tmp_path / "own_pp")
+    env = child_env()
+    env.pop("PPTRACE_RUN_ID", None)  # each node draws its own, as two nodes would
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    env["GLOO_SOCKET_IFNAME"] = "eth0"
+    procs = []
+    for node, ns in enumerate(hosts):
+        out = tmp_path / f"node{node}"
+        # Node 1's launcher forks one process fewer before its rank than node 0's (which hosts
+        # the rendezvous store): one spare fork gives both ranks the same pid, as containers do.
+        spare = "/bin/true && " if node else ""
+        run = (f"{spare}hostname samehost && cd {tmp_path / 'own_pp'} && PPTRACE_DIR={out} "
+               f"GLOO_SOCKET_IFNAME=v{ns[3:9]}{'ab'[node]} "
+               f"pptrace run --target my_transport:attach_aux,pop_aux -- torchrun --nnodes 2 "
+               f"--nproc-per-node 1 --node-rank {node} --master-addr 10.77.0.1 "
+               f"--master-port 29577 pp_script.py")
+        procs.append(subprocess.Popen(
+            ["ip", "netns", "exec", ns, "unshare", "--uts", "--pid", "--fork", "--mount-proc",
+             "sh", "-c", run], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True))
+    outputs = [p.communicate(timeout=240)[0] for p in procs]
+    for p, text in zip(procs, outputs, strict=True):
+        assert p.returncode == 0, text[-3000:]
+    assert "2-node job" in outputs[0]
+    trace = load_paths([str(tmp_path / "node0"), str(tmp_path / "node1")])
+    assert len(trace.processes) == 2
+    assert len({p.rank.pid for p in trace.processes}) == 1, "the ranks should share a pid"
+    assert {p.rank.host for p in trace.processes} == {"samehost"}
+    assert len({p.rank.instance for p in trace.processes}) == 2
+    findings = analyze(trace)
+    assert [f for f in findings if f.severity is not Severity.INFO] == []
+    report = render_text(trace, findings, Severity.ERROR)
+    runs = {p.events[0].run_id for p in trace.processes if p.events}
+    if len(runs) > 1:
+        assert "joined as one job" in report
