@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-
 from pptrace.activation.sglang_module import load_transport_module
+
 from pptrace.model.config import Config
 from pptrace.model.records import Event, RecorderStats
 from pptrace.record import native
