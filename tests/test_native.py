@@ -44,7 +44,8 @@ from tests.helpers_recorder import RANK, MemorySink, check_raw, recorder, wrappe
 
 ROOT = Path(__file__).resolve().parent.parent
 HAS_COMPILER = bool(os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++"))
-pytestmark = pytest.mark.skipif(not HAS_COMPILER, reason="no C++ compiler to build the reader")
+pytestmark = [pytest.mark.slow,  # each session compiles the reader (about 15 s)
+              pytest.mark.skipif(not HAS_COMPILER, reason="no C++ compiler to build the reader")]
 
 
 def _reset() -> None:

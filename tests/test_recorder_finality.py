@@ -99,7 +99,8 @@ def test_builtin_keys_read_as_their_repr_without_user_code() -> None:
     assert shown[9] == "<int too long to show>"
 
 
-@pytest.fixture(params=["python", "native"])
+# native builds the reader (about 15 s): the slow tier
+@pytest.fixture(params=["python", pytest.param("native", marks=pytest.mark.slow)])
 def wrapper_kind(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
                  monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     if request.param == "native":

@@ -275,7 +275,8 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-@pytest.fixture(params=["python", "c"])
+# c builds the reader (about 15 s): the slow tier
+@pytest.fixture(params=["python", pytest.param("c", marks=pytest.mark.slow)])
 def wrapper(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """Which wrapper the process builds: the Python one, or the native reader's C wrapper."""
     if request.param == "c":

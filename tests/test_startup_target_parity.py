@@ -36,6 +36,8 @@ import types as _types
 
 import {parity.REAL.__name__} as _engine
 
+pytestmark = pytest.mark.slow  # every test runs traced subprocesses
+
 
 def _vendor(fn, name):
     copy = _types.FunctionType(fn.__code__, fn.__globals__, name, fn.__defaults__, fn.__closure__)

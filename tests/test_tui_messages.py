@@ -184,6 +184,7 @@ def test_trace_text_is_shown_literally() -> None:
     assert "[bold red]x[/]\\x1b[2J\\u202e" in text and "\x1b" not in text
 
 
+@pytest.mark.slow  # a million messages (about 10 s)
 def test_a_million_messages_index_and_draw_only_what_is_on_screen() -> None:
     steps = 250_000  # 4 messages a step
     trace = pipeline(steps)

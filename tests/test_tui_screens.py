@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 from pptrace_tui.app import PptraceViewer
 from textual.binding import Binding
 from textual.dom import DOMNode
@@ -113,6 +114,7 @@ def _walk(tmp_path: Path, scenario: str) -> dict[str, Found]:
     return found
 
 
+@pytest.mark.slow  # walks every screen and key (about 40 s)
 def test_each_screen_s_help_and_palette_list_its_own_keys(tmp_path: Path) -> None:
     found = _walk(tmp_path, "dtype-mismatch")
     # The walk went somewhere: the first screen and the screens its keys open.

@@ -162,7 +162,8 @@ def native_dir(tmp_path_factory: pytest.TempPathFactory) -> Path | str:
     return folder
 
 
-@pytest.fixture(params=["python", "native"])
+# native builds the reader (about 15 s): the slow tier
+@pytest.fixture(params=["python", pytest.param("native", marks=pytest.mark.slow)])
 def reader(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """The Python wrapper, or the C wrapper (where the native reader builds here)."""
     if request.param == "native":
