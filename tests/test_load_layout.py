@@ -79,9 +79,9 @@ def test_a_full_event_survives_every_loader_path(
         for i in range(0, len(events), 8):
             sink.export(events[i : i + 8])
         sink.shutdown(1.0)
-        written[(rank.host, rank.pid)] = events
+        written[(rank.host, rank.pid, rank.instance)] = events  # a process: host, pid, instance
 
-    def loaded() -> dict[tuple[str, int], list[Event]]:
+    def loaded() -> dict[tuple[str, int, str], list[Event]]:
         return {p.key: list(p.events) for p in load_paths([str(tmp_path)]).processes}
 
     monkeypatch.setenv("PPTRACE_LOAD_WORKERS", "0")

@@ -27,7 +27,7 @@ import sys
 
 import pptrace
 import torch
-from pptrace.activation.sglang_module import load_transport_module
+from pptrace.engines.sglang_load import load_transport_module
 from pptrace.model.config import Config
 
 mod = load_transport_module(allow_bare=True)
@@ -38,7 +38,7 @@ deadline = time.monotonic() + 60
 while os.path.exists(folder) and time.monotonic() < deadline:  # until its test has ended
     time.sleep(0.05)
 import torch
-from pptrace.activation.sglang_module import load_transport_module
+from pptrace.engines.sglang_load import load_transport_module
 mod = load_transport_module(allow_bare=True)
 class Out:
     def to_pp_tensors(self):
