@@ -60,7 +60,9 @@ def run_pipeline(tmp_path: Path, scenario: str, fingerprint: bool) -> list[str]:
                 os.kill(p.pid, signal.SIGTERM)
             for p in receivers:
                 p.join(120)
-            release.set()
+        # The senders stay alive until released (see helpers_vllm.rank_main): released here in
+        # every scenario, not left to their own 120 s wait racing this join's.
+        release.set()
         for p in senders:
             p.join(120)
             assert p.exitcode == 0, f"sender exited {p.exitcode}"
