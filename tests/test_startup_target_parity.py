@@ -29,14 +29,14 @@ from pptrace.model.target import Target
 from pptrace.record.wrapper import is_wrapped, unwrap, wrap_transport
 from tests.helpers_core import Capture, ListSink, make_recorder
 
+pytestmark = pytest.mark.slow  # every test runs traced subprocesses
+
 # A fork that vendors SGLang's transport: the same code and globals (so the same Protocols and
 # messages), as new function objects under other names, as a copied file would have.
 VENDORED = f'''"""SGLang's transport, vendored under other names."""
 import types as _types
 
 import {parity.REAL.__name__} as _engine
-
-pytestmark = pytest.mark.slow  # every test runs traced subprocesses
 
 
 def _vendor(fn, name):
