@@ -75,7 +75,8 @@ def test_two_hosts_one_hostname_equal_pid_namespaces_are_one_clean_job(
         spare = "/bin/true && " if node else ""
         run = (f"{spare}hostname samehost && cd {tmp_path / 'own_pp'} && PPTRACE_DIR={out} "
                f"GLOO_SOCKET_IFNAME=v{ns[3:9]}{'ab'[node]} "
-               f"pptrace run --target my_transport:attach_aux,pop_aux -- torchrun --nnodes 2 "
+               f"pptrace run --native-build off --target my_transport:attach_aux,pop_aux -- "
+               f"torchrun --nnodes 2 "
                f"--nproc-per-node 1 --node-rank {node} --master-addr 10.77.0.1 "
                f"--master-port 29577 pp_script.py")
         procs.append(subprocess.Popen(
