@@ -211,3 +211,40 @@ def test_what_is_planted_under_an_old_segment_s_name_is_neither_read_nor_deleted
 def test_the_defaults(env: dict[str, str], segment: int, budget: int) -> None:
     cfg = Config.from_env(env)
     assert (cfg.segment_bytes, cfg.max_bytes if segment else 0) == (segment, budget)
+
+
+_LINE = b'{"name":"pptrace.attach","x":1}\n{"name":"pptrace.extract","x":2}\n'
+
+
+@pytest.mark.parametrize("compress", ["none", "gzip", "zstd"])
+def test_an_earlier_segment_s_events_are_counted_a_chunk_at_a_time(
+        tmp_path: Path, compress: str) -> None:
+    """Counted across chunk boundaries (50,000 lines: about 3 MB, three chunks), whole gzip
+    members only (a torn last member left out)."""
+    from pptrace.export.segments import _events_in
+
+    body = _LINE * 25_000
+    path = tmp_path / ("seg.000001.otlp.jsonl" + {"none": "", "gzip": ".gz",
+                                                   "zstd": ".zst"}[compress])
+    if compress == "gzip":
+        torn = gzip.compress(_LINE * 10)[:-12]
+        path.write_bytes(gzip.compress(body[:1_000_003]) + gzip.compress(body[1_000_003:]) + torn)
+    elif compress == "zstd":
+        zstandard = pytest.importorskip("zstandard")
+        path.write_bytes(zstandard.ZstdCompressor().compress(body))
+    else:
+        path.write_bytes(body)
+    assert _events_in(str(path)) == 50_000
+
+
+def test_a_compressed_bomb_in_an_earlier_segment_s_place_is_counted_within_a_limit(
+        tmp_path: Path) -> None:
+    """64 MB of newlines in a 64 KB member, then events: counting stops at the limit with what
+    it found (the events past it are not this process's writing), reading a chunk at a time."""
+    from pptrace.export.segments import _events_in
+
+    path = tmp_path / "seg.000001.otlp.jsonl.gz"
+    path.write_bytes(gzip.compress(_LINE * 4) + gzip.compress(b"\n" * (64 << 20))
+                     + gzip.compress(_LINE))
+    assert _events_in(str(path), limit=8 << 20) == 8  # the first member's, whole; no more
+    assert _events_in(str(path), limit=128 << 20) == 10  # within a larger limit: all of it

@@ -57,39 +57,91 @@ class _Segment:
     events: int  # event spans written into it
 
 
-def _events_in(path: str) -> int:
-    """The event spans a segment holds (of an earlier activation: read once, to count them)."""
+#: Decompressed bytes read at most to count one earlier segment's events: a segment holds at most
+#: a few MB of lines, so a larger stream is not one this process wrote (a bomb), and counting
+#: stops there with what it found (a lower bound), in bounded memory and time.
+COUNT_LIMIT = 256 << 20
+_CHUNK = 1 << 20
+
+
+def _events_in(path: str, limit: int = COUNT_LIMIT) -> int:
+    """The event spans a segment holds (of an earlier activation: read once, to count them),
+    a chunk at a time; a torn or damaged compressed tail ends the count where it starts."""
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    counter = _NameCounter(limit)
     try:
         with os.fdopen(os.open(path, flags), "rb") as f:
-            raw = f.read()
-        if path.endswith(".gz"):
-            data = _whole_gzip(raw)
-        elif path.endswith(".zst"):
-            import zstandard
+            if path.endswith(".gz"):
+                _count_gzip(f, counter)
+            elif path.endswith(".zst"):
+                import zstandard
 
-            data = zstandard.ZstdDecompressor().decompressobj().decompress(raw)
-        else:
-            data = raw
-    except Exception:  # unreadable: nothing to count
-        return 0
-    return sum(data.count(name) for name in _EVENT_NAMES)
+                with zstandard.ZstdDecompressor().stream_reader(
+                        f, read_across_frames=True) as reader:
+                    while counter.room() and (chunk := reader.read(min(_CHUNK,
+                                                                        counter.room()))):
+                        counter.feed(chunk)
+                    counter.commit()
+            else:
+                while counter.room() and (chunk := f.read(min(_CHUNK, counter.room()))):
+                    counter.feed(chunk)
+                counter.commit()
+    except Exception:  # unreadable or damaged from here on: what was counted stands
+        pass
+    return counter.total
 
 
-def _whole_gzip(raw: bytes) -> bytes:
-    """What the whole gzip members of ``raw`` hold (a torn last one left out)."""
-    out = []
-    while raw:
-        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+class _NameCounter:
+    """Count ``_EVENT_NAMES`` in a stream of chunks, across chunk boundaries; ``commit`` makes
+    the pending count final (a gzip member's only once it ended whole)."""
+
+    _KEEP = max(len(n) for n in _EVENT_NAMES) - 1
+
+    def __init__(self, limit: int) -> None:
+        self.left = limit
+        self.total = 0
+        self.pending = 0
+        self.tail = b""
+
+    def room(self) -> int:
+        return max(self.left, 0)
+
+    def feed(self, chunk: bytes) -> None:
+        self.left -= len(chunk)
+        buf = self.tail + chunk  # the tail is shorter than a name: every match ends in chunk
+        self.pending += sum(buf.count(name) for name in _EVENT_NAMES)
+        self.tail = buf[-self._KEEP:]
+
+    def commit(self) -> None:
+        self.total += self.pending
+        self.pending = 0
+
+    def drop(self) -> None:
+        self.pending = 0
+        self.tail = b""
+
+
+def _count_gzip(f: object, counter: _NameCounter) -> None:
+    """Count the whole gzip members of ``f`` (a torn last one left out), member by member."""
+    read = f.read  # type: ignore[attr-defined]
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    data = b""
+    while counter.room():
+        if not data:
+            data = read(_CHUNK)
+            if not data:
+                break
         try:
-            text = d.decompress(raw)
+            out = d.decompress(data, min(_CHUNK, counter.room()))
         except zlib.error:
             break
-        if not d.eof:
-            break
-        out.append(text)
-        raw = d.unused_data
-    return b"".join(out)
+        data = d.unconsumed_tail
+        counter.feed(out)
+        if d.eof:
+            counter.commit()
+            data = d.unused_data  # what follows the member (unconsumed_tail may repeat it)
+            d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    counter.drop()
 
 
 class TraceSegments:
