@@ -228,3 +228,36 @@ def test_analyze_names_the_cap_on_a_huge_answer(capsys: pytest.CaptureFixture[st
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"Jaeger at {url}/api/v3/traces" in err
     assert "larger than the 2 MB that pptrace reads" in err
+
+
+def test_the_environment_s_proxy_carries_the_request_and_no_proxy_bypasses_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """HTTP_PROXY as curl and urllib read it: the proxy gets the whole URL; NO_PROXY names the
+    hosts that bypass it; a proxy that cannot be reached is named in the one-line error."""
+    spans = _spans()
+    seen: list[str] = []
+
+    def proxy(path: str) -> tuple[int, bytes]:  # a proxy that answers as the Jaeger it names
+        seen.append(path)
+        return (200, _v3_body(spans)) if "/api/v3/" in path else NOT_FOUND
+
+    query = dict(service="pptrace", start_ns=NOW - 3600 * 10**9, end_ns=NOW, timeout=5)
+    with fake_jaeger(proxy) as proxy_url:
+        monkeypatch.setenv("HTTP_PROXY", proxy_url)
+        monkeypatch.delenv("NO_PROXY", raising=False)
+        monkeypatch.delenv("no_proxy", raising=False)
+        path = fetch_to_file(JaegerQuery("http://jaeger.example:16686", **query), str(tmp_path))
+        assert _summary(e for p in load_paths([path]).processes for e in p.events) == EXPECTED
+        assert seen and seen[0].startswith("http://jaeger.example:16686/api/v3/traces?")
+    with fake_jaeger(lambda _: (200, _v3_body(spans))) as jaeger_url:
+        monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")  # nothing listens there
+        # A loopback Jaeger is reached directly (a proxy would reach its own loopback).
+        path = fetch_to_file(JaegerQuery(jaeger_url, **query), str(tmp_path / "direct"))
+        assert len(list(load_paths([path]).processes)) == 2
+    remote = JaegerQuery("http://jaeger.invalid:16686", **query)
+    with pytest.raises(TraceInputError, match=r"through the proxy 127\.0\.0\.1:9"):
+        fetch_to_file(remote, str(tmp_path / "x"))
+    monkeypatch.setenv("NO_PROXY", "jaeger.invalid")  # bypassed: the name itself is tried
+    with pytest.raises(TraceInputError) as direct:
+        fetch_to_file(remote, str(tmp_path / "y"))
+    assert "proxy" not in str(direct.value) and "jaeger.invalid" in str(direct.value)

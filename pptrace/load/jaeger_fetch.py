@@ -20,6 +20,7 @@ that build a ``JaegerQuery`` live in ``pptrace.cli.inputs``.
 
 from __future__ import annotations
 
+import base64
 import http.client
 import json
 import os
@@ -28,6 +29,7 @@ import socket
 import threading
 import time
 import urllib.parse
+import urllib.request
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -149,25 +151,55 @@ def _where(url: str) -> str:
     return f"{parts.scheme}://{parts.netloc}{parts.path}"
 
 
+def _proxy_for(parts: urllib.parse.SplitResult) -> urllib.parse.SplitResult | None:
+    """The proxy the environment names for this URL (``HTTP_PROXY``/``HTTPS_PROXY``, with
+    ``NO_PROXY`` honoured, as curl and urllib read them), or None. A loopback address never
+    goes through one (as Go's ``ProxyFromEnvironment`` decides): a proxy would reach its own."""
+    host = parts.hostname or ""
+    if host == "localhost" or host.startswith("127.") or host == "::1":
+        return None
+    proxy = urllib.request.getproxies().get(parts.scheme)
+    if not proxy or urllib.request.proxy_bypass(parts.netloc or ""):
+        return None
+    return urllib.parse.urlsplit(proxy if "://" in proxy else "http://" + proxy)
+
+
 def _get(url: str, timeout: float, cap: int = MAX_ANSWER_BYTES) -> _Answer:
-    """GET ``url`` within ``timeout`` seconds in all (``_TimedOut`` past it)."""
+    """GET ``url`` within ``timeout`` seconds in all (``_TimedOut`` past it), through the
+    environment's proxy when it names one."""
     parts = urllib.parse.urlsplit(url)
     target = parts.path + ("?" + parts.query if parts.query else "")
+    headers = {"Accept": "application/json"}
     start = time.monotonic()
     try:
+        proxy = _proxy_for(parts)
+        host, port = parts.hostname or "", parts.port
+        if proxy is not None:
+            host, port = proxy.hostname or "", proxy.port or 8080
+            if proxy.username is not None:
+                cred = urllib.parse.unquote(proxy.username) + ":" + urllib.parse.unquote(
+                    proxy.password or "")
+                headers["Proxy-Authorization"] = "Basic " + base64.b64encode(
+                    cred.encode()).decode("ascii")
         # Each constructor named as it is (not through an alias), so that the network-call scan
         # (tests/test_reliability_leaks.py) sees both, with their timeouts.
         conn: http.client.HTTPConnection
         if parts.scheme == "https":
-            conn = http.client.HTTPSConnection(parts.hostname or "", parts.port, timeout=timeout)
+            conn = http.client.HTTPSConnection(host, port, timeout=timeout)
+            if proxy is not None:  # a CONNECT tunnel: TLS runs end to end through it
+                tunnel_headers = {k: v for k, v in headers.items() if k.startswith("Proxy-")}
+                conn.set_tunnel(parts.hostname or "", parts.port, headers=tunnel_headers)
+                headers.pop("Proxy-Authorization", None)
         else:
-            conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=timeout)
+            conn = http.client.HTTPConnection(host, port, timeout=timeout)
+            if proxy is not None:  # a plain proxy takes the whole URL
+                target = urllib.parse.urlunsplit(parts._replace(fragment=""))
     except ValueError as exc:  # a port that is not a number
         return _Answer(0, b"", f"cannot reach it: {exc}")
     deadline = _Deadline(conn, timeout)
     response: http.client.HTTPResponse | None = None
     try:
-        conn.request("GET", target, headers={"Accept": "application/json"})
+        conn.request("GET", target, headers=headers)
         response = conn.getresponse()
         status = response.status
         if 300 <= status < 400:
@@ -188,7 +220,10 @@ def _get(url: str, timeout: float, cap: int = MAX_ANSWER_BYTES) -> _Answer:
                 exc, http.client.RemoteDisconnected):
             what = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             return _Answer(0, b"", f"not an HTTP answer ({clip(what, 200)})")
-        return _Answer(0, b"", f"cannot reach it: {clip(str(exc) or type(exc).__name__, 200)}")
+        via = f" through the proxy {proxy.netloc} (HTTP(S)_PROXY; NO_PROXY bypasses it)" if (
+            proxy is not None) else ""
+        return _Answer(0, b"", f"cannot reach it{via}: "
+                               f"{clip(str(exc) or type(exc).__name__, 200)}")
     finally:
         deadline.cancel()
         if response is not None:
