@@ -151,3 +151,17 @@ def test_at_80x24_the_first_screen_shows_the_differing_row_of_the_first_divergen
 
     shown = asyncio.run(look())
     assert any(line.startswith("entropy") and "≠" in line for line in shown), shown
+
+
+def test_the_json_report_points_at_every_later_occurrence_the_viewer_marks(
+        run: tuple[object, Trace, Analysis]) -> None:
+    from pptrace.model.findings import Severity
+    from pptrace.report.text import to_json
+
+    _, trace, judged = run
+    doc = to_json(trace, judged.findings, Severity.ERROR)
+    disagree = next(f for f in doc["findings"] if f["kind"] == FindingKind.TP_DISAGREE.value)
+    finding = _one(judged, FindingKind.TP_DISAGREE)
+    assert finding.more_events  # the run leaves later occurrences to point at
+    assert [(e["process"], e["direction"], e["seq"]) for e in disagree["more_events"]] == [
+        (e.process, e.direction.value, e.seq) for e in finding.more_events]

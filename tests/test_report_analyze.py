@@ -68,6 +68,8 @@ def test_json_schema(capsys: pytest.CaptureFixture[str]) -> None:
         "events": [{"process": 1, "direction": "attach", "seq": 4},
                    {"process": 0, "direction": "extract", "seq": 4}],
         "messages": [],
+        "more_events": [],  # the next pair differs the same way: counted in cascade
+        "more_messages": [],
         "cause": None,
     }
     assert orphan["kind"] == "orphan-attach" and orphan["microbatch"] == 2

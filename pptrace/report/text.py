@@ -272,6 +272,10 @@ def render_text(trace: Trace, findings: Sequence[Finding], fail_on: Severity, *,
     return "\n".join(lines) + "\n"
 
 
+#: Most references to later occurrences one finding lists in the JSON report, each list.
+MORE_REFS = 1000
+
+
 def event_ref_json(ref: EventId) -> dict[str, Any]:
     """An event reference as the JSON report writes it."""
     return {"process": ref.process, "direction": ref.direction.value, "seq": ref.seq}
@@ -296,6 +300,10 @@ def finding_json(f: Finding, cause: int | None = None) -> dict[str, Any]:
         "cascade": f.cascade,
         "events": [event_ref_json(e) for e in f.events],
         "messages": [message_ref_json(m) for m in f.messages],
+        # Where the later occurrences summarised into this one are (capped: their count is
+        # ``cascade``; an identical difference repeated on the following pairs has no record).
+        "more_events": [event_ref_json(e) for e in f.more_events[:MORE_REFS]],
+        "more_messages": [message_ref_json(m) for m in f.more_messages[:MORE_REFS]],
         "cause": cause,
     }
 
