@@ -249,14 +249,14 @@ class Run:
 
 def mt(key: str, shape: tuple[int, ...] = (8, 5), dtype: str = "float32", *,
        sliced: bool = False, fingerprint: str | None = None, nbytes: int | None = None,
-       is_tensor: bool = True) -> MessageTensor:
+       is_tensor: bool = True, device: str = "cpu") -> MessageTensor:
     """One value of a message's dict (bytes from shape and a 4-byte item, 2 for half types)."""
     if nbytes is None:
         numel = 1
         for d in shape:
             numel *= d
         nbytes = numel * (2 if dtype in ("float16", "bfloat16") else 4) if is_tensor else 0
-    return MessageTensor(key=key, shape=shape, dtype=dtype, device="cpu" if is_tensor else "",
+    return MessageTensor(key=key, shape=shape, dtype=dtype, device=device if is_tensor else "",
                          nbytes=nbytes, sliced=sliced, is_tensor=is_tensor,
                          fingerprint=fingerprint)
 

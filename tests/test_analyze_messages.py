@@ -216,6 +216,13 @@ ROWS: list[tuple[str, Callable[[], Run], list[FindingKind]]] = [
     ("dtype drift", one_pair([mt("x")], [mt("x", dtype="float16", nbytes=160)]),
      [K.MSG_DTYPE_MISMATCH]),
     ("bytes drift", one_pair([mt("x")], [mt("x", nbytes=4)]), [K.MSG_BYTES_MISMATCH]),
+    ("sent from the device, arrived on the host",
+     one_pair([mt("x", device="cuda")], [mt("x", device="cpu")]), [K.MSG_DEVICE_MISMATCH]),
+    # Every difference is named, by the rule attach/extract pairs are judged by (a dtype
+    # change used to hide the shape change beside it).
+    ("shape and dtype both", one_pair([mt("ids", (1024,), "int64")],
+                                      [mt("ids", (1015,), "int32", nbytes=4060)]),
+     [K.MSG_DTYPE_MISMATCH, K.MSG_SHAPE_MISMATCH]),
     ("content changed", one_pair([mt("x", fingerprint="aa")], [mt("x", fingerprint="bb")]),
      [K.MSG_CONTENT_MISMATCH]),
     ("wrong all-gather group", one_pair([mt("x", (8, 5))], [mt("x", (16, 5), sliced=True)],

@@ -45,13 +45,14 @@ from typing import NamedTuple
 from pptrace import engines
 from pptrace.analyze import message_align as across
 from pptrace.analyze.holes import Holes
-from pptrace.analyze.message_sides import Carried, Pair, Side, carried_by, cut_at_start, numel
+from pptrace.analyze.message_payload import differences
+from pptrace.analyze.message_sides import Carried, Pair, Side, carried_by, cut_at_start
 from pptrace.analyze.rules import listed, rank_id, who
 from pptrace.analyze.slices import tp_slices
 from pptrace.analyze.summary import Raw
 from pptrace.analyze.waits import Trail, Wait, judge_waits, place, wanted
 from pptrace.model.findings import FindingKind, MessageId, Severity
-from pptrace.model.messages import MessageEvent, MessageOp, MessageTensor
+from pptrace.model.messages import MessageEvent, MessageOp
 from pptrace.model.records import PREFIX, RankInfo
 from pptrace.model.text import clip, plural
 from pptrace.model.trace import Trace
@@ -389,33 +390,9 @@ class _Check:
         if m.keys == e.keys and m.tensors == e.tensors and m.gather_size == e.gather_size:
             return
         pair = Pair(s, m, r, e, self.channel(s, m))
-        head = pair.head()
-        if set(m.keys) != set(e.keys):
-            got, sent_keys = set(e.keys), set(m.keys)
-            lost = [k for k in m.keys if k not in got]
-            extra = [k for k in e.keys if k not in sent_keys]
-            parts = ([f"without {listed(lost)} that was sent"] if lost else []) + (
-                [f"with {listed(extra)} that was not sent"] if extra else [])
-            self.pair(K.MSG_KEYS_DIFFER, pair, f"{head}: arrived {'; '.join(parts)}",
-                      f"{m.kind}:{','.join(lost)}:{','.join(extra)}")
-        sent = {t.key: t for t in m.tensors}
-        grown: list[str] = []
-        for t in e.tensors:
-            a = sent.get(t.key)
-            if a is None:
-                continue
-            if m.gather_size != e.gather_size:
-                if a.shape != t.shape or a.nbytes != t.nbytes:
-                    grown.append(f"`{clip(t.key, 200)}` {a.describe()} -> {t.describe()}")
-                continue
-            self.tensor(pair, a, t)
-        if m.gather_size != e.gather_size:
-            size = f"{r.rank.tp_size}" if r.rank.tp_size is not None else "?"
-            what = f": {', '.join(grown[:10])}" if grown else ""
-            self.pair(K.MSG_GATHER_GROUP, pair,
-                      f"{head}: {who(s.rank)} sliced over a group of {m.gather_size}, "
-                      f"{who(r.rank)} re-assembled over an all-gather group of "
-                      f"{e.gather_size} (its TP size {size}){what}", m.kind)
+        for kind, message, subject in differences(pair):
+            cause = self.slices.get((s.index, m.seq)) if kind is K.MSG_CONTENT_MISMATCH else None
+            self.pair(kind, pair, message, subject, cause=cause)
 
     def pair(self, kind: FindingKind, p: Pair, message: str, subject: str,
              cause: int | None = None) -> None:
@@ -424,26 +401,6 @@ class _Check:
                  microbatch=p.m.carries_attach, cause=cause,
                  messages=[MessageId(p.s.index, SEND, p.m.seq),
                            MessageId(p.r.index, RECV, p.e.seq)])
-
-    def tensor(self, p: Pair, a: MessageTensor, t: MessageTensor) -> None:
-        """What differs in one key between a send and its receive (the first difference)."""
-        head, key, subject = p.head(), clip(t.key, 200), f"{p.m.kind}:{t.key}"
-        if a.dtype != t.dtype or a.is_tensor != t.is_tensor:
-            self.pair(K.MSG_DTYPE_MISMATCH, p,
-                      f"{head}: `{key}` sent {a.describe()}, arrived {t.describe()}", subject)
-        elif a.shape != t.shape:
-            self.pair(K.MSG_SHAPE_MISMATCH, p,
-                      f"{head}: `{key}` sent {a.describe()}, arrived {t.describe()} "
-                      f"({numel(a.shape)} elements against {numel(t.shape)})", subject)
-        elif a.nbytes != t.nbytes:
-            self.pair(K.MSG_BYTES_MISMATCH, p,
-                      f"{head}: `{key}` {a.describe()} sent {plural(a.nbytes, 'byte')}, "
-                      f"arrived {plural(t.nbytes, 'byte')}", subject)
-        elif a.fingerprint and t.fingerprint and a.fingerprint != t.fingerprint:
-            self.pair(K.MSG_CONTENT_MISMATCH, p,
-                      f"{head}: `{key}` {a.describe()} changed on the way (fingerprint "
-                      f"{a.fingerprint[:12]} sent, {t.fingerprint[:12]} arrived)", subject,
-                      cause=self.slices.get((p.s.index, p.m.seq)))
 
     def waits(self) -> None:
         waits: list[Wait] = []

@@ -23,10 +23,12 @@ import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import attrgetter
+from typing import Protocol
 
 from pptrace.model.records import Event, TensorMeta
 
-__all__ = ["FAST_KEY", "Field", "NameDiff", "PayloadVerdict", "compare", "compare_events", "same"]
+__all__ = ["FAST_KEY", "Compared", "Field", "NameDiff", "PayloadVerdict", "compare",
+           "compare_events", "differs", "same"]
 
 
 class Field(str, enum.Enum):
@@ -86,7 +88,28 @@ class PayloadVerdict:
                      if line.left is None and line.right is not None)
 
 
-def _differs(x: TensorMeta, y: TensorMeta) -> frozenset[Field]:
+class Compared(Protocol):
+    """What the comparison reads of one value: a ``TensorMeta`` (attach/extract) or a
+    ``MessageTensor`` (a PP message's value) alike, so both layers decide by one rule."""
+
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+    @property
+    def dtype(self) -> str: ...
+    @property
+    def is_tensor(self) -> bool: ...
+    @property
+    def device_type(self) -> str: ...
+    @property
+    def nbytes(self) -> int: ...
+    @property
+    def fingerprint(self) -> str | None: ...
+
+
+def differs(x: Compared, y: Compared) -> frozenset[Field]:
+    """What differs between two values one name (or key) carried on each side: the shape, the
+    dtype (or tensor or not), the device type, the byte count, and the content fingerprint when
+    both sides have one. Every difference is named, not the first alone."""
     out = []
     if x.shape != y.shape:
         out.append(Field.SHAPE)
@@ -115,7 +138,7 @@ def _lines(left: Sequence[TensorMeta], right: Sequence[TensorMeta],
         if y is None:
             lines.append(NameDiff(name, x, None, _NAME_ONLY if both else _NOTHING))
         else:
-            lines.append(NameDiff(name, x, y, _NOTHING if x == y else _differs(x, y)))
+            lines.append(NameDiff(name, x, y, _NOTHING if x == y else differs(x, y)))
     for name, y in r_by.items():
         if name not in l_by:
             lines.append(NameDiff(name, None, y, _NAME_ONLY if both else _NOTHING))

@@ -148,6 +148,9 @@ class FindingKind(str, enum.Enum):
                           "a key's dtype (or value type) differs between a send and its receive")
     MSG_BYTES_MISMATCH = ("message-bytes-mismatch", M, _ERR,
                           "a key's byte count differs between a send and its receive")
+    MSG_DEVICE_MISMATCH = ("message-device-mismatch", M, _ERR,
+                           "a key's device type (cpu, cuda) differs between a send and its "
+                           "receive")
     MSG_CONTENT_MISMATCH = ("message-content-mismatch", M, _ERR,
                             "a key's fingerprint differs between a send and its receive")
     MSG_SLICES_DIFFER = ("message-slices-differ", M, _ERR,

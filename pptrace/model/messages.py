@@ -112,6 +112,11 @@ class MessageTensor(NamedTuple):
     is_tensor: bool = True
     fingerprint: str | None = None
 
+    @property
+    def device_type(self) -> str:
+        """The device type (a message records no index): what ``TensorMeta.device_type`` is."""
+        return self.device
+
     def describe(self) -> str:
         """``float32[8, 5]`` (``/tp`` when it travelled as a TP slice), or a non-tensor's type."""
         if not self.is_tensor:
