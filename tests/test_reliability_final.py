@@ -79,8 +79,12 @@ def test_a_thread_still_calling_during_shutdown_loses_nothing_uncounted(tmp_path
         while min(calls) < 300:
             time.sleep(0.005)
         rec.shutdown()  # as uninstrument() does, while the threads keep calling
-        after = rec.recorded
-        time.sleep(0.05)
+        after, seen = rec.recorded, list(calls)
+        # Evidence, not a pause: every thread has made 100 more calls since shutdown returned.
+        deadline = time.monotonic() + 30
+        while any(c < s + 100 for c, s in zip(calls, seen, strict=True)):
+            assert time.monotonic() < deadline, (calls, seen)
+            time.sleep(0.001)
         assert rec.recorded == after and rec.buffered <= 3  # nothing recorded any more
     finally:
         stop.set()
