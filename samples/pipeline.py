@@ -43,6 +43,7 @@ from pptrace.export.trace_file import trace_file_name
 from pptrace.load.segments import segment_of
 from pptrace.model.config import Config
 from pptrace.model.records import PREFIX, RankInfo
+from pptrace.record.message_broadcast import wrap_broadcast
 from pptrace.record.messages import MessageLog, wrap_recv, wrap_send, wrap_typed_recv
 from pptrace.record.ranks import new_instance
 from pptrace.record.recorder import Recorder
@@ -313,7 +314,7 @@ def _tp_group(opts: PipelineOptions, pp_rank: int) -> Any:
 
 
 def _trace_messages(stage: Stage, log: MessageLog) -> None:
-    """Send and receive through pptrace's message-layer wrappers, as the engine's
+    """Send, receive and broadcast through pptrace's message-layer wrappers, as the engine's
     ``GroupCoordinator`` and typed receive are wrapped (the link's methods, on the instance)."""
     link, tp = stage.link, stage.opts.tp
 
@@ -332,6 +333,12 @@ def _trace_messages(stage: Stage, log: MessageLog) -> None:
     link.recv_tensor_dict = wrap_recv(link.recv_tensor_dict, log, peer)  # type: ignore[method-assign]
     stage.recv_typed = wrap_typed_recv(  # type: ignore[method-assign]
         stage.recv_typed, log, lambda a, kw: str(a[0] if a else kw["expected_kind"]), prev)
+    if tp > 1:
+        # The stage's TP group, TP rank 0 the source: as broadcast_tensor_dict is recorded.
+        members = tuple(stage.pp_rank * tp + i for i in range(tp))
+        link.broadcast_tensor_dict = wrap_broadcast(  # type: ignore[method-assign]
+            link.broadcast_tensor_dict, log, lambda a, kw: (members, 0, stage.tp_rank),
+            dict_arg=0, dict_name="tensors")
 
 
 def trace_written(out_dir: str, info: RankInfo) -> str:

@@ -12,6 +12,8 @@ the handles and runs the postprocess list when the model reads it. Each rank run
   every time, not by chance);
 - ``residual-slices`` (vllm#24021): a ``residual`` that differs across the TP ranks (not
   replicated, as with sequence parallelism) sent as TP slices;
+- ``broadcast``: healthy, and each step the last stage broadcasts its sampled token ids to the
+  other stage with ``GroupCoordinator.broadcast_tensor_dict`` over the PP group;
 - ``lost-send``: the sender skips its last send and stays alive (its process exiting would
   close the connections and fail the receive instead); the receiver waits in
   ``irecv_tensor_dict`` until the test stops it with SIGTERM (pptrace drains its trace then).
@@ -23,7 +25,7 @@ import os
 from typing import Any
 
 STEPS = 3
-SCENARIOS = ("healthy", "overwrite", "residual-slices", "lost-send")
+SCENARIOS = ("healthy", "overwrite", "residual-slices", "lost-send", "broadcast")
 
 
 class LazyTensors:
@@ -89,6 +91,14 @@ def rank_main(rank: int, init_file: str, trace_dir: str, scenario: str,
                 all_gather_group=ps.get_tp_group())
             intermediate = LazyTensors(tensor_dict, handles, postprocess)
             assert intermediate.tensors["hidden_states"].shape == (4, 6)  # the model reads it
+        if scenario == "broadcast":
+            # The last stage hands its sampled token ids to the other stages (as async
+            # scheduling's sampled-token broadcast does), through the coordinator's
+            # broadcast_tensor_dict over the PP group.
+            last = pp.world_size - 1
+            sampled = {"sampled_token_ids": torch.arange(4).reshape(4, 1) + step}
+            got = pp.broadcast_tensor_dict(sampled if pp.is_last_rank else None, src=last)
+            assert got is not None and got["sampled_token_ids"].tolist()[0] == [step]
     for handle in send_work:
         handle.wait()
     if scenario != "lost-send":  # there, the receivers never come back from their receive

@@ -10,7 +10,8 @@ from pptrace_samples.faults import MESSAGE_FAULTS
 
 from pptrace.analyze.analyzer import analyze
 from pptrace.load.loader import load_paths
-from pptrace.model.findings import Category, Finding, FindingKind, Severity
+from pptrace.model.findings import Category, Finding, FindingKind, MessageId, Severity
+from pptrace.model.messages import MessageOp
 from pptrace.report.groups import first_divergence
 from pptrace.report.text import render_text
 from tests.helpers_samples import run_sample
@@ -92,3 +93,29 @@ def test_recv_hangs_names_the_waiter_the_peer_and_the_kind(tmp_path: Path) -> No
     assert index is not None and findings[index].kind is K.MSG_HANG
     text = render_text(load_paths([str(tmp_path)]), findings, Severity.ERROR)
     assert "First divergence (error, message-hang):" in text
+
+
+def test_a_tp_broadcast_run_records_each_broadcast_and_pairs_it_with_every_member(
+        tmp_path: Path) -> None:
+    """``pptrace demo --tp 2 --tp-broadcast``: the last stage's TP rank 0 broadcasts each output
+    dict to TP rank 1; each broadcast is paired with TP rank 1's receive, and a healthy run
+    gives no finding."""
+    from pptrace.analyze.analyzer import analysis
+
+    steps = 6
+    result, _ = run_sample(str(tmp_path), ranks=4, tp=2, steps=steps, tp_broadcast=True)
+    assert result.ok
+    trace = load_paths([str(tmp_path)])
+    judged = analysis(trace)
+    assert judged.findings == (), [f.message for f in judged.findings]
+    by_rank = {p.rank.rank: i for i, p in enumerate(trace.processes)}
+    source, member = trace.processes[by_rank[2]], trace.processes[by_rank[3]]
+    sent = [m for m in source.messages if m.group]
+    got = [m for m in member.messages if m.group and m.phase == "end"]
+    assert len(sent) == len(got) == steps
+    assert all(m.group == (2, 3) and m.peer == -1 for m in sent)
+    assert all(m.peer == 2 and m.keys == s.keys for m, s in zip(got, sent, strict=True))
+    assert judged.broadcast_pairs == {
+        MessageId(by_rank[2], MessageOp.SEND, s.seq): (MessageId(by_rank[3], MessageOp.RECV,
+                                                                 e.seq),)
+        for s, e in zip(sent, got, strict=True)}

@@ -92,6 +92,12 @@ def test_a_dtype_change_inside_the_kept_window_is_found(tmp_path: Path) -> None:
 def test_a_rotated_tp_broadcast_run(tmp_path: Path) -> None:
     out = tmp_path / "broadcast"
     _demo(out, "--ranks", "4", "--tp", "2", "--tp-broadcast", "--steps", "300")
-    findings = _judged(analyze(load_paths([str(out)])))
+    found = analyze(load_paths([str(out)]))
+    # The last stage's TP rank 0 broadcasts, and its broadcasts take seqs of its send and
+    # receive counters: once its oldest records are rotated away, its point-to-point seqs are
+    # not its channels' own, so a cut channel of it is left unpaired and said as an info.
+    unpaired = [f for f in found if f.kind is K.MSG_CUT and "a broadcast takes seqs" in f.message]
+    assert all(f.severity is Severity.INFO for f in unpaired)
+    findings = _judged([f for f in found if f not in unpaired])
     assert sorted((f.kind.value, f.channel) for f in findings) == [
         ("window-cut", "pp0/tp1<-pp1/tp0"), ("window-cut", "pp0<-pp1/tp0")]

@@ -27,8 +27,36 @@ def test_vllm_records_the_async_pair_and_leaves_the_shells() -> None:
     assert vllm is not None and vllm.transport is None
     roles = {p.method: p.role for p in vllm.messages}
     assert roles == {"isend_tensor_dict": "isend", "irecv_tensor_dict": "irecv",
-                     "send_tensor_dict": "shell", "recv_tensor_dict": "shell"}
+                     "send_tensor_dict": "shell", "recv_tensor_dict": "shell",
+                     "broadcast_tensor_dict": "broadcast"}
     assert engines.engine_of_module("vllm.distributed.parallel_state") is vllm
+
+
+@pytest.mark.parametrize("name", ["sglang", "vllm"])
+def test_a_broadcast_group_is_read_as_broadcast_tensor_dict_reads_it(name: str) -> None:
+    engine = engines.engine_named(name)
+    assert engine is not None
+    (patch,) = [p for p in engine.messages if p.method == "broadcast_tensor_dict"]
+    assert patch.role == "broadcast" and patch.dict_arg == 1 and patch.group is not None
+    # (group's global ranks, the source's index: src, default 0, the caller's index)
+    assert patch.group((_Group(1, 2), None), {}) == ((1, 3), 0, 1)
+    assert patch.group((_Group(0, 3), {}, 2), {}) == ((1, 3, 5), 2, 0)
+    assert patch.group((_Group(0, 3), {}), {"src": 1}) == ((1, 3, 5), 1, 0)
+    assert patch.group((_Group(0, 1), {}), {}) is None  # a group of one: returned at once
+
+
+def test_sglang_send_recv_is_read_as_a_send_and_a_receive() -> None:
+    sglang = engines.engine_named("sglang")
+    assert sglang is not None
+    (patch,) = [p for p in sglang.messages if p.method == "send_recv_tensor_dict"]
+    assert patch.role == "send_recv" and patch.peer is not None and patch.recv_peer is not None
+    # A PP group of two (global ranks 1, 3): the next stage and the previous one by default.
+    assert patch.peer((_Group(0, 2), {}), {}) == (3, 1, 1)
+    assert patch.recv_peer((_Group(0, 2), {}), {}) == (3, 1, 1)
+    assert patch.peer((_Group(1, 2), {}, 0, None, _Group(0, 2)), {}) == (1, 0, 2)
+    assert patch.recv_peer((_Group(1, 2), {}), {"recv_src": 0,
+                                               "recv_all_gather_group": _Group(0, 4)}) == (1, 0, 4)
+    assert patch.peer((_Group(0, 1), {}), {}) is None
 
 
 class _Group:

@@ -140,3 +140,26 @@ def test_call_order_is_the_one_its_docstring_defines() -> None:
                                seq=rnd.randrange(6), mono_ns=rnd.randrange(5),
                                peer=rnd.randrange(3)) for _ in range(rnd.randrange(30))]
         assert load_messages.in_call_order(events) == reference(events)
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_broadcasts_load_exactly_beside_point_to_point_messages(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, version: int) -> None:
+    """Broadcast spans (a group on each) among ordinary ones, through the fast path and the
+    loader worker alike: every event as written, its group included; the worker's result too."""
+    events = _events(120)
+    # Every third event becomes a broadcast of the group (1, 2, 3): a source's send or a
+    # member's receive from rank 2, with the shape's other values unchanged.
+    events = [e._replace(group=(1, 2, 3), peer=-1 if e.op is MessageOp.SEND else 2)
+              if i % 3 == 0 else e for i, e in enumerate(events)]
+    path = tmp_path / f"pptrace-rank1-pid41-v{version}.otlp.jsonl"
+    _write(path, version, events)
+    monkeypatch.setenv("PPTRACE_LOAD_WORKERS", "0")
+    (proc,) = load_paths([str(path)]).processes
+    assert proc.messages == load_messages.in_call_order(events)
+    assert sum(1 for m in proc.messages if m.group == (1, 2, 3)) == len(events) // 3 == 60
+    assert load_messages.unpack(load_messages.pack(events)) == events
+    monkeypatch.setattr(worker, "MIN_PARALLEL_BYTES", 0)
+    monkeypatch.delenv("PPTRACE_LOAD_WORKERS", raising=False)
+    (parallel,) = load_paths([str(path)]).processes
+    assert parallel.messages == proc.messages

@@ -73,7 +73,13 @@ def _round_trip(event: MessageEvent, resource: Any) -> tuple[dict[str, Any], Mes
     return attrs, M.from_attributes(attrs, M.span_name(event), resource, start, end)
 
 
-@pytest.mark.parametrize("event", [PROXY, OUTPUT, BEGIN, FAILED, *(e for e, _ in BREAKS.values())])
+BROADCAST = OUTPUT._replace(peer=-1, peer_pp_rank=None, peer_tp_rank=None, carries_attach=None,
+                            gather_size=1, group=(4, 5, 6))
+
+
+@pytest.mark.parametrize("event", [PROXY, OUTPUT, BEGIN, FAILED, BROADCAST,
+                                   BEGIN._replace(group=(2, 3)),
+                                   *(e for e, _ in BREAKS.values())])
 @pytest.mark.parametrize("resource", [None, RES, {"pptrace.schema_version": 2},
                                       {"pptrace.schema_version": 1, **RES}],
                          ids=["v1", "v2", "v2-bare", "v1-resource"])

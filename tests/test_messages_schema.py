@@ -21,13 +21,31 @@ WAITING = MessageEvent(op=MessageOp.RECV, phase="begin", seq=3, peer=6, expected
 FAILED = MessageEvent(op=MessageOp.RECV, phase="end", seq=3, peer=6, kind="proxy",
                       expected_kind="output", stashed=True, error_type="RuntimeError",
                       error_message="Connection closed by peer")
+#: A broadcast: the source's send to its whole group, a member's receive from the source.
+BROADCAST = OUTPUT._replace(peer=-1, peer_pp_rank=None, peer_tp_rank=None, gather_size=1,
+                            carries_attach=None, group=(6, 7))
+BROADCAST_RECV = MessageEvent(op=MessageOp.RECV, phase="end", seq=4, duration_ns=80, peer=6,
+                              kind="output", keys=OUTPUT.keys, tensors=OUTPUT.tensors,
+                              group=(6, 7))
 
 
-@pytest.mark.parametrize("event", [OUTPUT, WAITING, FAILED, MessageEvent(MessageOp.SEND, "end", 0)],
-                         ids=["output", "waiting", "failed", "bare"])
+@pytest.mark.parametrize("event", [OUTPUT, WAITING, FAILED, MessageEvent(MessageOp.SEND, "end", 0),
+                                   BROADCAST, BROADCAST_RECV, BROADCAST_RECV._replace(
+                                       phase="begin", duration_ns=-1, kind="", keys=(),
+                                       tensors=())],
+                         ids=["output", "waiting", "failed", "bare", "broadcast",
+                              "broadcast-recv", "broadcast-begin"])
 def test_every_message_event_survives_its_span(event: MessageEvent) -> None:
     name = M.span_name(event)
     assert M.from_attributes(M.to_attributes(event), name) == event
+
+
+def test_a_broadcast_carries_its_group_and_a_point_to_point_call_none() -> None:
+    assert M.to_attributes(BROADCAST)[M.GROUP] == [6, 7] and BROADCAST.broadcast
+    assert M.GROUP not in M.to_attributes(OUTPUT) and not OUTPUT.broadcast
+    # A span written before broadcasts were recorded has no group: point-to-point.
+    old = {k: v for k, v in M.to_attributes(OUTPUT).items() if k != M.GROUP}
+    assert M.from_attributes(old, "pptrace.send").group == ()
 
 
 def test_span_names_say_what_the_call_was() -> None:
@@ -48,6 +66,8 @@ def test_a_slice_is_described_as_one() -> None:
     ({M.T_NBYTES: [48, 24]}, "pptrace.msg.tensor.nbytes: expected 3 integers"),
     ({M.T_SLICED: [1, 1, 0]}, "pptrace.msg.tensor.sliced: expected 3 booleans"),
     ({M.T_SHAPES: ["6", "x", ""]}, "pptrace.msg.tensor.shapes: 'x' is not a shape"),
+    ({M.GROUP: [6, "7"]}, "pptrace.msg.group: expected a list of global ranks"),
+    ({M.GROUP: 6}, "pptrace.msg.group: expected a list of global ranks"),
 ])
 def test_a_bad_span_is_refused_naming_the_attribute(change: dict[str, object],
                                                    message: str) -> None:

@@ -391,6 +391,23 @@ def test_a_receive_served_from_its_stash_is_not_the_one_the_send_reached() -> No
     assert [e["args"]["expected_kind"] for e in stashed] == ["proxy"]
 
 
+def test_a_broadcast_flows_from_its_source_to_each_member() -> None:
+    from tests.test_analyze_broadcast_messages import Bcast
+
+    b = Bcast()  # the last stage's TP rank 0 (rank 3) broadcasts to ranks 4 and 5
+    for k in range(2):
+        b.step([MessageTensor("next_token_ids", (k + 1,), "int64", "cpu", 8 * (k + 1))])
+    doc = _valid(to_chrome_trace(b.run.trace(), []))
+    names = _names(doc)
+    got = sorted((names[s["pid"]][:6], s["args"]["seq"], names[r["pid"]][:6], r["args"]["seq"])
+                 for s, r in _flow_ends(doc, MESSAGE_FLOW))
+    assert got == [("rank 3", 0, "rank 4", 0), ("rank 3", 0, "rank 5", 0),
+                   ("rank 3", 1, "rank 4", 1), ("rank 3", 1, "rank 5", 1)]
+    (source,) = [e for e in _of(doc, "X", "send") if e["args"]["seq"] == 0]
+    assert source["args"]["dst"] == [4, 5] and source["args"]["broadcast_group"] == [3, 4, 5]
+    assert doc["otherData"]["flows"][MESSAGE_FLOW] == 4
+
+
 def test_a_trace_without_messages_has_no_message_slices() -> None:
     doc = _valid(to_chrome_trace(load_paths([GOLDEN]), []))
     assert not [e for e in _of(doc, "X") if e["name"] not in ("attach", "extract")]

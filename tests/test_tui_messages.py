@@ -468,3 +468,29 @@ def test_choosing_a_message_finding_opens_the_message_screen_on_its_message() ->
         assert "names no event" not in "\n".join(str(n.message) for n in app._notifications)
 
     _lead(trace, steps)
+
+
+def test_a_broadcast_shows_one_source_and_its_arrow_to_each_member() -> None:
+    """The viewer's index marks every member's receive as the other end of a broadcast, each
+    receive's other end is the source, and the detail names the group (the analyzer's
+    broadcast pairs: the viewer pairs nothing)."""
+    from tests.test_analyze_broadcast_messages import Bcast, _payload
+
+    b = Bcast()
+    for k in range(2):
+        b.step(_payload(k))
+    trace = b.run.trace()
+    judged = analysis(trace)
+    index = MessageIndex.build(trace, judged.findings, judged.message_pairs,
+                               judged.broadcast_pairs)
+    (send_col,) = [c for c in range(index.width) if index.glyph(c) is Glyph.SEND
+                   and index.message(c).event.seq == 0]
+    others = index.counterparts(send_col)
+    assert sorted(index.message(c).rank.rank for c in others) == [4, 5]
+    assert all(index.counterpart(c) == send_col for c in others)
+    console = Console(width=120, record=True, color_system=None)
+    console.print(render_detail(index, send_col))
+    assert ("broadcast over the group [3, 4, 5]: paired with 2 of its 2 members' receives"
+            in console.export_text())
+    bare = MessageIndex.build(trace, judged.findings, judged.message_pairs)
+    assert bare.counterparts(send_col) == ()  # without the analyzer's pairs: no arrow

@@ -22,9 +22,10 @@ from pathlib import Path
 
 import pytest
 
-from pptrace.analyze.analyzer import analyze
+from pptrace.analyze.analyzer import analysis, analyze
 from pptrace.load.loader import load_paths
-from pptrace.model.findings import FindingKind, Severity
+from pptrace.model.findings import FindingKind, MessageId, Severity
+from pptrace.model.messages import MessageOp
 from tests import helpers_vllm
 
 pytestmark = pytest.mark.slow
@@ -104,6 +105,24 @@ def test_a_healthy_vllm_pipeline_is_recorded_and_clean(tmp_path: Path) -> None:
         (0, 0), (0, 1), (1, 0), (1, 1)}
     assert errors_of(files) == {}
     assert [f for f in analyze(trace) if f.severity is not Severity.INFO] == []
+
+
+def test_a_vllm_broadcast_is_recorded_and_paired_with_every_member(tmp_path: Path) -> None:
+    files = run_pipeline(tmp_path, "broadcast", fingerprint=True)
+    trace = load_paths(files)
+    judged = analysis(trace)
+    assert [f for f in judged.findings if f.severity is not Severity.INFO] == []
+    index = {p.rank.rank: i for i, p in enumerate(trace.processes)}
+    for src, member in ((2, 0), (3, 1)):  # PP groups [0, 2] and [1, 3]: the last stage sources
+        sent = [m for m in trace.processes[index[src]].messages if m.group]
+        got = [m for m in trace.processes[index[member]].messages if m.group and m.phase == "end"]
+        assert len(sent) == len(got) == helpers_vllm.STEPS
+        assert all(m.group == (member, src) and m.peer == -1 for m in sent)
+        assert all(e.peer == src and e.keys == ("sampled_token_ids",)
+                   and e.tensors == m.tensors for m, e in zip(sent, got, strict=True))
+        assert all(judged.broadcast_pairs[MessageId(index[src], MessageOp.SEND, m.seq)] == (
+            MessageId(index[member], MessageOp.RECV, e.seq),) for m, e in zip(sent, got,
+                                                                              strict=True))
 
 
 @pytest.mark.parametrize(("scenario", "fingerprint", "kind"), [

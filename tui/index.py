@@ -165,12 +165,16 @@ class TraceIndex:
 
     def __init__(self, trace: Trace, findings: Sequence[Finding],
                  pairs: Pairs | None = None,
-                 message_pairs: Mapping[MessageId, MessageId] | None = None) -> None:
+                 message_pairs: Mapping[MessageId, MessageId] | None = None,
+                 broadcast_pairs: Mapping[MessageId, tuple[MessageId, ...]] | None = None
+                 ) -> None:
         self.trace = trace
         self.findings: tuple[Finding, ...] = tuple(findings)
         #: the analyzer's send -> receive pairs (``analysis(trace).message_pairs``); None: not
         #: handed in (the message screen then asks the analyzer)
         self.message_pairs = message_pairs
+        #: each broadcast's send -> each member's receive (``analysis(trace).broadcast_pairs``)
+        self.broadcast_pairs = broadcast_pairs
         #: the analyzer's attach/extract pairs (``analysis(trace).pairs``), which the grid draws
         self.pairs: Pairs = pairs if pairs is not None else analysis(trace).pairs
         self.rows: list[Row] = []
@@ -195,13 +199,15 @@ class TraceIndex:
     @classmethod
     def build(cls, trace: Trace, findings: Sequence[Finding], *,
               pairs: Pairs | None = None, verify: bool = True,
-              message_pairs: Mapping[MessageId, MessageId] | None = None) -> TraceIndex:
+              message_pairs: Mapping[MessageId, MessageId] | None = None,
+              broadcast_pairs: Mapping[MessageId, tuple[MessageId, ...]] | None = None
+              ) -> TraceIndex:
         """Index a trace, its findings and the attach/extract pairs the analyzer judged them
         on (``analysis(trace).pairs``; None: asked of the analyzer here, for findings made by
         hand). With ``verify=False`` paired cells show as equal until ``verify_pairs()`` has
         compared both sides (the viewer does that after first paint: at 1M events it is the
         slowest part of indexing)."""
-        index = cls(trace, findings, pairs, message_pairs)
+        index = cls(trace, findings, pairs, message_pairs, broadcast_pairs)
         index._build_rows()
         index._build_pairs()
         index._build_findings()

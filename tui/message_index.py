@@ -9,7 +9,8 @@ the trace, or to its failure. Columns are arrays, not objects: 1M messages index
 
 The verdicts are the analyzer's: a message is marked when a finding names it
 (``Finding.messages``), and its counterpart is the other message a finding names with it, or
-the pair handed in (``pairs``) where the analyzer exposes them. Nothing here pairs by itself.
+the pair handed in (``pairs``; a broadcast's send has one per member, ``counterparts``) where the
+analyzer exposes them. Nothing here pairs by itself.
 No Textual.
 
     index = MessageIndex.build(trace, findings)
@@ -104,6 +105,7 @@ class MessageIndex:
         self.t0 = 0
         self.end_ns = 0
         self._pairs: dict[MessageId, MessageId] = {}
+        self._fanout: dict[MessageId, tuple[MessageId, ...]] = {}  # a broadcast's receives
         self._seq_cols: dict[int, dict[tuple[MessageOp, int], int]] = {}  # per process, lazily
         self._row_of_process: dict[int, int] = {}
         self._by_rank: dict[int, int] = {}  # global rank -> process
@@ -116,11 +118,20 @@ class MessageIndex:
 
     @classmethod
     def build(cls, trace: Trace, findings: Sequence[Finding],
-              pairs: Mapping[MessageId, MessageId] | None = None) -> MessageIndex:
-        """Index the message layer of ``trace``; ``pairs`` (send -> receive), where known,
-        names each message's counterpart beyond those the findings name."""
+              pairs: Mapping[MessageId, MessageId] | None = None,
+              broadcasts: Mapping[MessageId, tuple[MessageId, ...]] | None = None
+              ) -> MessageIndex:
+        """Index the message layer of ``trace``; ``pairs`` (send -> receive) and
+        ``broadcasts`` (a broadcast's send -> each member's receive), where known, name each
+        message's counterparts beyond those the findings name."""
         index = cls(trace, findings)
         index._build(pairs or {})
+        for send, got in (broadcasts or {}).items():
+            index._fanout[send] = got
+            for recv in got:
+                index._pairs[recv] = send
+            if got:
+                index._pairs[send] = got[0]
         return index
 
     # --- building ----------------------------------------------------------------------------
@@ -268,6 +279,15 @@ class MessageIndex:
             return best[1]
         paired = self._pairs.get(self.message(col).ref)
         return None if paired is None else self.col_of(paired)
+
+    def counterparts(self, col: int) -> tuple[int, ...]:
+        """Every column at the other end: a broadcast's send has one per member's receive;
+        any other message at most its ``counterpart``."""
+        got = self._fanout.get(self.message(col).ref)
+        if got is not None:
+            return tuple(c for c in map(self.col_of, got) if c is not None)
+        other = self.counterpart(col)
+        return () if other is None else (other,)
 
     def rank_of(self, global_rank: int) -> RankInfo | None:
         """The traced rank with that global rank, if any."""

@@ -132,7 +132,7 @@ class MessagePatch:
             self._restores.append(patch_class(cls, self._message_log(), self.engine, patches))
             self.patched[name] = cls
             wrappers = {p.method: cls.__dict__[p.method] for p in patches
-                        if p.role != "shell"}
+                        if p.role != "shell" and p.method in cls.__dict__}
             for method, wrapper in wrappers.items():
                 setattr(cls, method, self._gate(cls, name, wrapper, wrappers))
 

@@ -100,6 +100,7 @@ class _Analysis:
         self.procs = [_Proc(i, p) for i, p in enumerate(trace.processes)]
         self.raws: list[Raw] = []
         self.message_pairs: dict[MessageId, MessageId] = {}
+        self.broadcast_pairs: Mapping[MessageId, tuple[MessageId, ...]] = {}
         self.lowered: dict[str, str] = {}  # channel -> why its absence findings are less sure
         # Channels one of whose ends lacks events in its window: their pairs may be matched
         # across the hole, so their payload findings are warnings (pptrace.analyze.losses).
@@ -440,6 +441,7 @@ class _Analysis:
         carried_by(self.raws, verdict.carried)
         link_peer_errors(self.raws)
         self.message_pairs = verdict.pairs
+        self.broadcast_pairs = verdict.broadcasts
         echoes = self.drop_echoes() if self.extract_hygiene else set()
         raws: list[Counted] = []
         for index, r in enumerate(self.raws):
@@ -462,13 +464,16 @@ class Analysis:
     channels: tuple[Channel, ...]
     message_pairs: Mapping[MessageId, MessageId] = field(default_factory=dict)
     pairs: Pairs = field(default_factory=Pairs)
+    #: each broadcast's send -> the receive it reached on each other member of its group
+    broadcast_pairs: Mapping[MessageId, tuple[MessageId, ...]] = field(default_factory=dict)
 
 
 def analysis(trace: Trace) -> Analysis:
     """Check every cross-rank invariant; return the findings and what they were judged on."""
     work = _Analysis(trace)
     findings = work.run()
-    return Analysis(tuple(findings), tuple(work.plan), work.message_pairs, work.book.pairs())
+    return Analysis(tuple(findings), tuple(work.plan), work.message_pairs, work.book.pairs(),
+                    work.broadcast_pairs)
 
 
 def analyze(trace: Trace) -> list[Finding]:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 
 from pptrace.analyze.rules import who
 from pptrace.analyze.summary import Raw
-from pptrace.analyze.waits import labelled, place
+from pptrace.analyze.waits import labelled, place, wanted
 from pptrace.model.findings import Category
 from pptrace.model.messages import MessageEvent, MessageOp
 from pptrace.model.records import Direction, RankInfo
@@ -51,8 +51,10 @@ class Side:
     prefix: str
     sends: list[MessageEvent] = field(default_factory=list)
     ends: list[MessageEvent] = field(default_factory=list)  # receives that returned or raised
-    begins: dict[int, MessageEvent] = field(default_factory=dict)
+    begins: dict[int, MessageEvent] = field(default_factory=dict)  # broadcasts' too
     cut: bool = False
+    bsends: list[MessageEvent] = field(default_factory=list)  # broadcasts this process sourced
+    bends: list[MessageEvent] = field(default_factory=list)  # broadcasts it received (ended)
 
     @property
     def rank(self) -> RankInfo:
@@ -78,7 +80,8 @@ class Pair:
     channel: str
 
     def head(self) -> str:
-        return (f"{labelled(self.m.kind)} #{self.m.seq} {who(self.s.rank)} "
+        what = f"broadcast of {wanted(self.m.kind)}" if self.m.group else labelled(self.m.kind)
+        return (f"{what} #{self.m.seq} {who(self.s.rank)} "
                 f"({place(self.s.rank)}) -> {who(self.r.rank)} ({place(self.r.rank)}) "
                 f"(receive #{self.e.seq})")
 

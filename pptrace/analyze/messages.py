@@ -3,6 +3,8 @@
 A process's ``messages`` (``pptrace.model.messages``) are its sends and receives of PP tensor
 dicts. Here they are judged across ranks:
 
+- each broadcast's send is paired with a receive on each other member of its group
+  (``pptrace.analyze.broadcasts``);
 - each send is paired with a receive on its channel (sender global rank -> receiver global
   rank) and kind, in order (a receive served from its stash moved nothing and pairs with no
   send: the receive that stashed the message is the one its send reached); per pair, the keys,
@@ -44,6 +46,7 @@ from typing import NamedTuple
 
 from pptrace import engines
 from pptrace.analyze import message_align as across
+from pptrace.analyze.broadcasts import check_broadcasts
 from pptrace.analyze.holes import Holes
 from pptrace.analyze.message_payload import differences
 from pptrace.analyze.message_sides import Carried, Pair, Side, carried_by, cut_at_start
@@ -73,6 +76,8 @@ class MessageVerdict(NamedTuple):
 
     carried: Carried  # (sending process, attach seq) -> the output message that carried it
     pairs: dict[MessageId, MessageId]  # each send -> the receive it reached
+    #: each broadcast's send -> the receive it reached on each other member, in group order
+    broadcasts: dict[MessageId, tuple[MessageId, ...]] = {}
 
 
 class _Check:
@@ -97,13 +102,13 @@ class _Check:
                 continue
             for m in proc.messages:
                 if m.op is SEND:
-                    side.sends.append(m)
+                    (side.bsends if m.group else side.sends).append(m)
                 elif m.phase == "begin":
                     side.begins[m.seq] = m
                 else:
-                    side.ends.append(m)
-            side.sends.sort(key=lambda m: m.seq)
-            side.ends.sort(key=lambda m: m.seq)
+                    (side.bends if m.group else side.ends).append(m)
+            for calls in (side.sends, side.ends, side.bsends, side.bends):
+                calls.sort(key=lambda m: m.seq)
             side.cut = cut_at_start(proc)
             self.sides.append(side)
             self.sides_by_index[i] = side
@@ -263,6 +268,8 @@ class _Check:
         stashes nothing (every call moves one message), so send #n is receive #n. Else say
         why not."""
         src, dst = rank_id(s.rank), rank_id(r.rank)
+        if s.bsends or s.bends or r.bsends or r.bends:
+            return "a broadcast takes seqs of its own: they are not the channel's"
         if any(m.peer != dst for m in s.sends) or any(
                 e.peer != src for e in r.ends) or any(b.peer != src for b in r.begins.values()):
             return "more than one peer: where the channel starts in its seqs cannot be told"
@@ -406,7 +413,7 @@ class _Check:
         waits: list[Wait] = []
         trails: dict[tuple[str, int], Trail] = {}
         for side in self.sides:
-            ended = {m.seq: m for m in side.ends}
+            ended = {m.seq: m for m in side.ends + side.bends}
             holes = self.holes[side.index]  # a lost end returned: a hole, not a wait
             for seq, b in sorted(side.begins.items()):
                 end = ended.get(seq)
@@ -416,8 +423,9 @@ class _Check:
                 waits.append(Wait(side.index, side.rank, side.run, side.prefix, b, end,
                                   retried, holes.unsure(failed=end is not None)))
             last: dict[int, MessageEvent] = {}
-            for m in side.sends:
-                last[m.peer] = m
+            for m in sorted(side.sends + side.bsends, key=lambda m: m.seq):
+                for peer in m.group or (m.peer,):  # a broadcast went to each member
+                    last[peer] = m
             trails[(side.run, rank_id(side.rank))] = Trail(
                 side.rank, last, side.last_ns(), self.complete(side.index))
         for side in self.quiet:  # traced, but no message recorded: it sent nothing
@@ -431,6 +439,7 @@ class _Check:
             self.per_process(side)
         self.slices = tp_slices(self.sides, self.add)
         self.pairs()
+        broadcast = check_broadcasts(self)
         self.labels()
         for side in self.sides:  # a hole in a stage's own records shifts its hops too
             self.hole = across.channel_hole(self.holes, side, None)
@@ -439,7 +448,7 @@ class _Check:
         self.waits()
         pairs = {MessageId(s, SEND, seq): MessageId(r.index, RECV, e.seq)
                  for (s, seq), (r, e) in self.received.items()}
-        return MessageVerdict(self.carried, pairs)
+        return MessageVerdict(self.carried, pairs, broadcast)
 
 
 def check_messages(trace: Trace, raws: list[Raw], runs: Sequence[str], prefixes: Sequence[str],

@@ -128,7 +128,8 @@ def run(args: argparse.Namespace) -> int:
     result = analysis(trace)
     status.end()
     doc = to_chrome_trace(trace, result.findings, pairs=result.pairs,
-                          message_pairs=result.message_pairs)
+                          message_pairs=result.message_pairs,
+                          broadcast_pairs=result.broadcast_pairs)
     write_json(doc, target)
     if target != "-":
         flows = doc["otherData"]["flows"]

@@ -3,7 +3,8 @@
 What is SGLang's and nowhere else in pptrace: its auxiliary transport
 (``sglang.srt.sampling.sampling_observer_pp``'s attach and extract, the key prefix, the error
 texts users grep for), its message layer (``GroupCoordinator.send_tensor_dict``/
-``recv_tensor_dict`` in ``sglang.srt.distributed.parallel_state`` and the mixin's typed receive
+``recv_tensor_dict``, ``broadcast_tensor_dict`` and ``send_recv_tensor_dict`` in
+``sglang.srt.distributed.parallel_state`` and the mixin's typed receive
 ``SchedulerPPMixin._pp_recv_typed_dict``, with the decoders that read each call's peer as the
 method computes it), its PP/TP groups, the keys its scheduler puts in the PP dicts and the
 message kinds it demultiplexes on (``__msg_type__``). Stdlib only: the decoders read the
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pptrace.engines.coordinator import broadcast_group
 from pptrace.engines.spec import Engine, MethodPatch, Peer, RankSource, Transport, TransportErrors
 
 __all__ = ["ENGINE", "coordinator_recv_peer", "coordinator_send_peer"]
@@ -120,6 +122,41 @@ def coordinator_recv_peer(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Peer
     return peer, src, _gather_size(gather)
 
 
+def send_recv_peers(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Peer, Peer] | None:
+    """``send_recv_tensor_dict(self, send_tensor_dict, send_dst=None, recv_src=None,
+    send_all_gather_group=None, recv_all_gather_group=None)``'s destination and source, as the
+    method computes them (None in a group of one, where it returns None at once)."""
+    group = args[0]
+    if group.world_size == 1:
+        return None
+
+    def arg(i: int, name: str) -> Any:
+        return args[i] if len(args) > i else kwargs.get(name)
+
+    dst, src = arg(2, "send_dst"), arg(3, "recv_src")
+    if dst is None:
+        dst = (group.rank_in_group + 1) % group.world_size
+    if src is None:
+        src = (group.rank_in_group - 1) % group.world_size
+    n = len(group.ranks)
+    return ((group.ranks[dst] if 0 <= dst < n else -1, dst,
+             _gather_size(arg(4, "send_all_gather_group"))),
+            (group.ranks[src] if 0 <= src < n else -1, src,
+             _gather_size(arg(5, "recv_all_gather_group"))))
+
+
+def send_recv_dst(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Peer | None:
+    """The send half of ``send_recv_tensor_dict``."""
+    both = send_recv_peers(args, kwargs)
+    return None if both is None else both[0]
+
+
+def send_recv_src(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Peer | None:
+    """The receive half of ``send_recv_tensor_dict``."""
+    both = send_recv_peers(args, kwargs)
+    return None if both is None else both[1]
+
+
 def typed_expected(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
     """``_pp_recv_typed_dict(self, expected_kind="default", all_gather_group=None)``'s kind."""
     return str(args[1] if len(args) > 1 else kwargs.get("expected_kind", "default"))
@@ -144,6 +181,12 @@ ENGINE = Engine(
                     peer=coordinator_send_peer, dict_arg=1),
         MethodPatch(PARALLEL_STATE, "GroupCoordinator", "recv_tensor_dict", "recv",
                     peer=coordinator_recv_peer),
+        # TP rank 0 hands its dict to the stage's other TP ranks (the VPP path's last stage).
+        MethodPatch(PARALLEL_STATE, "GroupCoordinator", "broadcast_tensor_dict", "broadcast",
+                    group=broadcast_group, dict_arg=1),
+        # The NPU pp=2 path: one batch_isend_irecv that sends a dict and receives one.
+        MethodPatch(PARALLEL_STATE, "GroupCoordinator", "send_recv_tensor_dict", "send_recv",
+                    peer=send_recv_dst, recv_peer=send_recv_src, dict_arg=1),
         MethodPatch(MIXIN, "SchedulerPPMixin", "_pp_recv_typed_dict", "typed_recv",
                     peer=typed_peer, expected=typed_expected, late=True),
     ),

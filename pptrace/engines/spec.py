@@ -16,13 +16,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-__all__ = ["Engine", "MethodPatch", "Peer", "PeerOf", "RankSource", "Transport",
-           "TransportErrors"]
+__all__ = ["Engine", "Group", "GroupOf", "MethodPatch", "Peer", "PeerOf", "RankSource",
+           "Transport", "TransportErrors"]
 
 #: A call's other end: (global rank or -1, the index in its group or None, all-gather size).
 Peer = tuple[int, "int | None", int]
 #: Reads a call's peer from its ``(args, kwargs)``; None: the call moves nothing (a group of one).
 PeerOf = Callable[[tuple[Any, ...], dict[str, Any]], "Peer | None"]
+#: A broadcast's group: (its members' global ranks in group order, the source's index in it,
+#: the calling process's index in it).
+Group = tuple[tuple[int, ...], int, int]
+#: Reads a broadcast call's ``Group`` from its ``(args, kwargs)``; None: it moves nothing.
+GroupOf = Callable[[tuple[Any, ...], dict[str, Any]], "Group | None"]
 
 
 class TransportErrors(NamedTuple):
@@ -57,8 +62,10 @@ class MethodPatch(NamedTuple):
     ``expected`` reads it), ``isend``/``irecv`` (an asynchronous pair: the record ends when the
     caller waits on what it returned), ``shell`` (a blocking wrapper around the async pair:
     recorded by the pair, never twice), ``broadcast`` (one source, every other group member
-    receives). ``late``: the method's class may still be executing when its module is seen, so
-    it is patched at the first call of a method that is not late.
+    receives: ``group`` reads the group, the source's dict is at ``dict_arg``), ``send_recv``
+    (one call that sends the dict at ``dict_arg`` to ``peer`` and receives from ``recv_peer``:
+    recorded as a send and a receive). ``late``: the method's class may still be executing when
+    its module is seen, so it is patched at the first call of a method that is not late.
     """
 
     module: str
@@ -69,6 +76,8 @@ class MethodPatch(NamedTuple):
     dict_arg: int = 1
     expected: Callable[[tuple[Any, ...], dict[str, Any]], str] | None = None
     late: bool = False
+    group: GroupOf | None = None
+    recv_peer: PeerOf | None = None
 
 
 class RankSource(NamedTuple):

@@ -10,13 +10,21 @@ all-gathers it), so its record ends when the caller has waited every handle and 
 postprocess step (``pptrace.record.message_async``). ``send_tensor_dict``/``recv_tensor_dict``
 are shells that call the pair and wait: they are left alone, so each message is recorded once.
 Argument positions are SGLang's, and so are the peer decoders. Ranks come from vLLM's own PP and
-TP groups (``get_pp_group``/``get_tp_group``; TP innermost, as SGLang's). Stdlib only.
+TP groups (``get_pp_group``/``get_tp_group``; TP innermost, as SGLang's).
+
+``GroupCoordinator.broadcast_tensor_dict`` is recorded as a broadcast (a send on the source, a
+receive on every other member). The sampled-token broadcasts of the model runners
+(``GPUModelRunner._pp_broadcast_prev_sampled_token_ids`` and its receive, the V2 runner's
+``PPHandler``) call ``torch.distributed.broadcast`` directly on a bare tensor, the receive
+asynchronously on a side stream: pptrace does not patch ``torch.distributed`` globally, so those
+stay unrecorded (``docs/vllm.md`` says what that leaves unseen). Stdlib only.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from pptrace.engines.coordinator import broadcast_group
 from pptrace.engines.spec import Engine, MethodPatch, Peer, RankSource
 
 __all__ = ["ENGINE"]
@@ -67,6 +75,8 @@ ENGINE = Engine(
         # Shells around the pair: recorded by it, never twice.
         MethodPatch(PARALLEL_STATE, _CLS, "send_tensor_dict", "shell"),
         MethodPatch(PARALLEL_STATE, _CLS, "recv_tensor_dict", "shell"),
+        MethodPatch(PARALLEL_STATE, _CLS, "broadcast_tensor_dict", "broadcast",
+                    group=broadcast_group, dict_arg=1),
     ),
     ranks=RankSource(PARALLEL_STATE),
 )

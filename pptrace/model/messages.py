@@ -8,7 +8,11 @@ demultiplexes on ``__msg_type__``. A ``MessageEvent`` is one send or one receive
 - a send is one event (``phase`` ``"end"``), recorded when the send call returns;
 - a receive is two: ``"begin"`` recorded *before* the call blocks (so a rank that hangs in a
   receive leaves evidence of what it waited for, and from whom), then ``"end"`` with what
-  arrived. Both carry the same ``seq``.
+  arrived. Both carry the same ``seq``;
+- a broadcast (one source, every other member of a group receives) is a send on the source
+  (``peer`` -1: no single peer) and a receive on each other member (``peer``: the source), each
+  carrying ``group``, the group's global ranks in group order. A point-to-point event has an
+  empty ``group``, so files written before broadcasts were recorded read as they always did.
 
 Every tensor of the dict is described by a ``MessageTensor`` (never its contents), with whether it
 travelled whole or as this TP rank's slice (re-assembled by an all-gather on the receiver). The
@@ -77,6 +81,7 @@ EXPECTED = "pptrace.msg.expected_kind"  # str, what a typed receive asked for ("
 STASHED = "pptrace.msg.stashed"  # bool, a typed receive kept this message for later
 FROM_STASH = "pptrace.msg.from_stash"  # bool, a typed receive was served from its stash
 GATHER = "pptrace.msg.gather_size"  # int, the all-gather group's size for TP slices (1: none)
+GROUP = "pptrace.msg.group"  # int[], a broadcast's group (global ranks); absent: point-to-point
 CARRIES = "pptrace.msg.carries_attach"  # int, the seq of the attach whose output this carried
 KEYS = "pptrace.msg.keys"  # str[], the dict's keys in order
 T_KEYS = "pptrace.msg.tensor.keys"  # str[], per tensor (and per non-tensor value) below
@@ -147,6 +152,13 @@ class MessageEvent(NamedTuple):
     tensors: tuple[MessageTensor, ...] = ()
     error_type: str | None = None
     error_message: str | None = None
+    #: A broadcast's group, its members' global ranks in group order (empty: point-to-point).
+    group: tuple[int, ...] = ()
+
+    @property
+    def broadcast(self) -> bool:
+        """The event is one end of a broadcast (a source's send, or a member's receive)."""
+        return bool(self.group)
 
     @property
     def ok(self) -> bool:
@@ -223,6 +235,8 @@ def to_attributes(event: MessageEvent,
         out[GATHER] = event.gather_size
     if event.carries_attach is not None:
         out[CARRIES] = event.carries_attach
+    if event.group:
+        out[GROUP] = list(event.group)
     ts = event.tensors
     keys = [t.key for t in ts]
     if (ts and res is None) or (res is not None and keys != list(event.keys)):
@@ -289,6 +303,14 @@ def _bools(attrs: Mapping[str, object], key: str, n: int) -> list[bool]:
             isinstance(v, bool) for v in value):
         raise BadMessageSpan(f"{key}: expected {n} booleans")
     return [bool(v) for v in value]
+
+
+def _group(attrs: Mapping[str, object]) -> tuple[int, ...]:
+    value = attrs.get(GROUP, ())
+    if not isinstance(value, (list, tuple)) or not all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value):
+        raise BadMessageSpan(f"{GROUP}: expected a list of global ranks")
+    return tuple(int(v) for v in value)
 
 
 def _shape(text: str) -> tuple[int, ...]:
@@ -390,5 +412,5 @@ def from_attributes(attrs: Mapping[str, object], name: str,
         from_stash=attrs.get(FROM_STASH) is True, gather_size=_int(attrs, GATHER, 1),
         carries_attach=_opt_int(attrs, CARRIES), keys=tuple(all_keys),
         tensors=tensors, error_type=error_type,
-        error_message=message if isinstance(message, str) else None,
+        error_message=message if isinstance(message, str) else None, group=_group(attrs),
     )

@@ -98,7 +98,7 @@ def _end(log: MessageLog, head: tuple[Any, ...], got: Any) -> None:
     n, wall, t0, tid, where = head
     kind = _dict_get(got, MSG_TYPE_KEY) if isinstance(got, dict) and MSG_TYPE_KEY else None
     log.add((_RECV, "end", n, wall, t0, time.monotonic_ns() - t0, tid, *where, "", False,
-             False, None, _fingerprints(log, got) if log.rec.fingerprint else None, None, kind,
+             False, None, _fingerprints(log, got) if log.rec.fingerprint else None, None, kind, (),
              *_values(got)))
 
 
@@ -118,7 +118,7 @@ def wrap_irecv(fn: Callable[..., Any], log: MessageLog, peer_of: PeerOf) -> Call
             if where is not None:
                 n, wall, t0, tid = next(seq), time_ns(), mono_ns(), ident()
                 log.add((_RECV, "begin", n, wall, t0, -1, tid, *where, "", False, False,
-                         None, None, None, None))
+                         None, None, None, None, ()))
         except Exception as exc:
             rec.internal_error("message irecv begin", exc)
             where = None
@@ -129,7 +129,7 @@ def wrap_irecv(fn: Callable[..., Any], log: MessageLog, peer_of: PeerOf) -> Call
         except BaseException as exc:
             try:
                 log.add((_RECV, "end", n, wall, t0, mono_ns() - t0, tid, *where, "", False,
-                         False, None, None, _error(exc), None))
+                         False, None, None, _error(exc), None, ()))
             except Exception as inner:
                 rec.internal_error("message irecv record", inner)
             raise

@@ -27,6 +27,13 @@ def wrapper_for(patch: MethodPatch, log: MessageLog) -> Callable[[Any], Any] | N
     whose inner calls are recorded)."""
     if patch.role == "shell":
         return None
+    if patch.role == "broadcast":
+        if patch.group is None:
+            raise ValueError(f"{patch.cls}.{patch.method}: a broadcast needs a group decoder")
+        group = patch.group
+        from pptrace.record.message_broadcast import wrap_broadcast
+
+        return lambda f: wrap_broadcast(f, log, group, dict_arg=patch.dict_arg)
     if patch.peer is None:
         raise ValueError(f"{patch.cls}.{patch.method}: a {patch.role} needs a peer decoder")
     peer = patch.peer
@@ -39,6 +46,12 @@ def wrapper_for(patch: MethodPatch, log: MessageLog) -> Callable[[Any], Any] | N
         return lambda f: wrap_typed_recv(f, log, expected, peer)
     if patch.role == "isend":  # recorded as it is posted, with what it was handed then
         return lambda f: wrap_send(f, log, peer, dict_arg=patch.dict_arg)
+    if patch.role == "send_recv":  # one call, recorded as the send and the receive it makes
+        if patch.recv_peer is None:
+            raise ValueError(f"{patch.cls}.{patch.method}: a send_recv needs a recv_peer decoder")
+        source = patch.recv_peer
+        return lambda f: wrap_send(wrap_recv(f, log, source), log, peer,
+                                   dict_arg=patch.dict_arg, dict_name="send_tensor_dict")
     if patch.role == "irecv":
         from pptrace.record.message_async import wrap_irecv
 
@@ -69,11 +82,14 @@ def _patch(plan: Sequence[tuple[type, str, Callable[[Any], Any]]]) -> Callable[[
 def patch_class(cls: type, log: MessageLog, engine: Engine,
                 patches: Sequence[MethodPatch] | None = None) -> Callable[[], None]:
     """Wrap ``cls``'s methods that ``engine`` names (or ``patches``) in place; return the exact
-    restore (the engine's patches are matched to ``cls`` by its name)."""
+    restore (the engine's patches are matched to ``cls`` by its name; a method the class does
+    not have, as in another version of the engine, is left out)."""
     chosen = list(patches) if patches is not None else [
         p for p in engine.messages if p.cls == cls.__name__]
     plan = []
     for p in chosen:
+        if not hasattr(cls, p.method):  # another version of the engine: nothing to wrap
+            continue
         make = wrapper_for(p, log)
         if make is not None:
             plan.append((cls, p.method, make))

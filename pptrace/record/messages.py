@@ -177,13 +177,14 @@ class MessageLog:
 # One flat tuple per event, built on the caller's thread with no per-value tuple and nothing
 # computed that the recorder's thread can compute (as pptrace.record.wrapper's raw records):
 #   (op, phase, seq, wall_ns, mono_ns, duration_ns, thread_id, peer, peer_pp, gather,
-#    expected, stashed, from_stash, carries, fingerprints, error, kind, *values)
+#    expected, stashed, from_stash, carries, fingerprints, error, kind, group, *values)
 # values: four slots per dict value, in dict order: (key, shape, dtype, device) for a tensor
 # (the shape a plain tuple of ints, so that a record of atoms leaves the garbage collector's
 # lists at its first collection),
 # (key, None, type, None) for any other value. kind: the dict's __msg_type__ value (None when
-# the call returned no dict, or the dict has none).
-_HEAD = 17
+# the call returned no dict, or the dict has none). group: a broadcast's group (global ranks),
+# () for a point-to-point call.
+_HEAD = 18
 
 
 def convert(raw: tuple[Any, ...], rank: RankInfo,
@@ -191,7 +192,7 @@ def convert(raw: tuple[Any, ...], rank: RankInfo,
     """A raw message record as a ``MessageEvent`` (the process's own TP rank is the peer's: a
     PP group joins the same TP rank of every stage)."""
     (op, phase, seq, wall, mono, dur, thread_id, peer, peer_pp, gather, expected, stashed,
-     from_stash, carries, fps, error, kind) = raw[:_HEAD]
+     from_stash, carries, fps, error, kind, group) = raw[:_HEAD]
     keys: list[str] = []
     tensors: list[MessageTensor] = []
     for i, at in enumerate(range(_HEAD, len(raw), 4)):
@@ -215,10 +216,11 @@ def convert(raw: tuple[Any, ...], rank: RankInfo,
     return MessageEvent(
         op=MessageOp(op), phase=phase, seq=seq, wall_ns=wall, mono_ns=mono, duration_ns=dur,
         thread_id=thread_id, peer=peer, peer_pp_rank=peer_pp,
-        peer_tp_rank=rank.tp_rank if peer >= 0 else None,
+        peer_tp_rank=rank.tp_rank if peer >= 0 and not group else None,
         kind=kind if type(kind) is str else "", expected_kind=expected, stashed=stashed,
         from_stash=from_stash, gather_size=gather, carries_attach=carries, keys=tuple(keys),
-        tensors=tuple(tensors), error_type=error_type, error_message=error_message)
+        tensors=tuple(tensors), error_type=error_type, error_message=error_message,
+        group=tuple(group))
 
 
 # --- the hot path ------------------------------------------------------------------------------
@@ -301,14 +303,14 @@ def wrap_send(fn: Callable[..., Any], log: MessageLog, peer_of: PeerOf,
             try:
                 (append if len(buf) < cap else full)((
                     _SEND, "end", next(seq), wall, t0, mono_ns() - t0, ident(), *where, "",
-                    False, False, carries, fps, _error(exc), kind, *values))
+                    False, False, carries, fps, _error(exc), kind, (), *values))
             except Exception as inner:
                 rec.internal_error("message send record", inner)
             raise
         try:
             (append if len(buf) < cap else full)((
                 _SEND, "end", next(seq), wall, t0, mono_ns() - t0, ident(), *where, "", False,
-                False, carries, fps, None, kind, *values))
+                False, carries, fps, None, kind, (), *values))
         except Exception as exc:
             rec.internal_error("message send record", exc)
         return result
@@ -339,7 +341,7 @@ def wrap_recv(fn: Callable[..., Any], log: MessageLog, peer_of: PeerOf) -> Calla
                 wall, t0, tid = time_ns(), mono_ns(), ident()
                 (append if len(buf) < cap else full)((
                     _RECV, "begin", n, wall, t0, -1, tid, *where, expected, False, False,
-                    None, None, None, None))
+                    None, None, None, None, ()))
         except Exception as exc:
             rec.internal_error("message recv begin", exc)
             where = None
@@ -351,7 +353,7 @@ def wrap_recv(fn: Callable[..., Any], log: MessageLog, peer_of: PeerOf) -> Calla
             try:
                 (append if len(buf) < cap else full)((
                     _RECV, "end", n, wall, t0, mono_ns() - t0, tid, *where, expected, False,
-                    False, None, None, _error(exc), None))
+                    False, None, None, _error(exc), None, ()))
             except Exception as inner:
                 rec.internal_error("message recv record", inner)
             raise
@@ -361,7 +363,7 @@ def wrap_recv(fn: Callable[..., Any], log: MessageLog, peer_of: PeerOf) -> Calla
             stashed = bool(expected) and (kind if kind is not None else "default") != expected
             (append if len(buf) < cap else full)((
                 _RECV, "end", n, wall, t0, dur, tid, *where, expected, stashed, False, None,
-                _fingerprints(log, result) if rec.fingerprint else None, None, kind,
+                _fingerprints(log, result) if rec.fingerprint else None, None, kind, (),
                 *_values(result)))
         except Exception as exc:
             rec.internal_error("message recv record", exc)
@@ -402,7 +404,7 @@ def wrap_typed_recv(fn: Callable[..., Any], log: MessageLog,
                 where = (peer_of(args, kwargs) if peer_of else None) or (-1, None, 1)
                 kind = _dict_get(got, MSG_TYPE_KEY) if isinstance(got, dict) else None
                 log.add((_RECV, "end", next(seq), wall, t0, mono_ns() - t0, ident(), *where,
-                         expected, False, True, None, None, None, kind, *_values(got)))
+                         expected, False, True, None, None, None, kind, (), *_values(got)))
             except Exception as exc:
                 rec.internal_error("message typed recv record", exc)
         return result

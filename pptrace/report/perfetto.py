@@ -21,7 +21,8 @@ thread id are in ``otherData`` and the thread names.
 
     doc = to_chrome_trace(trace, findings)          # asks the analyzer for its pairs
     doc = to_chrome_trace(trace, result.findings, pairs=result.pairs,
-                          message_pairs=result.message_pairs)
+                          message_pairs=result.message_pairs,
+                          broadcast_pairs=result.broadcast_pairs)
     json.dump(doc, fh)
 
 Pure: no I/O.
@@ -317,6 +318,10 @@ def _message_args(m: MessageEvent, proc: ProcessTrace) -> dict[str, Any]:
             args[flag] = True
     if m.gather_size != 1:
         args["gather_size"] = m.gather_size
+    if m.group:  # a broadcast: the source sent to every other member of its group
+        args["broadcast_group"] = list(m.group)
+        if m.op is MessageOp.SEND:
+            args["dst"] = [r for r in m.group if r != me]
     if m.carries_attach is not None:
         args["carries_attach"] = m.carries_attach
     if m.error_type is not None:
@@ -325,9 +330,10 @@ def _message_args(m: MessageEvent, proc: ProcessTrace) -> dict[str, Any]:
 
 
 def _message_layer(trace: Trace, tracks: list[_Track], doc: _Doc, end_ns: int,
-                   message_pairs: Mapping[MessageId, MessageId]) -> None:
+                   message_pairs: Mapping[MessageId, MessageId],
+                   broadcast_pairs: Mapping[MessageId, tuple[MessageId, ...]]) -> None:
     """Slices per send and receive, a flow from each send to the receive the analyzer paired
-    it with, waits to the end."""
+    it with (from a broadcast, one to each member's receive), waits to the end."""
     ends: dict[tuple[int, MessageOp, int], int] = {}  # (process, op, seq) -> its slice
     for track in tracks:
         proc = trace.processes[track.index]
@@ -344,7 +350,9 @@ def _message_layer(trace: Trace, tracks: list[_Track], doc: _Doc, end_ns: int,
             else:
                 ends[(track.index, m.op, m.seq)] = doc.slice(
                     "recv", track, thread, m.wall_ns, m.duration_ns, args)
-    for send, recv in message_pairs.items():
+    arrows = [(send, recv) for send, recv in message_pairs.items()]
+    arrows += [(send, recv) for send, got in broadcast_pairs.items() for recv in got]
+    for send, recv in arrows:
         a = ends.get((send.process, send.op, send.seq))
         b = ends.get((recv.process, recv.op, recv.seq))
         if a is not None and b is not None:
@@ -379,22 +387,25 @@ def _findings(trace: Trace, tracks: list[_Track], doc: _Doc,
 
 def to_chrome_trace(trace: Trace, findings: Sequence[Finding], *,
                     pairs: Pairs | None = None,
-                    message_pairs: Mapping[MessageId, MessageId] | None = None
+                    message_pairs: Mapping[MessageId, MessageId] | None = None,
+                    broadcast_pairs: Mapping[MessageId, tuple[MessageId, ...]] | None = None
                     ) -> dict[str, Any]:
     """The trace and its findings as a Chrome trace-event JSON document (a dict to dump).
 
-    ``pairs`` and ``message_pairs``: the analyzer's attach/extract pairs and send/receive
-    pairs (``analysis(trace)``'s); asked of the analyzer when not given.
+    ``pairs``, ``message_pairs`` and ``broadcast_pairs``: the analyzer's attach/extract pairs,
+    send/receive pairs and broadcast pairs (``analysis(trace)``'s); asked of the analyzer when
+    not given.
     """
-    if pairs is None or message_pairs is None:
+    if pairs is None or message_pairs is None or broadcast_pairs is None:
         judged = analysis(trace)
         pairs = judged.pairs if pairs is None else pairs
         message_pairs = judged.message_pairs if message_pairs is None else message_pairs
+        broadcast_pairs = judged.broadcast_pairs if broadcast_pairs is None else broadcast_pairs
     t0, end_ns = _bounds(trace)
     doc = _Doc(t0)
     tracks = _tracks(trace, doc)
     _calls(trace, tracks, doc, pairs)
-    _message_layer(trace, tracks, doc, end_ns, message_pairs)
+    _message_layer(trace, tracks, doc, end_ns, message_pairs, broadcast_pairs)
     _findings(trace, tracks, doc, findings)
     processes = [{"pid": t.pid, "label": trace.processes[t.index].rank.label(),
                   "host": inert(trace.processes[t.index].rank.host),

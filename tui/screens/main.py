@@ -380,11 +380,12 @@ class MainScreen(Screen[None]):
         if self.app.screen is not self:
             return  # already on top (the first divergence opened it), or another screen is
         index = self.index
-        pairs = index.message_pairs
-        if pairs is None:  # findings made by hand: the analyzer's pairing, never the viewer's
-            pairs = analysis(index.trace).message_pairs
+        pairs, broadcasts = index.message_pairs, index.broadcast_pairs
+        if pairs is None or broadcasts is None:  # findings made by hand: the analyzer's
+            judged = analysis(index.trace)       # pairing, never the viewer's
+            pairs, broadcasts = judged.message_pairs, judged.broadcast_pairs
         self.app.push_screen(MessagesScreen.of(index.trace, index.findings, pairs,
-                                               finding=finding))
+                                               finding=finding, broadcasts=broadcasts))
 
     def action_zoom(self) -> None:
         """Give the focused panel (grid, findings, pair detail) the whole screen, or undo it."""

@@ -67,10 +67,13 @@ class MessagesScreen(Screen[None]):
     @classmethod
     def of(cls, trace: Trace, findings: Sequence[Finding],
            pairs: Mapping[MessageId, MessageId] | None = None, *,
-           finding: int | None = None) -> MessagesScreen:
-        """The screen on a trace, the analyzer's findings of it and its send -> receive pairs,
-        opened on ``finding``'s first message (None: the first divergence's)."""
-        return cls(MessageIndex.build(trace, findings, pairs), finding)
+           finding: int | None = None,
+           broadcasts: Mapping[MessageId, tuple[MessageId, ...]] | None = None
+           ) -> MessagesScreen:
+        """The screen on a trace, the analyzer's findings of it, its send -> receive pairs and
+        broadcast -> receives, opened on ``finding``'s first message (None: the first
+        divergence's)."""
+        return cls(MessageIndex.build(trace, findings, pairs, broadcasts), finding)
 
     def compose(self) -> ComposeResult:
         yield Header()

@@ -205,6 +205,13 @@ def render_detail(index: MessageIndex, col: int, p: Palette | None = None, *,
     if selected.waiting:
         parts.append(_wait(index, selected, p))
     parts.append(_side_by_side(index, left, right, p, max(12, min(32, width // 4))))
+    group = selected.event.group
+    if group:  # one source, a receive on every other member: say whom it reached
+        reached = len(index.counterparts(col)) if selected.event.op is MessageOp.SEND else None
+        parts.append(literal(
+            f"broadcast over the group {list(group)}"
+            + (f": paired with {reached} of its {len(group) - 1} members' receives"
+               if reached is not None else ""), p.dim))
     if other is None and not selected.waiting:
         parts.append(literal("the other end: no finding names it with this message (the "
                              "viewer shows the pairs the analyzer names)", p.dim))

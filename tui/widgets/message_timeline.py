@@ -63,6 +63,7 @@ class MessageTimeline(CellView, can_focus=True):
         self.index = index
         self.cursor = -1  # the selected message's column; -1: none
         self.other: int | None = None  # the column of the message at its other end
+        self.others: frozenset[int] = frozenset()  # every member's receive, for a broadcast
         rows = index.rows
         self._widths = (
             max(len(_HEAD[0]), min(max((len(r.label) for r in rows), default=0), LABEL_MAX)),
@@ -83,6 +84,7 @@ class MessageTimeline(CellView, can_focus=True):
             return
         self.cursor = col
         self.other = self.index.counterpart(col)
+        self.others = frozenset(self.index.counterparts(col))  # a broadcast: every member
         self._show_col(col)
         self.refresh()
         self.post_message(self.Chosen(col))
@@ -164,7 +166,7 @@ class MessageTimeline(CellView, can_focus=True):
             style = styles[_KIND_CLASS[index.kind(c)]]
             if index.marked(c):
                 style = style + styles["mt--finding"]
-            if c == self.other:
+            if c == self.other or c in self.others:
                 style = style + styles["mt--counterpart"]
             if c == self.cursor:
                 style = style + styles["mt--cursor"]

@@ -1,0 +1,106 @@
+"""Record a broadcast of a tensor dict: one source, and a receive on every other member.
+
+A broadcast (SGLang's and vLLM's ``GroupCoordinator.broadcast_tensor_dict``) is one call that
+every member of a group makes: the source passes its dict, the others get the source's back.
+Each call is recorded by what it is on that process: on the source a send to the whole group
+(``peer`` -1, ``group`` its members' global ranks), on each other member a receive from the
+source, its ``begin`` appended *before* the call blocks (so a member that hangs in a broadcast
+leaves what it waited for, and from whom) and its ``end`` with what arrived. Sends and
+receives take the process's ordinary sequence numbers; the analyzer tells broadcasts apart by
+their ``group`` (``pptrace.analyze.broadcasts``).
+
+The guarantees are ``pptrace.record.messages``' wrappers': the same return object, the same
+exception object, no device synchronisation, a failure inside pptrace counted and contained.
+A broadcast dict is never counted as carrying an attach (``carries_attach``): the dict that a
+TP broadcast hands on is sent to the next stage too, and that send is the one that carries it.
+
+    bcast = wrap_broadcast(link.broadcast_tensor_dict, log, group_of, dict_arg=0)
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from pptrace.engines.spec import GroupOf
+from pptrace.model.messages import MSG_TYPE_KEY
+from pptrace.record.messages import (
+    _RECV,
+    _SEND,
+    MessageLog,
+    _dict_get,
+    _error,
+    _fingerprints,
+    _values,
+)
+
+__all__ = ["wrap_broadcast"]
+
+
+def wrap_broadcast(fn: Callable[..., Any], log: MessageLog, group_of: GroupOf,
+                   dict_arg: int = 1, dict_name: str = "tensor_dict") -> Callable[..., Any]:
+    """Wrap a broadcast of a tensor dict; ``group_of(args, kwargs)`` names its group, the
+    source and the caller (None: no wire traffic, not recorded); the source's dict is
+    positional argument ``dict_arg`` (or keyword ``dict_name``)."""
+    rec = log.rec
+    sends, recvs = log.seq[_SEND], log.seq[_RECV]
+    time_ns, mono_ns, ident = time.time_ns, time.monotonic_ns, threading.get_ident
+
+    @functools.wraps(fn)
+    def pptrace_broadcast(*args: Any, **kwargs: Any) -> Any:
+        if not rec.enabled:
+            return fn(*args, **kwargs)
+        try:
+            found = group_of(args, kwargs)
+            if found is not None:
+                ranks, src, me = found
+                group = tuple(int(r) for r in ranks)
+                source = me == src
+                wall, t0, tid = time_ns(), mono_ns(), ident()
+                if source:
+                    d = args[dict_arg] if len(args) > dict_arg else kwargs.get(dict_name)
+                    where = (-1, None, 1)
+                    values = _values(d)
+                    kind = _dict_get(d, MSG_TYPE_KEY) if isinstance(d, dict) else None
+                    fps = _fingerprints(log, d) if rec.fingerprint else None
+                else:
+                    where = (group[src] if 0 <= src < len(group) else -1, None, 1)
+                    n = next(recvs)
+                    log.add((_RECV, "begin", n, wall, t0, -1, tid, *where, "", False, False,
+                             None, None, None, None, group))
+        except Exception as exc:
+            rec.internal_error("message broadcast begin", exc)
+            found = None
+        if found is None:
+            return fn(*args, **kwargs)
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException as exc:
+            try:
+                if source:
+                    log.add((_SEND, "end", next(sends), wall, t0, mono_ns() - t0, tid, *where,
+                             "", False, False, None, fps, _error(exc), kind, group, *values))
+                else:
+                    log.add((_RECV, "end", n, wall, t0, mono_ns() - t0, tid, *where, "", False,
+                             False, None, None, _error(exc), None, group))
+            except Exception as inner:
+                rec.internal_error("message broadcast record", inner)
+            raise
+        try:
+            dur = mono_ns() - t0
+            if source:
+                log.add((_SEND, "end", next(sends), wall, t0, dur, tid, *where, "", False,
+                         False, None, fps, None, kind, group, *values))
+            else:
+                got = _dict_get(result, MSG_TYPE_KEY) if isinstance(result, dict) else None
+                log.add((_RECV, "end", n, wall, t0, dur, tid, *where, "", False, False, None,
+                         _fingerprints(log, result) if rec.fingerprint else None, None, got,
+                         group, *_values(result)))
+        except Exception as exc:
+            rec.internal_error("message broadcast record", exc)
+        return result
+
+    return pptrace_broadcast
