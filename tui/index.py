@@ -166,13 +166,16 @@ class TraceIndex:
     def __init__(self, trace: Trace, findings: Sequence[Finding],
                  pairs: Pairs | None = None,
                  message_pairs: Mapping[MessageId, MessageId] | None = None) -> None:
+        if pairs is None:  # findings made by hand: the analyzer's pairs, on its aligned clocks
+            judged = analysis(trace)
+            trace, pairs = judged.trace, judged.pairs
         self.trace = trace
         self.findings: tuple[Finding, ...] = tuple(findings)
         #: the analyzer's send -> receive pairs (``analysis(trace).message_pairs``); None: not
         #: handed in (the message screen then asks the analyzer)
         self.message_pairs = message_pairs
         #: the analyzer's attach/extract pairs (``analysis(trace).pairs``), which the grid draws
-        self.pairs: Pairs = pairs if pairs is not None else analysis(trace).pairs
+        self.pairs: Pairs = pairs
         self.rows: list[Row] = []
         self.row_of: dict[tuple[int, Direction | None], int] = {}
         self.width = 0

@@ -62,13 +62,16 @@ class ClockOffsets:
 
 
 def estimate(constraints: Iterable[Before], processes: int) -> ClockOffsets:
-    """The offsets that respect every constraint, centred within their bounds."""
+    """The offsets that respect every constraint, each as near the middle of its bounds as the
+    others allow."""
     n = processes
-    dist = [[0.0 if i == j else _INF for j in range(n)] for i in range(n)]
+    # Integers where finite (inf where unbounded), so that shifting one clock by d shifts its
+    # bounds and its estimate by exactly d.
+    dist: list[list[float]] = [[0 if i == j else _INF for j in range(n)] for i in range(n)]
     for c in constraints:  # offset_b - offset_a <= b_ns - a_ns: an edge a -> b
-        if c.a != c.b and 0 <= c.a < n and 0 <= c.b < n:
-            weight = float(c.b_ns - c.a_ns)
-            if weight < dist[c.a][c.b]:
+        if 0 <= c.a < n and 0 <= c.b < n:
+            weight = c.b_ns - c.a_ns
+            if weight < dist[c.a][c.b]:  # a == b: one clock said a receive ended before its send
                 dist[c.a][c.b] = weight
     for k in range(n):
         dk = dist[k]
@@ -82,17 +85,23 @@ def estimate(constraints: Iterable[Before], processes: int) -> ClockOffsets:
                     di[j] = dik + dk[j]
     if any(dist[i][i] < 0 for i in range(n)):
         return ClockOffsets(tuple(Offset(p, 0, -_INF, _INF, False) for p in range(n)), False)
-    out = []
+    target = []
     for p in range(n):
         high, low = dist[0][p], -dist[p][0]  # offset_p - offset_0 within [low, high]
         if p == 0:
-            value = 0
+            target.append(0)
         elif low > -_INF and high < _INF:
-            value = int((low + high) / 2)
+            target.append(int(low + high) // 2)
         else:  # one way only: the smallest move that keeps causality
-            value = int(min(max(0.0, low), high))
-        out.append(Offset(p, value, low, high, low > -_INF and high < _INF))
-    return ClockOffsets(tuple(out))
+            target.append(int(min(max(0, low), high)))
+    # Each middle respects its bounds against process 0 but not always those between two other
+    # processes; the highest offsets at or below the targets that respect every constraint do
+    # (min over q of target_q + dist[q][p]), and equal the targets where those already do.
+    fitted = [min(target[q] + dist[q][p] for q in range(n)) for p in range(n)]
+    base = fitted[0]
+    return ClockOffsets(tuple(
+        Offset(p, int(fitted[p] - base), -dist[p][0], dist[0][p],
+               -dist[p][0] > -_INF and dist[0][p] < _INF) for p in range(n)))
 
 
 def message_constraints(trace: Trace, pairs: Mapping[MessageId, MessageId]) -> list[Before]:
