@@ -72,7 +72,7 @@ def backwards(trace: Trace, pairs: Mapping[MessageId, MessageId]) -> list[str]:
 
 def arrows_back(doc: Mapping[str, Any], name: str) -> list[str]:
     """Each flow ``name`` of a Chrome trace document whose target slice ends before its source
-    slice begins (µs, as drawn)."""
+    slice begins (µs, as drawn: rounded to the ns, so sums of two are compared to the ns)."""
     events = doc["traceEvents"]
     slices = {(e["pid"], e["tid"], e["ts"]): e["dur"] for e in events if e["ph"] == "X"}
     ends: dict[int, dict[str, tuple[int, int, float]]] = {}
@@ -82,7 +82,7 @@ def arrows_back(doc: Mapping[str, Any], name: str) -> list[str]:
     out = []
     for flow, pair in ends.items():
         src, dst = pair["s"], pair["f"]
-        if dst[2] + slices[dst] < src[2]:
+        if round(dst[2] + slices[dst], 3) < src[2]:
             out.append(f"flow {flow}: ends at {dst[2] + slices[dst]} us, its source began at "
                        f"{src[2]} us")
     return out

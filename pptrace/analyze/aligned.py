@@ -10,11 +10,12 @@ monotonic clock, which orders a process's own records, is left alone.
 
 The analyzer judges that aligned trace and hands it on (``Analysis.trace``) with the ``Clocks``
 it applied, so the report, the viewer and the Perfetto export show what the findings were
-judged on. Offsets are applied only when the pairs prove some clock differs (its bounds exclude
-0); otherwise every time stays as recorded. Pure: no I/O.
+judged on. Each estimate is applied, also where its bounds hold 0 (as NTP applies its own): the
+middle of the bounds moves with the clock, so the aligned times, and every decision made on them,
+are the same whatever the skew. A clock no pair bounds keeps its own times. Pure: no I/O.
 
     clocks = align_clocks(trace, result.message_pairs, result.pairs)
-    if clocks.applied:
+    if any(clocks.offsets):
         trace = shifted(trace, clocks)
     clocks.aligned(process, ns)      # process's time ns on the reference clock
 """
@@ -44,33 +45,25 @@ class Unit:
     processes: tuple[int, ...]
     offset: Offset  # against the reference unit's clock (offset_ns is subtracted)
 
-    @property
-    def proven(self) -> bool:
-        """The pairs bound this clock's offset away from 0: it differs from the reference."""
-        return self.offset.low_ns > 0 or self.offset.high_ns < 0
-
 
 @dataclass(frozen=True, slots=True)
 class Clocks:
     """What alignment found for one trace and what it applied.
 
     ``offsets[i]`` is subtracted from every wall-clock time of process ``i`` (all 0 when nothing
-    was applied); ``units`` are the clocks estimated (``by`` host or process), the first being
+    was applied); ``applied``: the estimates were applied (several clocks, consistent pairs);
+    ``units`` are the clocks estimated (``by`` host or process), the first being
     the reference; ``source`` names the kind of pair used (``message pair``), ``pairs`` counts
     them; ``consistent`` is False when the pairs contradict each other even process by process
     (a clock stepped or drifted within the trace), and then nothing is applied."""
 
     offsets: tuple[int, ...]
+    applied: bool = False
     units: tuple[Unit, ...] = ()
     by: str = BY_HOST
     source: str = ""
     pairs: int = 0
     consistent: bool = True
-
-    @property
-    def applied(self) -> bool:
-        """Some process's times were moved."""
-        return any(self.offsets)
 
     def aligned(self, process: int, ns: int) -> int:
         """Process ``process``'s wall-clock time ``ns`` on the reference clock."""
@@ -135,7 +128,7 @@ def align_clocks(trace: Trace, message_pairs: Mapping[MessageId, MessageId],
     source = "message pair"
     if not constraints:
         constraints, source = pair_constraints(trace, pairs), "attach/extract pair"
-    if n < 2 or not constraints:
+    if n < 2:
         return Clocks((0,) * n)
     units, found = _estimate(trace, constraints, BY_HOST)
     by = BY_HOST
@@ -145,11 +138,13 @@ def align_clocks(trace: Trace, message_pairs: Mapping[MessageId, MessageId],
     named = tuple(Unit(name, tuple(members), found.offsets[u])
                   for u, (name, members) in enumerate(units))
     offsets = [0] * n
-    if found.consistent and any(u.proven for u in named):
+    applied = found.consistent and len(named) > 1 and bool(constraints)
+    if applied:
         for u in named:
             for i in u.processes:
                 offsets[i] = u.offset.offset_ns
-    return Clocks(tuple(offsets), named, by, source, len(constraints), found.consistent)
+    return Clocks(tuple(offsets), applied, named, by, source if constraints else "",
+                  len(constraints), found.consistent)
 
 
 def _shift(proc: ProcessTrace, d: int) -> ProcessTrace:
@@ -166,7 +161,7 @@ def _shift(proc: ProcessTrace, d: int) -> ProcessTrace:
 
 def shifted(trace: Trace, clocks: Clocks) -> Trace:
     """The trace with every process's wall-clock times on the reference clock."""
-    if not clocks.applied:
+    if not any(clocks.offsets):
         return trace
     procs = tuple(_shift(p, d) if d else p for p, d in zip(trace.processes, clocks.offsets,
                                                             strict=True))

@@ -475,12 +475,11 @@ def analysis(trace: Trace) -> Analysis:
     what they were judged on, and the aligned trace."""
     work = _Analysis(trace)
     findings = work.run()
-    # Pairing goes by order, not time: the pairs give each clock's offset, and where some clock
-    # provably differs the whole analysis runs again on the aligned trace, so that no decision
-    # (an absence in flight, a hang's "before", the order of findings) rests on raw cross-host
-    # wall time.
+    # Pairing goes by order, not time: the pairs give each clock's offset, and where an offset
+    # is not 0 the whole analysis runs again on the aligned trace, so that no decision (an
+    # absence in flight, a hang's "before", the order of findings) rests on raw cross-host time.
     clocks = align_clocks(trace, work.message_pairs, work.book.pairs())
-    if clocks.applied:
+    if any(clocks.offsets):
         trace = shifted(trace, clocks)
         work = _Analysis(trace)
         findings = work.run()

@@ -215,34 +215,28 @@ def _clock(u: Unit) -> str:
     if o.certain:
         return f"{u.name} {_ms(o.offset_ns)} (±{(o.high_ns - o.low_ns) / 2e6:.3f} ms)"
     if o.low_ns > -float("inf") or o.high_ns < float("inf"):
-        return f"{u.name} {_ms(o.offset_ns)} (one-way bound: at least that)"
+        return f"{u.name} {_ms(o.offset_ns)} (bounded one way: moved only as causality needs)"
     return f"{u.name} not aligned (no pair bounds its clock)"
 
 
 def clock_note(clocks: Clocks | None) -> str | None:
     """The line saying which clock offsets the times and decisions shown rest on (None when
-    there is one clock, or nothing to say)."""
+    there is one clock)."""
     if clocks is None or len(clocks.units) < 2:
         return None
-    ref = clocks.units[0].name
-    per = " per process (one host name, several clocks)" if clocks.by == "process" else ""
+    ref, others = clocks.units[0].name, clocks.units[1:]
+    if not clocks.pairs:
+        return (f"clocks not aligned: no message or attach/extract pair joins the clocks of "
+                f"{ref} and {', '.join(u.name for u in others[:8])}: times are each one's own")
     if not clocks.consistent:
-        return (f"clocks not aligned: the {plural(clocks.pairs, clocks.source)} "
-                "contradict each other, also process by process (a clock stepped or drifted "
-                "within the trace?): times across hosts are each host's own")
-    others = clocks.units[1:]
-    if clocks.applied:
-        shown = [_clock(u) for u in others if u.offset.offset_ns or (
-            u.offset.low_ns == -float("inf") and u.offset.high_ns == float("inf"))]
-        return (f"clock offsets applied{per}, from {plural(clocks.pairs, clocks.source)}, "
-                f"against {ref}: {'; '.join(shown[:8])}{' ...' if len(shown) > 8 else ''}; "
-                f"times are on {ref}'s clock")
-    # Nothing proven: times stay as recorded. Several hosts are worth a word.
-    bounded = [f"{u.name} within {_ms(u.offset.low_ns)}..{_ms(u.offset.high_ns)}"
-               if u.offset.certain else _clock(u) for u in others]
-    return (f"clocks not aligned: no clock provably differs from {ref}'s by "
-            f"{plural(clocks.pairs, clocks.source)} ({'; '.join(bounded[:8])}"
-            f"{' ...' if len(bounded) > 8 else ''}); times are as recorded")
+        return (f"clocks not aligned: the {plural(clocks.pairs, clocks.source)} contradict each "
+                "other, also process by process (a clock stepped or drifted within the "
+                "trace?): times are each host's own")
+    per = " per process (one host name, several clocks)" if clocks.by == "process" else ""
+    shown = [_clock(u) for u in others]
+    return (f"clock offsets applied{per}, from {plural(clocks.pairs, clocks.source)}, against "
+            f"{ref}: {'; '.join(shown[:8])}{' ...' if len(shown) > 8 else ''}; times are on "
+            f"{ref}'s clock")
 
 
 def clocks_json(clocks: Clocks | None) -> dict[str, Any] | None:
