@@ -24,10 +24,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from pptrace.analyze.clocks import Before, ClockOffsets, Offset, estimate, message_constraints
 from pptrace.analyze.pairs import Pairs
 from pptrace.model.findings import MessageId
+from pptrace.model.messages import MessageEvent
 from pptrace.model.records import Direction, Event
 from pptrace.model.trace import ProcessTrace, Trace
 
@@ -108,6 +110,16 @@ def _units(trace: Trace, by: str) -> list[tuple[str, list[int]]]:
             for key, members in units.items()]
 
 
+def _tightest(constraints: Sequence[Before]) -> list[Before]:
+    """The tightest constraint between each two processes (the only one the bounds keep)."""
+    best: dict[tuple[int, int], int] = {}
+    for c in constraints:
+        key, weight = (c.a, c.b), c.b_ns - c.a_ns
+        if weight < best.get(key, weight + 1):
+            best[key] = weight
+    return [Before(a, 0, b, weight) for (a, b), weight in best.items()]
+
+
 def _estimate(trace: Trace, constraints: Sequence[Before],
               by: str) -> tuple[list[tuple[str, list[int]]], ClockOffsets]:
     units = _units(trace, by)
@@ -130,6 +142,7 @@ def align_clocks(trace: Trace, message_pairs: Mapping[MessageId, MessageId],
         constraints, source = pair_constraints(trace, pairs), "attach/extract pair"
     if n < 2:
         return Clocks((0,) * n)
+    count, constraints = len(constraints), _tightest(constraints)
     units, found = _estimate(trace, constraints, BY_HOST)
     by = BY_HOST
     if not found.consistent and len(units) < n:  # one host name, several clocks
@@ -143,8 +156,19 @@ def align_clocks(trace: Trace, message_pairs: Mapping[MessageId, MessageId],
         for u in named:
             for i in u.processes:
                 offsets[i] = u.offset.offset_ns
-    return Clocks(tuple(offsets), applied, named, by, source if constraints else "",
-                  len(constraints), found.consistent)
+    return Clocks(tuple(offsets), applied, named, by, source if constraints else "", count,
+                  found.consistent)
+
+
+# Where the wall-clock field sits in each record (a trace holds millions: ``_replace`` costs
+# twice what building the tuple does).
+_START = Event._fields.index("start_ns")
+_WALL = MessageEvent._fields.index("wall_ns")
+
+
+def _moved(record: tuple[Any, ...], at: int, d: int) -> Any:
+    """The record (a NamedTuple) with field ``at`` ``d`` less."""
+    return tuple.__new__(type(record), (*record[:at], record[at] - d, *record[at + 1:]))
 
 
 def _shift(proc: ProcessTrace, d: int) -> ProcessTrace:
@@ -152,10 +176,9 @@ def _shift(proc: ProcessTrace, d: int) -> ProcessTrace:
     stats = proc.stats
     return replace(
         proc,
-        events=tuple([ev._replace(start_ns=ev.start_ns - d) for ev in proc.events]),
+        events=tuple([_moved(ev, _START, d) for ev in proc.events]),
         # A message without a wall-clock time (0) has none to move.
-        messages=tuple([m._replace(wall_ns=m.wall_ns - d) if m.wall_ns else m
-                        for m in proc.messages]),
+        messages=tuple([_moved(m, _WALL, d) if m.wall_ns else m for m in proc.messages]),
         stats=replace(stats, time_ns=stats.time_ns - d) if stats is not None else None)
 
 

@@ -107,12 +107,17 @@ def estimate(constraints: Iterable[Before], processes: int) -> ClockOffsets:
 def message_constraints(trace: Trace, pairs: Mapping[MessageId, MessageId]) -> list[Before]:
     """A send begins before its receive ends: one constraint per paired send (the analyzer's
     ``Analysis.message_pairs``)."""
-    ends = [{(m.op, m.seq): m for m in p.messages if m.phase == "end"} for p in trace.processes]
+    # Keyed by seq alone, one table per op (an enum's hash is a Python call: a million cost
+    # seconds).
+    send, recv = MessageOp.SEND, MessageOp.RECV
+    sends = [{m.seq: m for m in p.messages if m.op is send} for p in trace.processes]
+    ends = [{m.seq: m for m in p.messages if m.op is recv and m.phase == "end"}
+            for p in trace.processes]
     out = []
-    for send, recv in pairs.items():
-        s = ends[send.process].get((MessageOp.SEND, send.seq))
-        r = ends[recv.process].get((MessageOp.RECV, recv.seq))
+    for sent, got in pairs.items():
+        s = sends[sent.process].get(sent.seq) if sent.op is send else None
+        r = ends[got.process].get(got.seq)
         if s is not None and r is not None:
-            out.append(Before(send.process, s.wall_ns, recv.process,
+            out.append(Before(sent.process, s.wall_ns, got.process,
                               r.wall_ns + max(r.duration_ns, 0)))
     return out
