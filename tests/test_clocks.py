@@ -10,12 +10,13 @@ import pytest
 
 from pptrace.analyze.analyzer import analysis
 from pptrace.analyze.clocks import Before, estimate, message_constraints
-from pptrace.model.findings import Severity
+from pptrace.model.findings import FindingKind, Severity
+from pptrace.model.records import Direction
 from pptrace.model.trace import Trace
-from pptrace.report.text import render_text
-from tests.helpers_analyze import Run, mt
-
-MS = 1_000_000
+from pptrace.report.perfetto import MESSAGE_FLOW, to_chrome_trace
+from pptrace.report.text import render_text, to_json
+from tests.helpers_analyze import Run, meta, mt
+from tests.helpers_clocks import MS, arrows_back, backwards, on_hosts, skewed
 
 
 def _exchanges(skew_ns: int, n: int = 20, latency: int = MS) -> list[Before]:
@@ -91,16 +92,148 @@ def test_the_analyzers_message_pairs_give_the_offset_of_a_shifted_host(skew: int
         assert found.aligned(c.a, c.a_ns) <= found.aligned(c.b, c.b_ns)
 
 
-def test_the_report_says_the_offset_of_a_shifted_host_and_nothing_without_skew() -> None:
+def _exchange(pp_size: int = 2, rounds: int = 4) -> Run:
+    """A healthy ring: proxies forward, outputs back to stage 0."""
+    run = Run(pp_size=pp_size)
+    for _ in range(rounds):
+        for stage in range(pp_size):
+            kind = "output" if stage == pp_size - 1 else "proxy"
+            run.message(kind, [mt("hidden")], frm=stage, to=(stage + 1) % pp_size)
+    return run
+
+
+def _two_hosts(trace: Trace) -> Trace:
+    return on_hosts(trace, lambda p: f"node{p.rank.pp_rank}")
+
+
+@pytest.mark.parametrize("skew", [0, 20 * MS, -250 * MS, 5000 * MS])
+def test_the_analysis_judges_and_hands_on_the_trace_on_one_clock(skew: int) -> None:
+    trace = skewed(_two_hosts(_exchange().trace()), {1}, skew)
+    assert bool(backwards(trace, analysis(trace).message_pairs)) is (skew != 0)
+    result = analysis(trace)
+    assert result.clocks.applied and result.clocks.consistent
+    assert result.clocks.by == "host" and result.clocks.source == "message pair"
+    assert result.clocks.offsets[0] == 0 and abs(result.clocks.offsets[1] - skew) < MS
+    assert backwards(result.trace, result.message_pairs) == []
+    doc = to_chrome_trace(result.trace, result.findings, pairs=result.pairs,
+                          message_pairs=result.message_pairs)
+    assert doc["otherData"]["flows"][MESSAGE_FLOW] == 8
+    assert arrows_back(doc, MESSAGE_FLOW) == []
+    # the monotonic clock, which orders a process's own records, is left alone
+    assert [m.mono_ns for m in result.trace.processes[1].messages] == [
+        m.mono_ns for m in trace.processes[1].messages]
+    assert result.findings == ()
+
+
+def test_the_report_says_the_offsets_it_applied() -> None:
+    base = _two_hosts(_exchange().trace())
+    for skew in (0, 250 * MS):
+        result = analysis(skewed(base, {1}, skew))
+        report = render_text(result.trace, result.findings, Severity.ERROR,
+                             clocks=result.clocks)
+        assert ("clock offsets applied, from 8 message pairs, against host node0: host node1 "
+                f"+{skew // MS}.000 ms (±0.002 ms); times are on host node0's clock") in report
+        doc = to_json(result.trace, list(result.findings), Severity.ERROR, clocks=result.clocks)
+        assert doc["clocks"]["applied"] is True
+        assert doc["clocks"]["offsets_ns"] == [0, result.clocks.offsets[1]]
+        assert [c["name"] for c in doc["clocks"]["clocks"]] == ["host node0", "host node1"]
+    one_host = analysis(_exchange().trace())
+    assert render_text(one_host.trace, one_host.findings, Severity.ERROR,
+                       clocks=one_host.clocks).count("clock") == 0
+
+
+def test_one_host_name_with_two_clocks_is_aligned_process_by_process() -> None:
+    """Containers on two machines that report one hostname: the host's pairs contradict each
+    other, so each process gets its own clock."""
+    result = analysis(skewed(_exchange().trace(), {1}, -250 * MS))
+    assert result.clocks.by == "process" and result.clocks.applied
+    assert backwards(result.trace, result.message_pairs) == [] and result.findings == ()
+    report = render_text(result.trace, result.findings, Severity.ERROR, clocks=result.clocks)
+    assert ("clock offsets applied per process (one host name, several clocks), from 8 message "
+            "pairs, against rank 0 (pp 0/2, tp 0): rank 1 (pp 1/2, tp 0) -250.000 ms") in report
+
+
+def test_pairs_that_contradict_each_other_apply_nothing_and_say_so() -> None:
+    run = _exchange()
+    trace = run.trace()
+    # rank 1's clock stepped back 1 s half way: no single offset fits its messages
+    p = trace.processes[1]
+    half = len(p.messages) // 2
+    stepped = p.messages[:half] + tuple(m._replace(wall_ns=m.wall_ns - 1000 * MS)
+                                        for m in p.messages[half:])
+    trace = Trace(processes=(trace.processes[0], dataclasses.replace(p, messages=stepped)))
+    result = analysis(trace)
+    assert not result.clocks.consistent and not result.clocks.applied
+    report = render_text(result.trace, result.findings, Severity.ERROR, clocks=result.clocks)
+    assert "clocks not aligned: the 8 message pairs contradict each other" in report
+
+
+def test_attach_extract_pairs_align_a_trace_without_messages() -> None:
     run = Run(pp_size=2)
-    for _ in range(4):
-        run.message("proxy", [mt("hidden")], frm=0, to=1)
-        run.message("output", [mt("next_token_ids", (8,), "int64")], frm=1, to=0)
-    for skew, said in ((0, False), (250 * MS, True)):
-        trace = _shifted(run.trace(), 1, skew)
-        result = analysis(trace)
-        clocks = estimate(message_constraints(trace, result.message_pairs), 2)
-        report = render_text(trace, result.findings, Severity.ERROR, clocks=clocks)
-        assert ("clock offsets against rank 0" in report) is said
-        if said:
-            assert "+250." in report or "+249." in report
+    for k in range(4):
+        run.step([meta("scores", (k + 1, 5))])
+    trace = _two_hosts(run.trace())
+    late = skewed(trace, {0}, -300 * MS)  # stage 0 extracts "before" the attach
+    result = analysis(late)
+    assert result.clocks.source == "attach/extract pair" and result.clocks.applied
+    assert result.findings == analysis(trace).findings == ()
+    for r in result.pairs.runs:
+        for a, e in r.seqs():
+            attach = next(ev for ev in result.trace.processes[r.attach_process].events
+                          if ev.seq == a and ev.direction is Direction.ATTACH)
+            extract = next(ev for ev in result.trace.processes[r.extract_process].events
+                           if ev.seq == e and ev.direction is Direction.EXTRACT)
+            assert attach.start_ns <= extract.end_ns
+
+
+def _in_flight(skew: int) -> Trace:
+    """Stage 0 sends a last proxy after stage 1's trace stopped (stage 1 exited): in flight."""
+    run = _exchange()
+    run.send("proxy", [mt("hidden")], pp=0, to=1)
+    run.set_stats(0)
+    trace = _two_hosts(run.trace())
+    stop = max(m.wall_ns + m.duration_ns for m in trace.processes[1].messages)
+    p = trace.processes[1]
+    trace = Trace(processes=(trace.processes[0], dataclasses.replace(
+        p, stats=dataclasses.replace(p.stats, time_ns=stop))))
+    return skewed(trace, {1}, skew)
+
+
+@pytest.mark.parametrize("skew", [-5000 * MS, -250 * MS, -20 * MS, 20 * MS, 250 * MS,
+                                  5000 * MS])
+def test_a_send_in_flight_stays_in_flight_whatever_the_skew(skew: int) -> None:
+    assert analysis(_in_flight(0)).findings == ()
+    assert analysis(_in_flight(skew)).findings == ()
+
+
+def _hang(skew: int) -> Trace:
+    """Stage 1 waits for a proxy stage 0 never sends; stage 0 sent its last one 2 ms before."""
+    run = _exchange()
+    run.send("proxy", [mt("hidden")], pp=0, to=1)
+    run.clock += 2 * MS
+    run.wait("proxy", pp=1, frm=0)
+    run.unfinished.add((1, 0))
+    return skewed(_two_hosts(run.trace()), {1}, skew)
+
+
+@pytest.mark.parametrize("skew", [-5000 * MS, -250 * MS, 20 * MS, 5000 * MS])
+def test_a_hang_report_says_before_whatever_the_skew(skew: int) -> None:
+    (plain,) = [f.message for f in analysis(_hang(0)).findings
+                if f.kind is FindingKind.MSG_HANG]
+    assert "(send #4, 0.002 s before the wait began)" in plain, plain
+    (shifted,) = [f.message for f in analysis(_hang(skew)).findings
+                  if f.kind is FindingKind.MSG_HANG]
+    assert shifted == plain
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "known gap: with one host name on two machines and no message layer, the same-host pairing "
+    "hint (pptrace.analyze.pairing: an extract that began before its attach cannot be its "
+    "partner) drops pairs on raw times before any clock is estimated, and the pairs left agree "
+    "with one clock; the hint needs the analyzer's notion of a shared clock"))
+def test_one_host_name_no_messages_last_stage_ahead_stays_clean() -> None:
+    run = Run(pp_size=2)
+    for k in range(4):
+        run.step([meta("scores", (k + 1, 5))])
+    assert analysis(run.trace()).findings == ()
+    assert analysis(skewed(run.trace(), {1}, 20 * MS)).findings == ()

@@ -42,8 +42,10 @@ def test_json_schema(capsys: pytest.CaptureFixture[str]) -> None:
     doc = json.loads(out)
     assert doc["schema"] == JSON_SCHEMA == "pptrace.analyze/2"
     assert list(doc) == ["schema", "summary", "sources", "processes", "findings", "truncated",
-                         "problems"]
+                         "problems", "clocks"]
     assert doc["truncated"] is None
+    # One host: one clock, nothing to align, nothing moved.
+    assert doc["clocks"]["applied"] is False and doc["clocks"]["offsets_ns"] == [0, 0]
     assert doc["summary"] == {
         "processes": 2, "events": 12, "messages": 0, "foreign_spans": 0, "input_problems": 0,
         "findings": 2, "occurrences": 3, "by_severity": {"info": 0, "warning": 1, "error": 1},

@@ -225,8 +225,8 @@ class PptraceViewer(App[None]):
 
 def _index(trace: Trace, result: Analysis | Sequence[Finding]) -> TraceIndex:
     """The index of a loaded trace, with the analyzer's pairs (verified after first paint)."""
-    if isinstance(result, Analysis):
-        return TraceIndex.build(trace, result.findings, pairs=result.pairs, verify=False,
+    if isinstance(result, Analysis):  # its trace is the one the findings were judged on
+        return TraceIndex.build(result.trace, result.findings, pairs=result.pairs, verify=False,
                                 message_pairs=result.message_pairs,
                                 broadcast_pairs=result.broadcast_pairs)
     return TraceIndex.build(trace, result, verify=False)

@@ -168,6 +168,9 @@ class TraceIndex:
                  message_pairs: Mapping[MessageId, MessageId] | None = None,
                  broadcast_pairs: Mapping[MessageId, tuple[MessageId, ...]] | None = None
                  ) -> None:
+        if pairs is None:  # findings made by hand: the analyzer's pairs, on its aligned clocks
+            judged = analysis(trace)
+            trace, pairs = judged.trace, judged.pairs
         self.trace = trace
         self.findings: tuple[Finding, ...] = tuple(findings)
         #: the analyzer's send -> receive pairs (``analysis(trace).message_pairs``); None: not
@@ -176,7 +179,7 @@ class TraceIndex:
         #: each broadcast's send -> each member's receive (``analysis(trace).broadcast_pairs``)
         self.broadcast_pairs = broadcast_pairs
         #: the analyzer's attach/extract pairs (``analysis(trace).pairs``), which the grid draws
-        self.pairs: Pairs = pairs if pairs is not None else analysis(trace).pairs
+        self.pairs: Pairs = pairs
         self.rows: list[Row] = []
         self.row_of: dict[tuple[int, Direction | None], int] = {}
         self.width = 0

@@ -27,6 +27,7 @@ Findings become one per distinct problem, each consequence after its cause, in
 
     findings = analyze(load_paths(["pptrace-traces/"]))
     result = analysis(trace)      # result.findings; result.channels and .pairs they were judged on
+    result.trace, result.clocks   # the trace on one clock, and the offsets applied to it
 
 A trace may hold millions of events, so the work per event is small and linear: one pass per
 process (``pptrace.analyze.scan``) feeds the per-process checks; a shape's checks run once per
@@ -41,6 +42,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from pptrace.analyze.aligned import Clocks, align_clocks, shifted
 from pptrace.analyze.channels import Channel, Member, Roles, plan
 from pptrace.analyze.holes import find_holes
 from pptrace.analyze.losses import Accounts
@@ -458,7 +460,9 @@ class _Analysis:
 @dataclass(frozen=True, slots=True)
 class Analysis:
     """The findings, the channels they were judged on, each channel's attach/extract pairs and
-    each send's receive (for the viewer and the Perfetto export, which pair nothing)."""
+    each send's receive (for the viewer and the Perfetto export, which pair nothing), and the
+    trace they were judged on: its wall-clock times on one clock (``clocks``: the offsets
+    applied, ``pptrace.analyze.aligned``), which every display shows."""
 
     findings: tuple[Finding, ...]
     channels: tuple[Channel, ...]
@@ -466,16 +470,31 @@ class Analysis:
     pairs: Pairs = field(default_factory=Pairs)
     #: each broadcast's send -> the receive it reached on each other member of its group
     broadcast_pairs: Mapping[MessageId, tuple[MessageId, ...]] = field(default_factory=dict)
+    trace: Trace = field(default_factory=lambda: Trace(processes=()))
+    clocks: Clocks = field(default_factory=lambda: Clocks(()))
 
 
-def analysis(trace: Trace) -> Analysis:
-    """Check every cross-rank invariant; return the findings and what they were judged on."""
+def analysis(trace: Trace, *, align: bool = True) -> Analysis:
+    """Check every cross-rank invariant on the trace's clocks aligned (``align=False``: on each
+    host's own, for a benchmark's comparison); return the findings, what they were judged on,
+    and the aligned trace."""
     work = _Analysis(trace)
     findings = work.run()
+    if not align:
+        return Analysis(tuple(findings), tuple(work.plan), work.message_pairs,
+                        work.book.pairs(), work.broadcast_pairs, trace)
+    # Pairing goes by order, not time: the pairs give each clock's offset, and where an offset
+    # is not 0 the whole analysis runs again on the aligned trace, so that no decision (an
+    # absence in flight, a hang's "before", the order of findings) rests on raw cross-host time.
+    clocks = align_clocks(trace, work.message_pairs, work.book.pairs())
+    if any(clocks.offsets):
+        trace = shifted(trace, clocks)
+        work = _Analysis(trace)
+        findings = work.run()
     return Analysis(tuple(findings), tuple(work.plan), work.message_pairs, work.book.pairs(),
-                    work.broadcast_pairs)
+                    work.broadcast_pairs, trace, clocks)
 
 
 def analyze(trace: Trace) -> list[Finding]:
     """Check every cross-rank invariant; return the findings, earliest first."""
-    return _Analysis(trace).run()
+    return list(analysis(trace).findings)

@@ -62,13 +62,16 @@ class ClockOffsets:
 
 
 def estimate(constraints: Iterable[Before], processes: int) -> ClockOffsets:
-    """The offsets that respect every constraint, centred within their bounds."""
+    """The offsets that respect every constraint, each as near the middle of its bounds as the
+    others allow."""
     n = processes
-    dist = [[0.0 if i == j else _INF for j in range(n)] for i in range(n)]
+    # Integers where finite (inf where unbounded), so that shifting one clock by d shifts its
+    # bounds and its estimate by exactly d.
+    dist: list[list[float]] = [[0 if i == j else _INF for j in range(n)] for i in range(n)]
     for c in constraints:  # offset_b - offset_a <= b_ns - a_ns: an edge a -> b
-        if c.a != c.b and 0 <= c.a < n and 0 <= c.b < n:
-            weight = float(c.b_ns - c.a_ns)
-            if weight < dist[c.a][c.b]:
+        if 0 <= c.a < n and 0 <= c.b < n:
+            weight = c.b_ns - c.a_ns
+            if weight < dist[c.a][c.b]:  # a == b: one clock said a receive ended before its send
                 dist[c.a][c.b] = weight
     for k in range(n):
         dk = dist[k]
@@ -82,28 +85,39 @@ def estimate(constraints: Iterable[Before], processes: int) -> ClockOffsets:
                     di[j] = dik + dk[j]
     if any(dist[i][i] < 0 for i in range(n)):
         return ClockOffsets(tuple(Offset(p, 0, -_INF, _INF, False) for p in range(n)), False)
-    out = []
+    target = []
     for p in range(n):
         high, low = dist[0][p], -dist[p][0]  # offset_p - offset_0 within [low, high]
         if p == 0:
-            value = 0
+            target.append(0)
         elif low > -_INF and high < _INF:
-            value = int((low + high) / 2)
+            target.append(int(low + high) // 2)
         else:  # one way only: the smallest move that keeps causality
-            value = int(min(max(0.0, low), high))
-        out.append(Offset(p, value, low, high, low > -_INF and high < _INF))
-    return ClockOffsets(tuple(out))
+            target.append(int(min(max(0, low), high)))
+    # Each middle respects its bounds against process 0 but not always those between two other
+    # processes; the highest offsets at or below the targets that respect every constraint do
+    # (min over q of target_q + dist[q][p]), and equal the targets where those already do.
+    fitted = [min(target[q] + dist[q][p] for q in range(n)) for p in range(n)]
+    base = fitted[0]
+    return ClockOffsets(tuple(
+        Offset(p, int(fitted[p] - base), -dist[p][0], dist[0][p],
+               -dist[p][0] > -_INF and dist[0][p] < _INF) for p in range(n)))
 
 
 def message_constraints(trace: Trace, pairs: Mapping[MessageId, MessageId]) -> list[Before]:
     """A send begins before its receive ends: one constraint per paired send (the analyzer's
     ``Analysis.message_pairs``)."""
-    ends = [{(m.op, m.seq): m for m in p.messages if m.phase == "end"} for p in trace.processes]
+    # Keyed by seq alone, one table per op (an enum's hash is a Python call: a million cost
+    # seconds).
+    send, recv = MessageOp.SEND, MessageOp.RECV
+    sends = [{m.seq: m for m in p.messages if m.op is send} for p in trace.processes]
+    ends = [{m.seq: m for m in p.messages if m.op is recv and m.phase == "end"}
+            for p in trace.processes]
     out = []
-    for send, recv in pairs.items():
-        s = ends[send.process].get((MessageOp.SEND, send.seq))
-        r = ends[recv.process].get((MessageOp.RECV, recv.seq))
+    for sent, got in pairs.items():
+        s = sends[sent.process].get(sent.seq) if sent.op is send else None
+        r = ends[got.process].get(got.seq)
         if s is not None and r is not None:
-            out.append(Before(send.process, s.wall_ns, recv.process,
+            out.append(Before(sent.process, s.wall_ns, got.process,
                               r.wall_ns + max(r.duration_ns, 0)))
     return out

@@ -14,7 +14,6 @@ import sys
 from typing import Any
 
 from pptrace.analyze.analyzer import analysis
-from pptrace.analyze.clocks import estimate, message_constraints
 from pptrace.cli.inputs import add_input_arguments, input_paths, inputs_from_args, load_trace
 from pptrace.cli.progress import Status, text_width
 from pptrace.model.findings import Severity
@@ -89,12 +88,13 @@ def run(args: argparse.Namespace) -> int:
         trace = load_trace(paths, status)
     status.stage(f"pptrace: analyzing {trace.event_count:,} events")
     result = analysis(trace)
-    findings = list(result.findings)
-    clocks = estimate(message_constraints(trace, result.message_pairs), len(trace.processes))
+    # The trace the findings were judged on: its wall-clock times aligned (result.clocks).
+    trace, clocks, findings = result.trace, result.clocks, list(result.findings)
     status.end()
     per_kind = args.max_per_kind if args.max_per_kind > 0 else None
     if args.format == "json":
-        json.dump(to_json(trace, findings, fail_on, per_kind=per_kind), sys.stdout, indent=2)
+        json.dump(to_json(trace, findings, fail_on, per_kind=per_kind, clocks=clocks),
+                  sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         sys.stdout.write(render_text(trace, findings, fail_on, per_kind=per_kind,

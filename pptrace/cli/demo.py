@@ -229,9 +229,9 @@ def _analyze_and_report(out_dir: str, view: bool = False) -> int:
     trace = load_trace([out_dir], status)
     status.stage(f"pptrace: analyzing {trace.event_count:,} events")
     judged = analysis(trace)  # the viewer pairs on its channels, as the report does
-    findings = list(judged.findings)
+    trace, findings = judged.trace, list(judged.findings)  # its times aligned (judged.clocks)
     status.end()
-    sys.stdout.write("\n" + render_text(trace, findings, Severity.ERROR,
+    sys.stdout.write("\n" + render_text(trace, findings, Severity.ERROR, clocks=judged.clocks,
                                           width=text_width(sys.stdout)))
     if view:
         from pptrace.cli.view import view as open_view

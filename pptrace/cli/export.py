@@ -126,6 +126,7 @@ def run(args: argparse.Namespace) -> int:
         trace = load_trace(paths, status)
     status.stage(f"pptrace: analyzing {trace.event_count:,} events")
     result = analysis(trace)
+    trace = result.trace  # its times aligned, as the findings were judged (result.clocks)
     status.end()
     doc = to_chrome_trace(trace, result.findings, pairs=result.pairs,
                           message_pairs=result.message_pairs,

@@ -81,7 +81,8 @@ def _reloader(paths: Sequence[str], follow: bool) -> Loader:
         status(f"reading {len(paths)} input(s)")
         trace = load_paths(paths, allow_empty=follow)
         status(f"analyzing {trace.event_count:,} events")
-        return trace, analysis(trace)  # the viewer pairs on the analyzer's channels
+        result = analysis(trace)  # the viewer pairs on the analyzer's channels
+        return result.trace, result  # its times aligned, as the findings were judged
 
     return load
 
@@ -126,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
         status.stage(f"pptrace: analyzing {trace.event_count:,} events")
         result = analysis(trace)
         status.end()
-        return view(trace, result, paths, follow=args.follow, theme=args.theme)
+        return view(result.trace, result, paths, follow=args.follow, theme=args.theme)
 
 
 def view(trace: Trace, findings: Analysis | list[Finding], paths: Sequence[str], *,

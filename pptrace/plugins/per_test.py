@@ -319,14 +319,14 @@ class Case:
         if not self.directory or self.problem:
             return None
         try:
-            from pptrace.analyze.analyzer import analyze
+            from pptrace.analyze.analyzer import analysis
             from pptrace.load.loader import load_paths
             from pptrace.report.text import render_text
 
-            trace = load_paths([self.directory], allow_empty=True)
-            findings = tuple(analyze(trace))
+            judged = analysis(load_paths([self.directory], allow_empty=True))
+            trace, findings = judged.trace, judged.findings  # its times aligned
             failing = tuple(f for f in findings if f.severity >= self.fail_on)
-            report = render_text(trace, findings, self.fail_on)
+            report = render_text(trace, findings, self.fail_on, clocks=judged.clocks)
             incomplete = self._gaps(trace)
         except Exception as exc:
             self._fail("cannot judge this test's traces", exc)

@@ -15,7 +15,8 @@ Engine engineers read PP timelines in Perfetto; this puts pptrace's records ther
   ``recv (waiting)`` running to the end of the trace (the last record or stats span).
 
 Times are wall-clock (``start_ns``) in µs after the earliest record, as the format wants
-(``ts``/``dur`` in µs; fractions keep the nanoseconds). Pids and tids are small numbers given
+(``ts``/``dur`` in µs; fractions keep the nanoseconds); the trace to draw is the analyzer's
+``Analysis.trace``, whose hosts' clocks are aligned to one. Pids and tids are small numbers given
 here (Perfetto keeps 32 bits of a tid; a Python thread id has 64): the real host, pid and
 thread id are in ``otherData`` and the thread names.
 
@@ -393,11 +394,12 @@ def to_chrome_trace(trace: Trace, findings: Sequence[Finding], *,
     """The trace and its findings as a Chrome trace-event JSON document (a dict to dump).
 
     ``pairs``, ``message_pairs`` and ``broadcast_pairs``: the analyzer's attach/extract pairs,
-    send/receive pairs and broadcast pairs (``analysis(trace)``'s); asked of the analyzer when
-    not given.
+    send/receive pairs and broadcast pairs (``analysis(trace)``'s, with its aligned ``trace``);
+    asked of the analyzer when not given, and then its aligned trace is drawn.
     """
     if pairs is None or message_pairs is None or broadcast_pairs is None:
         judged = analysis(trace)
+        trace = judged.trace  # its times aligned, as the pairs were judged (judged.clocks)
         pairs = judged.pairs if pairs is None else pairs
         message_pairs = judged.message_pairs if message_pairs is None else message_pairs
         broadcast_pairs = judged.broadcast_pairs if broadcast_pairs is None else broadcast_pairs

@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from pptrace.analyze.clocks import ClockOffsets
+from pptrace.analyze.aligned import Clocks, Unit
 from pptrace.analyze.rules import run_of
 from pptrace.analyze.runs import join_runs
 from pptrace.model.findings import Finding, MessageId, Severity
@@ -205,33 +205,69 @@ def _fit(line: str, width: int) -> list[str]:
                          drop_whitespace=True) or [line]
 
 
-def clock_note(trace: Trace, clocks: ClockOffsets | None) -> str | None:
-    """A line naming the processes whose clocks provably differ from the first process's (the
-    causal pairs bound their offset away from 0), or None."""
-    if clocks is None or not clocks.consistent:
+def _ms(ns: float) -> str:
+    return f"{ns / 1e6:+.3f} ms"
+
+
+def _clock(u: Unit) -> str:
+    """``host b +250.012 ms (±0.041 ms)``, or what bounds it when it was not applied."""
+    o = u.offset
+    if o.certain:
+        return f"{u.name} {_ms(o.offset_ns)} (±{(o.high_ns - o.low_ns) / 2e6:.3f} ms)"
+    if o.low_ns > -float("inf") or o.high_ns < float("inf"):
+        return f"{u.name} {_ms(o.offset_ns)} (bounded one way: moved only as causality needs)"
+    return f"{u.name} not aligned (no pair bounds its clock)"
+
+
+def clock_note(clocks: Clocks | None) -> str | None:
+    """The line saying which clock offsets the times and decisions shown rest on (None when
+    there is one clock)."""
+    if clocks is None or len(clocks.units) < 2:
         return None
-    off = [o for o in clocks.offsets if o.low_ns > 0 or o.high_ns < 0]
-    if not off:
+    ref, others = clocks.units[0].name, clocks.units[1:]
+    if not clocks.pairs:
+        return (f"clocks not aligned: no message or attach/extract pair joins the clocks of "
+                f"{ref} and {', '.join(u.name for u in others[:8])}: times are each one's own")
+    if not clocks.consistent:
+        return (f"clocks not aligned: the {plural(clocks.pairs, clocks.source)} contradict each "
+                "other, also process by process (a clock stepped or drifted within the "
+                "trace?): times are each host's own")
+    per = " per process (one host name, several clocks)" if clocks.by == "process" else ""
+    shown = [_clock(u) for u in others]
+    return (f"clock offsets applied{per}, from {plural(clocks.pairs, clocks.source)}, against "
+            f"{ref}: {'; '.join(shown[:8])}{' ...' if len(shown) > 8 else ''}; times are on "
+            f"{ref}'s clock")
+
+
+def clocks_json(clocks: Clocks | None) -> dict[str, Any] | None:
+    """The clock offsets applied, and what bounds each clock (``null`` where unbounded)."""
+    if clocks is None:
         return None
-    shown = ", ".join(f"{trace.processes[o.process].rank.label()} {o.offset_ns / 1e6:+.1f} ms"
-                      + (f" (within {(o.high_ns - o.low_ns) / 2e6:.1f} ms)" if o.certain else
-                         " (one-way bound)") for o in off[:4])
-    return (f"clock offsets against {trace.processes[0].rank.label()}, from the message pairs "
-            f"(not applied to the times shown): {shown}" + (" ..." if len(off) > 4 else ""))
+
+    def bound(ns: float) -> int | None:
+        return int(ns) if abs(ns) != float("inf") else None
+
+    return {
+        "applied": clocks.applied, "consistent": clocks.consistent, "by": clocks.by,
+        "source": clocks.source, "pairs": clocks.pairs, "offsets_ns": list(clocks.offsets),
+        "clocks": [{"name": u.name, "processes": list(u.processes),
+                    "offset_ns": u.offset.offset_ns, "low_ns": bound(u.offset.low_ns),
+                    "high_ns": bound(u.offset.high_ns)} for u in clocks.units],
+    }
 
 
 def render_text(trace: Trace, findings: Sequence[Finding], fail_on: Severity, *,
                 per_kind: int | None = PER_KIND, width: int | None = None,
-                clocks: ClockOffsets | None = None) -> str:
+                clocks: Clocks | None = None) -> str:
     """The human report (``per_kind``: the most findings of a kind it lists; None: all);
     ``width``: break lines between words to fit it (None: a line per finding, for grep and
     logs; the CLI passes the terminal's width when it writes to one); ``clocks``: the offsets
-    ``pptrace.analyze.clocks`` estimated, said when they matter."""
+    the analysis applied (``Analysis.clocks``), said when there are several clocks."""
     lines = [f"pptrace analyze: {_summary_line(trace)}"]
     runs = join_runs(trace.processes)
     if runs.reason:
         lines.append(inert(clip(runs.reason)))
-    note = clock_note(trace, clocks)
+    note = clock_note(clocks)
     if note is not None:
         lines.append(note)
     if trace.event_count == 0 and not any(p.messages for p in trace.processes):
@@ -353,9 +389,10 @@ def _process_json(index: int, trace: Trace) -> dict[str, Any]:
 
 
 def to_json(trace: Trace, findings: Sequence[Finding], fail_on: Severity, *,
-            per_kind: int | None = PER_KIND) -> dict[str, Any]:
+            per_kind: int | None = PER_KIND, clocks: Clocks | None = None) -> dict[str, Any]:
     """The JSON report (see ``JSON_SCHEMA`` and the README); ``per_kind``: the most findings
-    of a kind it holds (None: all). The summary counts every finding."""
+    of a kind it holds (None: all); ``clocks``: the offsets the analysis applied. The summary
+    counts every finding."""
     by_sev = Counter(f.severity.name.lower() for f in findings)
     kept = shown(findings, per_kind)
     # Text from trace files is clipped as the text report clips it, and a lone surrogate (which
@@ -383,4 +420,5 @@ def to_json(trace: Trace, findings: Sequence[Finding], fail_on: Severity, *,
             {"source": p.source, "line": p.line, "message": clip(p.message)}
             for p in trace.problems
         ],
+        "clocks": clocks_json(clocks),
     })

@@ -1,0 +1,192 @@
+"""The trace on one clock: each host's offset estimated from causal pairs, and applied.
+
+The analyzer pairs sends with receives by order (and attaches with extracts), never by time;
+each pair is a causal constraint (``pptrace.analyze.clocks``). From them ``align_clocks`` estimates
+one offset per host (processes that name one host share its clock), or per process when the
+host's processes disagree (containers that report one hostname on different machines), and
+``shifted`` writes the trace as the reference process's clock would have: every wall-clock field
+(an event's start, a message's start, a stats span's time) minus its process's offset; the
+monotonic clock, which orders a process's own records, is left alone.
+
+The analyzer judges that aligned trace and hands it on (``Analysis.trace``) with the ``Clocks``
+it applied, so the report, the viewer and the Perfetto export show what the findings were
+judged on. Each estimate is applied, also where its bounds hold 0 (as NTP applies its own): the
+middle of the bounds moves with the clock, so the aligned times, and every decision made on them,
+are the same whatever the skew. A clock no pair bounds keeps its own times. Pure: no I/O.
+
+    clocks = align_clocks(trace, result.message_pairs, result.pairs)
+    if any(clocks.offsets):
+        trace = shifted(trace, clocks)
+    clocks.aligned(process, ns)      # process's time ns on the reference clock
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from pptrace.analyze.clocks import Before, ClockOffsets, Offset, estimate, message_constraints
+from pptrace.analyze.pairs import Pairs
+from pptrace.model.findings import MessageId
+from pptrace.model.messages import MessageEvent
+from pptrace.model.records import Direction, Event
+from pptrace.model.trace import ProcessTrace, Trace
+
+__all__ = ["Clocks", "Unit", "align_clocks", "pair_constraints", "shifted"]
+
+#: How the offsets were estimated: one per host, or one per process.
+BY_HOST, BY_PROCESS = "host", "process"
+
+
+@dataclass(frozen=True, slots=True)
+class Unit:
+    """One clock: a host's (the processes that name it) or one process's, with its offset."""
+
+    name: str  # the host name, or the process's rank label
+    processes: tuple[int, ...]
+    offset: Offset  # against the reference unit's clock (offset_ns is subtracted)
+
+
+@dataclass(frozen=True, slots=True)
+class Clocks:
+    """What alignment found for one trace and what it applied.
+
+    ``offsets[i]`` is subtracted from every wall-clock time of process ``i`` (all 0 when nothing
+    was applied); ``applied``: the estimates were applied (several clocks, consistent pairs);
+    ``units`` are the clocks estimated (``by`` host or process), the first being
+    the reference; ``source`` names the kind of pair used (``message pair``), ``pairs`` counts
+    them; ``consistent`` is False when the pairs contradict each other even process by process
+    (a clock stepped or drifted within the trace), and then nothing is applied."""
+
+    offsets: tuple[int, ...]
+    applied: bool = False
+    units: tuple[Unit, ...] = ()
+    by: str = BY_HOST
+    source: str = ""
+    pairs: int = 0
+    consistent: bool = True
+
+    def aligned(self, process: int, ns: int) -> int:
+        """Process ``process``'s wall-clock time ``ns`` on the reference clock."""
+        return ns - self.offsets[process]
+
+
+def pair_constraints(trace: Trace, pairs: Pairs) -> list[Before]:
+    """An attach begins before its extract ends: one constraint per attach/extract pair (the
+    analyzer's ``Analysis.pairs``)."""
+    attaches: dict[int, dict[int, Event]] = {}
+    extracts: dict[int, dict[int, Event]] = {}
+
+    def by_seq(table: dict[int, dict[int, Event]], process: int,
+               direction: Direction) -> dict[int, Event]:
+        found = table.get(process)
+        if found is None:
+            found = table[process] = {ev.seq: ev for ev in trace.processes[process].events
+                                      if ev.direction is direction}
+        return found
+
+    out = []
+    for run in pairs.runs:
+        mine = by_seq(attaches, run.attach_process, Direction.ATTACH)
+        theirs = by_seq(extracts, run.extract_process, Direction.EXTRACT)
+        for a_seq, e_seq in run.seqs():
+            a, e = mine.get(a_seq), theirs.get(e_seq)
+            if a is not None and e is not None:
+                out.append(Before(run.attach_process, a.start_ns, run.extract_process,
+                                  e.start_ns + max(e.duration_ns, 0)))
+    return out
+
+
+def _units(trace: Trace, by: str) -> list[tuple[str, list[int]]]:
+    """The clocks to estimate: per host name (a process naming none is its own), or per
+    process; the first holds process 0."""
+    units: dict[str, list[int]] = {}
+    for i, p in enumerate(trace.processes):
+        key = p.rank.host if by == BY_HOST and p.rank.host else f"\0{i}"
+        units.setdefault(key, []).append(i)
+    return [(f"host {key}" if not key.startswith("\0") else
+             trace.processes[members[0]].rank.label(), members)
+            for key, members in units.items()]
+
+
+def _tightest(constraints: Sequence[Before]) -> list[Before]:
+    """The tightest constraint between each two processes (the only one the bounds keep)."""
+    best: dict[tuple[int, int], int] = {}
+    for c in constraints:
+        key, weight = (c.a, c.b), c.b_ns - c.a_ns
+        if weight < best.get(key, weight + 1):
+            best[key] = weight
+    return [Before(a, 0, b, weight) for (a, b), weight in best.items()]
+
+
+def _estimate(trace: Trace, constraints: Sequence[Before],
+              by: str) -> tuple[list[tuple[str, list[int]]], ClockOffsets]:
+    units = _units(trace, by)
+    unit_of = [0] * len(trace.processes)
+    for u, (_, members) in enumerate(units):
+        for i in members:
+            unit_of[i] = u
+    mapped = [Before(unit_of[c.a], c.a_ns, unit_of[c.b], c.b_ns) for c in constraints]
+    return units, estimate(mapped, len(units))
+
+
+def align_clocks(trace: Trace, message_pairs: Mapping[MessageId, MessageId],
+                 pairs: Pairs) -> Clocks:
+    """Each process's offset from the causal pairs: the message pairs where the trace has any
+    (paired by order, so they do not depend on the clocks), else the attach/extract pairs."""
+    n = len(trace.processes)
+    constraints = message_constraints(trace, message_pairs)
+    source = "message pair"
+    if not constraints:
+        constraints, source = pair_constraints(trace, pairs), "attach/extract pair"
+    if n < 2:
+        return Clocks((0,) * n)
+    count, constraints = len(constraints), _tightest(constraints)
+    units, found = _estimate(trace, constraints, BY_HOST)
+    by = BY_HOST
+    if not found.consistent and len(units) < n:  # one host name, several clocks
+        units, found = _estimate(trace, constraints, BY_PROCESS)
+        by = BY_PROCESS
+    named = tuple(Unit(name, tuple(members), found.offsets[u])
+                  for u, (name, members) in enumerate(units))
+    offsets = [0] * n
+    applied = found.consistent and len(named) > 1 and bool(constraints)
+    if applied:
+        for u in named:
+            for i in u.processes:
+                offsets[i] = u.offset.offset_ns
+    return Clocks(tuple(offsets), applied, named, by, source if constraints else "", count,
+                  found.consistent)
+
+
+# Where the wall-clock field sits in each record (a trace holds millions: ``_replace`` costs
+# twice what building the tuple does).
+_START = Event._fields.index("start_ns")
+_WALL = MessageEvent._fields.index("wall_ns")
+
+
+def _moved(record: tuple[Any, ...], at: int, d: int) -> Any:
+    """The record (a NamedTuple) with field ``at`` ``d`` less."""
+    return tuple.__new__(type(record), (*record[:at], record[at] - d, *record[at + 1:]))
+
+
+def _shift(proc: ProcessTrace, d: int) -> ProcessTrace:
+    """What ``proc`` would have recorded with its wall clock ``d`` ns behind."""
+    stats = proc.stats
+    return replace(
+        proc,
+        events=tuple([_moved(ev, _START, d) for ev in proc.events]),
+        # A message without a wall-clock time (0) has none to move.
+        messages=tuple([_moved(m, _WALL, d) if m.wall_ns else m for m in proc.messages]),
+        stats=replace(stats, time_ns=stats.time_ns - d) if stats is not None else None)
+
+
+def shifted(trace: Trace, clocks: Clocks) -> Trace:
+    """The trace with every process's wall-clock times on the reference clock."""
+    if not any(clocks.offsets):
+        return trace
+    procs = tuple(_shift(p, d) if d else p for p, d in zip(trace.processes, clocks.offsets,
+                                                            strict=True))
+    return Trace(processes=procs, foreign=trace.foreign, problems=trace.problems,
+                 sources=trace.sources)

@@ -1,0 +1,125 @@
+"""Skewed clocks change no finding: every sample fault's real trace, its last stage moved to a
+host of its own whose clock runs ±20 ms, ±250 ms and ±5 s off, gives the same findings and the
+same first divergence as with no skew, and no receive ends before its send began (in the aligned
+trace, and in the Perfetto export drawn from it).
+
+One real gloo run per fault (``_trace``, once a session); the skews are applied in-process, as
+the skewed host would have written them: every wall-clock field of its processes' events,
+messages and stats moves, the monotonic clock does not (``tests/helpers_clocks.py``).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import tempfile
+from typing import Any
+
+import pytest
+from pptrace_samples.faults import ALL_FAULTS, MESSAGE_FAULTS
+
+from pptrace.analyze.analyzer import Analysis, analysis
+from pptrace.load.loader import load_paths
+from pptrace.model.trace import Trace
+from pptrace.report.groups import first_divergence
+from pptrace.report.perfetto import MESSAGE_FLOW, to_chrome_trace
+from tests.helpers_clocks import MS, arrows_back, backwards, on_hosts, skewed
+from tests.helpers_samples import run_sample
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+SKEWS = (20 * MS, -20 * MS, 250 * MS, -250 * MS, 5000 * MS, -5000 * MS)
+
+#: Run options where a fault needs more than the default 2 ranks and 6 steps (as the message
+#: tests run them): a short gloo timeout where a rank waits for a peer that stopped.
+_OPTIONS: dict[str, dict[str, Any]] = {
+    "key-dropped": {"ranks": 3},
+    "recv-hangs": {"steps": 4},
+}
+
+
+@functools.cache
+def _trace(fault: str | None) -> Trace:
+    """One real run of the sample pipeline with ``fault``, loaded (once a session)."""
+    options: dict[str, Any] = {"ranks": 2, "steps": 6, "comm_timeout": 4.0}
+    if fault is not None:
+        tp = ALL_FAULTS[fault].needs_tp
+        options.update(ranks=2 * tp, tp=tp, fault=fault)
+        options.update(_OPTIONS.get(fault, {}))
+    out = tempfile.mkdtemp(prefix=f"pptrace-clocks-{fault or 'healthy'}-")
+    run_sample(out, **options)
+    trace = load_paths([out])
+    assert not trace.problems, trace.problems
+    return trace
+
+
+def _last_stage(trace: Trace) -> set[int]:
+    last = max(p.rank.pp_rank or 0 for p in trace.processes)
+    return {i for i, p in enumerate(trace.processes) if p.rank.pp_rank == last}
+
+
+def _said(result: Analysis) -> list[tuple[Any, ...]]:
+    """Every finding as the report names it, its seconds left out (they move within the
+    alignment's uncertainty; "before" and "after" must not)."""
+    return sorted((f.kind.value, f.channel, f.ranks, f.microbatch, f.cascade,
+                   re.sub(r"\d+\.\d{3} s", "N s", f.message)) for f in result.findings)
+
+
+def _first(result: Analysis) -> tuple[Any, ...] | None:
+    index = first_divergence(result.findings)
+    if index is None:
+        return None
+    f = result.findings[index]
+    return (f.kind.value, f.channel, f.ranks, f.microbatch)
+
+
+@pytest.mark.parametrize("fault", sorted(ALL_FAULTS))
+def test_a_hosts_clock_skew_changes_no_finding(fault: str) -> None:
+    one_host = _trace(fault)
+    trace = on_hosts(one_host, lambda p: f"node{p.rank.pp_rank}")
+    base = analysis(trace)
+    # Two hosts' clocks are aligned within the pairs' bounds (a few ms on a loaded machine):
+    # a hang's "before" may turn on a millisecond, its kind may not.
+    assert {f.kind for f in base.findings} == {f.kind for f in analysis(one_host).findings}
+    assert ALL_FAULTS[fault].finding in {f.kind.value for f in base.findings}, _said(base)
+    moved = _last_stage(trace)
+    for skew in SKEWS:
+        late = skewed(trace, moved, skew)
+        result = analysis(late)
+        where = f"{fault}, host node{max(p.rank.pp_rank or 0 for p in trace.processes)} " \
+                f"{skew / MS:+.0f} ms"
+        assert result.clocks.applied and result.clocks.consistent, where
+        assert result.clocks.by == "host", where
+        assert _said(result) == _said(base), where
+        assert _first(result) == _first(base), where
+        assert backwards(result.trace, result.message_pairs) == [], where
+        doc = to_chrome_trace(result.trace, result.findings, pairs=result.pairs,
+                              message_pairs=result.message_pairs)
+        assert doc["otherData"]["flows"][MESSAGE_FLOW] == len(result.message_pairs), where
+        assert arrows_back(doc, MESSAGE_FLOW) == [], where
+
+
+def test_the_skew_is_real_without_alignment() -> None:
+    """The skewed traces above do have receives that end before their sends (raw times): the
+    alignment, not the data, makes them causal."""
+    trace = on_hosts(_trace(None), lambda p: f"node{p.rank.pp_rank}")
+    pairs = analysis(trace).message_pairs
+    for skew in SKEWS:
+        assert backwards(skewed(trace, _last_stage(trace), skew), pairs), skew
+
+
+def test_a_healthy_run_is_clean_under_one_hostname_and_equal_pids() -> None:
+    """Containers: every node reports one hostname and the same pid; each process still has its
+    own instance id, and its clock may be off."""
+    trace = on_hosts(_trace(None), lambda p: "node", lambda p: 7)
+    assert len({p.key for p in trace.processes}) == len(trace.processes) == 2
+    assert analysis(trace).findings == ()
+    for skew in SKEWS:
+        result = analysis(skewed(trace, _last_stage(trace), skew))
+        assert result.findings == (), (skew, _said(result))
+        assert result.clocks.by == "process" and result.clocks.applied, skew
+        assert backwards(result.trace, result.message_pairs) == [], skew
+
+
+def test_every_message_fault_is_covered() -> None:
+    assert set(MESSAGE_FAULTS) <= set(ALL_FAULTS)
