@@ -55,6 +55,7 @@ from pptrace.analyze.rules import (
     stage_of,
     tensor_names,
     tp_of,
+    transport_prefix,
     who,
 )
 from pptrace.analyze.runs import join_runs
@@ -116,7 +117,8 @@ class _Analysis:
         self.extract_hygiene: list[int] = []
         # (process, attach seq) -> the raw tp-disagree finding about that attach
         self.tp_causes: dict[tuple[int, int], int] = {}
-        self.scans = [scan(p.trace.events, p.rank.pp_rank) for p in self.procs]
+        self.scans = [scan(p.trace.events, p.rank.pp_rank, transport_prefix(p.trace))
+                      for p in self.procs]
         self.windows = [process_window(found, p.trace.stats)
                         for found, p in zip(self.scans, self.procs, strict=True)]
         self.holes = find_holes(trace)
@@ -337,7 +339,7 @@ class _Analysis:
             key = (id(mine), id(theirs), id(a.keys_before))
             cached = compared.get(key)
             if cached is None:
-                specs = compare_specs(ls, rs, a, e)
+                specs = compare_specs(ls, rs, a, e, transport_prefix(s.trace))
                 kinds = tuple((kind, subject) for kind, _, subject in specs)
                 cached = compared[key] = (specs, kinds)
             if cached[0] or channel in streaks:
