@@ -277,6 +277,25 @@ def no_stats(run: Run) -> None:
     run.unfinished.add((0, 0))  # killed before it wrote any stats span
 
 
+def round_trip(received: str, *, layout: bool = True) -> Callable[[], Run]:
+    """One process attaching and extracting (pp_size 1, or no PP layout at all), as an engine's
+    own unit test of its transport does; the dict's dtype becomes ``received`` in between."""
+    def build() -> Run:
+        run = Run(pp_size=1, layout=layout)
+        for i in range(3):
+            run.attach([meta("scores", (i + 1, 5))])
+            run.extract([meta("scores", (i + 1, 5), received)])
+        return run
+    return build
+
+
+def attach_off_the_last_stage() -> Run:
+    run = Run(pp_size=3)
+    healthy(run, 2)
+    run.attach(A, pp=1)  # stage 1 attaches: no channel pairs it with anything
+    return run
+
+
 ROWS: list[tuple[str, Callable[[Run], None] | Callable[[], Run], list[FindingKind]]] = [
     ("clean pp2", clean_pp2, []),
     ("clean pp4 tp2", clean_pp4_tp2, []),
@@ -344,6 +363,13 @@ ROWS: list[tuple[str, Callable[[Run], None] | Callable[[], Run], list[FindingKin
     ("tp broadcast: the last stage's tp 1 left no trace", broadcast(lost_tp1=True),
      [K.MISSING_RANK]),
     ("no stats at all", no_stats, [K.STATS_NOT_FINAL]),
+    ("round trip, pp_size 1: healthy", round_trip("float32"), []),
+    ("round trip, pp_size 1: dtype changed", round_trip("float16"), [K.DTYPE_MISMATCH]),
+    ("round trip, no PP layout: healthy", round_trip("float32", layout=False), []),
+    ("round trip, no PP layout: dtype changed", round_trip("float16", layout=False),
+     [K.DTYPE_MISMATCH]),
+    ("attaches off the last stage are named, not judged", attach_off_the_last_stage,
+     [K.UNPAIRED_CALLS]),
 ]
 
 

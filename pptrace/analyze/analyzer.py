@@ -62,6 +62,7 @@ from pptrace.analyze.runs import join_runs
 from pptrace.analyze.scan import scan
 from pptrace.analyze.summary import Counted, Raw, Ref, link_peer_errors, summarise
 from pptrace.analyze.tp import TpPayloads, tp_message
+from pptrace.analyze.unpaired import unpaired
 from pptrace.analyze.window import (
     cut_message,
     excused,
@@ -137,6 +138,8 @@ class _Analysis:
                         zip(self.procs, run_ids, self.scans, self.windows, strict=True)]
         self.roles = Roles(self.members)
         self.plan: list[Channel] = []
+        # (process, direction) that ends a channel: its payload calls were paired or named
+        self.ends: set[tuple[int, Direction]] = set()
 
     def add(self, kind: FindingKind, message: str, *, ranks: Iterable[int] = (),
             microbatch: int | None = None, time_ns: int | None = None,
@@ -216,6 +219,10 @@ class _Analysis:
         self.plan = plan(members, self.several)
         for ch in self.plan:
             self.channel(ch)
+        for index, text, events in unpaired(self.procs, self.scans, self.ends):
+            p = self.procs[index]
+            self.add(K.UNPAIRED_CALLS, text, ranks=[rank_id(p.rank)], events=events,
+                     channel=self.proc_channel(p), time_ns=p.trace.events[0].start_ns)
 
     def complete(self, index: int) -> bool:
         stats = self.procs[index].trace.stats
@@ -244,9 +251,9 @@ class _Analysis:
                      "cannot be paired (was that rank traced?)",
                      ranks=[rank_id(present.rank)], channel=name,
                      time_ns=present.trace.events[0].start_ns if present.trace.events else None)
+            self.ends.add((present.index, Direction.ATTACH if s else Direction.EXTRACT))
             return
-        if s.index == r.index:
-            return  # one process is both ends (pp_size 1): there is no transport to check
+        self.ends.update(((s.index, Direction.ATTACH), (r.index, Direction.EXTRACT)))
         self.observer(s, r, name)
         start = ch.start
         attaches = trim(self.attaches[s.index], start)
