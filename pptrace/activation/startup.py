@@ -163,9 +163,9 @@ def instrument(
 ) -> Recorder | None:
     """Patch the engine in this process and start recording (``Config`` fields as overrides).
 
-    ``targets``: the transport modules to trace, as ``MODULE[:ATTACH,EXTRACT]`` strings or
-    ``Target`` records (default: ``PPTRACE_TARGETS``, else SGLang's module); a malformed one
-    raises ``ConfigError``.
+    ``targets``: the transport modules to trace, as ``MODULE[:ATTACH,EXTRACT][@PREFIX]``
+    strings or ``Target`` records (default: ``PPTRACE_TARGETS``, else SGLang's module); a
+    malformed one raises ``ConfigError``.
     """
     provider = overrides.pop("tracer_provider", None)
     if targets is not None:
