@@ -241,11 +241,12 @@ def test_calls_no_channel_paired_are_counted_and_never_said_to_agree(
     write_run(run, str(tmp_path))
     status, out, _ = _cli(capsys, str(tmp_path))
     assert status == 0 and "agree" not in out, out  # info: not a failure, and no claim
-    assert ("rank 1 (pp1, tp 0): 2 attach calls could not be paired (pp1 is not the last PP "
-            "stage (pp_size 3)") in out, out
+    assert ("rank 1 (pp1, tp 0): 2 attach calls (pp1 is not the last PP stage (pp_size 3), "
+            "where attach runs, so no extract is expected to pair with them) could not be "
+            "paired; they were not compared") in out, out
     assert "1 finding (1 info; 1 occurrence)." in out
     status, out, _ = _cli(capsys, str(tmp_path), "--format", "json")
     doc = json.loads(out)
     assert doc["summary"]["by_kind"] == {"unpaired-calls": 1}
     (finding,) = doc["findings"]
-    assert "2 attach calls could not be paired" in finding["message"]
+    assert "could not be paired" in finding["message"] and finding["ranks"] == [1]

@@ -53,11 +53,11 @@ def unpaired(procs: Sequence[Any], scans: Sequence[Scan],
                                  and not off_stage0 else [])
         if not attaches and not extracts:
             continue
-        counted = " and ".join(plural(len(calls), f"{what} call") for what, calls in
-                               (("attach", attaches), ("extract", extracts)) if calls)
-        why = _why_attach(rank, pp_size) if attaches else "no channel takes them"
-        text = (f"{who(rank)} ({stage_of(rank)}, tp {tp_of(rank)}): {counted} could not be "
-                f"paired ({why}); they were not compared")
+        parts = [f"{plural(len(calls), f'{what} call')} ({why})" for what, calls, why in
+                 (("attach", attaches, _why_attach(rank, pp_size) if attaches else ""),
+                  ("extract", extracts, "no channel takes them")) if calls]
+        text = (f"{who(rank)} ({stage_of(rank)}, tp {tp_of(rank)}): {' and '.join(parts)} could "
+                "not be paired; they were not compared")
         events = [(p.index, calls[0].direction, calls[0].seq)
                   for calls in (attaches, extracts) if calls]
         yield p.index, text, events
