@@ -16,6 +16,7 @@ from pptrace.model.records import Direction
 from pptrace.model.target import (
     DEFAULT_TARGETS,
     Target,
+    as_targets,
     format_targets,
     learn_prefix,
     parse_target,
@@ -39,6 +40,7 @@ from tests.helpers_own_prefix import PREFIX, transport
 def test_a_target_takes_its_prefix_after_the_at_sign(spec: str, target: Target) -> None:
     assert parse_target(spec) == target
     assert parse_target(target.spec) == target  # the spec writes it back as it reads
+    assert as_targets(spec) == as_targets([target]) == (target,)  # instrument(targets=...)
     assert parse_targets(format_targets([target, DEFAULT_TARGETS[0]])) == (
         target, DEFAULT_TARGETS[0])
 
