@@ -58,8 +58,10 @@ def meta(
 class Run:
     """One traced run: processes by (pp, tp), a clock, per-process sequence counters."""
 
-    def __init__(self, pp_size: int = 2, tp_size: int = 1, run_id: str = "run-1") -> None:
+    def __init__(self, pp_size: int = 2, tp_size: int = 1, run_id: str = "run-1", *,
+                 layout: bool = True) -> None:
         self.pp_size, self.tp_size, self.run_id = pp_size, tp_size, run_id
+        self.layout = layout  # False: the ranks say no rank, PP or TP (a plain unit test's)
         self.clock = BASE_NS
         self.events: dict[tuple[int, int], list[Event]] = {}
         self.seqs: dict[tuple[int, int, Direction], int] = {}
@@ -71,6 +73,8 @@ class Run:
 
     def rank(self, pp: int, tp: int = 0) -> RankInfo:
         r = pp * self.tp_size + tp
+        if not self.layout:
+            return RankInfo(host="node0", pid=1000 + r)
         return RankInfo(rank=r, world_size=self.pp_size * self.tp_size, pp_rank=pp,
                         pp_size=self.pp_size, tp_rank=tp, tp_size=self.tp_size,
                         host="node0", pid=1000 + r)

@@ -16,7 +16,7 @@ from pptrace.model import errors
 from pptrace.model.findings import Category, FindingKind, Severity
 from pptrace.model.records import PREFIX, TensorMeta
 from pptrace.model.trace import Trace
-from tests.helpers_analyze import Run, meta
+from tests.helpers_analyze import ENGINE, Run, meta
 
 K = FindingKind
 RT = "RuntimeError"
@@ -277,6 +277,42 @@ def no_stats(run: Run) -> None:
     run.unfinished.add((0, 0))  # killed before it wrote any stats span
 
 
+def round_trip(received: str, *, layout: bool = True) -> Callable[[], Run]:
+    """One process attaching and extracting (pp_size 1, or no PP layout at all), as an engine's
+    own unit test of its transport does; the dict's dtype becomes ``received`` in between."""
+    def build() -> Run:
+        run = Run(pp_size=1, layout=layout)
+        for i in range(3):
+            run.attach([meta("scores", (i + 1, 5))])
+            run.extract([meta("scores", (i + 1, 5), received)])
+        return run
+    return build
+
+
+def attach_off_the_last_stage() -> Run:
+    run = Run(pp_size=3)
+    healthy(run, 2)
+    run.attach(A, pp=1)  # stage 1 attaches: no channel pairs it with anything
+    return run
+
+
+OWN = "__aux__."  # a transport's own prefix, as each process's trace records it
+
+
+def own_prefix(keys_before: tuple[str, ...], extra_keys: tuple[str, ...] = (),
+               recorded: bool = True) -> Callable[[Run], None]:
+    """A healthy pair under the prefix ``__aux__.`` with ``keys_before`` at the attach and
+    ``extra_keys`` at stage 0; ``recorded``: the traces say the prefix (else: an older trace,
+    read as SGLang's)."""
+    def build(run: Run) -> None:
+        own = [meta("scores", key=OWN + "scores")]
+        run.attach(own, keys_before=keys_before)
+        run.extract(own, extra_keys=extra_keys)
+        for pp in (0, 1):
+            run.set_stats(pp, recorded=1, exported=1, prefix=OWN if recorded else None)
+    return build
+
+
 ROWS: list[tuple[str, Callable[[Run], None] | Callable[[], Run], list[FindingKind]]] = [
     ("clean pp2", clean_pp2, []),
     ("clean pp4 tp2", clean_pp4_tp2, []),
@@ -344,6 +380,22 @@ ROWS: list[tuple[str, Callable[[Run], None] | Callable[[], Run], list[FindingKin
     ("tp broadcast: the last stage's tp 1 left no trace", broadcast(lost_tp1=True),
      [K.MISSING_RANK]),
     ("no stats at all", no_stats, [K.STATS_NOT_FINAL]),
+    ("round trip, pp_size 1: healthy", round_trip("float32"), []),
+    ("round trip, pp_size 1: dtype changed", round_trip("float16"), [K.DTYPE_MISMATCH]),
+    ("round trip, no PP layout: healthy", round_trip("float32", layout=False), []),
+    ("round trip, no PP layout: dtype changed", round_trip("float16", layout=False),
+     [K.DTYPE_MISMATCH]),
+    ("attaches off the last stage are named, not judged", attach_off_the_last_stage,
+     [K.UNPAIRED_CALLS]),
+    ("own prefix: clean", own_prefix(ENGINE), []),
+    ("own prefix: a key under it before attach", own_prefix(ENGINE + (OWN + "seed",)),
+     [K.PREFIXED_FOREIGN_KEY]),
+    ("own prefix: a key that looks like it", own_prefix(ENGINE, ("__aux__seed",)),
+     [K.PREFIXED_FOREIGN_KEY]),
+    ("own prefix: a key that looks like SGLang's is no one's business",
+     own_prefix(ENGINE, ("__sampling_observer_output__seed",)), []),
+    ("older trace, no prefix recorded: SGLang's", own_prefix(
+        ENGINE, ("__sampling_observer_output__seed",), recorded=False), [K.PREFIXED_FOREIGN_KEY]),
 ]
 
 

@@ -325,6 +325,61 @@ def test_sglang_is_not_a_target_now():
         "test_reference_transport_attach_only": (1, "warning")}
 
 
+ROUND_TRIP = '''
+"""An engine's own unit test of its transport: attach and extract in this one process."""
+import torch
+
+from pptrace.engines.sglang_load import load_transport_module
+
+mod = load_transport_module(allow_bare=True)
+
+
+class Output:
+    def __init__(self, named):
+        self.named = named
+
+    def to_pp_tensors(self):
+        return self.named
+
+
+class Observer:
+    def from_pp_tensors(self, tensors):
+        return Output(dict(tensors))
+
+
+def round_trip(on_the_way):
+    for step in range(3):
+        tensors = {"next_token_ids": torch.tensor([step])}
+        mod.add_auxiliary_output_to_pp_tensors(tensors, Output({"scores": torch.ones(2, 3)}))
+        tensors = {k: on_the_way(v) for k, v in tensors.items()}
+        out = mod.pop_auxiliary_output_from_pp_tensors(tensors, Observer())
+        assert float(out.named["scores"].float().sum()) == 6.0  # true whatever the dtype
+
+
+def test_round_trip_healthy():
+    round_trip(lambda v: v)
+
+
+def test_round_trip_float16():
+    round_trip(lambda v: v.half() if v.is_floating_point() else v)
+'''
+
+
+@pytest.mark.slow
+def test_a_round_trip_in_one_process_is_paired_with_itself(inner: pytest.Pytester) -> None:
+    inner.makepyfile(test_round_trip=ROUND_TRIP)
+    result = inner.runpytest_subprocess("--pptrace", "-v", "-p", "no:cacheprovider",
+                                        timeout=120)
+    result.assert_outcomes(passed=1, failed=1)
+    found = headlines(result)
+    assert {t: (n, sev) for t, (n, sev, _) in found.items()} == {
+        "test_round_trip_float16": (1, "error")}
+    text = block(result, "test_round_trip_float16")
+    assert "First divergence (error, dtype-mismatch):" in text, text
+    assert "attached `scores` float32[2, 3];" in text and "extracted float16[2, 3]" in text
+    assert "agrees" not in result.stdout.str()
+
+
 @pytest.mark.slow
 def test_a_failure_inside_pptrace_is_said_once_and_fails_no_test(inner: pytest.Pytester) -> None:
     inner.makeconftest('''

@@ -230,3 +230,25 @@ def test_at_80_columns_the_report_breaks_between_words_and_names_what_channels_m
     legend = wide[wide.index("Channels"):]
     assert "pp0<-pp1/tp0: attaches on the right-hand rank, extracted on the left-hand stage" \
         in legend
+
+
+def test_calls_no_channel_paired_are_counted_and_never_said_to_agree(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = Run(pp_size=3)
+    for k in range(2):
+        run.step([meta("scores", (k + 1, 5))])
+    run.attach([meta("scores")], pp=1)  # stage 1 attaches: no channel takes it
+    run.attach([meta("scores")], pp=1)
+    write_run(run, str(tmp_path))
+    status, out, _ = _cli(capsys, str(tmp_path))
+    assert status == 0 and "agree" not in out, out  # info: not a failure, and no claim
+    assert ("rank 1 (pp1, tp 0): 2 attach calls (pp1 is not the last PP stage (pp_size 3), "
+            "where attach runs, so no extract is expected to pair with them) could not be "
+            "paired; they were not compared") in out, out
+    assert "1 finding (1 info; 1 occurrence)." in out
+    status, out, _ = _cli(capsys, str(tmp_path), "--format", "json")
+    doc = json.loads(out)
+    assert doc["summary"]["by_kind"] == {"unpaired-calls": 1}
+    (finding,) = doc["findings"]
+    assert "could not be paired" in finding["message"] and finding["ranks"] == [1]

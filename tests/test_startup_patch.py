@@ -168,7 +168,7 @@ def test_absent_or_missing_modules_are_said_once_and_nothing_else(
     meta_path = list(sys.meta_path)
     with caplog.at_level(logging.WARNING, logger="pptrace"):
         for _ in range(3):
-            patch = EnginePatch(lambda a, e: (a, e), ("no_such_engine_pkg.transport",))
+            patch = EnginePatch(lambda a, e, t: (a, e), ("no_such_engine_pkg.transport",))
             assert patch.apply() is False
     assert sys.meta_path == meta_path  # no import hook left behind
     said = [r.getMessage() for r in caplog.records if "no_such_engine_pkg" in r.getMessage()]
@@ -179,7 +179,7 @@ def test_absent_or_missing_modules_are_said_once_and_nothing_else(
 def test_a_failure_inside_pptrace_leaves_the_engine_untouched(
     engine: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    def broken(attach: Any, extract: Any) -> tuple[Any, Any]:
+    def broken(attach: Any, extract: Any, target: Any) -> tuple[Any, Any]:
         raise MemoryError("no room for wrappers")  # a stand-in for any failure in pptrace
 
     attach = getattr(engine, ATTACH)

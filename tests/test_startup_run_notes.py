@@ -120,8 +120,8 @@ def test_a_malformed_pptrace_targets_stops_it_too(tmp_path: Path) -> None:
     proc = run_pptrace(["--", PYTHON, "-c", "pass"], env, tmp_path)
     assert proc.returncode == 2
     assert proc.stderr == ("pptrace: error: PPTRACE_TARGETS='a;b:c': target 'b:c': expected "
-                           "MODULE or MODULE:ATTACH,EXTRACT, with two function names after the "
-                           "colon (attach first)\n")
+                           "MODULE or MODULE:ATTACH,EXTRACT, optionally followed by @PREFIX, "
+                           "with two function names after the colon (attach first)\n")
 
 
 def _args(*argv: str) -> argparse.Namespace:

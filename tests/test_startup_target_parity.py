@@ -95,7 +95,8 @@ def patched_variants(
         rec = make_recorder(sink)
         inner: list[tuple[Capture, Capture]] = []
 
-        def factory(attach: Callable[..., Any], extract: Callable[..., Any]) -> tuple[Any, Any]:
+        def factory(attach: Callable[..., Any], extract: Callable[..., Any],
+                    target: Any) -> tuple[Any, Any]:
             inner.append((Capture(attach), Capture(extract)))
             return wrap_transport(inner[-1][0], inner[-1][1], rec)
 

@@ -269,10 +269,10 @@ def test_bad_targets_are_one_line_each_and_the_good_one_is_still_traced(
 
 def test_only_bad_targets_leave_no_hook_and_patch_nothing(own: Own) -> None:
     meta_path = list(sys.meta_path)
-    patch = EnginePatch(lambda a, e: (a, e), [f"no_such_pkg_{own.name}"])
+    patch = EnginePatch(lambda a, e, t: (a, e), [f"no_such_pkg_{own.name}"])
     assert patch.apply() is False and sys.meta_path == meta_path
     transport = own.transport()
-    patch = EnginePatch(lambda a, e: (a, e), [f"{own.name}:nope,recv_aux"])
+    patch = EnginePatch(lambda a, e, t: (a, e), [f"{own.name}:nope,recv_aux"])
     assert patch.apply() is True  # the module loads; the target names nothing in it
     assert patch.seen == [] and patch.sites == [] and not is_wrapped(transport.recv_aux)
     patch.restore()

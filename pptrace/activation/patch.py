@@ -17,7 +17,7 @@ a plain function whose ``__wrapped__`` is pptrace's wrapper and whose closure ho
 pptrace's wrapper as an inert pass-through (its recorder is shut down: it only calls the
 original), counted in ``EnginePatch.inert``.
 
-    patch = EnginePatch(make_wrappers)      # make_wrappers(attach, extract) -> (w_attach, w_ext)
+    patch = EnginePatch(make_wrappers)   # make_wrappers(attach, extract, target) -> (w_a, w_e)
     patch = EnginePatch(make_wrappers, parse_targets("mytransport:send_aux,recv_aux"))
     patch.apply()                            # now, and for modules imported later
     ...
@@ -46,14 +46,14 @@ __all__ = ["EnginePatch", "Site", "WrapperFactory", "module_status"]
 
 log = logging.getLogger("pptrace")
 
-#: ``(original attach, original extract) -> (wrapped attach, wrapped extract)``
-WrapperFactory = Callable[[Any, Any], tuple[Any, Any]]
+#: ``(original attach, original extract, their target) -> (wrapped attach, wrapped extract)``
+WrapperFactory = Callable[[Any, Any, Target], tuple[Any, Any]]
 #: The module that makes (and so knows) pptrace's wrappers; none exists before it is loaded.
 _WRAPPER_MODULE = "pptrace.record.wrapper"
 _MAX_CHAIN = 64  # wrappers followed down one chain (a cycle or a freak stops there)
 _said: set[str] = set()
 #: How a user names another transport module (quoted where a target cannot be traced).
-TARGET_HINT = "--target MODULE[:ATTACH,EXTRACT] or PPTRACE_TARGETS"
+TARGET_HINT = "--target MODULE[:ATTACH,EXTRACT][@PREFIX] or PPTRACE_TARGETS"
 
 
 def _say_once(key: str, message: str) -> None:
@@ -163,7 +163,7 @@ class EnginePatch:
                     continue
                 try:
                     if any(id(fn) not in self._wrappers for fn in functions):
-                        wrappers = self.factory(*functions)
+                        wrappers = self.factory(*functions, target)
                         for fn, wrapper in zip(functions, wrappers, strict=True):
                             # A function another target already wrapped keeps its wrapper.
                             self._wrappers.setdefault(id(fn), (fn, wrapper))

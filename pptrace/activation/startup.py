@@ -39,7 +39,7 @@ from pptrace.activation.patch import EnginePatch
 from pptrace.activation.process_sinks import DeferredSink, FilesAndOtlp
 from pptrace.model.config import Config
 from pptrace.model.records import RankInfo, RecorderStats
-from pptrace.model.target import Target, as_targets
+from pptrace.model.target import Target, as_targets, prefix_of
 from pptrace.record.recorder import Recorder
 from pptrace.record.sink import MessageSink
 
@@ -61,6 +61,7 @@ class _Active:
     patch: EnginePatch
     tracer_provider: Any = None
     armed: bool = False
+    wrapped: bool = False  # a target's transport was wrapped (the first set the prefix)
     finished: bool = False
     handlers: dict[int, tuple[Handler, Handler]] = field(default_factory=dict)  # sig: (ours, prev)
     causes: collections.Counter[str] = field(default_factory=collections.Counter)
@@ -132,7 +133,7 @@ def activate(
         recorder = Recorder(config, sink_factory=lambda rank: DeferredSink(
             lambda: _first_sink(state)))
         recorder.on_first_call = _note_called
-        patch = EnginePatch(lambda a, e: _wrap(state, a, e), config.targets)
+        patch = EnginePatch(lambda a, e, t: _wrap(state, a, e, t), config.targets)
         state = _Active(config, recorder, patch, tracer_provider=tracer_provider)
         _state = state
         _register_process_hooks()
@@ -162,9 +163,9 @@ def instrument(
 ) -> Recorder | None:
     """Patch the engine in this process and start recording (``Config`` fields as overrides).
 
-    ``targets``: the transport modules to trace, as ``MODULE[:ATTACH,EXTRACT]`` strings or
-    ``Target`` records (default: ``PPTRACE_TARGETS``, else SGLang's module); a malformed one
-    raises ``ConfigError``.
+    ``targets``: the transport modules to trace, as ``MODULE[:ATTACH,EXTRACT][@PREFIX]``
+    strings or ``Target`` records (default: ``PPTRACE_TARGETS``, else SGLang's module); a
+    malformed one raises ``ConfigError``.
     """
     provider = overrides.pop("tracer_provider", None)
     if targets is not None:
@@ -207,11 +208,20 @@ def activate_from_env() -> Recorder | None:
 # --- wrapping and arming ----------------------------------------------------------------------
 
 
-def _wrap(state: _Active, attach: Any, extract: Any) -> tuple[Any, Any]:
-    """Build the wrappers (imports torch, which the engine module has just loaded) and arm."""
+def _wrap(state: _Active, attach: Any, extract: Any, target: Target) -> tuple[Any, Any]:
+    """Build the wrappers (imports torch, which the engine module has just loaded) and arm.
+
+    The first target wrapped sets the process's prefix (None: learnt by the recorder); a
+    second target with another prefix still records its keys, named in full."""
+    from pptrace.record.learnt import wrap_learning
     from pptrace.record.wrapper import wrap_transport
 
-    wrapped = wrap_transport(attach, extract, state.recorder)
+    prefix = prefix_of(target)
+    if not state.wrapped:
+        state.wrapped = True
+        state.recorder.prefix = prefix
+    wrapped = (wrap_learning(attach, extract, state.recorder) if prefix is None
+               else wrap_transport(attach, extract, state.recorder, prefix))
     _arm(state)
     return wrapped
 

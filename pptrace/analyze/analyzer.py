@@ -57,12 +57,14 @@ from pptrace.analyze.rules import (
     stage_of,
     tensor_names,
     tp_of,
+    transport_prefix,
     who,
 )
 from pptrace.analyze.runs import join_runs
 from pptrace.analyze.scan import scan
 from pptrace.analyze.summary import Counted, Raw, Ref, link_peer_errors, summarise
 from pptrace.analyze.tp import TpPayloads, tp_message
+from pptrace.analyze.unpaired import unpaired
 from pptrace.analyze.window import (
     cut_message,
     excused,
@@ -119,7 +121,8 @@ class _Analysis:
         self.extract_hygiene: list[int] = []
         # (process, attach seq) -> the raw tp-disagree finding about that attach
         self.tp_causes: dict[tuple[int, int], int] = {}
-        self.scans = [scan(p.trace.events, p.rank.pp_rank) for p in self.procs]
+        self.scans = [scan(p.trace.events, p.rank.pp_rank, transport_prefix(p.trace))
+                      for p in self.procs]
         self.windows = [process_window(found, p.trace.stats)
                         for found, p in zip(self.scans, self.procs, strict=True)]
         self.holes = find_holes(trace)
@@ -138,6 +141,8 @@ class _Analysis:
                         zip(self.procs, run_ids, self.scans, self.windows, strict=True)]
         self.roles = Roles(self.members)
         self.plan: list[Channel] = []
+        # (process, direction) that ends a channel: its payload calls were paired or named
+        self.ends: set[tuple[int, Direction]] = set()
 
     def add(self, kind: FindingKind, message: str, *, ranks: Iterable[int] = (),
             microbatch: int | None = None, time_ns: int | None = None,
@@ -217,6 +222,10 @@ class _Analysis:
         self.plan = plan(members, self.several)
         for ch in self.plan:
             self.channel(ch)
+        for index, text, events in unpaired(self.procs, self.scans, self.ends):
+            p = self.procs[index]
+            self.add(K.UNPAIRED_CALLS, text, ranks=[rank_id(p.rank)], events=events,
+                     channel=self.proc_channel(p), time_ns=p.trace.events[0].start_ns)
 
     def complete(self, index: int) -> bool:
         stats = self.procs[index].trace.stats
@@ -245,9 +254,9 @@ class _Analysis:
                      "cannot be paired (was that rank traced?)",
                      ranks=[rank_id(present.rank)], channel=name,
                      time_ns=present.trace.events[0].start_ns if present.trace.events else None)
+            self.ends.add((present.index, Direction.ATTACH if s else Direction.EXTRACT))
             return
-        if s.index == r.index:
-            return  # one process is both ends (pp_size 1): there is no transport to check
+        self.ends.update(((s.index, Direction.ATTACH), (r.index, Direction.EXTRACT)))
         self.observer(s, r, name)
         start = ch.start
         attaches = trim(self.attaches[s.index], start)
@@ -340,7 +349,7 @@ class _Analysis:
             key = (id(mine), id(theirs), id(a.keys_before))
             cached = compared.get(key)
             if cached is None:
-                specs = compare_specs(ls, rs, a, e)
+                specs = compare_specs(ls, rs, a, e, transport_prefix(s.trace))
                 kinds = tuple((kind, subject) for kind, _, subject in specs)
                 cached = compared[key] = (specs, kinds)
             if cached[0] or channel in streaks:

@@ -16,6 +16,11 @@ A last-stage TP rank that left no trace at all is no evidence of the broadcast l
 stage-0 partner's channel has no sender (``missing-rank``). Roles come from the PP layout when
 it is known, else from what a process did.
 
+A process that is both ends (it attaches and extracts: no PP layout, or pp_size 1, as in an
+engine's own unit test of its transport) is a **round trip**: its own channel, its attaches
+paired with its own extracts in call order (``pp0<-pp?/tp0``), before any other process of its
+TP rank is paired.
+
     channels = plan(members, several_runs=False)
 
 Pure: no I/O.
@@ -122,6 +127,11 @@ def plan(members: Sequence[Member], several_runs: bool) -> list[Channel]:
                 broadcast = False
             if not senders and not any(m.extracts for m in receivers):
                 continue
+            both = [m for m in senders if any(m is r for r in receivers)]
+            for m in both:  # a round trip: the process pairs with itself
+                out.append(_channel(prefix, m, m, tp, False))
+            senders = [m for m in senders if not any(m is b for b in both)]
+            receivers = [m for m in receivers if not any(m is b for b in both)]
             for k in range(max(len(senders), len(receivers))):
                 s = senders[k] if k < len(senders) else None
                 r = receivers[k] if k < len(receivers) else None

@@ -19,6 +19,7 @@ from pptrace.analyze.payload import Field, compare
 from pptrace.model import errors
 from pptrace.model.findings import FindingKind, Severity
 from pptrace.model.records import PREFIX, Direction, Event, RankInfo, TensorMeta
+from pptrace.model.target import PREFIX_ENDS
 from pptrace.model.text import clip
 from pptrace.model.trace import ProcessTrace
 
@@ -30,12 +31,14 @@ __all__ = [
     "compare_specs",
     "hygiene_specs",
     "listed",
+    "near_prefix",
     "rank_id",
     "run_of",
     "runs_of",
     "stage_of",
     "tensor_names",
     "tp_of",
+    "transport_prefix",
     "who",
 ]
 
@@ -46,8 +49,21 @@ K = FindingKind
 ENGINE_KEYS = engines.reserved_keys()
 
 #: A key that starts like the prefix without being prefixed: stage 0 will not pop it, but it
-#: is one typo away from a wrong pop.
+#: is one typo away from a wrong pop (the default transport's; ``near_prefix`` for any).
 NEAR_PREFIX = PREFIX.rstrip(".")
+
+
+def near_prefix(prefix: str) -> str:
+    """What a key that only looks like ``prefix`` starts with: the prefix without its ending
+    separators (the prefix itself when nothing else is left)."""
+    return prefix.rstrip(PREFIX_ENDS) or prefix
+
+
+def transport_prefix(proc: ProcessTrace) -> str:
+    """The key prefix a process's transport used, as its trace records it; a trace that
+    records none (older, or nothing learnt it) used the default transport's."""
+    stats = proc.stats
+    return stats.prefix if stats is not None and stats.prefix is not None else PREFIX
 
 _ATTACH_EXACT = {
     errors.ATTACH_NOT_PP: K.ATTACH_NOT_PP,
@@ -154,10 +170,12 @@ def _esc(text: str) -> str:
     return text.replace("{", "{{").replace("}", "}}")
 
 
-def hygiene_specs(ev: Event, pp_rank: int | None) -> tuple[Spec, ...]:
-    """The namespace findings one event gives, as templates (pure; cached per event shape)."""
+def hygiene_specs(ev: Event, pp_rank: int | None, prefix: str = PREFIX) -> tuple[Spec, ...]:
+    """The namespace findings one event gives, as templates (pure; cached per event shape);
+    ``prefix``: the process's own (``transport_prefix``)."""
     out: list[Spec] = []
-    engine_keys = ENGINE_KEYS | {k for k in ev.keys_before if not k.startswith(PREFIX)}
+    near = near_prefix(prefix)
+    engine_keys = ENGINE_KEYS | {k for k in ev.keys_before if not k.startswith(prefix)}
     verb = "attached" if ev.direction is Direction.ATTACH else "extracted"
     for t in ev.tensors:
         name, key = _esc(t.name), _esc(t.key)
@@ -167,7 +185,7 @@ def hygiene_specs(ev: Event, pp_rank: int | None) -> tuple[Spec, ...]:
         elif t.name in engine_keys:
             out.append((K.RESERVED_NAME, f"{{label}} {verb} auxiliary name `{name}`, which is "
                         "also an engine key of the PP output dict", t.name, None))
-        elif t.name.startswith(PREFIX) or t.name.startswith(NEAR_PREFIX):
+        elif t.name.startswith(prefix) or t.name.startswith(near):
             out.append((K.NAME_HAS_PREFIX, f"{{label}} {verb} auxiliary name `{name}`, which "
                         f"itself carries the prefix (key `{key}`)", t.name, None))
     if ev.direction is Direction.ATTACH:
@@ -178,15 +196,15 @@ def hygiene_specs(ev: Event, pp_rank: int | None) -> tuple[Spec, ...]:
         keys = ev.keys_before
         where = "in the dict stage 0 received"
     for k in keys:
-        if k.startswith(PREFIX) and ev.direction is Direction.ATTACH:
+        if k.startswith(prefix) and ev.direction is Direction.ATTACH:
             out.append((K.PREFIXED_FOREIGN_KEY, f"{{label}}: key `{_esc(k)}` was {where}: stage "
-                        f"0 will pop it as auxiliary output `{_esc(k[len(PREFIX):])}`", k, None))
-        elif k.startswith(NEAR_PREFIX) and not k.startswith(PREFIX):
+                        f"0 will pop it as auxiliary output `{_esc(k[len(prefix):])}`", k, None))
+        elif k.startswith(near) and not k.startswith(prefix):
             out.append((K.PREFIXED_FOREIGN_KEY, f"{{label}}: key `{_esc(k)}` {where} starts like "
-                        f"the auxiliary prefix `{PREFIX}` without being auxiliary output", k,
-                        Severity.WARNING))
+                        f"the auxiliary prefix `{_esc(prefix)}` without being auxiliary output",
+                        k, Severity.WARNING))
     if ev.direction is Direction.EXTRACT and ev.ok and ev.tensors:
-        left = [k for k in ev.keys_after if k.startswith(PREFIX)]
+        left = [k for k in ev.keys_after if k.startswith(prefix)]
         if left:
             out.append((K.LEFTOVER_KEYS, "{label} extract #{seq} succeeded but left prefixed keys "
                         + _esc(listed(left)) + " in the dict", "", None))
@@ -198,9 +216,10 @@ def hygiene_specs(ev: Event, pp_rank: int | None) -> tuple[Spec, ...]:
 
 
 def compare_specs(
-    ls: str, rs: str, a: Event, e: Event
+    ls: str, rs: str, a: Event, e: Event, prefix: str = PREFIX
 ) -> tuple[tuple[FindingKind, str, str], ...]:
-    """What differs between an attach and the extract it paired with (pure), as findings.
+    """What differs between an attach and the extract it paired with (pure), as findings
+    (``prefix``: the attaching process's own, ``transport_prefix``).
 
     ``pptrace.analyze.payload.compare`` decides what differs; this names it. A byte count or a
     content fingerprint that differs along with the shape or dtype is not reported again.
@@ -209,7 +228,7 @@ def compare_specs(
         return ()
     verdict = compare(a.tensors, e.tensors)
     out: list[tuple[FindingKind, str, str]] = []
-    foreign = {k[len(PREFIX):] for k in a.keys_before if k.startswith(PREFIX)}
+    foreign = {k[len(prefix):] for k in a.keys_before if k.startswith(prefix)}
     missing = verdict.missing
     # A name popped from a key written under the prefix before attach is a namespace finding
     # of the attach (``hygiene_specs``), not a difference of the pair.

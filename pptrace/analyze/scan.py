@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pptrace.analyze.rules import Spec, hygiene_specs
-from pptrace.model.records import Direction, Event
+from pptrace.model.records import PREFIX, Direction, Event
 
 __all__ = ["Scan", "scan"]
 
@@ -52,8 +52,9 @@ class _Hygiene:
     checked by the identity of the keys (an attach's specs never read the keys after it).
     """
 
-    def __init__(self, pp_rank: int | None) -> None:
+    def __init__(self, pp_rank: int | None, prefix: str) -> None:
         self.pp_rank = pp_rank
+        self.prefix = prefix
         self.by_shape: dict[tuple[Any, ...], tuple[Spec, ...]] = {}
         # id(tensors) -> (keys_before, specs) / (keys_before, keys_after, specs), calls that
         # returned; the events keep every tuple alive meanwhile
@@ -66,7 +67,7 @@ class _Hygiene:
                ev.error_type, ev.error_message)
         got = self.by_shape.get(key)
         if got is None:
-            got = self.by_shape[key] = hygiene_specs(ev, self.pp_rank)
+            got = self.by_shape[key] = hygiene_specs(ev, self.pp_rank, self.prefix)
         if ev.error_type is None:
             if ev.direction is _ATTACH:
                 self.attach[id(ev.tensors)] = (ev.keys_before, got)
@@ -75,12 +76,13 @@ class _Hygiene:
         return got
 
 
-def scan(events: Sequence[Event], pp_rank: int | None) -> Scan:
-    """Walk a process's events once (``pp_rank``: the process's PP stage, for hygiene)."""
+def scan(events: Sequence[Event], pp_rank: int | None, prefix: str = PREFIX) -> Scan:
+    """Walk a process's events once (``pp_rank`` and ``prefix``: the process's PP stage and
+    transport key prefix, for hygiene)."""
     out = Scan()
     attaches, extracts, failed = out.attaches, out.extracts, out.failed
     flagged, unobserved = out.flagged, out.unobserved
-    hygiene = _Hygiene(pp_rank)
+    hygiene = _Hygiene(pp_rank, prefix)
     attach_shape, extract_shape = hygiene.attach.get, hygiene.extract.get
     n_attach = n_extract = 0
     max_attach: float = float("-inf")

@@ -8,7 +8,7 @@ including ranks started with ``spawn``, activates pptrace before the engine's co
     pptrace run --export file,otlp -- python -m sglang.launch_server --pp-size 4 ...
     pptrace run --target mytransport:send_aux,recv_aux -- torchrun --nproc-per-node 2 pp.py
 
-``--target MODULE[:ATTACH,EXTRACT]`` (repeatable; ``PPTRACE_TARGETS``) names the transport
+``--target MODULE[:ATTACH,EXTRACT][@PREFIX]`` (repeatable; ``PPTRACE_TARGETS``) names the transport
 modules to trace instead of SGLang's (``pptrace.model.target``); a malformed one is refused
 before COMMAND starts (exit 2). The run says one closing line (``pptrace.activation.run_notes``):
 where the traces went and what to run next, or why nothing was traced. For that, ``pptrace run``
@@ -111,10 +111,14 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--dir", metavar="DIR", help="directory for per-rank trace files")
-    p.add_argument("--target", dest="targets", action="append", metavar="MODULE[:ATTACH,EXTRACT]",
+    p.add_argument("--target", dest="targets", action="append",
+                   metavar="MODULE[:ATTACH,EXTRACT][@PREFIX]",
                    help="trace this transport module instead of SGLang's (repeatable): a module "
                         "that vendors, forks or renames attach and extract, with the names of "
-                        "its two functions when they differ from SGLang's (sets PPTRACE_TARGETS)")
+                        "its two functions when they differ from SGLang's, and @PREFIX, the key "
+                        "prefix its attach inserts under (without it each process learns it "
+                        "from the keys attach inserted or extract removed; SGLang's own module "
+                        "keeps SGLang's) (sets PPTRACE_TARGETS)")
     p.add_argument("--mode", choices=("stream", "flight"), help="stream every event, or keep "
                    "a flight-recorder ring dumped on error, SIGUSR1 and exit")
     p.add_argument("--flight-size", type=int, metavar="N", help="events kept in flight mode")

@@ -129,6 +129,8 @@ class FindingKind(str, enum.Enum):
     WINDOW_CUT = ("window-cut", R, Severity.INFO,
                   "a channel's oldest microbatches lie outside a kept window (rotated away, "
                   "overwritten): not judged")
+    UNPAIRED_CALLS = ("unpaired-calls", R, Severity.INFO,
+                      "attach or extract calls no channel takes: not paired, so not compared")
     # A process's trace is known to lack records inside its window (``pptrace.analyze.holes``):
     # message records counted as dropped, send or receive numbers missing, receive ends missing
     # though later receives ran, or damaged data the reader skipped in its files. The message

@@ -175,6 +175,9 @@ class RecorderStats:
     messages_recorded: int = 0  # made by its wrappers
     messages_exported: int = 0  # handed to the sinks
     messages_dropped: int = 0  # lost: its buffer full, a failed export, no sink
+    #: The key prefix of the process's auxiliary transport (given or learnt); None: not recorded
+    #: (an older trace, or nothing learnt it), read as the default transport's (``PREFIX``).
+    prefix: str | None = None
 
     def sink_lost(self, sink: str) -> int:
         """Events the sink named ``sink`` lost after taking them (0 when none)."""

@@ -122,6 +122,7 @@ S_ROTATED_SEGMENTS = "pptrace.stats.rotated_segments"  # int
 S_MSG_RECORDED = "pptrace.stats.messages.recorded"
 S_MSG_EXPORTED = "pptrace.stats.messages.exported"
 S_MSG_DROPPED = "pptrace.stats.messages.dropped"
+S_PREFIX = "pptrace.stats.prefix"  # str, the transport's key prefix; absent: PREFIX's
 _SINK_HEAD, _SINK_TAIL = S_SINK_DROPPED.split("{}")
 # Resource only. Version 2 writes the per-process constants on the resource alone (VERSION,
 # RUN_ID, the ranks and sizes under their span keys; host and pid under OpenTelemetry's names),
@@ -462,6 +463,7 @@ def stats_to_attributes(stats: RecorderStats,
         out[S_MSG_RECORDED] = stats.messages_recorded
         out[S_MSG_EXPORTED] = stats.messages_exported
         out[S_MSG_DROPPED] = stats.messages_dropped
+    out.update({S_PREFIX: stats.prefix} if stats.prefix is not None else {})
     for sink, dropped in stats.sink_dropped:
         out[S_SINK_DROPPED.format(sink)] = dropped
     return out
@@ -490,6 +492,7 @@ def attributes_to_stats(attrs: Mapping[str, Any], where: str = "",
         messages_recorded=r.integer(S_MSG_RECORDED, 0),
         messages_exported=r.integer(S_MSG_EXPORTED, 0),
         messages_dropped=r.integer(S_MSG_DROPPED, 0),
+        prefix=r.string(S_PREFIX) if S_PREFIX in attrs else None,
         sink_dropped=tuple(sorted(
             (key[len(_SINK_HEAD):-len(_SINK_TAIL)], r.integer(key)) for key in attrs
             if isinstance(key, str) and key.startswith(_SINK_HEAD) and key.endswith(_SINK_TAIL)

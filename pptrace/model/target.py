@@ -8,14 +8,22 @@ pptrace's reference transport). One grammar, parsed here only, for
 
     MODULE                     the module, with the default transport's function names
     MODULE:ATTACH,EXTRACT      the module, with its own names (attach first)
+    MODULE:ATTACH,EXTRACT@PREFIX   ... and the key prefix its attach inserts under
 
-    PPTRACE_TARGETS='mytransport;vendored.pp:attach_aux,pop_aux'   # ';' between targets
+    PPTRACE_TARGETS='mytransport;vendored.pp:attach_aux,pop_aux@__aux__.'   # ';' between them
 
-    targets = parse_targets("mytransport;vendored.pp:attach_aux,pop_aux")
-    targets[1].module, targets[1].attach, targets[1].extract
+    targets = parse_targets("mytransport;vendored.pp:attach_aux,pop_aux@__aux__.")
+    targets[1].module, targets[1].attach, targets[1].extract, targets[1].prefix
 
 ``;`` separates targets because it cannot occur in a module or function name (``,`` and ``:``
-already have a meaning inside one target). A bad spec raises ``ConfigError`` with one line.
+already have a meaning inside one target). ``@`` cannot occur in a name either: everything after
+the first one is the prefix, verbatim (it may hold ``.``, ``:``, ``,`` or ``@``, never ``;``).
+
+The key prefix (``prefix_of``): the one after ``@``; else, for an engine's own transport (the
+default), the engine's; else none is given and each process learns it (``learn_prefix``) from
+the first call that shows auxiliary keys: the keys an attach inserted, or the keys an extract
+removed from the dict (a process that only extracts never sees an attach). A bad spec raises
+``ConfigError`` with one line.
 
 Stdlib only and cheap to import: pptrace's bootstrap reads the modules to wait for from here in
 every Python process of a traced run. ``Target`` is a NamedTuple rather than a frozen dataclass
@@ -27,7 +35,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from pptrace.engines import DEFAULT_TRANSPORT
+from pptrace.engines import BUILTIN, DEFAULT_TRANSPORT
 from pptrace.model.errors import ConfigError
 
 __all__ = [
@@ -39,8 +47,10 @@ __all__ = [
     "Target",
     "as_targets",
     "format_targets",
+    "learn_prefix",
     "parse_target",
     "parse_targets",
+    "prefix_of",
 ]
 
 #: The default transport module and its two functions (the engine adapter's: pptrace.engines).
@@ -49,22 +59,30 @@ DEFAULT_ATTACH = DEFAULT_TRANSPORT.attach
 DEFAULT_EXTRACT = DEFAULT_TRANSPORT.extract
 #: Between targets in ``PPTRACE_TARGETS``.
 SEPARATOR = ";"
-SYNTAX = "MODULE or MODULE:ATTACH,EXTRACT"
+#: Between a target's functions and its key prefix.
+AT = "@"
+SYNTAX = "MODULE or MODULE:ATTACH,EXTRACT, optionally followed by @PREFIX"
+#: Where a learnt prefix may end: the character that ends it is one of these.
+PREFIX_ENDS = "./:"
 
 
 class Target(NamedTuple):
-    """One transport to trace: a module and the names of its attach and extract functions."""
+    """One transport to trace: a module, the names of its attach and extract functions, and
+    the key prefix its attach inserts under (None: not given, see ``prefix_of``)."""
 
     module: str
     attach: str = DEFAULT_ATTACH
     extract: str = DEFAULT_EXTRACT
+    prefix: str | None = None
 
     @property
     def spec(self) -> str:
-        """The target as it is written: ``MODULE``, or ``MODULE:ATTACH,EXTRACT``."""
+        """The target as it is written: ``MODULE``, or ``MODULE:ATTACH,EXTRACT``, then
+        ``@PREFIX`` when one is given."""
+        at = "" if self.prefix is None else AT + self.prefix
         if (self.attach, self.extract) == (DEFAULT_ATTACH, DEFAULT_EXTRACT):
-            return self.module
-        return f"{self.module}:{self.attach},{self.extract}"
+            return self.module + at
+        return f"{self.module}:{self.attach},{self.extract}{at}"
 
     @property
     def is_default(self) -> bool:
@@ -75,9 +93,57 @@ class Target(NamedTuple):
 DEFAULT_TARGETS: tuple[Target, ...] = (Target(DEFAULT_MODULE),)
 
 
+def prefix_of(target: Target) -> str | None:
+    """The key prefix of ``target``'s transport: the one given, else the engine's own when the
+    target is an engine's transport, else None (the recorder learns it)."""
+    if target.prefix is not None:
+        return target.prefix
+    for engine in BUILTIN:
+        t = engine.transport
+        if t is not None and (t.module, t.attach, t.extract) == target[:3]:
+            return t.prefix
+    return None
+
+
+def learn_prefix(keys: Iterable[object]) -> str | None:
+    """The key prefix one call's auxiliary keys show: their longest common beginning, cut back
+    to just after its last ``PREFIX_ENDS`` character; None when it holds none (or no str key).
+
+    ``__aux__.scores``, ``__aux__.ids`` -> ``__aux__.``; one key ``__aux__.scores`` ->
+    ``__aux__.``. A name that itself holds such a character, alone or shared by every name
+    (``__aux__.layer.0``, ``__aux__.layer.1``), makes it too long: give ``@PREFIX`` then.
+    """
+    found: str | None = None
+    for key in keys:
+        if type(key) is not str:
+            continue
+        if found is None:
+            found = key
+            continue
+        n = 0
+        for a, b in zip(found, key, strict=False):
+            if a != b:
+                break
+            n += 1
+        found = found[:n]
+    if not found:
+        return None
+    end = max(found.rfind(c) for c in PREFIX_ENDS)
+    return found[:end + 1] if end >= 0 else None
+
+
 def parse_target(spec: str) -> Target:
-    """Parse one ``MODULE[:ATTACH,EXTRACT]``; raise ``ConfigError`` when it is malformed."""
-    text = spec.strip()
+    """Parse one ``MODULE[:ATTACH,EXTRACT][@PREFIX]``; raise ``ConfigError`` when malformed."""
+    text, at, prefix = spec.strip().partition(AT)
+    if at and not prefix:
+        raise ConfigError(f"target {spec!r}: nothing after {AT!r} (expected {SYNTAX}; the "
+                          "prefix is the key prefix the attach inserts under, e.g. @__aux__.)")
+    target = _names(spec, text)
+    return target._replace(prefix=prefix) if at else target
+
+
+def _names(spec: str, text: str) -> Target:
+    """The module and function names of ``text`` (the spec up to any ``@``)."""
     module, colon, names = text.partition(":")
     module = module.strip()
     if not module or not all(part.isidentifier() for part in module.split(".")):
@@ -131,4 +197,10 @@ def format_targets(targets: Iterable[Target]) -> str:
 
 
 def _unique(targets: Iterable[Target]) -> tuple[Target, ...]:
-    return tuple(dict.fromkeys(targets))
+    found = tuple(dict.fromkeys(targets))
+    for i, t in enumerate(found):  # one module's functions under two prefixes: say which
+        for u in found[:i]:
+            if t[:3] == u[:3]:
+                raise ConfigError(f"targets {u.spec!r} and {t.spec!r}: one transport given "
+                                  "twice with different prefixes")
+    return found

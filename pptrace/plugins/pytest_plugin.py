@@ -16,7 +16,7 @@ changes unless a test is traced: with ``--pptrace`` (every test), the ``pptrace`
 
     pytest --pptrace tests/test_pp.py
     pytest --pptrace --pptrace-fail-on warning --pptrace-dir ci-traces tests/
-    pytest --pptrace --pptrace-target myengine.transport:send_aux,recv_aux tests/
+    pytest --pptrace --pptrace-target myengine.transport:send_aux,recv_aux@__aux__. tests/
 
     @pytest.mark.pptrace(fail_on="warning")      # this test's threshold
     @pytest.mark.pptrace(enabled=False)          # never traced, even under --pptrace
@@ -72,7 +72,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="keep each test's traces in DIR/<test> (default: a temporary folder "
                          "per test, removed when the test passes)")
     group.addoption("--pptrace-target", dest="pptrace_targets", action="append", default=[],
-                    metavar="MODULE[:ATTACH,EXTRACT]",
+                    metavar="MODULE[:ATTACH,EXTRACT][@PREFIX]",
                     help="trace this transport module instead of SGLang's "
                          "(repeatable; as pptrace run --target)")
 

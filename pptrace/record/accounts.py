@@ -104,6 +104,7 @@ class Accounts:
             messages_recorded=msgs.recorded if msgs is not None else 0,
             messages_exported=msgs.exported if msgs is not None else 0,
             messages_dropped=msgs.dropped if msgs is not None else 0,
+            prefix=getattr(self, "prefix", None),
         )
 
     def _finalize(self) -> None:

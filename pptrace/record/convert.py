@@ -36,7 +36,7 @@ class Source(Protocol):
     """What a converter needs from its recorder (``pptrace.record.recorder.Recorder``)."""
 
     config: Config
-    prefix: str
+    prefix: str | None
 
     def decode_packed(self, packed: bytes) -> list[tuple[Any, ...]]:
         """The native reader's packed metadata as ``[(shape, dtype, device, contiguous), ...]``."""
@@ -163,7 +163,8 @@ class Converter:
     def __init__(self, source: Source, rank: RankInfo) -> None:
         self.rank = rank
         self.run_id = source.config.run_id
-        self.prefix = source.prefix
+        # No prefix (not learnt yet): names are the whole keys.
+        self.prefix = source.prefix or ""
         self._decode = source.decode_packed
         self._resolve = source.resolve_fingerprint
         #: What events get from the converter rather than from their raw: with ``shape``'s key,

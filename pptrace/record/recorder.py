@@ -47,9 +47,11 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from pptrace.model import raw as R
 from pptrace.model.config import Config
 from pptrace.model.raw import Raw
-from pptrace.model.records import PREFIX, RankInfo
+from pptrace.model.records import PREFIX, Direction, RankInfo
+from pptrace.model.target import learn_prefix
 from pptrace.record.accounts import Accounts
 from pptrace.record.convert import Converter, RawEvents
 from pptrace.record.pace import Pace
@@ -86,8 +88,9 @@ class Recorder(Accounts):
         self.enabled = self.config.enabled
         self.flight = self.config.mode == "flight"
         self.fingerprint = self.config.fingerprint
-        #: The engine's reserved key prefix the converter strips from tensor names.
-        self.prefix = PREFIX
+        #: The transport's key prefix the converter strips from tensor names; None: not given,
+        #: learnt from the first event that shows auxiliary keys (``_learn_prefix``).
+        self.prefix: str | None = PREFIX
         self._sink_factory = sink_factory
         self._sink: Sink | None = None
         #: This process's id while this recorder records it, drawn once here: a forked child
@@ -296,6 +299,28 @@ class Recorder(Accounts):
         else:
             msgs.flush(sink, self.rank(), self.config.run_id)
 
+    def _learn_prefix(self, raws: list[Raw]) -> None:
+        """Learn the prefix from the first raw that shows auxiliary keys: an attach's inserted
+        keys or an extract's recorded (removed) ones, of a call that returned. Here, on the
+        recorder thread, so that the engine's thread never pays for it."""
+        for raw in raws:
+            try:
+                if raw[R.ERROR] is not None:
+                    continue
+                if raw[R.DIRECTION] is Direction.ATTACH:
+                    keys: Any = raw[R.KEYS_AFTER][len(raw[R.KEYS_BEFORE]):]
+                else:
+                    items = raw[R.ITEMS]
+                    keys = items[::5] if type(items) is list else [
+                        item[0] for item in items] if type(items) is tuple else ()
+                learnt = learn_prefix(keys)
+            except Exception as exc:  # a malformed raw: its conversion says what is wrong
+                self.internal_error("prefix", exc)
+                return
+            if learnt is not None:
+                self.prefix = learnt
+                return
+
     def _shed(self, raws: list[Raw], deadline: float) -> None:
         """Overload: drop the newest of ``raws`` beyond what the measured rate can write by
         ``deadline`` (with headroom), counted, before any of them is converted."""
@@ -321,6 +346,8 @@ class Recorder(Accounts):
     def _export(self, sink: Sink, rank: RankInfo, raws: list[Raw],
                 deadline: float | None, background: bool = False) -> int:
         exported = handed = 0
+        if self.prefix is None:
+            self._learn_prefix(raws)
         convert = Converter(self, rank)
         yields = not self.flight and (deadline is None or background)
         paced = background and not self.flight

@@ -381,7 +381,8 @@ def wrap_attach(fn: F, recorder: Recorder) -> F:
 
 
 def wrap_extract(fn: F, recorder: Recorder, prefix: str = PREFIX) -> F:
-    """Wrap an extract function (``pop_auxiliary_output_from_pp_tensors``)."""
+    """Wrap an extract function (``pop_auxiliary_output_from_pp_tensors``) whose transport
+    inserts under ``prefix`` (one not given: ``pptrace.record.learnt``)."""
     fn = unwrap(fn)
     rec = recorder
     seq = rec.seq[Direction.EXTRACT]
@@ -476,9 +477,10 @@ def wrap_extract(fn: F, recorder: Recorder, prefix: str = PREFIX) -> F:
                 None, slots)
 
 
-def wrap_transport(attach: F, extract: Callable[..., Any], recorder: Recorder) -> tuple[F, Any]:
-    """Wrap an (attach, extract) pair with one recorder."""
-    return wrap_attach(attach, recorder), wrap_extract(extract, recorder)
+def wrap_transport(attach: F, extract: Callable[..., Any], recorder: Recorder,
+                   prefix: str = PREFIX) -> tuple[F, Any]:
+    """Wrap an (attach, extract) pair with one recorder (``prefix``: as ``wrap_extract``)."""
+    return wrap_attach(attach, recorder), wrap_extract(extract, recorder, prefix)
 
 
 # The code objects every Python wrapper made by wrap_attach and wrap_extract runs.
