@@ -63,7 +63,7 @@ from pptrace.analyze.rules import (
 from pptrace.analyze.runs import join_runs
 from pptrace.analyze.scan import scan
 from pptrace.analyze.summary import Counted, Raw, Ref, link_peer_errors, summarise
-from pptrace.analyze.tp import TpPayloads, tp_message
+from pptrace.analyze.tp import LastRank, stage_disagreements, tp_message
 from pptrace.analyze.unpaired import unpaired
 from pptrace.analyze.window import (
     cut_message,
@@ -389,30 +389,19 @@ class _Analysis:
         return got
 
     def tensor_parallel(self) -> None:
-        lasts = [p for p in self.procs
+        lasts = [LastRank(p.index, p.rank, self.run_ids[p.index], self.attaches[p.index])
+                 for p in self.procs
                  if self.roles.is_last(self.members[p.index]) and self.attaches[p.index]]
-        by_run: dict[tuple[str, int | None], list[_Proc]] = {}
-        for p in lasts:
-            by_run.setdefault((self.run_ids[p.index], p.rank.pp_rank), []).append(p)
-        payloads = TpPayloads()
-        for group in by_run.values():
-            if len({tp_of(p.rank) for p in group}) < 2:
-                continue
-            ref = min(group, key=lambda p: tp_of(p.rank))
-            ref_payloads = payloads.by_seq(self.attaches[ref.index])
-            for p in group:
-                if p is ref or tp_of(p.rank) == tp_of(ref.rank):
-                    continue
-                for base, ev in payloads.disagreements(self.attaches[ref.index], ref_payloads,
-                                                       self.attaches[p.index]):
-                    index = self.add(K.TP_DISAGREE, tp_message(ref.rank, base, p.rank, ev),
-                                     ranks=[rank_id(ref.rank), rank_id(p.rank)],
-                                     microbatch=ev.seq, time_ns=min(base.start_ns, ev.start_ns),
-                                     events=[ref.eid(base), p.eid(ev)],
-                                     channel=f"{stage_of(p.rank)}/tp{tp_of(ref.rank)}"
-                                     f"~tp{tp_of(p.rank)}")
-                    self.tp_causes.setdefault((ref.index, base.seq), index)
-                    self.tp_causes.setdefault((p.index, ev.seq), index)
+        for ref, base, other, ev in stage_disagreements(lasts):
+            index = self.add(K.TP_DISAGREE, tp_message(ref.rank, base, other.rank, ev),
+                             ranks=[rank_id(ref.rank), rank_id(other.rank)],
+                             microbatch=ev.seq, time_ns=min(base.start_ns, ev.start_ns),
+                             events=[(ref.process, base.direction, base.seq),
+                                     (other.process, ev.direction, ev.seq)],
+                             channel=f"{stage_of(other.rank)}/tp{tp_of(ref.rank)}"
+                             f"~tp{tp_of(other.rank)}")
+            self.tp_causes.setdefault((ref.process, base.seq), index)
+            self.tp_causes.setdefault((other.process, ev.seq), index)
 
     def link_tp_causes(self) -> None:
         """A pair difference on an attach whose TP ranks disagreed follows from it: stage 0

@@ -10,20 +10,23 @@ confirmed by the one payload comparison (``pptrace.analyze.payload.same``).
     ref_payloads = payloads.by_seq(ref_attaches)
     for base, other in payloads.disagreements(ref_attaches, ref_payloads, attaches): ...
 
+    for ref, base, other, ev in stage_disagreements(lasts): ...   # grouped by run and stage
+
 Pure: no I/O.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterator, Sequence
+from typing import Any, NamedTuple
 
 from pptrace.analyze.payload import Field, compare, same
 from pptrace.analyze.rules import NAME_LIMIT, NAMES_SHOWN, tp_of, who
 from pptrace.model.records import Event, RankInfo, TensorMeta
 from pptrace.model.text import clip
 
-__all__ = ["TpPayloads", "describe_diff", "tp_key", "tp_message"]
+__all__ = ["LastRank", "TpPayloads", "describe_diff", "stage_disagreements", "tp_key",
+           "tp_message"]
 
 
 class TpPayloads:
@@ -64,6 +67,35 @@ class TpPayloads:
             if not same(base.tensors, ev.tensors):
                 out.append((base, ev))
         return out
+
+
+class LastRank(NamedTuple):
+    """One last-stage process that attached: its index in the trace, rank, job and attaches."""
+
+    process: int
+    rank: RankInfo
+    run_id: str
+    attaches: Sequence[Event]
+
+
+def stage_disagreements(lasts: Sequence[LastRank]
+                        ) -> Iterator[tuple[LastRank, Event, LastRank, Event]]:
+    """Each attach on which a TP rank of a stage disagreed with the stage's lowest TP rank, as
+    (reference, its attach, other rank, its attach); processes are grouped by job and stage."""
+    by_stage: dict[tuple[str, int | None], list[LastRank]] = {}
+    for last in lasts:
+        by_stage.setdefault((last.run_id, last.rank.pp_rank), []).append(last)
+    payloads = TpPayloads()
+    for group in by_stage.values():
+        if len({tp_of(p.rank) for p in group}) < 2:
+            continue
+        ref = min(group, key=lambda p: tp_of(p.rank))
+        ref_payloads = payloads.by_seq(ref.attaches)
+        for p in group:
+            if p is ref or tp_of(p.rank) == tp_of(ref.rank):
+                continue
+            for base, ev in payloads.disagreements(ref.attaches, ref_payloads, p.attaches):
+                yield ref, base, p, ev
 
 
 def tp_message(ref: RankInfo, base: Event, other: RankInfo, ev: Event) -> str:
