@@ -183,8 +183,8 @@ def test_runtime_env_carries_what_pptrace_run_sets() -> None:
     ({"run_state": "/x"}, "runtime_env: unknown setting 'run_state' (no variable "
                           "PPTRACE_RUN_STATE; pptrace run --help lists them)"),
     ({"pp_size": "two"}, "PPTRACE_PP_SIZE='two': expected an integer"),
-    ({"targets": 3}, "targets 3: expected a spec string (MODULE or MODULE:ATTACH,EXTRACT), a "
-                     "Target, or several of them"),
+    ({"targets": 3}, "targets 3: expected a spec string (MODULE or MODULE:ATTACH,EXTRACT, "
+                     "optionally followed by @PREFIX), a Target, or several of them"),
 ])
 def test_a_bad_setting_is_refused_in_one_line(settings: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError) as caught:

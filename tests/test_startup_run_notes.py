@@ -74,7 +74,7 @@ def test_without_a_target_the_closing_line_names_sglang_and_target(tmp_path: Pat
     assert _said(proc.stderr) == [
         f"pptrace: nothing traced: no process of this run imported {DEFAULT_MODULE} (SGLang's "
         "transport module); to trace a transport module of your own: pptrace run --target "
-        "MODULE[:ATTACH,EXTRACT] -- COMMAND"]
+        "MODULE[:ATTACH,EXTRACT][@PREFIX] -- COMMAND"]
 
 
 @pytest.mark.slow
@@ -152,7 +152,7 @@ def test_sglang_missing_is_said_by_the_launcher_naming_target(
         f"pptrace: no engine pptrace knows is installed for {sys.executable} (its transport "
         f"module {DEFAULT_MODULE} or an engine's message layer), so nothing is traced unless a "
         "process loads one; to trace a transport module of your own: pptrace run --target "
-        "MODULE[:ATTACH,EXTRACT] -- COMMAND\n")
+        "MODULE[:ATTACH,EXTRACT][@PREFIX] -- COMMAND\n")
     run_cli.run(_args("--target", "mine", "--", "true"))  # a target of one's own: not looked for
     assert capsys.readouterr().err == ""
     for env in ran:

@@ -147,6 +147,6 @@ def summary(state: str) -> str:
         title = getattr(engine_of_module(targets[0].module), "title", "the engine")
         return (f"pptrace: nothing traced: no process of this run imported {modules} ({title}'s "
                 "transport module); to trace a transport module of your own: pptrace run "
-                "--target MODULE[:ATTACH,EXTRACT] -- COMMAND")
+                "--target MODULE[:ATTACH,EXTRACT][@PREFIX] -- COMMAND")
     return (f"pptrace: nothing traced: no process of this run imported {modules} (the --target "
             "or PPTRACE_TARGETS modules pptrace waits for: is that what the command imports?)")

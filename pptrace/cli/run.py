@@ -183,7 +183,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"pptrace: no engine pptrace knows is installed for {sys.executable} (its "
               f"transport module {DEFAULT_MODULE} or an engine's message layer), so nothing is "
               "traced unless a process loads one; to trace a transport module of your own: "
-              "pptrace run --target MODULE[:ATTACH,EXTRACT] -- COMMAND", file=sys.stderr)
+              "pptrace run --target MODULE[:ATTACH,EXTRACT][@PREFIX] -- COMMAND", file=sys.stderr)
     note = launchers.combine_note(command, env.get("PPTRACE_DIR") or "pptrace-traces",
                                   env["PPTRACE_RUN_ID"])
     if note is not None:

@@ -47,8 +47,9 @@ ENV_DOC: dict[str, str] = {
     "PPTRACE_ENGINE": "comma list of engines whose message layer to trace (sglang, vllm, or a"
                       " pptrace.engines entry point; default: every installed one)",
     "PPTRACE_NATIVE_DIR": "where pptrace native build puts the reader (default ~/.cache/pptrace)",
-    "PPTRACE_TARGETS": "the transport modules to trace, ';' between them, each MODULE or"
-                       " MODULE:ATTACH,EXTRACT (default: the engines' own; set by --target)",
+    "PPTRACE_TARGETS": "the transport modules to trace, ';' between them, each"
+                       " MODULE[:ATTACH,EXTRACT][@PREFIX] (default: the engines' own; set by"
+                       " --target)",
     "PPTRACE_RUN_ID": "an id shared by all ranks of one run (default: set by pptrace run)",
     "PPTRACE_RANK": "override the global rank",
     "PPTRACE_PP_RANK": "override the pipeline-parallel rank",
