@@ -1,13 +1,13 @@
 """Start the OTLP shipper of a trace directory, once: the engine's side of ``pptrace.ship``.
 
-OTLP over ``http/json`` is shipped from the trace files by a process of its own
-(``python -m pptrace.ship DIR``), so that the engine's process only writes its trace file. One
-shipper runs per trace directory: it holds an exclusive ``flock`` on ``LOCK_NAME`` in the
-directory for its life, so ``shipper_running`` is a non-blocking try of that lock, and two
-processes that both start one end with one shipping (the second finds the lock taken and exits).
-``pptrace run`` and ``pptrace demo`` start it before any rank; a process activated any other way
-(``pptrace.instrument()``, ``PPTRACE_ENABLED=1``) starts it when it opens its trace file, if none
-runs. Standard library only: this module is imported by activation, on the engine's start-up path.
+OTLP over ``http/json`` is shipped from the trace files by a process of its own (``pptrace ship
+DIR``), so that the engine's process only writes its trace file. One shipper runs per trace
+directory: it holds an exclusive ``flock`` on ``LOCK_NAME`` in the directory for its life, so
+``shipper_running`` is a non-blocking try of that lock, and of two processes that start one at
+once, one takes the lock and the other starts nothing. ``pptrace run`` starts it before any
+rank; otherwise (``pptrace.instrument()``, the demo's ranks, ``PPTRACE_ENABLED=1``) the first
+process that opens its trace file starts it, if none runs. Standard library only: activation
+imports this on the engine's start-up path.
 
     ensure_shipper("pptrace-traces", watch=os.getpid())   # a Popen, or None when one runs
 """
@@ -93,7 +93,7 @@ def ensure_shipper(trace_dir: str, watch: int | None = None,
             return None  # a shipper runs
         child_env = dict(os.environ if env is None else env)
         child_env.pop("PPTRACE_ENABLED", None)  # the shipper traces nothing itself
-        argv = [sys.executable, "-m", "pptrace.ship", os.path.abspath(trace_dir),
+        argv = [sys.executable, "-m", "pptrace", "ship", os.path.abspath(trace_dir),
                 "--lock-fd", str(fd)]
         if watch is not None:
             argv += ["--watch", str(watch)]

@@ -217,9 +217,10 @@ class Shipper:
             self._save()
         outcome = ""
         for i in range(0, len(post.lines), BATCH_LINES):  # one request unless a line was huge
-            outcome = self._post(post.lines[i:i + BATCH_LINES], fs, post)
-            if outcome is None:
+            got = self._post(post.lines[i:i + BATCH_LINES], fs, post)
+            if got is None:
                 return  # stopped while the collector was unreachable: nothing was taken
+            outcome = got
             if outcome:
                 break
         if outcome:

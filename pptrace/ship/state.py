@@ -24,7 +24,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["FileState", "ShipState"]
+__all__ = ["FileState", "ShipState", "summary_line"]
 
 
 @dataclass(slots=True)
@@ -101,3 +101,22 @@ class ShipState:
         out["files_gone"] = sum(s.gone for s in self.files.values())
         out["files_damaged"] = sum(bool(s.damaged) for s in self.files.values())
         return out
+
+
+def summary_line(state: ShipState) -> str:
+    """The closing line when something was lost (empty when everything arrived)."""
+    t = state.totals()
+    lost = t["events_lost"] + t["messages_lost"]
+    if not (lost or t["files_gone"] or t["files_damaged"] or t["skipped"]):
+        return ""
+    why = ", ".join(f"{n} {cause}" for cause, n in sorted(t["causes"].items(),
+                                                          key=lambda kv: -kv[1])) or "see below"
+    parts = [f"{t['events_sent']} events and {t['messages_sent']} messages delivered",
+             f"{t['events_lost']} events and {t['messages_lost']} messages lost ({why})"]
+    if t["files_gone"]:
+        parts.append(f"{t['files_gone']} segments deleted by rotation before shipped")
+    if t["files_damaged"]:
+        parts.append(f"{t['files_damaged']} files unreadable")
+    if t["skipped"]:
+        parts.append(f"{t['skipped']} spans undecodable")
+    return f"pptrace: OTLP shipper ({state.endpoint}): {'; '.join(parts)}"
