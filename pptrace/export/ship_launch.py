@@ -9,13 +9,12 @@ rank; otherwise (``pptrace.instrument()``, the demo's ranks, ``PPTRACE_ENABLED=1
 process that opens its trace file starts it, if none runs. Standard library only: activation
 imports this on the engine's start-up path.
 
-    ensure_shipper("pptrace-traces", watch=os.getpid())   # a Popen, or None when one runs
+    ensure_shipper("pptrace-traces", watch=os.getpid())   # its pid, or None when one runs
 """
 
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 
@@ -34,8 +33,8 @@ LOCK_NAME = ".pptrace-ship.lock"
 #: The shipper's positions in each file and its counts (JSON; not a trace file: no .json end).
 STATE_NAME = "pptrace-ship.state"
 
-#: Shippers this process started (kept so that Python reaps them when they exit).
-_started: list[subprocess.Popen[bytes]] = []
+#: Shippers this process started (their pids), reaped once they exit.
+_started: list[int] = []
 
 
 def can_ship() -> bool:
@@ -70,8 +69,9 @@ def shipper_running(trace_dir: str) -> bool:
 
 
 def ensure_shipper(trace_dir: str, watch: int | None = None,
-                   env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes] | None:
-    """Start the directory's shipper unless one runs; ``watch``: a process it outlives.
+                   env: Mapping[str, str] | None = None) -> int | None:
+    """Start the directory's shipper unless one runs (its pid); ``watch``: a process it
+    outlives.
 
     The shipper gets this process's stderr (its one closing line, when something was lost), no
     stdin nor stdout, and a session of its own (a Ctrl-C meant for the engine is not its end:
@@ -97,12 +97,31 @@ def ensure_shipper(trace_dir: str, watch: int | None = None,
                 "--lock-fd", str(fd)]
         if watch is not None:
             argv += ["--watch", str(watch)]
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                env=child_env, start_new_session=True, pass_fds=(fd,))
+        # posix_spawn, not Popen: no object whose collection warns while the shipper runs
+        # on (it outlives this process's interest in it), and no fork of the engine's process.
+        os.set_inheritable(fd, True)
+        devnull = os.open(os.devnull, os.O_RDWR)
+        try:
+            pid = os.posix_spawn(argv[0], argv, child_env, setsid=True, file_actions=[
+                (os.POSIX_SPAWN_DUP2, devnull, 0), (os.POSIX_SPAWN_DUP2, devnull, 1)])
+        finally:
+            os.close(devnull)
     finally:
         os.close(fd)  # the child's copy holds the lock now (or nobody does)
-    _started.append(proc)
-    return proc
+    _reap()
+    _started.append(pid)
+    return pid
+
+
+def _reap() -> None:
+    """Collect the shippers this process started that have exited (no zombies kept)."""
+    for pid in list(_started):
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:  # reaped elsewhere
+            done = pid
+        if done:
+            _started.remove(pid)
 
 
 def wait_for_shipper(trace_dir: str, timeout: float) -> bool:
