@@ -194,7 +194,7 @@ def test_a_shipper_restarted_mid_run_neither_loses_nor_duplicates(tmp_path: Path
         while len(rx.requests) < 2 and time.monotonic() < deadline:
             time.sleep(0.01)
         first.send_signal(getattr(signal, how))
-        first.wait(60)
+        first.communicate(timeout=60)
         assert len(_keys(rx)) < events  # it was stopped mid-way
         second = _ship_process(tmp_path, rx.endpoint)
         _, err = second.communicate(timeout=240)
@@ -264,7 +264,7 @@ def test_a_sigkilled_rank_loses_in_the_collector_only_what_its_file_lacks(
         assert rank.stdout is not None and rank.stdout.readline().strip() == "ready"
         time.sleep(1.0)  # a few flushes reach the file
         rank.send_signal(signal.SIGKILL)
-        rank.wait(30)
+        rank.communicate(timeout=30)
         assert wait_for_shipper(str(traces), 120)
         keys = sorted(_keys(rx))
     trace = load_paths([str(traces)])

@@ -12,8 +12,9 @@ written before each post and after it, so a restarted shipper neither resends no
 
 It ends when the run has: every process whose file it found has written its final stats span or
 is gone (its pid no longer runs), every file is read to its end, the ``watch`` process (``pptrace
-run``'s command) has exited, and no new file came for ``linger`` seconds. From the moment the run
-has ended it has ``drain`` seconds to deliver what is left; what it could not is counted lost.
+run``'s command) has exited, and no new file came for ``linger`` seconds. Once the run has ended,
+a collector that takes no request for ``drain`` seconds ends it: what is left is counted lost
+(one that takes them gets the time it needs: the files are finite).
 
     summary = Shipper(trace_dir, Poster(traces_target())).run()
 """
@@ -44,14 +45,21 @@ FIRST_FILE_WAIT = 30.0
 
 
 def pid_alive(pid: int) -> bool:
-    """Whether a process with this pid runs (on this node)."""
+    """Whether a process with this pid runs (on this node); a zombie (exited, not yet reaped
+    by its parent: this shipper's own parent, under ``pptrace run``) does not."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except OSError:  # EPERM: it runs, as another user
+        pass
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:  # no /proc here: the signal's answer stands
         return True
-    return True
+    # "pid (comm) S ...": the state follows the last ")" (a command name may hold one).
+    return stat[stat.rfind(b")") + 2:][:1] not in (b"Z", b"X")
 
 
 @dataclass(slots=True)
@@ -83,6 +91,7 @@ class Shipper:
         self.reencoder = Reencoder()
         self._stop = threading.Event()
         self._ended_at: float | None = None  # when the run was first seen over
+        self._delivered_at = time.monotonic()  # the last request the collector took
         self._last_change = time.monotonic()
         self._backoff = 0.0
         self._last_failure = ""
@@ -109,7 +118,7 @@ class Shipper:
                     self._ended_at = time.monotonic()
                 if self._all_read() and time.monotonic() - self._last_change >= self.linger:
                     break
-                if time.monotonic() - self._ended_at > self.drain:
+                if self._drained():
                     self._give_up(self._last_failure or "drain timeout")
                     break
             else:
@@ -237,11 +246,12 @@ class Shipper:
     def _post(self, lines: list[str], fs: FileState, post: _Post) -> str | None:
         """"" when delivered, the cause when lost, None when stopped before it got through."""
         while True:
-            if self._ended_at is not None and time.monotonic() - self._ended_at > self.drain:
+            if self._drained():
                 return self._last_failure or "drain timeout"
             outcome = self.poster.post(lines)
             if not outcome:
                 self._backoff = 0.0
+                self._delivered_at = time.monotonic()
                 return ""
             self._last_failure = outcome.removeprefix("retry: ")
             if not outcome.startswith("retry: "):
@@ -253,7 +263,8 @@ class Shipper:
             self._backoff = next_backoff(self._backoff)
             wait = self._backoff
             if self._ended_at is not None:
-                wait = min(wait, max(0.0, self._ended_at + self.drain - time.monotonic()))
+                since = max(self._ended_at, self._delivered_at)
+                wait = min(wait, max(0.0, since + self.drain - time.monotonic()))
             if self._stop.wait(wait):
                 return None
             if self._over(0.0) and self._ended_at is None:
@@ -282,6 +293,13 @@ class Shipper:
         if not procs and self.watch is None and time.monotonic() - started < FIRST_FILE_WAIT:
             return False
         return all(final or not self.alive(pid) for pid, final in procs.values())
+
+    def _drained(self) -> bool:
+        """Whether the drain time is over: ``drain`` seconds since the run ended without the
+        collector taking a request (a collector that takes them gets all the time it needs)."""
+        if self._ended_at is None:
+            return False
+        return time.monotonic() - max(self._ended_at, self._delivered_at) > self.drain
 
     def _all_read(self) -> bool:
         for name, fs in self.state.files.items():
