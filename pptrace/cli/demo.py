@@ -325,13 +325,15 @@ def run(args: argparse.Namespace) -> int:
 
 def otlp_shipped(out_dir: str, timeout: float = 30.0) -> str:
     """What the directory's OTLP shipper delivered, once it is done (empty when none ran)."""
-    from pptrace.export.ship_launch import STATE_NAME, wait_for_shipper
+    from pptrace.export.ship_launch import LOCK_NAME, STATE_NAME, wait_for_shipper
     from pptrace.ship.state import ShipState
 
+    if not os.path.exists(os.path.join(out_dir, LOCK_NAME)):  # made before a shipper starts
+        return ""
+    done = wait_for_shipper(out_dir, timeout)
     path = os.path.join(out_dir, STATE_NAME)
     if not os.path.exists(path):
         return ""
-    done = wait_for_shipper(out_dir, timeout)
     t = ShipState.load(path).totals()
     line = (f"OTLP: {t['events_sent']} events and {t['messages_sent']} messages delivered, "
             f"{t['events_lost']} events and {t['messages_lost']} messages lost")
