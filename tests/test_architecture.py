@@ -98,6 +98,10 @@ WRONG_IMPORTS = [
     ("pptrace/analyze/scan.py", "import logging", "analyze is pure: no I/O, no logging, no "
      "processes, no clock"),
     ("pptrace/record/wrapper.py", "import textual.app", "the recording path imports no Textual"),
+    ("pptrace/ship/tail.py", "import torch",
+     "the OTLP shipper imports no torch, activation, CLI or analysis"),
+    ("pptrace/activation/hook.py", "import pptrace.ship.shipper",
+     "the engine's process starts the shipper by name and never imports it"),
     ("pptrace/export/spans.py", "import urllib.request",
      "the recording path imports no network client, but export.otlp's lazy ones"),
     ("pptrace/export/spans.py", "import pptrace_tui.app", "pptrace never imports the viewer"),
@@ -286,6 +290,7 @@ ENGINES = modules_in("engines")
 RECORDING = modules_in("record", "export", "activation")
 READING = modules_in("load", "analyze", "report")
 PLUGINS = modules_in("plugins")
+SHIPPING = modules_in("ship")
 # The commands that only read traces (the viewer itself is checked below).
 READING_COMMANDS = ["pptrace.cli.main", "pptrace.cli.inputs", "pptrace.cli.analyze",
                     "pptrace.cli.diff", "pptrace.cli.view", "pptrace.cli.export"]
@@ -384,6 +389,15 @@ def test_a_plugin_loads_nothing_until_it_traces(module: str) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("module", SHIPPING, ids=[
+    f"{m} loads no torch and nothing of the engine's side" for m in SHIPPING])
+def test_the_shipper_loads_no_torch(module: str) -> None:
+    """The shipper runs beside the engine on its node: it must not pay torch's import."""
+    found = forbidden_in(loaded_by(module), ("torch", "numpy", "pptrace.activation"))
+    assert found == [], f"importing {module} loads {found}"
+
+
+@pytest.mark.slow
 def test_import_pptrace_alone_imports_no_torch() -> None:
     assert forbidden_in(loaded_by("pptrace"), TORCH_AND_OTEL) == []
 
@@ -398,8 +412,9 @@ def test_every_folder_has_its_rule_and_every_module_is_probed() -> None:
     """The lists above are read from the folders; a new folder must be given a rule here."""
     folders = sorted(p.name for p in PACKAGES["pptrace"].iterdir() if (p / "__init__.py").exists())
     assert folders == ["activation", "analyze", "cli", "engines", "export", "load", "model",
-                       "plugins", "record", "report"], ("a folder was added or renamed: give it "
-                                                        "its rules")
+                       "plugins", "record", "report", "ship"], ("a folder was added or renamed: "
+                                                                "give it its rules")
+    assert "pptrace.ship.shipper" in SHIPPING
     assert "pptrace.engines.sglang" in ENGINES and "pptrace.engines.vllm" in ENGINES
     assert "pptrace.record" in RECORDING and "pptrace.record.wrapper" in RECORDING
     assert "pptrace.activation._bootstrap.sitecustomize" in RECORDING
@@ -407,7 +422,7 @@ def test_every_folder_has_its_rule_and_every_module_is_probed() -> None:
     assert "pptrace.plugins.pytest_plugin" in PLUGINS
     in_folders = [p.relative_to(PACKAGES["pptrace"]).parts for p in
                   PACKAGES["pptrace"].rglob("*.py")]
-    assert len(MODEL + ENGINES + RECORDING + READING + PLUGINS) == len(
+    assert len(MODEL + ENGINES + RECORDING + READING + PLUGINS + SHIPPING) == len(
         [parts for parts in in_folders if len(parts) > 1 and parts[0] != "cli"])
 
 

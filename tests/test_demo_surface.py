@@ -142,7 +142,8 @@ def test_a_sink_that_cannot_open_costs_only_its_own_copy(tmp_path: Path,
         monkeypatch.setattr(otlp_json.JsonShipper, "from_env", no_exporter)
     else:
         monkeypatch.setattr(otlp, "otlp_processor", no_exporter)
-    cfg = Config(trace_dir=str(tmp_path), exporters=("file", "otlp"), flush_interval=0.05)
+    cfg = Config(trace_dir=str(tmp_path), exporters=("file", "otlp"), flush_interval=0.05,
+                 otlp_ship="inline")  # the in-process sinks (the default ships from the files)
     info = RankInfo(rank=0, world_size=1, pid=1)
     rec = Recorder(cfg, sink_factory=lambda r: build_sink(cfg, r),
                    rank_provider=lambda: (info, True))
@@ -202,6 +203,8 @@ def test_a_down_collector_costs_the_demo_only_otlp_s_copy_counted_in_one_line_ea
 ) -> None:
     """Found on main: with nothing listening the trace files lost events, the stats spans did
     not count OTLP's loss, and the SDK's own log lines reached the terminal."""
+    from pptrace.export.ship_launch import STATE_NAME
+    from pptrace.ship.state import ShipState
     from tests.helpers_reliability import read_trace_file
 
     monkeypatch.delenv("OTEL_EXPORTER_OTLP_PROTOCOL", raising=False)  # the default protocol
@@ -224,16 +227,22 @@ def test_a_down_collector_costs_the_demo_only_otlp_s_copy_counted_in_one_line_ea
 
     files = sorted((tmp_path / "demo").glob("*.jsonl"))
     assert len(files) == 2
+    in_files = 0
     for path in files:
         events, stats, bad = read_trace_file(str(path))
         last = stats[-1]
         # Every event is in the file or counted dropped by the recorder (whose overload rule
-        # sheds on a starved machine, with or without OTLP: the SIGKILL promise); what the file
-        # took, OTLP lost, each counted as OTLP's own.
+        # sheds on a starved machine, with or without OTLP: the SIGKILL promise). OTLP is
+        # shipped from the files by the shipper process: the ranks claim no OTLP counts.
         assert last.final and bad == [] and last.recorded == steps, (last, text_of(capfd))
         assert len(events) == last.exported == steps - last.dropped, last
-        assert last.sink_lost("otlp") == last.exported, last
+        assert last.sink_dropped == (), last
+        in_files += len(events)
+    # The shipper counted every event of the files as lost, said once, by cause.
+    shipped = ShipState.load(str(tmp_path / "demo" / STATE_NAME)).totals()
+    assert shipped["events_sent"] == 0 and shipped["events_lost"] == in_files, shipped
     text = out + err
     assert "Transient error" not in text and "Failed to export" not in text, text
-    said = [ln for ln in text.splitlines() if ln.startswith("pptrace: exporter dropped")]
-    assert 1 <= len(said) <= 2, text  # one line a rank at most
+    said = [ln for ln in text.splitlines() if ln.startswith("pptrace: OTLP shipper")]
+    assert len(said) == 1 and "collector unreachable" in said[0], text
+    assert f"OTLP: 0 events and 0 messages delivered, {in_files} events" in out, out

@@ -62,8 +62,10 @@ def test_a_failing_collector_changes_nothing_and_every_loss_is_counted(
     with Receiver(protocol, fault) as rx:
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", rx.env_protocol)
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rx.endpoint)
+        # In-process OTLP (inline; the file shipper's faults: tests/test_otlp_ship.py).
         rec = pptrace.instrument(Config(exporters=("file", "otlp"), trace_dir=str(tmp_path / "t"),
-                                        flush_interval=0.05, exit_timeout=EXIT_TIMEOUT))
+                                        flush_interval=0.05, exit_timeout=EXIT_TIMEOUT,
+                                        otlp_ship="inline"))
         assert rec is not None
         assert _run_pairs(consumer) == expected  # same results through the failing pipeline
         time.sleep(0.3)  # let a few flushes meet the collector

@@ -54,8 +54,10 @@ def _record(receiver: Receiver, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
     monkeypatch.setattr(sdk_trace.Tracer, "start_span", counting_start)
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", receiver.env_protocol)
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
+    # The in-process path (PPTRACE_OTLP_SHIP=inline); the default ships from the files, out of
+    # process: tests/test_otlp_ship.py.
     cfg = Config(trace_dir=str(tmp_path), exporters=("file", "otlp"), flush_interval=flush_interval,
-                 exit_timeout=exit_timeout)
+                 exit_timeout=exit_timeout, otlp_ship="inline")
     rec: Recorder
     rec = Recorder(cfg, sink_factory=lambda r: build_sink(
         cfg, r, on_drop=lambda n, c: rec.exporter_dropped(n, c), stats=lambda: rec.stats()),
@@ -199,7 +201,8 @@ def test_a_full_queue_drops_new_lines_and_counts_their_events() -> None:
 
 def test_under_instrument_the_default_protocol_is_json(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """A user who only points OTEL_EXPORTER_OTLP_ENDPOINT at a collector gets the cheap path."""
+    """Asked to post from the engine's process (``PPTRACE_OTLP_SHIP=inline``), a user who only
+    points OTEL_EXPORTER_OTLP_ENDPOINT at a collector gets the JSON path."""
     from tests.helpers_core import real_module
 
     module = real_module()
@@ -208,7 +211,7 @@ def test_under_instrument_the_default_protocol_is_json(
     with Receiver("json") as rx:
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rx.endpoint)
         rec = pptrace.instrument(Config(exporters=("file", "otlp"), trace_dir=str(tmp_path),
-                                        flush_interval=0.05))
+                                        flush_interval=0.05, otlp_ship="inline"))
         try:
             for _ in range(3):
                 tensors: dict[str, object] = {}

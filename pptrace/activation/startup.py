@@ -233,7 +233,8 @@ def _arm(state: _Active) -> None:
     state.armed = True
     state.recorder.start()
     run_notes.note("patched")
-    if "otlp" in state.config.exporters and state.tracer_provider is None:
+    if "otlp" in state.config.exporters and state.tracer_provider is None and not (
+            _ships_from_files(state.config)):
         # Now, not at the first flush: the exporter's import runs SDK code that needs a thread
         # pool, which refuses work once the interpreter exits (a short run's first flush).
         # About 0.3 s once, at the engine's start-up, and only when OTLP is asked for.
@@ -420,7 +421,11 @@ def _make_sink(state: _Active) -> MessageSink:
     processor = None
     if "otlp" in exporters:
         provider = state.tracer_provider or _engine_provider()
-        if provider is None and isinstance(state.processor, JsonShipper):
+        if provider is None and _ships_from_files(config):
+            # OTLP/JSON from the trace file, by the directory's shipper process: this process
+            # writes its file and nothing else (no OTLP sink, so no OTLP counts of its own).
+            _start_shipper(state)
+        elif provider is None and isinstance(state.processor, JsonShipper):
             processor = state.processor  # OTLP/JSON: the file encoder's lines, no SDK span
             otlp = JsonOtlpSink(processor, rank, config.run_id)
         elif provider is None:
@@ -432,9 +437,33 @@ def _make_sink(state: _Active) -> MessageSink:
             # Exit handlers run last-registered first: flush before the engine's provider's own
             # atexit shutdown (registered when it was built, after pptrace's first one).
             atexit.register(_finish_active)
-        if otlp is None:
+        if otlp is None and provider is not None:
             otlp = SdkSpanSink(provider, owns_provider=processor is not None)
     return FilesAndOtlp(files, otlp, state.recorder.stats, processor)
+
+
+def _ships_from_files(config: Config) -> bool:
+    """Whether this process's OTLP is shipped from its trace file by a shipper process."""
+    from pptrace.export.ship_launch import ships_from_files
+    from pptrace.model.errors import ConfigError
+
+    try:
+        from pptrace.export.otlp import protocol
+
+        wire = protocol()
+    except (ConfigError, ImportError):
+        return False
+    return ships_from_files(config.exporters, config.otlp_ship, wire)
+
+
+def _start_shipper(state: _Active) -> None:
+    """Start the trace directory's shipper unless one runs (said, never raised, on failure)."""
+    from pptrace.export.ship_launch import ensure_shipper
+
+    try:
+        ensure_shipper(state.config.trace_dir)
+    except Exception as exc:
+        state.recorder.warn("cannot start the OTLP shipper", f"{type(exc).__name__}: {exc}")
 
 
 def _otlp_provider(config: Config, rank: RankInfo, state: _Active) -> Any:

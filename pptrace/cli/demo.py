@@ -308,6 +308,9 @@ def run(args: argparse.Namespace) -> int:
     progress.end(_steps({r: (rep.steps if (rep := result.reports.get(r)) else 0)
                          for r in range(opts.ranks)}, opts.steps), keep=True)
     healthy = _summary(result, sys.stdout)
+    shipped = otlp_shipped(out_dir)
+    if shipped:
+        print(shipped)
     status = 0 if healthy else 1
     no_viewer = why_no_viewer(args, _interactive(), _viewer_installed())
     if not args.no_analyze:
@@ -318,6 +321,23 @@ def run(args: argparse.Namespace) -> int:
     for line in next_steps(out_dir, not args.no_analyze, no_viewer):
         print(line)
     return status
+
+
+def otlp_shipped(out_dir: str, timeout: float = 30.0) -> str:
+    """What the directory's OTLP shipper delivered, once it is done (empty when none ran)."""
+    from pptrace.export.ship_launch import LOCK_NAME, STATE_NAME, wait_for_shipper
+    from pptrace.ship.state import ShipState
+
+    if not os.path.exists(os.path.join(out_dir, LOCK_NAME)):  # made before a shipper starts
+        return ""
+    done = wait_for_shipper(out_dir, timeout)
+    path = os.path.join(out_dir, STATE_NAME)
+    if not os.path.exists(path):
+        return ""
+    t = ShipState.load(path).totals()
+    line = (f"OTLP: {t['events_sent']} events and {t['messages_sent']} messages delivered, "
+            f"{t['events_lost']} events and {t['messages_lost']} messages lost")
+    return line + ("" if done else f" so far (the shipper is still at work after {timeout:g}s)")
 
 
 def _exporters_line(env: dict[str, str]) -> str:

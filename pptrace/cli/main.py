@@ -20,7 +20,7 @@ from pptrace.model.errors import PptraceError
 
 __all__ = ["main"]
 
-COMMANDS = ("demo", "analyze", "diff", "view", "export", "run", "native")
+COMMANDS = ("demo", "analyze", "diff", "view", "export", "run", "native", "ship")
 
 
 def _version() -> str:

@@ -189,6 +189,7 @@ def run(args: argparse.Namespace) -> int:
     if note is not None:
         print(note, file=sys.stderr)
     autobuild.launch(getattr(args, "native_build", "auto"), env)  # never raises
+    _start_shipper(env)
     env["PPTRACE_RUN_PID"] = str(os.getpid())  # the command's process: exec keeps the pid
     env["PPTRACE_RUN_STATE"] = state = tempfile.mkdtemp(prefix="pptrace-run-")
     try:
@@ -197,6 +198,21 @@ def run(args: argparse.Namespace) -> int:
         shutil.rmtree(state, ignore_errors=True)
         raise
     return 127  # only reached in tests that replace _exec
+
+
+def _start_shipper(env: Mapping[str, str]) -> None:
+    """Start the trace directory's OTLP shipper (``pptrace.ship``) when OTLP goes from the
+    files; it outlives this process's pid, which the command keeps (``exec``)."""
+    from pptrace.export.otlp import protocol
+    from pptrace.export.ship_launch import ensure_shipper, ships_from_files
+    from pptrace.model.config import Config
+
+    try:
+        config = Config.from_env(env)
+        if ships_from_files(config.exporters, config.otlp_ship, protocol(env)):
+            ensure_shipper(config.trace_dir, watch=os.getpid(), env=env)
+    except (ConfigError, OSError) as exc:  # the ranks start one themselves, or say why not
+        print(f"pptrace: OTLP shipper not started here: {exc}", file=sys.stderr)
 
 
 def _exec(command: Sequence[str], env: Mapping[str, str]) -> None:

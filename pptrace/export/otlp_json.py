@@ -46,8 +46,8 @@ from pptrace.model.messages import MessageEvent
 from pptrace.model.records import Event, RankInfo, RecorderStats
 
 __all__ = [
-    "BATCH_LINES", "QUEUE_LINES", "JsonOtlpSink", "JsonShipper", "Target", "otlp_sender",
-    "traces_target",
+    "BATCH_LINES", "QUEUE_LINES", "JsonOtlpSink", "JsonShipper", "Poster", "Target", "next_backoff",
+    "otlp_sender", "traces_target",
 ]
 
 #: Lines waiting for the collector (each at most SPANS_PER_LINE spans); beyond, new ones are
@@ -131,6 +131,62 @@ def _never_sent(exc: BaseException) -> bool:
     return False
 
 
+class Poster:
+    """Post OTLP/JSON lines as one request to a ``Target``; say what became of it.
+
+    The one place a request is made and its outcome classified: ``JsonShipper`` (in the engine
+    process) and the file shipper (``pptrace.ship``, its own process) both post through it.
+    """
+
+    def __init__(self, target: Target, session: Any = None) -> None:
+        self.target = target
+        self.session = session
+        self.requests = 0
+
+    def body(self, lines: Sequence[str]) -> bytes:
+        """One request's body: the lines' resourceSpans together, compressed as configured."""
+        # Each line is one ExportTraceServiceRequest: their resourceSpans make one request.
+        inner = ",".join(line[len(_HEAD):-2] for line in lines)
+        data = (_HEAD + inner + "]}").encode("ascii")  # the encoder escapes to ASCII
+        if self.target.compression == "gzip":
+            return gzip.compress(data, compresslevel=1)
+        if self.target.compression == "deflate":
+            return zlib.compress(data, 1)
+        return data
+
+    def post(self, lines: Sequence[str]) -> str:
+        """Post one request; "" when the collector took it, else why not ("retry: " first
+        when it never got it)."""
+        target = self.target
+        try:
+            if self.session is None:
+                from pptrace.export.otlp import bounded_session
+
+                self.session = bounded_session()
+            headers = {"Content-Type": "application/json", **dict(target.headers)}
+            if target.compression != "none":
+                headers["Content-Encoding"] = target.compression
+            self.requests += 1
+            response = self.session.post(target.url, data=self.body(lines), headers=headers,
+                                         timeout=target.timeout, verify=target.verify,
+                                         cert=target.cert)
+        except Exception as exc:
+            never = _never_sent(exc)
+            return ("retry: " if never else "") + (
+                "collector unreachable" if never else f"export raised {type(exc).__name__}")
+        status = int(getattr(response, "status_code", 0))
+        if 200 <= status < 300:
+            return ""
+        if status in RETRYABLE:
+            return f"retry: collector answered {status}"
+        return f"collector answered {status}"
+
+
+def next_backoff(backoff: float) -> float:
+    """The wait before asking a failing collector again: 1 s, doubling to ``MAX_BACKOFF``."""
+    return min(MAX_BACKOFF, max(1.0, backoff * 2))
+
+
 @dataclass(slots=True)
 class _Batch:
     lines: list[str]
@@ -143,12 +199,11 @@ class JsonShipper:
     def __init__(self, target: Target, exit_timeout: float = 2.0,
                  on_drop: DropCallback | None = None, queue_lines: int = QUEUE_LINES,
                  batch_lines: int = BATCH_LINES, session: Any = None) -> None:
-        self.target = target
+        self._poster = Poster(target, session)
         self.exit_timeout = exit_timeout
         self.on_drop = on_drop
         self.queue_lines = queue_lines
         self.batch_lines = batch_lines
-        self._session = session
         self._queue: collections.deque[tuple[str, int]] = collections.deque()
         self._retry: _Batch | None = None  # a batch the collector never got, posted again
         self._in_flight: _Batch | None = None  # the batch being posted
@@ -157,13 +212,26 @@ class JsonShipper:
         self._abandoned = False
         self.sent_events = 0  # attach/extract events the collector accepted
         self.sent_lines = 0
-        self.requests = 0
         self.dropped_events = 0
         self.dropped_lines = 0
         self.failed_batches = 0
         self.causes: collections.Counter[str] = collections.Counter()
         self._thread = threading.Thread(target=self._run, name="pptrace-otlp-json", daemon=True)
         self._thread.start()
+
+    @property
+    def target(self) -> Target:
+        """Where the shipper posts."""
+        return self._poster.target
+
+    @target.setter
+    def target(self, target: Target) -> None:
+        self._poster.target = target
+
+    @property
+    def requests(self) -> int:
+        """Requests made so far."""
+        return self._poster.requests
 
     @classmethod
     def from_env(cls, config: Config, on_drop: DropCallback | None = None) -> JsonShipper:
@@ -243,48 +311,14 @@ class JsonShipper:
                 self._drop(batch.events, len(batch.lines), outcome.removeprefix("retry: "))
             if outcome:
                 # A failing collector is not asked again at once: fewer wasted timeouts.
-                backoff = min(MAX_BACKOFF, max(1.0, backoff * 2))
+                backoff = next_backoff(backoff)
                 with self._cond:
                     self._cond.wait_for(lambda: self._closed, timeout=backoff)
             else:
                 backoff = 0.0
 
-    def _body(self, lines: Sequence[str]) -> bytes:
-        # Each line is one ExportTraceServiceRequest: their resourceSpans make one request.
-        inner = ",".join(line[len(_HEAD):-2] for line in lines)
-        data = (_HEAD + inner + "]}").encode("ascii")  # the encoder escapes to ASCII
-        if self.target.compression == "gzip":
-            return gzip.compress(data, compresslevel=1)
-        if self.target.compression == "deflate":
-            return zlib.compress(data, 1)
-        return data
-
     def _post(self, lines: Sequence[str]) -> str:
-        """Post one request; "" when the collector took it, else why not ("retry: " first
-        when it never got it)."""
-        target = self.target
-        try:
-            if self._session is None:
-                from pptrace.export.otlp import bounded_session
-
-                self._session = bounded_session()
-            headers = {"Content-Type": "application/json", **dict(target.headers)}
-            if target.compression != "none":
-                headers["Content-Encoding"] = target.compression
-            self.requests += 1
-            response = self._session.post(target.url, data=self._body(lines), headers=headers,
-                                          timeout=target.timeout, verify=target.verify,
-                                          cert=target.cert)
-        except Exception as exc:
-            never = _never_sent(exc)
-            return ("retry: " if never else "") + (
-                "collector unreachable" if never else f"export raised {type(exc).__name__}")
-        status = int(getattr(response, "status_code", 0))
-        if 200 <= status < 300:
-            return ""
-        if status in RETRYABLE:
-            return f"retry: collector answered {status}"
-        return f"collector answered {status}"
+        return self._poster.post(lines)
 
     # --- waiting and closing ----------------------------------------------------------------
 

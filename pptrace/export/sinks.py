@@ -2,7 +2,10 @@
 
 ``build_sink(config, rank)`` returns a recorder ``Sink``: a ``FileSink`` for ``file`` (events
 encoded straight to the trace file, no SDK span built; compressed and rotated as the config
-says); for ``otlp`` a ``JsonOtlpSink`` (the same encoder, its lines posted as OTLP/JSON by a
+says); for ``otlp`` beside ``file`` over ``http/json`` (the default) nothing more in this
+process: the trace directory's shipper process (``pptrace.ship``, started here when none runs)
+posts the file's spans; with ``PPTRACE_OTLP_SHIP=inline``, or without ``file``, a
+``JsonOtlpSink`` (the same encoder, its lines posted as OTLP/JSON by a
 ``JsonShipper``) over ``http/json``, the default, or an ``SdkSpanSink`` on pptrace's own
 provider with the fail-open OTLP processor over ``grpc`` and ``http/protobuf``; and a ``FanOut``
 of the two when both are named (OTLP shut down first, so that the file's last stats span
@@ -92,7 +95,19 @@ def build_sink(
         out = TraceSegments(path, config.compress, config.segment_bytes, config.max_bytes,
                             config.dir_unsafe_ok)
         sinks.append(FileSink(out, resource, scope_version(), config.dir_unsafe_ok))
-    if "otlp" in config.exporters and _json_protocol():
+    if _from_files(config):
+        # OTLP/JSON from the trace file, by the directory's shipper process: this process
+        # writes its file only (no OTLP sink: no OTLP counts of its own to claim).
+        from pptrace.export.ship_launch import ensure_shipper
+
+        try:
+            ensure_shipper(config.trace_dir)
+        except Exception as exc:  # the file goes on; the user hears why OTLP does not
+            import logging
+
+            logging.getLogger("pptrace").warning("pptrace: cannot start the OTLP shipper: %s",
+                                                 exc)
+    elif "otlp" in config.exporters and _json_protocol():
         try:
             from pptrace.export.otlp_json import JsonOtlpSink, JsonShipper
 
@@ -116,6 +131,14 @@ def build_sink(
                 sink = Unavailable(f"{type(exc).__name__}: {exc}")
         sinks.append(sink)
     return sinks[0] if len(sinks) == 1 else FanOut(sinks, ("file", "otlp"), stats)
+
+
+def _from_files(config: Config) -> bool:
+    """Whether OTLP is shipped from the trace files (``pptrace.export.ship_launch``)."""
+    from pptrace.export.ship_launch import ships_from_files
+
+    return _json_protocol() and ships_from_files(config.exporters, config.otlp_ship,
+                                                 "http/json")
 
 
 def _json_protocol() -> bool:

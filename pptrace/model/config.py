@@ -26,6 +26,9 @@ ENV_DOC: dict[str, str] = {
     "PPTRACE_DIR_UNSAFE_OK": "1/0: write into a PPTRACE_DIR that other users can write to or"
                              " that is not this user's (default 0: refused, with a warning)",
     "PPTRACE_EXPORT": "comma list of sinks: file, otlp, none (default file)",
+    "PPTRACE_OTLP_SHIP": "files (default): OTLP over http/json is shipped from the trace files by"
+                         " a shipper process, so the engine's process encodes and posts nothing;"
+                         " inline: the engine's process posts it itself",
     "PPTRACE_COMPRESS": "none, gzip or zstd (zstd needs the zstandard package): compress the"
                         " trace files, one gzip member / zstd frame per flush (default none)",
     "PPTRACE_ROTATE_MB": "segment size in MB (decimals allowed): write numbered segments"
@@ -163,6 +166,9 @@ class Config:
     rotate_mb: float = 0.0  # segment size; 0: see ``segment_bytes``
     max_mb: float = 0.0  # the most a process keeps on disk; 0: see ``max_bytes``
     schema_version: int = 2  # what the sinks write (pptrace.model.schema)
+    #: Where OTLP over http/json is posted from: "files" (a shipper process reads the trace
+    #: files; the engine's process only writes them) or "inline" (the engine's process).
+    otlp_ship: str = "files"
 
     def __post_init__(self) -> None:
         if self.mode not in ("stream", "flight"):
@@ -194,6 +200,8 @@ class Config:
         if self.max_mb and self.rotate_mb > self.max_mb:
             raise ConfigError(f"PPTRACE_ROTATE_MB={self.rotate_mb:g} is over PPTRACE_MAX_MB="
                               f"{self.max_mb:g}: a segment must fit in the budget")
+        if self.otlp_ship not in ("files", "inline"):
+            raise ConfigError(f"PPTRACE_OTLP_SHIP={self.otlp_ship!r}: expected files or inline")
         if self.schema_version not in (1, 2):
             raise ConfigError(f"PPTRACE_SCHEMA={self.schema_version!r}: expected 1 or 2")
 
@@ -251,5 +259,6 @@ class Config:
             rotate_mb=_number(env, "PPTRACE_ROTATE_MB", 0.0, integer=False),
             max_mb=_number(env, "PPTRACE_MAX_MB", 0.0, integer=False),
             schema_version=_schema(env),
+            otlp_ship=env.get("PPTRACE_OTLP_SHIP", "files").strip().lower() or "files",
         )
         return replace(cfg, **overrides) if overrides else cfg  # type: ignore[arg-type]
