@@ -57,13 +57,16 @@ class FilesAndOtlp:
 
 
 class DeferredSink:
-    """Open the real sink at the first event, so a process that records nothing writes nothing.
+    """Open the real sink at the first event, so a process that records nothing writes nothing,
+    unless ``keeps_idle`` says its final stats are evidence (a rank that made no call).
 
     Waiting also lets the rank settle (torch.distributed is usually up by the first event).
     """
 
-    def __init__(self, factory: Callable[[], MessageSink]) -> None:
+    def __init__(self, factory: Callable[[], MessageSink],
+                 keeps_idle: Callable[[RecorderStats], bool] | None = None) -> None:
         self._factory = factory
+        self._keeps_idle = keeps_idle
         self._sink: MessageSink | None = None
 
     def open_sink(self) -> MessageSink:
@@ -78,7 +81,8 @@ class DeferredSink:
             self.open_sink().export(events)
 
     def export_stats(self, stats: RecorderStats) -> None:
-        if self._sink is not None or stats.dropped or stats.internal_errors:
+        if (self._sink is not None or stats.dropped or stats.internal_errors
+                or (stats.final and self._keeps_idle is not None and self._keeps_idle(stats))):
             self.open_sink().export_stats(stats)
 
     def export_messages(self, events: Any, rank: RankInfo, run_id: str) -> None:

@@ -15,9 +15,10 @@ target module is patched does the process
 start its recorder thread and register its exit
 flush (atexit; SIGTERM when the handler is the default; otherwise the engine's own SIGTERM handler
 runs first, recorded, and the flush is final at exit) and, in flight mode,
-a SIGUSR1 dump. A process that records nothing writes nothing. Spans go through the engine's own
-SDK tracer provider when it configured one and OTLP export is asked for; otherwise through
-pptrace's provider (``pptrace.export.spans.pptrace_provider``).
+a SIGUSR1 dump. A process that records nothing writes nothing, unless it is a rank: then its
+final stats span says it was traced and made no call (see ``_keeps_idle``). Spans go through
+the engine's own SDK tracer provider when it configured one and OTLP export is asked for;
+otherwise through pptrace's provider (``pptrace.export.spans.pptrace_provider``).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from pptrace.activation.process_sinks import DeferredSink, FilesAndOtlp
 from pptrace.model.config import Config
 from pptrace.model.records import RankInfo, RecorderStats
 from pptrace.model.target import Target, as_targets
+from pptrace.record.ranks import discover_rank
 from pptrace.record.recorder import Recorder
 from pptrace.record.sink import MessageSink
 
@@ -66,6 +68,9 @@ class _Active:
     causes: collections.Counter[str] = field(default_factory=collections.Counter)
     processor: Any = None  # the OTLP processor, built when arming (see _arm)
     messages: Any = None  # the message layer's patch (pptrace.activation.messages)
+    #: In a forked child: the rank its parent had (a fork inherits its parent's identity, so
+    #: a child that claims the same rank is a helper, not a rank of its own; see _keeps_idle).
+    inherited: tuple[int | None, int | None, int | None] | None = None
 
     def on_drop(self, events: int, cause: str) -> None:
         """Hear of spans the OTLP exporter lost: counted in the recorder, named at exit."""
@@ -130,7 +135,7 @@ def activate(
             return None
         # The closures below see ``state`` once it is assigned (it is, before any call).
         recorder = Recorder(config, sink_factory=lambda rank: DeferredSink(
-            lambda: _first_sink(state)))
+            lambda: _first_sink(state), lambda stats: _keeps_idle(state, stats)))
         recorder.on_first_call = _note_called
         patch = EnginePatch(lambda a, e: _wrap(state, a, e), config.targets)
         state = _Active(config, recorder, patch, tracer_provider=tracer_provider)
@@ -371,9 +376,14 @@ def _after_fork() -> None:
     state.recorder.enabled = False
     state.recorder.buffer.clear()
     try:
+        # What the child would claim as inherited (env, the parent's groups): asked directly,
+        # not through the parent's rank cache, whose lock another parent thread may have held.
+        parent, _ = discover_rank(state.config.rank_overrides)
         state.patch.restore()
         message_layer.stop(state.messages)
         activate(state.config, tracer_provider=state.tracer_provider)
+        if _state is not None:
+            _state.inherited = (parent.rank, parent.pp_rank, parent.tp_rank)
     except Exception as exc:
         print(f"pptrace: not tracing forked process {os.getpid()}: {exc}", file=sys.stderr)
 
@@ -382,9 +392,29 @@ def _after_fork() -> None:
 
 
 def _first_sink(state: _Active) -> MessageSink:
-    """The real sink, opened at this process's first event (which ``pptrace run`` notes)."""
-    run_notes.on_first_record(state.config.trace_dir, state.config.exporters)
+    """The real sink, opened at this process's first event (which ``pptrace run`` notes), or
+    for the final stats of a rank that made no call (which it does not: nothing was recorded)."""
+    stats = state.recorder.stats()
+    if stats.recorded or stats.messages_recorded or stats.dropped:
+        run_notes.on_first_record(state.config.trace_dir, state.config.exporters)
     return _make_sink(state)
+
+
+def _keeps_idle(state: _Active, stats: RecorderStats) -> bool:
+    """Whether a process that recorded nothing writes its final stats: only a rank does.
+
+    pptrace is armed here, so a transport or an engine's message module was patched (a launcher
+    or a tokenizer worker that never imports one never gets this far). Beyond that the process
+    must know a rank of its own at exit (torch.distributed, the engine's PP/TP groups, or the
+    launcher's ``RANK``/``WORLD_SIZE``): a rankless process's empty file would be read as a
+    rank. A forked child whose rank is its parent's (a data-loader worker, a helper) inherited
+    that identity and is no rank either. Then "traced, final stats, never called attach" is
+    evidence the analyzer can use (the TP-broadcast layout's quiet ranks).
+    """
+    rank = stats.rank
+    if "torch.distributed" not in sys.modules or (rank.rank is None and rank.pp_rank is None):
+        return False
+    return state.inherited is None or state.inherited != (rank.rank, rank.pp_rank, rank.tp_rank)
 
 
 def _engine_provider() -> Any:
