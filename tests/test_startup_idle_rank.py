@@ -19,6 +19,7 @@ from pptrace.analyze.analyzer import analyze
 from pptrace.engines.sglang_load import ATTACH, EXTRACT, MODULE
 from pptrace.load.loader import load_paths
 from pptrace.model import schema
+from tests.helpers_analyze import Run, meta, write_run
 from tests.helpers_startup import BARE_SGLANG, PYTHON, REPO, child_env, run_pptrace
 
 STEPS = 4
@@ -155,3 +156,32 @@ def test_only_a_rank_writes_final_stats_without_a_call(
         assert written[0].name == f"pptrace-rank1-pid{pid}.otlp.jsonl"  # not the fork's
         (stats,) = _stats_spans(written[0])
         assert stats[schema.S_FINAL] == {"boolValue": True}
+
+
+def _quiet_rank_run(final: bool) -> Run:
+    """pp 2 x tp 2 in the TP-broadcast layout; the last stage's TP rank 1 made no call and
+    left only its stats span (final, or not: killed after a periodic flush)."""
+    run = Run(pp_size=2, tp_size=2)
+    for k in range(6):
+        sent = [meta("scores", (k % 3 + 1, 5))]
+        run.attach(sent, tp=0)
+        for tp in (0, 1):
+            run.extract(sent, tp=tp)
+    run.set_stats(1, 1, final=final)  # recorded 0: nothing but the stats span
+    return run
+
+
+@pytest.mark.parametrize(("final", "kinds"), [(True, []), (False, ["missing-rank"])])
+def test_a_file_of_final_stats_alone_is_a_traced_rank_that_made_no_call(
+        tmp_path: Path, final: bool, kinds: list[str]) -> None:
+    """The analyzer's rule, read from files as the recorder writes them: final stats and no
+    call are a quiet TP rank of the broadcast layout; stats that are not final are no evidence
+    (the rank may have attached after its last flush)."""
+    paths = write_run(_quiet_rank_run(final), str(tmp_path))
+    assert len(paths) == 4
+    assert [f.kind.value for f in analyze(load_paths([str(tmp_path)]))] == kinds
+    # Without its file, the same healthy run asks whether that rank was traced.
+    Path(paths[3]).unlink()
+    (f,) = analyze(load_paths([str(tmp_path)]))
+    assert (f.kind.value, f.channel) == ("missing-rank", "pp0<-pp?/tp1")
+    assert f.message.endswith("(was that rank traced?)")
