@@ -15,9 +15,10 @@ target module is patched does the process
 start its recorder thread and register its exit
 flush (atexit; SIGTERM when the handler is the default; otherwise the engine's own SIGTERM handler
 runs first, recorded, and the flush is final at exit) and, in flight mode,
-a SIGUSR1 dump. A process that records nothing writes nothing. Spans go through the engine's own
-SDK tracer provider when it configured one and OTLP export is asked for; otherwise through
-pptrace's provider (``pptrace.export.spans.pptrace_provider``).
+a SIGUSR1 dump. A process that records nothing writes nothing, unless it is a rank: then its
+final stats span says it was traced and made no call (see ``_keeps_idle``). Spans go through
+the engine's own SDK tracer provider when it configured one and OTLP export is asked for;
+otherwise through pptrace's provider (``pptrace.export.spans.pptrace_provider``).
 """
 
 from __future__ import annotations
@@ -36,10 +37,11 @@ from typing import Any
 from pptrace.activation import messages as message_layer
 from pptrace.activation import run_notes
 from pptrace.activation.patch import EnginePatch
-from pptrace.activation.process_sinks import DeferredSink, FilesAndOtlp
+from pptrace.activation.process_sinks import DeferredSink, make_sink, ships_from_files
 from pptrace.model.config import Config
-from pptrace.model.records import RankInfo, RecorderStats
+from pptrace.model.records import RecorderStats
 from pptrace.model.target import Target, as_targets, prefix_of
+from pptrace.record.ranks import discover_rank
 from pptrace.record.recorder import Recorder
 from pptrace.record.sink import MessageSink
 
@@ -67,6 +69,9 @@ class _Active:
     causes: collections.Counter[str] = field(default_factory=collections.Counter)
     processor: Any = None  # the OTLP processor, built when arming (see _arm)
     messages: Any = None  # the message layer's patch (pptrace.activation.messages)
+    #: In a forked child: the rank its parent had (a fork inherits its parent's identity, so
+    #: a child that claims the same rank is a helper, not a rank of its own; see _keeps_idle).
+    inherited: tuple[int | None, int | None, int | None] | None = None
 
     def on_drop(self, events: int, cause: str) -> None:
         """Hear of spans the OTLP exporter lost: counted in the recorder, named at exit."""
@@ -131,7 +136,7 @@ def activate(
             return None
         # The closures below see ``state`` once it is assigned (it is, before any call).
         recorder = Recorder(config, sink_factory=lambda rank: DeferredSink(
-            lambda: _first_sink(state)))
+            lambda: _first_sink(state), lambda stats: _keeps_idle(state, stats)))
         recorder.on_first_call = _note_called
         patch = EnginePatch(lambda a, e, t: _wrap(state, a, e, t), config.targets)
         state = _Active(config, recorder, patch, tracer_provider=tracer_provider)
@@ -234,7 +239,7 @@ def _arm(state: _Active) -> None:
     state.recorder.start()
     run_notes.note("patched")
     if "otlp" in state.config.exporters and state.tracer_provider is None and not (
-            _ships_from_files(state.config)):
+            ships_from_files(state.config)):
         # Now, not at the first flush: the exporter's import runs SDK code that needs a thread
         # pool, which refuses work once the interpreter exits (a short run's first flush).
         # About 0.3 s once, at the engine's start-up, and only when OTLP is asked for.
@@ -382,9 +387,14 @@ def _after_fork() -> None:
     state.recorder.enabled = False
     state.recorder.buffer.clear()
     try:
+        # What the child would claim as inherited (env, the parent's groups): asked directly,
+        # not through the parent's rank cache, whose lock another parent thread may have held.
+        parent, _ = discover_rank(state.config.rank_overrides)
         state.patch.restore()
         message_layer.stop(state.messages)
         activate(state.config, tracer_provider=state.tracer_provider)
+        if _state is not None:
+            _state.inherited = (parent.rank, parent.pp_rank, parent.tp_rank)
     except Exception as exc:
         print(f"pptrace: not tracing forked process {os.getpid()}: {exc}", file=sys.stderr)
 
@@ -393,85 +403,26 @@ def _after_fork() -> None:
 
 
 def _first_sink(state: _Active) -> MessageSink:
-    """The real sink, opened at this process's first event (which ``pptrace run`` notes)."""
-    run_notes.on_first_record(state.config.trace_dir, state.config.exporters)
-    return _make_sink(state)
+    """The real sink, opened at this process's first event (which ``pptrace run`` notes), or
+    for the final stats of a rank that made no call (which it does not: nothing was recorded)."""
+    stats = state.recorder.stats()
+    if stats.recorded or stats.messages_recorded or stats.dropped:
+        run_notes.on_first_record(state.config.trace_dir, state.config.exporters)
+    return make_sink(state, _finish_active)
 
 
-def _engine_provider() -> Any:
-    """The SDK tracer provider the engine configured in this process, or None."""
-    from opentelemetry import trace
-    from opentelemetry.sdk.trace import TracerProvider
+def _keeps_idle(state: _Active, stats: RecorderStats) -> bool:
+    """Whether a process that recorded nothing writes its final stats: only a rank does.
 
-    provider = trace.get_tracer_provider()
-    return provider if isinstance(provider, TracerProvider) else None
-
-
-def _make_sink(state: _Active) -> MessageSink:
-    from pptrace.export.otlp_json import JsonOtlpSink, JsonShipper
-    from pptrace.export.sinks import build_sink
-    from pptrace.export.spans import SdkSpanSink
-
-    config = state.config
-    rank = state.recorder.rank()
-    exporters = set(config.exporters)
-    files = build_sink(replace(config, exporters=("file",)), rank) if (
-        "file" in exporters) else None
-    otlp: MessageSink | None = None
-    processor = None
-    if "otlp" in exporters:
-        provider = state.tracer_provider or _engine_provider()
-        if provider is None and _ships_from_files(config):
-            # OTLP/JSON from the trace file, by the directory's shipper process: this process
-            # writes its file and nothing else (no OTLP sink, so no OTLP counts of its own).
-            _start_shipper(state)
-        elif provider is None and isinstance(state.processor, JsonShipper):
-            processor = state.processor  # OTLP/JSON: the file encoder's lines, no SDK span
-            otlp = JsonOtlpSink(processor, rank, config.run_id)
-        elif provider is None:
-            provider, processor = _otlp_provider(config, rank, state)
-        else:
-            # The engine already exports spans: pptrace's go through its pipeline, not a second.
-            if state.processor is not None:
-                state.processor.shutdown(0.0)  # built in advance, not needed after all
-            # Exit handlers run last-registered first: flush before the engine's provider's own
-            # atexit shutdown (registered when it was built, after pptrace's first one).
-            atexit.register(_finish_active)
-        if otlp is None and provider is not None:
-            otlp = SdkSpanSink(provider, owns_provider=processor is not None)
-    return FilesAndOtlp(files, otlp, state.recorder.stats, processor)
-
-
-def _ships_from_files(config: Config) -> bool:
-    """Whether this process's OTLP is shipped from its trace file by a shipper process."""
-    from pptrace.export.ship_launch import ships_from_files
-    from pptrace.model.errors import ConfigError
-
-    try:
-        from pptrace.export.otlp import protocol
-
-        wire = protocol()
-    except (ConfigError, ImportError):
+    pptrace is armed here, so a transport or an engine's message module was patched (a launcher
+    or a tokenizer worker that never imports one never gets this far). Beyond that the process
+    must know a rank of its own at exit (torch.distributed, the engine's PP/TP groups, or the
+    launcher's ``RANK``/``WORLD_SIZE``): a rankless process's empty file would be read as a
+    rank. A forked child whose rank is its parent's (a data-loader worker, a helper) inherited
+    that identity and is no rank either. Then "traced, final stats, never called attach" is
+    evidence the analyzer can use (the TP-broadcast layout's quiet ranks).
+    """
+    rank = stats.rank
+    if "torch.distributed" not in sys.modules or (rank.rank is None and rank.pp_rank is None):
         return False
-    return ships_from_files(config.exporters, config.otlp_ship, wire)
-
-
-def _start_shipper(state: _Active) -> None:
-    """Start the trace directory's shipper unless one runs (said, never raised, on failure)."""
-    from pptrace.export.ship_launch import ensure_shipper
-
-    try:
-        ensure_shipper(state.config.trace_dir)
-    except Exception as exc:
-        state.recorder.warn("cannot start the OTLP shipper", f"{type(exc).__name__}: {exc}")
-
-
-def _otlp_provider(config: Config, rank: RankInfo, state: _Active) -> Any:
-    """pptrace's own provider with the fail-open OTLP processor (kept, to bound its exit)."""
-    from pptrace.export.otlp import otlp_processor
-    from pptrace.export.spans import pptrace_provider, process_resource
-
-    provider = pptrace_provider(process_resource(rank, config.run_id))
-    processor = state.processor or otlp_processor(config, on_drop=state.on_drop)
-    provider.add_span_processor(processor)
-    return provider, processor
+    return state.inherited is None or state.inherited != (rank.rank, rank.pp_rank, rank.tp_rank)
