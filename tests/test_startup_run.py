@@ -192,7 +192,8 @@ def test_spawned_children_are_instrumented_without_code_in_them(tmp_path: Path) 
 BOOTSTRAP_ONLY = {"pptrace", "pptrace.activation", "pptrace.activation.hook", "pptrace.model",
                   "pptrace.model.errors", "pptrace.model.target", "pptrace.model.text",
                   "pptrace.activation.run_notes", "pptrace.engines", "pptrace.engines.spec",
-                  "pptrace.engines.sglang", "pptrace.engines.vllm"}
+                  "pptrace.engines.sglang", "pptrace.engines.vllm",
+                  "pptrace.engines.coordinator"}  # the adapters' shared decoders: stdlib only
 HEAVY = ("torch", "numpy", "opentelemetry", "textual", "grpc", "google", "dataclasses",
          "importlib.abc", "threading", "pptrace.activation.startup", "pptrace.record")
 
