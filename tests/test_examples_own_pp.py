@@ -52,7 +52,7 @@ def _assert_no_finding(folder: Path, env: dict[str, str]) -> None:
     assert analyzed.returncode == 0, analyzed.stdout + analyzed.stderr
     assert analyzed.stdout.splitlines()[:2] == [
         "pptrace analyze: 2 processes, 8 pptrace events (4 attach, 4 extract)",
-        "No findings: every attach and extract agrees across ranks."], analyzed.stdout
+        "No findings: every attach and extract agrees with its other end."], analyzed.stdout
 
 
 def test_the_readme_names_the_commands_this_test_runs() -> None:

@@ -112,7 +112,7 @@ def test_clean_run_exits_0(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     write_run(run, str(tmp_path))
     status, out, _ = _cli(capsys, str(tmp_path), "--fail-on", "info")
     assert status == 0
-    assert "No findings: every attach and extract agrees across ranks." in out
+    assert "No findings: every attach and extract agrees with its other end." in out
     status, out, _ = _cli(capsys, str(tmp_path), "--format", "json")
     assert status == 0 and json.loads(out)["findings"] == []
 

@@ -18,7 +18,7 @@ it is known, else from what a process did.
 
 A process that is both ends (it attaches and extracts: no PP layout, or pp_size 1, as in an
 engine's own unit test of its transport) is a **round trip**: its own channel, its attaches
-paired with its own extracts in call order (``pp0<-pp?/tp0``), before any other process of its
+paired with its own extracts in call order (``rank0<-itself``), before any other process of its
 TP rank is paired.
 
     channels = plan(members, several_runs=False)
@@ -142,7 +142,10 @@ def plan(members: Sequence[Member], several_runs: bool) -> list[Channel]:
 def _channel(prefix: str, s: Member | None, r: Member | None, tp: int,
              broadcast: bool) -> Channel:
     last = s.rank.pp_rank if s is not None and s.rank.pp_rank is not None else "?"
-    if broadcast and s is not None:
+    if s is not None and s is r:  # "pp0<-pp?/tp0" said nothing of a process paired with itself
+        who = f"rank{s.rank.rank}" if s.rank.rank is not None else f"pid{s.rank.pid}"
+        name = f"{prefix}{who}<-itself"
+    elif broadcast and s is not None:
         name = f"{prefix}pp0/tp{tp}<-pp{last}/tp{tp_of(s.rank)}"
     else:
         name = f"{prefix}pp0<-pp{last}/tp{tp}"

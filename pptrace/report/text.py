@@ -180,7 +180,8 @@ def channel_legend(findings: Sequence[Finding]) -> list[str]:
     """What the channel names the findings use mean, one line per form in use (an example of
     each): ``pp0<-pp1/tp0`` on its own says little to a newcomer."""
     forms = (
-        ("<-", "{c}: attaches on the right-hand rank, extracted on the left-hand stage"),
+        ("<-itself", "{c}: a process's attaches paired with its own extracts (a round trip)"),
+        ("<-pp", "{c}: attaches on the right-hand rank, extracted on the left-hand stage"),
         ("->", "{c}: PP messages the left-hand rank sent to the right-hand one"),
         ("~", "{c}: the payloads the TP ranks of one stage attached, compared"),
         ("?", "pp?: a rank whose PP stage the trace does not say"),
@@ -275,7 +276,7 @@ def render_text(trace: Trace, findings: Sequence[Finding], fail_on: Severity, *,
     counts = Counter(f.severity for f in findings)
     first = first_divergence(findings)
     if first is None:
-        lines.append("No findings: every attach and extract agrees across ranks"
+        lines.append("No findings: every attach and extract agrees with its other end"
                      + (", and every message with its receive." if any(
                          p.messages for p in trace.processes) else "."))
     else:
