@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from itertools import repeat
 from typing import Any
 
 from pptrace.analyze.clocks import Before, ClockOffsets, Offset, estimate
@@ -110,13 +109,16 @@ def _estimate(trace: Trace, constraints: Sequence[Before],
     return units, estimate(mapped, len(units))
 
 
-def clocks_from(trace: Trace, constraints: Sequence[Before], source: str) -> Clocks:
-    """Each process's offset from the causal pairs' constraints (``source`` names the pairs):
-    one per host, or one per process where a host's pairs contradict one clock."""
+def clocks_from(trace: Trace, constraints: Sequence[Before], source: str,
+                pairs: int | None = None) -> Clocks:
+    """Each process's offset from the causal pairs' constraints (``source`` names the pairs,
+    ``pairs`` counts them where fewer constraints stand for them): one per host, or one per
+    process where a host's pairs contradict one clock."""
     n = len(trace.processes)
     if n < 2:
         return Clocks((0,) * n)
-    count, constraints = len(constraints), _tightest(constraints)
+    count = len(constraints) if pairs is None else pairs
+    constraints = _tightest(constraints)
     units, found = _estimate(trace, constraints, BY_HOST)
     by = BY_HOST
     if not found.consistent and len(units) < n:  # one host name, several clocks
@@ -145,10 +147,11 @@ def _moved(records: tuple[Any, ...], at: int, d: int, unset: bool) -> tuple[Any,
     those where it is 0, which recorded no time)."""
     if not records:
         return records
-    # Column by column, in C: a million records rebuilt one by one in Python cost seconds.
-    columns = list(zip(*records, strict=True))
-    columns[at] = tuple([t - d if t or not unset else 0 for t in columns[at]])
-    return tuple(map(tuple.__new__, repeat(type(records[0])), zip(*columns, strict=True)))
+    # ``tuple.__new__`` on the fields: ``_replace`` costs more, and so does rebuilding column
+    # by column (measured).
+    new, kind = tuple.__new__, type(records[0])
+    return tuple([new(kind, (*r[:at], r[at] - d, *r[at + 1:])) if r[at] or not unset else r
+                  for r in records])
 
 
 def _shift(proc: ProcessTrace, d: int) -> ProcessTrace:

@@ -42,8 +42,15 @@ def message_clocks(trace: Trace, runs: Sequence[str], holes: Sequence[Holes]) ->
     matches = message_pairs(trace, runs, holes)
     if not matches:
         return None
-    return clocks_from(trace, [Before(s, m.wall_ns, r, e.wall_ns + max(e.duration_ns, 0))
-                               for s, m, r, e in matches], "message pair")
+    # Only the tightest constraint between two processes counts: kept as a weight (a
+    # constraint object per pair costs more than the pairing).
+    tightest: dict[tuple[int, int], int] = {}
+    for (s, m), (r, e) in matches:
+        key, weight = (s.index, r.index), e.wall_ns + max(e.duration_ns, 0) - m.wall_ns
+        if weight < tightest.get(key, weight + 1):
+            tightest[key] = weight
+    return clocks_from(trace, [Before(a, 0, b, w) for (a, b), w in tightest.items()],
+                       "message pair", len(matches))
 
 
 def _unpaired(found: Alignment) -> int:

@@ -69,8 +69,8 @@ SEND, RECV = MessageOp.SEND, MessageOp.RECV
 FORWARDED = engines.forwarded_kinds()
 # (run, sender global rank, receiver global rank, kind)
 _Key = tuple[str, int, int, str]
-#: A send and the receive it reached: (sending process, send, receiving process, receive)
-Matched = tuple[int, MessageEvent, int, MessageEvent]
+#: A send and the receive it reached, each with its process's side
+Matched = tuple[tuple[Side, MessageEvent], tuple[Side, MessageEvent]]
 
 
 class MessageVerdict(NamedTuple):
@@ -223,7 +223,9 @@ class _Check:
             self.hole = across.channel_hole(self.holes, s, r)
             matched, left, extra = across.align_across(out, got) if self.hole else (
                 list(zip(out, got, strict=False)), out[len(got):], got[len(out):])
-            for (side, m), (rside, e) in matched:
+            if not self.judge:
+                self.matches += matched
+            for (side, m), (rside, e) in matched if self.judge else ():
                 self.matched(side, m, rside, e)
             if left and (r is not None or (run, dst) in self.ranks):
                 self.never_received(left, r)
@@ -252,7 +254,7 @@ class _Check:
     def matched(self, s: Side, m: MessageEvent, r: Side, e: MessageEvent) -> None:
         self.received[(s.index, m.seq)] = (r, e)
         if not self.judge:
-            self.matches.append((s.index, m, r.index, e))
+            self.matches.append(((s, m), (r, e)))
             return
         if m.carries_attach is not None:
             self.carried[(s.index, m.carries_attach)] = (
