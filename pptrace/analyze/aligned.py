@@ -1,23 +1,25 @@
 """The trace on one clock: each host's offset estimated from causal pairs, and applied.
 
 The analyzer pairs sends with receives by order (and attaches with extracts), never by time;
-each pair is a causal constraint (``pptrace.analyze.clocks``). From them ``align_clocks`` estimates
-one offset per host (processes that name one host share its clock), or per process when the
-host's processes disagree (containers that report one hostname on different machines), and
-``shifted`` writes the trace as the reference process's clock would have: every wall-clock field
-(an event's start, a message's start, a stats span's time) minus its process's offset; the
-monotonic clock, which orders a process's own records, is left alone.
+each pair is a causal constraint (``pptrace.analyze.clocks``), found before the analysis
+(``pptrace.analyze.first_clocks``). From them ``clocks_from`` estimates one offset per host
+(processes that name one host share its clock), or per process when the host's processes
+disagree (containers that report one hostname on different machines), and ``shifted`` writes
+the trace as the reference process's clock would have: every wall-clock field (an event's
+start, a message's start, a stats span's time) minus its process's offset; the monotonic clock,
+which orders a process's own records, is left alone.
 
-The analyzer judges that aligned trace and hands it on (``Analysis.trace``) with the ``Clocks``
-it applied, so the report, the viewer and the Perfetto export show what the findings were
-judged on. Each estimate is applied, also where its bounds hold 0 (as NTP applies its own): the
+The analyzer judges that aligned trace, once, and hands it on (``Analysis.trace``) with the
+``Clocks`` it applied, so the report, the viewer and the Perfetto export show what the findings
+were judged on. Each estimate is applied, also where its bounds hold 0 (as NTP applies its own): the
 middle of the bounds moves with the clock, so the aligned times, and every decision made on them,
 are the same whatever the skew. A clock no pair bounds keeps its own times. Pure: no I/O.
 
-    clocks = align_clocks(trace, result.message_pairs, result.pairs)
+    clocks = clocks_from(trace, constraints, "message pair")
     if any(clocks.offsets):
         trace = shifted(trace, clocks)
     clocks.aligned(process, ns)      # process's time ns on the reference clock
+    clocks.shared(a, b)              # a and b stamp one clock (times tell their order)
 """
 
 from __future__ import annotations

@@ -487,8 +487,7 @@ def analysis(trace: Trace, *, align: bool = True) -> Analysis:
             clocks = channel_clocks(trace, work.calls())
         if any(clocks.offsets):
             trace, work = shifted(trace, clocks), None
-    if work is None:
-        work = _Analysis(trace)
+    work = work or _Analysis(trace)
     work.clocks = clocks
     findings = work.run()
     return Analysis(tuple(findings), tuple(work.plan), work.message_pairs, work.book.pairs(),
