@@ -3,10 +3,11 @@
 A synthetic job: ``--processes`` ranks (a PP ring, one stage a rank) on ``--hosts`` hosts, each
 host's recorded times shifted by its own skew, messages round the ring until the trace holds
 ``--events`` message events. It times, side by side in one run, the analysis on each host's own
-clock (``analysis(trace, align=False)``) and with alignment (``analysis(trace)``: the pairs give
-the offsets, and the analysis runs again on the trace with its times moved), with the parts of
-the alignment (the constraints and offsets, the shift) on their own. Each figure is the best of
-``--repeat`` rounds.
+clock (``analysis(trace, align=False)``) and with alignment (``analysis(trace)``: the message
+pairs, found by order alone, give the offsets, and the analysis runs once on the trace with its
+times moved), with the parts of the alignment (pairs and offsets, the shift) on their own, and
+the same trace on one host (where nothing is moved). Each figure is the best of ``--repeat``
+rounds.
 
     python benchmarks/bench_clocks.py --events 1000000 --processes 16 --hosts 4
 """
@@ -20,22 +21,30 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from pptrace.analyze.aligned import align_clocks, shifted  # noqa: E402
+from pptrace.analyze.aligned import shifted  # noqa: E402
 from pptrace.analyze.analyzer import analysis  # noqa: E402
+from pptrace.analyze.first_clocks import message_clocks  # noqa: E402
+from pptrace.analyze.holes import find_holes  # noqa: E402
+from pptrace.analyze.runs import join_runs  # noqa: E402
 from pptrace.model.trace import Trace  # noqa: E402
 from tests.helpers_analyze import Run, mt  # noqa: E402
 from tests.helpers_clocks import MS, on_hosts, skewed  # noqa: E402
 
 
-def synthetic(events: int, processes: int, hosts: int) -> Trace:
-    """The ring's trace, host h's clock ``(h - 1) * 37 ms`` off."""
+def ring(events: int, processes: int) -> Trace:
+    """The ring's trace, on one clock."""
     run = Run(pp_size=processes)
     tensors = [mt("hidden", (8, 16))]
     while sum(len(v) for v in run.msgs.values()) < events:
         for stage in range(processes):
             run.message("proxy", tensors, frm=stage, to=(stage + 1) % processes)
+    return run.trace()
+
+
+def synthetic(base: Trace, processes: int, hosts: int) -> Trace:
+    """The ring's trace on ``hosts`` hosts, host h's clock ``(h - 1) * 37 ms`` off."""
     per_host = max(1, processes // hosts)
-    trace = on_hosts(run.trace(), lambda p: f"node{(p.rank.pp_rank or 0) // per_host}")
+    trace = on_hosts(base, lambda p: f"node{(p.rank.pp_rank or 0) // per_host}")
     for h in range(hosts):
         members = {i for i, p in enumerate(trace.processes)
                    if (p.rank.pp_rank or 0) // per_host == h}
@@ -59,18 +68,25 @@ def main() -> None:
     parser.add_argument("--hosts", type=int, default=4)
     parser.add_argument("--repeat", type=int, default=1)
     args = parser.parse_args()
-    trace = synthetic(args.events, args.processes, args.hosts)
+    base = ring(args.events, args.processes)
+    trace = synthetic(base, args.processes, args.hosts)
     count = sum(len(p.messages) for p in trace.processes)
-    plain_s, plain = _best(args.repeat, lambda: analysis(trace, align=False))
+    plain_s, _ = _best(args.repeat, lambda: analysis(trace, align=False))
     aligned_s, result = _best(args.repeat, lambda: analysis(trace))
-    estimate_s, clocks = _best(args.repeat, lambda: align_clocks(
-        trace, plain.message_pairs, plain.pairs))  # type: ignore[attr-defined]
+    estimate_s, clocks = _best(args.repeat, lambda: message_clocks(
+        trace, join_runs(trace.processes).job_of, find_holes(trace)))
     shift_s, _ = _best(args.repeat, lambda: shifted(trace, clocks))  # type: ignore[arg-type]
+    one = on_hosts(base, lambda p: "node0")
+    del base
+    one_plain_s, _ = _best(args.repeat, lambda: analysis(one, align=False))
+    one_s, _ = _best(args.repeat, lambda: analysis(one))
     print(f"{count:,} message events, {args.processes} processes on {args.hosts} hosts")
     print(f"analysis on each host's clock (align=False): {plain_s:8.3f} s")
     print(f"analysis with alignment (the default):       {aligned_s:8.3f} s   "
           f"ratio {aligned_s / plain_s:.2f}")
     print(f"  of which pairs -> offsets: {estimate_s:.3f} s; shifting the trace: {shift_s:.3f} s")
+    print(f"one host, one clock, the same ring: align=False {one_plain_s:8.3f} s, "
+          f"aligned {one_s:8.3f} s   ratio {one_s / one_plain_s:.2f}")
     offsets = result.clocks.offsets  # type: ignore[attr-defined]
     print("offsets applied (ms):", " ".join(f"{o / MS:+.1f}" for o in offsets))
 

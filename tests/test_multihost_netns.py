@@ -2,9 +2,9 @@
 each host in its own UTS and PID namespace with the *same* hostname (as containers often report),
 ``pptrace run -- torchrun --nnodes 2`` on each with its own trace folder and its own drawn run id.
 Analysed together, the two folders are one job of two processes, and the healthy run is clean,
-also with node 1's clock skewed (its recorded wall-clock times shifted as that host would have
-written them; ``faketime`` is not used: libfaketime is not installed here, and under it the
-ranks' monotonic clock, which gloo's timeouts use, would need to stay real).
+also with node 1's clock skewed behind or ahead (its recorded wall-clock times shifted as that
+host would have written them; ``faketime`` is not used: libfaketime is not installed here, and
+under it the ranks' monotonic clock, which gloo's timeouts use, would need to stay real).
 Where namespaces cannot be made here, the test says why and skips."""
 
 from __future__ import annotations
@@ -102,10 +102,11 @@ def test_two_hosts_one_hostname_equal_pid_namespaces_are_one_clean_job(
     runs = {p.events[0].run_id for p in trace.processes if p.events}
     if len(runs) > 1:
         assert "joined as one job" in report
-    # One hostname, two machines' clocks: node 1's (the last stage's) skewed behind, the job
-    # stays clean. Ahead, it is not yet: tests/test_clocks.py's xfail says why.
+    # One hostname, two machines' clocks: node 1's (the last stage's) skewed behind or ahead,
+    # the job stays clean (ahead, its attaches "follow" their extracts on one clock: the pairs
+    # say the host has two clocks, and the same-host hint is not used).
     node1 = {i for i, p in enumerate(trace.processes) if "node1" in " ".join(p.sources)}
     assert len(node1) == 1, [p.sources for p in trace.processes]
-    for skew in (-20 * MS, -250 * MS, -5000 * MS):
+    for skew in (-20 * MS, -250 * MS, -5000 * MS, 20 * MS, 250 * MS, 5000 * MS):
         result = analysis(skewed(trace, node1, skew))
         assert [f.message for f in result.findings if f.severity is not Severity.INFO] == [], skew

@@ -1,39 +1,39 @@
 """The trace on one clock: each host's offset estimated from causal pairs, and applied.
 
 The analyzer pairs sends with receives by order (and attaches with extracts), never by time;
-each pair is a causal constraint (``pptrace.analyze.clocks``). From them ``align_clocks`` estimates
-one offset per host (processes that name one host share its clock), or per process when the
-host's processes disagree (containers that report one hostname on different machines), and
-``shifted`` writes the trace as the reference process's clock would have: every wall-clock field
-(an event's start, a message's start, a stats span's time) minus its process's offset; the
-monotonic clock, which orders a process's own records, is left alone.
+each pair is a causal constraint (``pptrace.analyze.clocks``), found before the analysis
+(``pptrace.analyze.first_clocks``). From them ``clocks_from`` estimates one offset per host
+(processes that name one host share its clock), or per process when the host's processes
+disagree (containers that report one hostname on different machines), and ``shifted`` writes
+the trace as the reference process's clock would have: every wall-clock field (an event's
+start, a message's start, a stats span's time) minus its process's offset; the monotonic clock,
+which orders a process's own records, is left alone.
 
-The analyzer judges that aligned trace and hands it on (``Analysis.trace``) with the ``Clocks``
-it applied, so the report, the viewer and the Perfetto export show what the findings were
-judged on. Each estimate is applied, also where its bounds hold 0 (as NTP applies its own): the
+The analyzer judges that aligned trace, once, and hands it on (``Analysis.trace``) with the
+``Clocks`` it applied, so the report, the viewer and the Perfetto export show what the findings
+were judged on. Each estimate is applied, also where its bounds hold 0 (as NTP applies its own): the
 middle of the bounds moves with the clock, so the aligned times, and every decision made on them,
 are the same whatever the skew. A clock no pair bounds keeps its own times. Pure: no I/O.
 
-    clocks = align_clocks(trace, result.message_pairs, result.pairs)
+    clocks = clocks_from(trace, constraints, "message pair")
     if any(clocks.offsets):
         trace = shifted(trace, clocks)
     clocks.aligned(process, ns)      # process's time ns on the reference clock
+    clocks.shared(a, b)              # a and b stamp one clock (times tell their order)
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from pptrace.analyze.clocks import Before, ClockOffsets, Offset, estimate, message_constraints
-from pptrace.analyze.pairs import Pairs
-from pptrace.model.findings import MessageId
+from pptrace.analyze.clocks import Before, ClockOffsets, Offset, estimate
 from pptrace.model.messages import MessageEvent
-from pptrace.model.records import Direction, Event
+from pptrace.model.records import Event
 from pptrace.model.trace import ProcessTrace, Trace
 
-__all__ = ["Clocks", "Unit", "align_clocks", "pair_constraints", "shifted"]
+__all__ = ["Clocks", "Unit", "clocks_from", "shifted"]
 
 #: How the offsets were estimated: one per host, or one per process.
 BY_HOST, BY_PROCESS = "host", "process"
@@ -71,31 +71,11 @@ class Clocks:
         """Process ``process``'s wall-clock time ``ns`` on the reference clock."""
         return ns - self.offsets[process]
 
-
-def pair_constraints(trace: Trace, pairs: Pairs) -> list[Before]:
-    """An attach begins before its extract ends: one constraint per attach/extract pair (the
-    analyzer's ``Analysis.pairs``)."""
-    attaches: dict[int, dict[int, Event]] = {}
-    extracts: dict[int, dict[int, Event]] = {}
-
-    def by_seq(table: dict[int, dict[int, Event]], process: int,
-               direction: Direction) -> dict[int, Event]:
-        found = table.get(process)
-        if found is None:
-            found = table[process] = {ev.seq: ev for ev in trace.processes[process].events
-                                      if ev.direction is direction}
-        return found
-
-    out = []
-    for run in pairs.runs:
-        mine = by_seq(attaches, run.attach_process, Direction.ATTACH)
-        theirs = by_seq(extracts, run.extract_process, Direction.EXTRACT)
-        for a_seq, e_seq in run.seqs():
-            a, e = mine.get(a_seq), theirs.get(e_seq)
-            if a is not None and e is not None:
-                out.append(Before(run.attach_process, a.start_ns, run.extract_process,
-                                  e.start_ns + max(e.duration_ns, 0)))
-    return out
+    def shared(self, a: int, b: int) -> bool:
+        """Processes ``a`` and ``b`` are known to stamp one clock: one host's, whose pairs
+        agree with one clock (so their times may be compared to tell order)."""
+        return self.by == BY_HOST and self.consistent and any(
+            a in u.processes and b in u.processes for u in self.units)
 
 
 def _units(trace: Trace, by: str) -> list[tuple[str, list[int]]]:
@@ -131,18 +111,16 @@ def _estimate(trace: Trace, constraints: Sequence[Before],
     return units, estimate(mapped, len(units))
 
 
-def align_clocks(trace: Trace, message_pairs: Mapping[MessageId, MessageId],
-                 pairs: Pairs) -> Clocks:
-    """Each process's offset from the causal pairs: the message pairs where the trace has any
-    (paired by order, so they do not depend on the clocks), else the attach/extract pairs."""
+def clocks_from(trace: Trace, constraints: Sequence[Before], source: str,
+                pairs: int | None = None) -> Clocks:
+    """Each process's offset from the causal pairs' constraints (``source`` names the pairs,
+    ``pairs`` counts them where fewer constraints stand for them): one per host, or one per
+    process where a host's pairs contradict one clock."""
     n = len(trace.processes)
-    constraints = message_constraints(trace, message_pairs)
-    source = "message pair"
-    if not constraints:
-        constraints, source = pair_constraints(trace, pairs), "attach/extract pair"
     if n < 2:
         return Clocks((0,) * n)
-    count, constraints = len(constraints), _tightest(constraints)
+    count = len(constraints) if pairs is None else pairs
+    constraints = _tightest(constraints)
     units, found = _estimate(trace, constraints, BY_HOST)
     by = BY_HOST
     if not found.consistent and len(units) < n:  # one host name, several clocks
@@ -166,19 +144,24 @@ _START = Event._fields.index("start_ns")
 _WALL = MessageEvent._fields.index("wall_ns")
 
 
-def _moved(record: tuple[Any, ...], at: int, d: int) -> Any:
-    """The record (a NamedTuple) with field ``at`` ``d`` less."""
-    return tuple.__new__(type(record), (*record[:at], record[at] - d, *record[at + 1:]))
+def _moved(records: tuple[Any, ...], at: int, d: int, unset: bool) -> tuple[Any, ...]:
+    """The records (NamedTuples of one type) with field ``at`` ``d`` less (``unset``: but for
+    those where it is 0, which recorded no time)."""
+    if not records:
+        return records
+    # ``tuple.__new__`` on the fields: ``_replace`` costs more, and so does rebuilding column
+    # by column (measured).
+    new, kind = tuple.__new__, type(records[0])
+    return tuple([new(kind, (*r[:at], r[at] - d, *r[at + 1:])) if r[at] or not unset else r
+                  for r in records])
 
 
 def _shift(proc: ProcessTrace, d: int) -> ProcessTrace:
     """What ``proc`` would have recorded with its wall clock ``d`` ns behind."""
     stats = proc.stats
     return replace(
-        proc,
-        events=tuple([_moved(ev, _START, d) for ev in proc.events]),
-        # A message without a wall-clock time (0) has none to move.
-        messages=tuple([_moved(m, _WALL, d) if m.wall_ns else m for m in proc.messages]),
+        proc, events=_moved(proc.events, _START, d, False),
+        messages=_moved(proc.messages, _WALL, d, True),
         stats=replace(stats, time_ns=stats.time_ns - d) if stats is not None else None)
 
 

@@ -38,12 +38,13 @@ slower path to the same findings.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from pptrace.analyze.aligned import Clocks, align_clocks, shifted
+from pptrace.analyze.aligned import Clocks, shifted
 from pptrace.analyze.channels import Channel, Member, Roles, plan
+from pptrace.analyze.first_clocks import ChannelCalls, channel_clocks, message_clocks
 from pptrace.analyze.holes import find_holes
 from pptrace.analyze.losses import Accounts
 from pptrace.analyze.messages import carried_by, check_messages
@@ -65,12 +66,7 @@ from pptrace.analyze.scan import scan
 from pptrace.analyze.summary import Counted, Raw, Ref, link_peer_errors, summarise
 from pptrace.analyze.tp import LastRank, stage_disagreements, tp_message
 from pptrace.analyze.unpaired import unpaired
-from pptrace.analyze.window import (
-    cut_message,
-    excused,
-    process_window,
-    trim,
-)
+from pptrace.analyze.window import cut_message, excused, process_window, trim
 from pptrace.model.findings import Category, Finding, FindingKind, MessageId, Severity
 from pptrace.model.records import Direction, Event, RankInfo, TensorMeta
 from pptrace.model.text import clip, plural
@@ -99,8 +95,8 @@ class _Proc:
 
 
 class _Analysis:
-    def __init__(self, trace: Trace) -> None:
-        self.trace = trace
+    def __init__(self, trace: Trace, clocks: Clocks | None = None) -> None:
+        self.trace, self.clocks = trace, clocks  # clocks: which processes share one
         self.procs = [_Proc(i, p) for i, p in enumerate(trace.processes)]
         self.raws: list[Raw] = []
         self.message_pairs: dict[MessageId, MessageId] = {}
@@ -215,12 +211,22 @@ class _Analysis:
 
     # --- across ranks -----------------------------------------------------------------------
 
-    def channels(self) -> None:
+    def planned(self) -> list[Channel]:
         # A process with final stats that lost nothing is complete: what it has no record of
         # did not happen (the evidence of a TP-broadcast layout).
-        members = [replace(m, complete=self.complete(m.index)) for m in self.members]
-        self.plan = plan(members, self.several)
-        for ch in self.plan:
+        self.plan = self.plan or plan([replace(m, complete=self.complete(m.index))
+                                       for m in self.members], self.several)
+        return self.plan
+
+    def calls(self) -> Iterator[ChannelCalls]:
+        """Each channel's attaches and extracts inside its window (to pair by order alone)."""
+        for ch in self.planned():
+            if ch.sender is not None and ch.receiver is not None:
+                yield (ch.sender, ch.receiver, trim(self.attaches[ch.sender], ch.start),
+                       trim(self.extracts[ch.receiver], ch.start))
+
+    def channels(self) -> None:
+        for ch in self.planned():
             self.channel(ch)
         for index, text, events in unpaired(self.procs, self.scans, self.ends):
             p = self.procs[index]
@@ -261,7 +267,9 @@ class _Analysis:
         start = ch.start
         attaches = trim(self.attaches[s.index], start)
         extracts = trim(self.extracts[r.index], start)
-        result = align(attaches, extracts)
+        # The same-host hint compares times only on a clock the pairs showed shared.
+        clocks = self.clocks
+        result = align(attaches, extracts, clocks is None or clocks.shared(s.index, r.index))
         self.compare(s, r, attaches, extracts, result.unshared, name)
         orphans: Sequence[int] = result.orphans
         unmatched: Sequence[int] = result.unmatched
@@ -292,12 +300,7 @@ class _Analysis:
         extracts left to judge (not those at the cut whose partner lies before it)."""
         ws, wr = self.windows[s.index], self.windows[r.index]
         newest = s if ws.attach_from >= wr.extract_from else r
-        orphans, unmatched = excused(result)
-        # An extract that began before the first kept attach did cannot have its attach in the
-        # window, however far the two numberings drifted apart before the cut.
-        first = attaches[0].start_ns if attaches else None
-        unmatched = tuple(sorted(set(unmatched) | {
-            j for j in result.unmatched if first is not None and extracts[j].start_ns < first}))
+        orphans, unmatched = excused(result, attaches, extracts)
         events = newest.trace.events
         self.add(K.WINDOW_CUT,
                  cut_message(start, who(newest.rank), self.windows[newest.index],
@@ -476,21 +479,19 @@ def analysis(trace: Trace, *, align: bool = True) -> Analysis:
     """Check every cross-rank invariant on the trace's clocks aligned (``align=False``: on each
     host's own, for a benchmark's comparison); return the findings, what they were judged on,
     and the aligned trace."""
-    work = _Analysis(trace)
+    clocks, work = None, None
+    if align:  # Pairs by order alone give the clocks first (pptrace.analyze.first_clocks).
+        clocks = message_clocks(trace, join_runs(trace.processes).job_of, find_holes(trace))
+        if clocks is None:
+            work = _Analysis(trace)
+            clocks = channel_clocks(trace, work.calls())
+        if any(clocks.offsets):
+            trace, work = shifted(trace, clocks), None
+    work = work or _Analysis(trace)
+    work.clocks = clocks
     findings = work.run()
-    if not align:
-        return Analysis(tuple(findings), tuple(work.plan), work.message_pairs,
-                        work.book.pairs(), work.broadcast_pairs, trace)
-    # Pairing goes by order, not time: the pairs give each clock's offset, and where an offset
-    # is not 0 the whole analysis runs again on the aligned trace, so that no decision (an
-    # absence in flight, a hang's "before", the order of findings) rests on raw cross-host time.
-    clocks = align_clocks(trace, work.message_pairs, work.book.pairs())
-    if any(clocks.offsets):
-        trace = shifted(trace, clocks)
-        work = _Analysis(trace)
-        findings = work.run()
     return Analysis(tuple(findings), tuple(work.plan), work.message_pairs, work.book.pairs(),
-                    work.broadcast_pairs, trace, clocks)
+                    work.broadcast_pairs, trace, clocks or Clocks(()))
 
 
 def analyze(trace: Trace) -> list[Finding]:

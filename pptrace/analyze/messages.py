@@ -60,7 +60,7 @@ from pptrace.model.records import PREFIX, RankInfo
 from pptrace.model.text import clip, plural
 from pptrace.model.trace import Trace
 
-__all__ = ["Carried", "MessageVerdict", "carried_by", "check_messages"]
+__all__ = ["Carried", "Matched", "MessageVerdict", "carried_by", "check_messages", "message_pairs"]
 
 K = FindingKind
 SEND, RECV = MessageOp.SEND, MessageOp.RECV
@@ -69,6 +69,8 @@ SEND, RECV = MessageOp.SEND, MessageOp.RECV
 FORWARDED = engines.forwarded_kinds()
 # (run, sender global rank, receiver global rank, kind)
 _Key = tuple[str, int, int, str]
+#: A send and the receive it reached, each with its process's side
+Matched = tuple[tuple[Side, MessageEvent], tuple[Side, MessageEvent]]
 
 
 class MessageVerdict(NamedTuple):
@@ -120,6 +122,8 @@ class _Check:
         # (sending process, send seq) -> the receive it paired with
         self.received: dict[tuple[int, int], tuple[Side, MessageEvent]] = {}
         self.relabelled: set[tuple[int, int]] = set()  # (process, send seq) sent mislabelled
+        self.judge = True  # False: pair only (``message_pairs``), comparing nothing
+        self.matches: list[Matched] = []
 
     def add(self, kind: FindingKind, message: str, *, ranks: Iterable[int], time_ns: int | None,
             channel: str, subject: str = "", microbatch: int | None = None,
@@ -219,7 +223,9 @@ class _Check:
             self.hole = across.channel_hole(self.holes, s, r)
             matched, left, extra = across.align_across(out, got) if self.hole else (
                 list(zip(out, got, strict=False)), out[len(got):], got[len(out):])
-            for (side, m), (rside, e) in matched:
+            if not self.judge:
+                self.matches += matched
+            for (side, m), (rside, e) in matched if self.judge else ():
                 self.matched(side, m, rside, e)
             if left and (r is not None or (run, dst) in self.ranks):
                 self.never_received(left, r)
@@ -239,7 +245,7 @@ class _Check:
         for side in self.sides:
             if side.index in unaligned:
                 self.cut_info(side, unaligned[side.index])
-        for side in self.sides:
+        for side in self.sides if self.judge else ():
             for e in side.ends:
                 if (e.ok and not e.stashed and not e.from_stash and e.expected_kind
                         and e.kind != e.expected_kind):
@@ -247,6 +253,9 @@ class _Check:
 
     def matched(self, s: Side, m: MessageEvent, r: Side, e: MessageEvent) -> None:
         self.received[(s.index, m.seq)] = (r, e)
+        if not self.judge:
+            self.matches.append(((s, m), (r, e)))
+            return
         if m.carries_attach is not None:
             self.carried[(s.index, m.carries_attach)] = (
                 f"{m.kind or 'untyped'} message #{m.seq} {self.channel(s, m)}")
@@ -464,3 +473,14 @@ def check_messages(trace: Trace, raws: list[Raw], runs: Sequence[str], prefixes:
         return MessageVerdict({}, {})
     return _Check(trace, raws, runs, prefixes, complete, holes).run()
 
+
+
+def message_pairs(trace: Trace, runs: Sequence[str], holes: Sequence[Holes]) -> list[Matched]:
+    """Each send with the receive it reached, paired as ``check_messages`` pairs them (by order,
+    across holes, by seq on a cut channel of its own), comparing and judging nothing."""
+    if not any(p.messages for p in trace.processes):
+        return []
+    check = _Check(trace, [], runs, [""] * len(runs), lambda _: False, holes)
+    check.judge = False
+    check.pairs()
+    return check.matches

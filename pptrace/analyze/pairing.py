@@ -72,9 +72,9 @@ class Alignment:
                 yield i + k, j + k
 
 
-def _possible(a: Event, e: Event) -> bool:
+def _possible(a: Event, e: Event, shared: bool) -> bool:
     """False when the extract provably happened before the attach (same host, same clock)."""
-    if a.rank.host and a.rank.host == e.rank.host and a.start_ns and e.start_ns:
+    if shared and a.rank.host and a.rank.host == e.rank.host and a.start_ns and e.start_ns:
         return e.start_ns >= a.start_ns
     return True
 
@@ -82,8 +82,9 @@ def _possible(a: Event, e: Event) -> bool:
 class _Walk:
     """The state of one pairing walk: both sequences and the sequence-number offset so far."""
 
-    def __init__(self, attaches: Sequence[Event], extracts: Sequence[Event]) -> None:
-        self.attaches, self.extracts = attaches, extracts
+    def __init__(self, attaches: Sequence[Event], extracts: Sequence[Event],
+                 shared: bool) -> None:
+        self.attaches, self.extracts, self.shared = attaches, extracts, shared
         # Computed only where two events do not share one tensors tuple (the loader shares
         # equal ones), so a healthy walk computes few.
         self.signatures = _Signatures()
@@ -107,7 +108,7 @@ class _Walk:
 
     def same(self, i: int, j: int) -> bool:
         """The signatures agree and the extract may have followed the attach."""
-        return self.same_sig(i, j) and _possible(self.attaches[i], self.extracts[j])
+        return self.same_sig(i, j) and _possible(self.attaches[i], self.extracts[j], self.shared)
 
     def in_step(self, i: int, j: int) -> bool:
         """The pair keeps the sequence-number offset of the pairs before it."""
@@ -125,13 +126,16 @@ class _Walk:
         return 2 * (skipped + bad) + off
 
 
-def align(attaches: Sequence[Event], extracts: Sequence[Event]) -> Alignment:
-    """Pair payload-carrying attaches with extracts, both in call order."""
+def align(attaches: Sequence[Event], extracts: Sequence[Event], shared: bool = True,
+          ) -> Alignment:
+    """Pair payload-carrying attaches with extracts, both in call order; ``shared``: the two
+    ends may stamp one clock, so that where they name one host an extract that began before an
+    attach is not its partner (False: order alone, where one host name may hide two clocks)."""
     runs: list[tuple[int, int, int]] = []
     unshared: list[tuple[int, int]] = []
     orphans: list[int] = []
     unmatched: list[int] = []
-    walk = _Walk(attaches, extracts)
+    walk = _Walk(attaches, extracts, shared)
     diverged: set[tuple[int, int]] = set()  # (id of attach signature, id of extract signature)
     i = j = 0
     run_i, run_j = 0, 0  # where the current run of pairs began
@@ -142,7 +146,7 @@ def align(attaches: Sequence[Event], extracts: Sequence[Event]) -> Alignment:
         a, e = attaches[i], extracts[j]
         # Inlined ``_possible``: a pair is impossible only when both clocks are one host's.
         start_a, start_e = a.start_ns, e.start_ns
-        if (start_e < start_a and start_a and start_e and a.rank.host
+        if (shared and start_e < start_a and start_a and start_e and a.rank.host
                 and a.rank.host == e.rank.host):
             if i > run_i:
                 runs.append((run_i, run_j, i - run_i))

@@ -99,17 +99,23 @@ def trim(events: Sequence[Event], start: int) -> Sequence[Event]:
     return [e for e in events if e.seq >= start]
 
 
-def excused(result: Alignment) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """The orphans and unmatched extracts at the start of a cut channel, before its first pair
-    (at most ``MAX_SKIP`` a side): calls whose partner lies outside the window (a send skipped
-    before the cut shifts the two numberings) that cannot be judged."""
-    if not result.runs:
-        return (), ()
-    first_a, first_e, _ = result.runs[0]
-    if first_a > MAX_SKIP or first_e > MAX_SKIP:
-        return (), ()
-    return (tuple(i for i in result.orphans if i < first_a),
-            tuple(j for j in result.unmatched if j < first_e))
+def excused(result: Alignment, attaches: Sequence[Event],
+            extracts: Sequence[Event]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The orphans and unmatched extracts of a cut channel that cannot be judged: those before
+    its first pair (at most ``MAX_SKIP`` a side), whose partner lies outside the window (a send
+    skipped before the cut shifts the two numberings), and every extract that began before the
+    first kept attach did (its attach cannot be in the window, however far the two numberings
+    drifted apart before the cut)."""
+    orphans: tuple[int, ...] = ()
+    unmatched: set[int] = set()
+    if result.runs and result.runs[0][0] <= MAX_SKIP and result.runs[0][1] <= MAX_SKIP:
+        first_a, first_e, _ = result.runs[0]
+        orphans = tuple(i for i in result.orphans if i < first_a)
+        unmatched = {j for j in result.unmatched if j < first_e}
+    if attaches:
+        first = attaches[0].start_ns
+        unmatched |= {j for j in result.unmatched if extracts[j].start_ns < first}
+    return orphans, tuple(sorted(unmatched))
 
 
 def cut_message(start: int, newest: str, window: Window, at_cut: int) -> str:
