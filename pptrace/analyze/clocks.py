@@ -19,7 +19,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from pptrace.model.findings import MessageId
-from pptrace.model.messages import MessageOp
 from pptrace.model.trace import Trace
 
 __all__ = ["Before", "ClockOffsets", "Offset", "estimate", "message_constraints"]
@@ -98,11 +97,11 @@ def estimate(constraints: Iterable[Before], processes: int) -> ClockOffsets:
 def message_constraints(trace: Trace, pairs: Mapping[MessageId, MessageId]) -> list[Before]:
     """A send begins before its receive ends: one constraint per paired send (the analyzer's
     ``Analysis.message_pairs``)."""
-    ends = [{(m.op, m.seq): m for m in p.messages if m.phase == "end"} for p in trace.processes]
+    ends = {MessageId.of(i, m): m for i, p in enumerate(trace.processes) for m in p.messages
+            if m.phase == "end"}
     out = []
     for send, recv in pairs.items():
-        s = ends[send.process].get((MessageOp.SEND, send.seq))
-        r = ends[recv.process].get((MessageOp.RECV, recv.seq))
+        s, r = ends.get(send), ends.get(recv)
         if s is not None and r is not None:
             out.append(Before(send.process, s.wall_ns, recv.process,
                               r.wall_ns + max(r.duration_ns, 0)))
