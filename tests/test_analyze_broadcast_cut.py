@@ -99,8 +99,8 @@ def test_a_cut_broadcast_channel_whose_seqs_are_not_its_own_says_why() -> None:
 
 def test_a_member_waiting_in_a_broadcast_is_a_hang_though_its_other_receives_number_higher(
         ) -> None:
-    """Its point-to-point receives on the same thread number above the broadcast receive it
-    waits in: numbered apart, that says nothing of whether the broadcast returned."""
+    """Its point-to-point receive #2 on the same thread returned, and #5 began later: numbered
+    apart, neither says that its broadcast receive #2 returned."""
     b = Bcast(tp=2)
     for k in range(2):
         b.step(_payload(k))
