@@ -11,6 +11,7 @@ from pptrace.analyze.analyzer import analysis
 from pptrace.analyze.holes import find_holes
 from pptrace.model.findings import Category, Finding, FindingKind, MessageId, Severity
 from pptrace.model.messages import MessageEvent, MessageOp
+from pptrace.report.text import finding_json, message_ref_json
 from tests.helpers_analyze import mt
 from tests.test_analyze_broadcast_messages import Bcast, _payload, bid
 
@@ -129,3 +130,7 @@ def test_a_broadcast_that_raised_on_its_source_is_message_raised() -> None:
     assert found[0].message == (
         "rank 3 (pp1/tp0) broadcast send #1 of an `output` message to its group [3, 4, 5] "
         "raised RuntimeError: Connection closed by peer")
+    # The JSON report marks a broadcast's reference; a point-to-point one reads as before.
+    assert finding_json(found[0])["messages"] == [
+        {"process": 3, "op": "send", "seq": 1, "broadcast": True}]
+    assert message_ref_json(MessageId(3, SEND, 1)) == {"process": 3, "op": "send", "seq": 1}
