@@ -121,6 +121,8 @@ class _Check:
         # (sending process, send seq) -> the receive it paired with
         self.received: dict[tuple[int, int], tuple[Side, MessageEvent]] = {}
         self.relabelled: set[tuple[int, int]] = set()  # (process, send seq) sent mislabelled
+        #: each broadcast's send -> the receive it reached on each other member
+        self.broadcasts: dict[MessageId, tuple[MessageId, ...]] = {}
 
     def add(self, kind: FindingKind, message: str, *, ranks: Iterable[int], time_ns: int | None,
             channel: str, subject: str = "", microbatch: int | None = None,
@@ -243,6 +245,10 @@ class _Check:
             for end in (s, r):
                 if why and end is not None and end.cut:
                     self.unaligned.setdefault(end.index, why)
+        self.broadcasts = check_broadcasts(self)  # adds nothing where nothing was broadcast
+        for side in self.sides:  # one info per cut process, its first reason
+            if side.index in self.unaligned:
+                self.cut_info(side, self.unaligned[side.index])
         for side in self.sides:
             for e in side.ends:
                 if (e.ok and not e.stashed and not e.from_stash and e.expected_kind
@@ -445,10 +451,6 @@ class _Check:
             self.per_process(side)
         self.slices = tp_slices(self.sides, self.add)
         self.pairs()
-        broadcast = check_broadcasts(self)
-        for side in self.sides:  # one info per cut process, its first reason
-            if side.index in self.unaligned:
-                self.cut_info(side, self.unaligned[side.index])
         self.labels()
         for side in self.sides:  # a hole in a stage's own records shifts its hops too
             self.hole = across.channel_hole(self.holes, side, None)
@@ -457,7 +459,7 @@ class _Check:
         self.waits()
         pairs = {MessageId(s, SEND, seq): MessageId.of(r.index, e)
                  for (s, seq), (r, e) in self.received.items()}
-        return MessageVerdict(self.carried, pairs, broadcast)
+        return MessageVerdict(self.carried, pairs, self.broadcasts)
 
 
 def check_messages(trace: Trace, raws: list[Raw], runs: Sequence[str], prefixes: Sequence[str],
