@@ -17,6 +17,11 @@ K = FindingKind
 SEND, RECV = MessageOp.SEND, MessageOp.RECV
 
 
+def bid(process: int, op: MessageOp, seq: int) -> MessageId:
+    """A broadcast's send or receive (numbered apart from point-to-point messages)."""
+    return MessageId(process, op, seq, broadcast=True)
+
+
 class Bcast:
     """A PP=2 x TP=3 run whose last stage's TP rank 0 broadcasts to its TP ranks 1 and 2
     (global ranks 3, 4, 5); process index = global rank."""
@@ -76,7 +81,7 @@ def test_a_healthy_broadcast_pairs_the_source_with_every_member() -> None:
     assert [f for f in result.findings if f.kind.category.value == "message"] == []
     assert result.message_pairs == {}  # a broadcast is not a point-to-point pair
     assert result.broadcast_pairs == {
-        MessageId(3, SEND, k): (MessageId(4, RECV, k), MessageId(5, RECV, k)) for k in range(4)}
+        bid(3, SEND, k): (bid(4, RECV, k), bid(5, RECV, k)) for k in range(4)}
 
 
 def test_a_member_whose_payload_differs_is_named_with_the_source() -> None:
@@ -87,9 +92,9 @@ def test_a_member_whose_payload_differs_is_named_with_the_source() -> None:
     (f,) = [f for f in analysis(b.run.trace()).findings if f.kind is K.MSG_DTYPE_MISMATCH]
     assert f.channel == "pp1/tp0->pp1/tp2"
     assert f.message.startswith("broadcast of an `output` message #2 rank 3 (pp1/tp0) -> rank 5 "
-                                "(pp1/tp2) (receive #2): `next_token_ids` sent int64[3], "
+                                "(pp1/tp2) (broadcast receive #2): `next_token_ids` sent int64[3], "
                                 "arrived int32[3]"), f.message
-    assert f.messages[:2] == (MessageId(3, SEND, 2), MessageId(5, RECV, 2))
+    assert f.messages[:2] == (bid(3, SEND, 2), bid(5, RECV, 2))
 
 
 def test_a_member_that_never_received_is_named() -> None:
@@ -103,7 +108,8 @@ def test_a_member_that_never_received_is_named() -> None:
     # source's last broadcast is the one that member never received (its trace goes on).
     assert kinds == [("message-never-received", "pp1/tp0->pp1/tp1")], kinds
     assert found[0].message.startswith(
-        "rank 3 (pp1/tp0) broadcast an `output` message (send #3) to its group [3, 4, 5]; "
+        "rank 3 (pp1/tp0) broadcast an `output` message (broadcast send #3) to its group "
+        "[3, 4, 5]; "
         "rank 4 (pp1/tp1) never received it")
 
 
@@ -115,9 +121,11 @@ def test_a_member_that_waits_for_a_broadcast_is_a_hang_on_the_source() -> None:
     found = [f for f in analysis(b.run.trace()).findings if f.kind.category.value == "message"]
     assert [(f.kind, f.severity, f.channel) for f in found] == [
         (K.MSG_HANG, Severity.ERROR, "pp1/tp0->pp1/tp2")]
-    assert found[0].message.startswith("rank 5 (pp1/tp2) waits for a message from rank 3 "
-                                       "(pp1/tp0) since its receive #3 began"), found[0].message
-    assert "rank 3 last sent it an `output` message (send #2" in found[0].message
+    assert found[0].message.startswith(
+        "rank 5 (pp1/tp2) waits for a message from rank 3 (pp1/tp0) since its broadcast receive "
+        "#3 began"), found[0].message
+    assert "rank 3 last sent it an `output` message (broadcast send #2" in found[0].message
+    assert found[0].messages == (bid(5, RECV, 3),)
 
 
 def test_a_receive_with_no_broadcast_is_unmatched() -> None:

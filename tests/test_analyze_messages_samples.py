@@ -115,7 +115,10 @@ def test_a_tp_broadcast_run_records_each_broadcast_and_pairs_it_with_every_membe
     assert len(sent) == len(got) == steps
     assert all(m.group == (2, 3) and m.peer == -1 for m in sent)
     assert all(m.peer == 2 and m.keys == s.keys for m, s in zip(got, sent, strict=True))
+    # Numbered by the broadcast counters, apart from the point-to-point sends and receives.
+    assert [m.seq for m in sent] == [m.seq for m in got] == list(range(steps))
+    assert [m.seq for m in source.messages if m.op is MessageOp.SEND and not m.group] == list(
+        range(steps))
     assert judged.broadcast_pairs == {
-        MessageId(by_rank[2], MessageOp.SEND, s.seq): (MessageId(by_rank[3], MessageOp.RECV,
-                                                                 e.seq),)
+        MessageId.of(by_rank[2], s): (MessageId.of(by_rank[3], e),)
         for s, e in zip(sent, got, strict=True)}

@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from pptrace.analyze.analyzer import analyze
+from pptrace.analyze.analyzer import analysis, analyze
+from pptrace.analyze.message_sides import cut_at_start
 from pptrace.load.loader import load_paths
-from pptrace.model.findings import Finding, FindingKind, Severity
+from pptrace.model.findings import Finding, FindingKind, MessageId, Severity
+from pptrace.model.messages import MessageOp
 
 pytestmark = pytest.mark.slow
 
@@ -90,14 +92,35 @@ def test_a_dtype_change_inside_the_kept_window_is_found(tmp_path: Path) -> None:
 
 
 def test_a_rotated_tp_broadcast_run(tmp_path: Path) -> None:
+    """The last stage's TP rank 0 (rank 2) broadcasts each output dict to TP rank 1; its
+    broadcasts are numbered apart from its point-to-point messages, so once its oldest records
+    are rotated away its cut channels are still paired by seq, and so are its broadcasts."""
     out = tmp_path / "broadcast"
     _demo(out, "--ranks", "4", "--tp", "2", "--tp-broadcast", "--steps", "300")
-    found = analyze(load_paths([str(out)]))
-    # The last stage's TP rank 0 broadcasts, and its broadcasts take seqs of its send and
-    # receive counters: once its oldest records are rotated away, its point-to-point seqs are
-    # not its channels' own, so a cut channel of it is left unpaired and said as an info.
-    unpaired = [f for f in found if f.kind is K.MSG_CUT and "a broadcast takes seqs" in f.message]
-    assert all(f.severity is Severity.INFO for f in unpaired)
-    findings = _judged([f for f in found if f not in unpaired])
+    trace = load_paths([str(out)])
+    judged = analysis(trace)
+    findings = _judged(list(judged.findings))
     assert sorted((f.kind.value, f.channel) for f in findings) == [
         ("window-cut", "pp0/tp1<-pp1/tp0"), ("window-cut", "pp0<-pp1/tp0")]
+    by_rank = {p.rank.rank: i for i, p in enumerate(trace.processes)}
+    source = trace.processes[by_rank[2]]
+    assert cut_at_start(source) and any(m.broadcast for m in source.messages)
+    # Every send whose receive both ends kept is paired with that receive, on each channel of
+    # the broadcasting rank (send #n is receive #n: one peer each way).
+    for src, dst in ((2, 0), (0, 2)):
+        s, r = by_rank[src], by_rank[dst]
+        got = {e.seq: e for e in trace.processes[r].messages
+               if e.op is MessageOp.RECV and e.phase == "end" and not e.broadcast}
+        sent = [m for m in trace.processes[s].messages
+                if m.op is MessageOp.SEND and not m.broadcast and m.seq in got]
+        assert sent, (src, dst)
+        assert all(judged.message_pairs.get(MessageId.of(s, m)) == MessageId.of(r, got[m.seq])
+                   for m in sent), (src, dst)
+    # Each broadcast whose receive rank 3 kept is paired with it.
+    member = by_rank[3]
+    got = {e.seq: e for e in trace.processes[member].messages
+           if e.op is MessageOp.RECV and e.phase == "end" and e.broadcast}
+    sent = [m for m in source.messages if m.broadcast and m.seq in got]
+    assert sent
+    assert all(judged.broadcast_pairs.get(MessageId.of(by_rank[2], m))
+               == (MessageId.of(member, got[m.seq]),) for m in sent)

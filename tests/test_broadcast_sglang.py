@@ -139,9 +139,9 @@ def test_sglang_broadcasts_are_recorded_and_paired_one_to_many(tmp_path: Path) -
     for src in (0, 1):
         for n, m in enumerate(sends[src]):
             members = [r for r in range(WORLD) if r != src]
-            expected[MessageId(ids[src], MessageOp.SEND, m.seq)] = tuple(
-                MessageId(ids[r], MessageOp.RECV, [e for e in ends[r] if e.peer == src][n].seq)
-                for r in members)
+            expected[MessageId(ids[src], MessageOp.SEND, m.seq, broadcast=True)] = tuple(
+                MessageId(ids[r], MessageOp.RECV, [e for e in ends[r] if e.peer == src][n].seq,
+                          broadcast=True) for r in members)
     assert judged.broadcast_pairs == expected
 
 
@@ -153,6 +153,6 @@ def test_a_member_left_waiting_is_named_as_a_wait_on_its_source(tmp_path: Path) 
     assert len(hangs) == 1, [f.message for f in judged.findings]
     (f,) = hangs
     assert f.message.startswith("rank 2 (pp0/tp2) waits for a message from rank 0 (pp0/tp0) "
-                                "since its receive #6 began, and it failed "), f.message
-    assert "rank 0 last sent it a message (send #3" in f.message
+                                "since its broadcast receive #6 began, and it failed "), f.message
+    assert "rank 0 last sent it a message (broadcast send #3" in f.message
     assert f.channel == "pp0/tp0->pp0/tp2"

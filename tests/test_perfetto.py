@@ -408,6 +408,26 @@ def test_a_broadcast_flows_from_its_source_to_each_member() -> None:
     assert doc["otherData"]["flows"][MESSAGE_FLOW] == 4
 
 
+def test_a_broadcast_and_a_send_of_the_same_number_each_flow_to_their_own_receive() -> None:
+    """The source's broadcast send #0 and its point-to-point send #0 (numbered apart) are two
+    slices, each with its own arrows."""
+    from tests.test_analyze_broadcast_messages import Bcast
+
+    b = Bcast()
+    b.step([MessageTensor("next_token_ids", (1,), "int64", "cpu", 8)])
+    ids = [MessageTensor("next_token_ids", (2,), "int64", "cpu", 16)]
+    b.run.send("output", ids, pp=1, to=0, gather=1)
+    b.run.recv("output", ids, pp=0, frm=1, gather=1)
+    doc = _valid(to_chrome_trace(b.run.trace(), []))
+    names = _names(doc)
+    got = sorted((names[s["pid"]][:6], s["args"]["seq"], "broadcast_group" in s["args"],
+                  names[r["pid"]][:6], r["args"]["seq"], "broadcast_group" in r["args"])
+                 for s, r in _flow_ends(doc, MESSAGE_FLOW))
+    assert got == [("rank 3", 0, False, "rank 0", 0, False),
+                   ("rank 3", 0, True, "rank 4", 0, True),
+                   ("rank 3", 0, True, "rank 5", 0, True)]
+
+
 def test_a_trace_without_messages_has_no_message_slices() -> None:
     doc = _valid(to_chrome_trace(load_paths([GOLDEN]), []))
     assert not [e for e in _of(doc, "X") if e["name"] not in ("attach", "extract")]

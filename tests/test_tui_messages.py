@@ -494,3 +494,31 @@ def test_a_broadcast_shows_one_source_and_its_arrow_to_each_member() -> None:
             in console.export_text())
     bare = MessageIndex.build(trace, judged.findings, judged.message_pairs)
     assert bare.counterparts(send_col) == ()  # without the analyzer's pairs: no arrow
+
+
+def test_a_broadcast_and_a_point_to_point_message_of_the_same_number_stay_apart() -> None:
+    """A process numbers its broadcasts apart from its point-to-point messages: its broadcast
+    send #0 and its send #0 are two columns, each with its own other end, and the detail says
+    which number it is."""
+    from tests.helpers_analyze import mt
+    from tests.test_analyze_broadcast_messages import Bcast, _payload, bid
+
+    b = Bcast()
+    b.step(_payload(0))
+    ids = [mt("next_token_ids", (1,), "int64")]
+    b.run.send("output", ids, pp=1, to=0, gather=1)
+    b.run.recv("output", ids, pp=0, frm=1, gather=1)
+    trace = b.run.trace()
+    judged = analysis(trace)
+    index = MessageIndex.build(trace, judged.findings, judged.message_pairs,
+                               judged.broadcast_pairs)
+    bcast, p2p = index.col_of(bid(3, SEND, 0)), index.col_of(MessageId(3, SEND, 0))
+    assert bcast is not None and p2p is not None and bcast != p2p
+    assert index.message(bcast).event.group and not index.message(p2p).event.group
+    assert sorted(index.message(c).rank.rank for c in index.counterparts(bcast)) == [4, 5]
+    assert index.counterpart(p2p) == index.col_of(MessageId(0, RECV, 0))
+    console = Console(width=240, record=True, color_system=None)
+    console.print(render_detail(index, bcast, width=240))
+    text = console.export_text()
+    assert "broadcast send #0 · rank 3 (pp1/tp0) → the group [3, 4, 5]" in text, text
+    assert "broadcast receive #0 · rank 4 (pp1/tp1) ← rank 3 (pp1/tp0)" in text, text

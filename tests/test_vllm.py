@@ -25,7 +25,6 @@ import pytest
 from pptrace.analyze.analyzer import analysis, analyze
 from pptrace.load.loader import load_paths
 from pptrace.model.findings import FindingKind, MessageId, Severity
-from pptrace.model.messages import MessageOp
 from tests import helpers_vllm
 
 pytestmark = pytest.mark.slow
@@ -120,9 +119,8 @@ def test_a_vllm_broadcast_is_recorded_and_paired_with_every_member(tmp_path: Pat
         assert all(m.group == (member, src) and m.peer == -1 for m in sent)
         assert all(e.peer == src and e.keys == ("sampled_token_ids",)
                    and e.tensors == m.tensors for m, e in zip(sent, got, strict=True))
-        assert all(judged.broadcast_pairs[MessageId(index[src], MessageOp.SEND, m.seq)] == (
-            MessageId(index[member], MessageOp.RECV, e.seq),) for m, e in zip(sent, got,
-                                                                              strict=True))
+        assert all(judged.broadcast_pairs[MessageId.of(index[src], m)] == (
+            MessageId.of(index[member], e),) for m, e in zip(sent, got, strict=True))
 
 
 @pytest.mark.parametrize(("scenario", "fingerprint", "kind"), [

@@ -106,7 +106,8 @@ class MessageIndex:
         self.end_ns = 0
         self._pairs: dict[MessageId, MessageId] = {}
         self._fanout: dict[MessageId, tuple[MessageId, ...]] = {}  # a broadcast's receives
-        self._seq_cols: dict[int, dict[tuple[MessageOp, int], int]] = {}  # per process, lazily
+        # per process, lazily: (op, broadcast, seq) -> column (a broadcast is numbered apart)
+        self._seq_cols: dict[int, dict[tuple[MessageOp, bool, int], int]] = {}
         self._row_of_process: dict[int, int] = {}
         self._by_rank: dict[int, int] = {}  # global rank -> process
         self._row_cols: list[array[int]] = []
@@ -146,13 +147,14 @@ class MessageIndex:
         for row, pi in enumerate(procs):
             self._row_of_process[pi] = row
             msgs = self.trace.processes[pi].messages
-            ended = {m.seq: m for m in msgs if m.op is MessageOp.RECV and m.phase == "end"}
+            ended = {(m.broadcast, m.seq): m for m in msgs
+                     if m.op is MessageOp.RECV and m.phase == "end"}
             for k, m in enumerate(msgs):
                 kind = _kind_bits(m.kind)
                 if m.op is MessageOp.SEND:
                     entries.append((m.wall_ns, row, k, Glyph.SEND | kind))
                     continue
-                end = ended.get(m.seq)
+                end = ended.get((m.broadcast, m.seq))
                 if m.phase == "begin":
                     if end is None:  # it never returned: the wait is its only record
                         kind = _kind_bits(m.expected_kind)
@@ -216,16 +218,16 @@ class MessageIndex:
         table = self._seq_cols.get(ref.process)
         if table is None:
             table = self._seq_table(ref.process)
-        return table.get((ref.op, ref.seq))
+        return table.get((ref.op, ref.broadcast, ref.seq))
 
-    def _seq_table(self, process: int) -> dict[tuple[MessageOp, int], int]:
-        table: dict[tuple[MessageOp, int], int] = {}
+    def _seq_table(self, process: int) -> dict[tuple[MessageOp, bool, int], int]:
+        table: dict[tuple[MessageOp, bool, int], int] = {}
         row = self._row_of_process.get(process)
         if row is not None and process < len(self.trace.processes):
             msgs = self.trace.processes[process].messages
             for c in self._row_cols[row]:
                 m = msgs[self.msg_of[c]]
-                table[(m.op, m.seq)] = c
+                table[(m.op, m.broadcast, m.seq)] = c
         self._seq_cols[process] = table
         return table
 
@@ -251,7 +253,7 @@ class MessageIndex:
         begin = None
         if m.op is MessageOp.RECV:
             begin = m if m.phase == "begin" else _begin_of(msgs, k)
-        return Selected(MessageId(row.process, m.op, m.seq), row.rank, m, begin,
+        return Selected(MessageId.of(row.process, m), row.rank, m, begin,
                         self.glyph(col) is Glyph.WAIT)
 
     def findings_at(self, col: int) -> list[Finding]:
@@ -329,11 +331,12 @@ class MessageIndex:
 def _begin_of(msgs: Sequence[MessageEvent], k: int) -> MessageEvent | None:
     """The begin of the receive whose end is ``msgs[k]``: recorded just before it, nearly
     always (another thread's messages may come between), so look back there first."""
-    seq = msgs[k].seq
+    seq, broadcast = msgs[k].seq, msgs[k].broadcast
     for near in (range(k - 1, max(-1, k - 64), -1), range(len(msgs))):
         for i in near:
             b: MessageEvent = msgs[i]
-            if b.op is MessageOp.RECV and b.phase == "begin" and b.seq == seq:
+            if (b.op is MessageOp.RECV and b.phase == "begin" and b.seq == seq
+                    and b.broadcast == broadcast):
                 return b
     return None
 

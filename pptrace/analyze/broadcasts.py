@@ -16,8 +16,13 @@ is compared by the one payload comparison (``pptrace.analyze.message_payload``, 
 - a member's receive from a source with no broadcast left to pair it with
   (``message-unmatched-recv``).
 
-A channel one of whose ends kept only its newest messages (rotated away or overwritten) is not
-paired: a per-process seq cannot place where its broadcasts start, and nothing is claimed there.
+A process numbers its broadcasts apart from its point-to-point messages. Where one end of a
+broadcast channel kept only its newest messages (rotated away or overwritten), the channel is
+paired by seq when the seqs are the channel's own (the source broadcasts in this group alone and
+receives none there; the member receives only this source's broadcasts in it and sources none:
+broadcast send #n is broadcast receive #n), judging only what both ends kept, as a cut
+point-to-point channel is; otherwise the cut end gets a ``message-cut`` info and nothing is
+claimed there.
 
     pairs = check_broadcasts(check)   # send -> each member's receive, in group order
 
@@ -35,9 +40,9 @@ from pptrace.analyze.holes import Holes
 from pptrace.analyze.message_payload import differences
 from pptrace.analyze.message_sides import Pair, Side
 from pptrace.analyze.rules import rank_id, who
-from pptrace.analyze.waits import place, wanted
+from pptrace.analyze.waits import members, numbered, place, wanted
 from pptrace.model.findings import FindingKind, MessageId, Severity
-from pptrace.model.messages import MessageEvent, MessageOp
+from pptrace.model.messages import MessageEvent
 from pptrace.model.records import RankInfo
 
 __all__ = ["Check", "check_broadcasts"]
@@ -51,6 +56,7 @@ class Check(Protocol):
     ranks: dict[tuple[str, int], RankInfo]
     holes: Sequence[Holes]
     hole: str
+    unaligned: dict[int, str]  # cut process -> why a channel of it is not paired
 
     def add(self, kind: FindingKind, message: str, *, ranks: Iterable[int], time_ns: int | None,
             channel: str, subject: str = "", microbatch: int | None = None,
@@ -63,12 +69,7 @@ class Check(Protocol):
              cause: int | None = None) -> None: ...
 
 K = FindingKind
-SEND, RECV = MessageOp.SEND, MessageOp.RECV
 _Calls = list[tuple[Side, MessageEvent]]
-
-
-def _members(group: tuple[int, ...]) -> str:
-    return "[" + ", ".join(map(str, group)) + "]"
 
 
 def check_broadcasts(chk: Check) -> dict[MessageId, tuple[MessageId, ...]]:
@@ -94,12 +95,17 @@ def check_broadcasts(chk: Check) -> dict[MessageId, tuple[MessageId, ...]]:
                 continue
             r = chk.by_rank.get((run, member))
             got = recvs.get((run, src, group, member), [])
-            if (s is not None and s.cut) or (r is not None and r.cut):
-                continue  # where the channel starts in each end's seqs cannot be told
             chk.hole = across.channel_hole(chk.holes, s, r)
+            if (s is not None and s.cut) or (r is not None and r.cut):
+                why = ("" if s is None or r is None  # one end untraced: nothing to pair
+                       else _by_seq(chk, s, r, group, reached))
+                for end in (s, r):
+                    if why and end is not None and end.cut:
+                        chk.unaligned.setdefault(end.index, why)
+                chk.hole = ""
+                continue
             for (side, m), (rside, e) in zip(out, got, strict=False):
-                reached[MessageId(side.index, SEND, m.seq)].append(
-                    MessageId(rside.index, RECV, e.seq))
+                reached[MessageId.of(side.index, m)].append(MessageId.of(rside.index, e))
                 _compare(chk, side, m, rside, e)
             if len(out) > len(got) and (r is not None or (run, member) in chk.ranks):
                 _never_received(chk, out[len(got):], r, member)
@@ -108,6 +114,44 @@ def check_broadcasts(chk: Check) -> dict[MessageId, tuple[MessageId, ...]]:
                     chk.unmatched(rside, e, s)
             chk.hole = ""
     return {send: tuple(got) for send, got in reached.items()}
+
+
+def _by_seq(chk: Check, s: Side, r: Side, group: tuple[int, ...],
+            reached: dict[MessageId, list[MessageId]]) -> str:
+    """Pair a broadcast channel one of whose ends was cut, when its seqs are the channel's own
+    (see the module docstring), judging what both ends kept; else say why not."""
+    src, dst = rank_id(s.rank), rank_id(r.rank)
+    if any(m.group != group for m in s.bsends) or any(e.group == group for e in s.bends):
+        return (f"rank {src} broadcasts in more than one group, or receives broadcasts in this "
+                "one: where the channel starts in its broadcast seqs cannot be told")
+    theirs = list(r.bends) + list(r.bbegins.values())
+    if any(e.peer != src or e.group != group for e in theirs) or any(
+            m.group == group for m in r.bsends):
+        return (f"rank {dst} receives broadcasts from more than one source or group: where the "
+                "channel starts in its broadcast seqs cannot be told")
+    got = {e.seq: e for e in r.bends if e.ok}
+    out = {m.seq for m in s.bsends}
+    # As for a cut point-to-point channel (messages.aligned): absences are judged where each
+    # end's kept seqs run without a gap to its last one; an end that kept none of its calls
+    # has no window to judge the other end's calls against.
+    kept = {e.seq for e in r.bends} | set(r.bbegins)
+    first_recv = None if not kept and r.cut else across.unbroken(kept)
+    first_send = None if not out and s.cut else across.unbroken(out)
+    left: _Calls = []
+    for m in s.bsends:
+        e = got.get(m.seq)
+        if e is not None and m.ok:
+            reached[MessageId.of(s.index, m)].append(MessageId.of(r.index, e))
+            _compare(chk, s, m, r, e)
+        elif (e is None and m.ok and first_recv is not None and m.seq >= first_recv
+              and m.seq not in r.bbegins):
+            left.append((s, m))
+    if left:
+        _never_received(chk, left, r, dst)
+    for seq, e in got.items():
+        if seq not in out and first_send is not None and seq >= first_send:
+            chk.unmatched(r, e, s)
+    return ""
 
 
 def _compare(chk: Check, s: Side, m: MessageEvent, r: Side, e: MessageEvent) -> None:
@@ -124,7 +168,7 @@ def _waiting(r: Side, src: int, group: tuple[int, ...]) -> bool:
     finding names it, not this one)."""
     ended = {e.seq for e in r.bends}
     return any(b.group == group and b.peer == src and b.seq not in ended
-               for b in r.begins.values())
+               for b in r.bbegins.values())
 
 
 def _never_received(chk: Check, left: _Calls, r: Side | None, member: int) -> None:
@@ -137,10 +181,10 @@ def _never_received(chk: Check, left: _Calls, r: Side | None, member: int) -> No
             continue
         dst = r.rank if r is not None else chk.ranks[(side.run, member)]
         chk.add(K.MSG_NEVER_RECEIVED,
-                f"{who(side.rank)} ({place(side.rank)}) broadcast {wanted(m.kind)} (send "
-                f"#{m.seq}) to its group {_members(m.group)}; {who(dst)} ({place(dst)}) never "
+                f"{who(side.rank)} ({place(side.rank)}) broadcast {wanted(m.kind)} "
+                f"({numbered(m)}) to its group {members(m.group)}; {who(dst)} ({place(dst)}) never "
                 "received it " + ("(it recorded no message at all)" if r is None else
                                   "(its trace goes on after the broadcast)"),
                 ranks=[rank_id(side.rank), member], time_ns=m.wall_ns,
                 channel=side.prefix + f"{place(side.rank)}->{place(dst)}", subject=m.kind,
-                messages=[MessageId(side.index, SEND, m.seq)])
+                messages=[MessageId.of(side.index, m)])

@@ -107,16 +107,17 @@ def estimate(constraints: Iterable[Before], processes: int) -> ClockOffsets:
 def message_constraints(trace: Trace, pairs: Mapping[MessageId, MessageId]) -> list[Before]:
     """A send begins before its receive ends: one constraint per paired send (the analyzer's
     ``Analysis.message_pairs``)."""
-    # Keyed by seq alone, one table per op (an enum's hash is a Python call: a million cost
-    # seconds).
+    # Keyed by (seq, broadcast) in one table per op (an enum's hash is a Python call: a
+    # million cost seconds); a broadcast is numbered apart from point-to-point messages.
     send, recv = MessageOp.SEND, MessageOp.RECV
-    sends = [{m.seq: m for m in p.messages if m.op is send} for p in trace.processes]
-    ends = [{m.seq: m for m in p.messages if m.op is recv and m.phase == "end"}
+    sends = [{(m.seq, m.broadcast): m for m in p.messages if m.op is send}
+             for p in trace.processes]
+    ends = [{(m.seq, m.broadcast): m for m in p.messages if m.op is recv and m.phase == "end"}
             for p in trace.processes]
     out = []
     for sent, got in pairs.items():
-        s = sends[sent.process].get(sent.seq) if sent.op is send else None
-        r = ends[got.process].get(got.seq)
+        s = sends[sent.process].get((sent.seq, sent.broadcast)) if sent.op is send else None
+        r = ends[got.process].get((got.seq, got.broadcast))
         if s is not None and r is not None:
             out.append(Before(sent.process, s.wall_ns, got.process,
                               r.wall_ns + max(r.duration_ns, 0)))

@@ -6,9 +6,10 @@ not read as a protocol failure (docs/partial-traces.md). Per process, ``holes`` 
 - message-layer records its recorder counted as dropped (``RecorderStats.messages_dropped``),
   or counted as written while the trace holds fewer (a write the file lost, a torn tail);
 - sequence gaps: a send or receive number missing between the first and the last kept one
-  (numbers below the first kept one are a cut window, judged in ``pptrace.analyze.window``);
-- receive ends that are missing although a later receive on the same thread began (the
-  receive returned: its end was lost, it is no wait);
+  (numbers below the first kept one are a cut window, judged in ``pptrace.analyze.window``),
+  per counter: broadcasts are numbered apart from point-to-point messages;
+- receive ends that are missing although a later receive of the same counter on the same thread
+  began (the receive returned: its end was lost, it is no wait);
 - files the reader skipped damaged data in (``Trace.problems``: a corrupt frame, a bad line);
 - whether its stats are final: without them the process was killed or is still running, and
   what it did after its last flush is neither in the trace nor counted.
@@ -41,16 +42,17 @@ class Holes:
     final: bool = True  # final stats: the process shut down and counted everything
     messages_dropped: int = 0  # message records its recorder counted as lost
     unwritten: int = 0  # message records its stats count as exported that the trace lacks
-    send_gaps: int = 0  # send numbers missing inside the kept range
-    recv_gaps: int = 0  # receive numbers missing inside the kept range
+    send_gaps: int = 0  # send numbers missing inside the kept range (broadcasts' too)
+    recv_gaps: int = 0  # receive numbers missing inside the kept range (broadcasts' too)
     lost_ends: tuple[int, ...] = ()  # receives that began, whose end is missing, and returned
+    lost_bends: tuple[int, ...] = ()  # broadcast receives likewise (their own numbers)
     damaged: tuple[str, ...] = ()  # files of it the reader skipped damaged data in
 
     @property
     def lossy(self) -> bool:
         """Something inside the kept window is known to be missing (drops, gaps, damage)."""
         return bool(self.messages_dropped or self.unwritten or self.send_gaps or self.recv_gaps
-                    or self.lost_ends or self.damaged)
+                    or self.lost_ends or self.lost_bends or self.damaged)
 
     def unsure(self, *, failed: bool) -> str:
         """Why a receive that never returned (or ``failed`` at its timeout) may be no wait."""
@@ -80,10 +82,11 @@ class Holes:
             parts.append(plural(self.send_gaps, "send number", "missing"))
         if self.recv_gaps:
             parts.append(plural(self.recv_gaps, "receive number", "missing"))
-        if self.lost_ends:
-            seqs = ", ".join(f"#{s}" for s in self.lost_ends[:5])
-            more = f" and {len(self.lost_ends) - 5} more" if len(self.lost_ends) > 5 else ""
-            parts.append(f"the end of receive {seqs}{more} missing though later receives ran")
+        for what, lost in (("receive", self.lost_ends), ("broadcast receive", self.lost_bends)):
+            if lost:
+                seqs = ", ".join(f"#{s}" for s in lost[:5])
+                more = f" and {len(lost) - 5} more" if len(lost) > 5 else ""
+                parts.append(f"the end of {what} {seqs}{more} missing though later receives ran")
         if self.damaged:
             named = ", ".join(clip(s, 200) for s in self.damaged[:_SOURCES_NAMED])
             others = len(self.damaged) - _SOURCES_NAMED
@@ -100,32 +103,46 @@ def missing_numbers(seqs: Sequence[int] | set[int]) -> int:
     return max(distinct) + 1 - min(distinct) - len(distinct)
 
 
+class _Counter:
+    """One of a process's message counters (its sends, its receives, its broadcast sends or its
+    broadcast receives): the numbers kept, which receives ended, the latest begin per thread."""
+
+    __slots__ = ("begins", "ended", "latest", "seqs")
+
+    def __init__(self) -> None:
+        self.seqs: set[int] = set()
+        self.ended: set[int] = set()
+        self.begins: list[tuple[int, int]] = []  # (seq, thread) of each receive's begin
+        self.latest: dict[int, int] = {}  # thread -> the highest receive seq begun on it
+
+    def lost(self) -> tuple[int, ...]:
+        """Receives whose end is missing though a later one began on the same thread."""
+        # A receive blocks its thread: one that began later on the same thread means it
+        # returned.
+        return tuple(sorted(seq for seq, thread in self.begins
+                            if seq not in self.ended and self.latest[thread] > seq))
+
+
 def _holes(proc: ProcessTrace, damaged: tuple[str, ...]) -> Holes:
     stats = proc.stats
-    # One pass (a trace holds up to millions of message records): the numbers per op, which
-    # receives ended, and the last receive that began on each thread.
+    # One pass (a trace holds up to millions of message records): the numbers per counter,
+    # which receives ended, and the last receive that began on each thread.
     send = MessageOp.SEND
-    sends: set[int] = set()
-    recvs: set[int] = set()
-    ended: set[int] = set()
-    begins: list[tuple[int, int]] = []  # (seq, thread) of each receive's begin
-    latest: dict[int, int] = {}  # thread -> the highest receive seq that began on it
+    sends, recvs, bsends, brecvs = _Counter(), _Counter(), _Counter(), _Counter()
     for m in proc.messages:
         seq = m.seq
         if m.op is send:
-            sends.add(seq)
+            (bsends if m.group else sends).seqs.add(seq)
             continue
-        recvs.add(seq)
+        c = brecvs if m.group else recvs
+        c.seqs.add(seq)
         if m.phase == "begin":
             thread = m.thread_id
-            begins.append((seq, thread))
-            if seq > latest.get(thread, -1):
-                latest[thread] = seq
+            c.begins.append((seq, thread))
+            if seq > c.latest.get(thread, -1):
+                c.latest[thread] = seq
         else:
-            ended.add(seq)
-    # A receive blocks its thread: one that began later on the same thread means it returned.
-    lost = tuple(sorted(seq for seq, thread in begins
-                        if seq not in ended and latest[thread] > seq))
+            c.ended.add(seq)
     # Rotation and a flight ring delete records by design (counted apart, and not per layer:
     # a stage with messages only counts segments, not records): then the count of records
     # written says nothing about the ones kept. A gap inside the kept range is still a hole.
@@ -135,8 +152,9 @@ def _holes(proc: ProcessTrace, damaged: tuple[str, ...]) -> Holes:
                  messages_dropped=stats.messages_dropped if stats is not None else 0,
                  unwritten=max(0, stats.messages_exported - len(proc.messages))
                  if stats is not None and not cut else 0,
-                 send_gaps=missing_numbers(sends), recv_gaps=missing_numbers(recvs),
-                 lost_ends=lost, damaged=damaged)
+                 send_gaps=missing_numbers(sends.seqs) + missing_numbers(bsends.seqs),
+                 recv_gaps=missing_numbers(recvs.seqs) + missing_numbers(brecvs.seqs),
+                 lost_ends=recvs.lost(), lost_bends=brecvs.lost(), damaged=damaged)
 
 
 def find_holes(trace: Trace) -> list[Holes]:

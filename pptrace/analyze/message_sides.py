@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 
 from pptrace.analyze.rules import who
 from pptrace.analyze.summary import Raw
-from pptrace.analyze.waits import labelled, place, wanted
+from pptrace.analyze.waits import labelled, numbered, place, wanted
 from pptrace.model.findings import Category
 from pptrace.model.messages import MessageEvent, MessageOp
 from pptrace.model.records import Direction, RankInfo
@@ -25,12 +25,16 @@ Carried = dict[tuple[int, int], str]
 
 
 def cut_at_start(proc: ProcessTrace) -> bool:
-    """Whether a process's oldest message records are gone: a kept seq above 0 says so; so do
-    segments deleted or a ring overwritten, also when one side kept none at all (every send
-    rotated away while the receives stayed leaves no seq above 0 to say it)."""
-    sends = [m.seq for m in proc.messages if m.op is MessageOp.SEND]
-    recvs = [m.seq for m in proc.messages if m.op is MessageOp.RECV]
-    return min(sends, default=0) > 0 or min(recvs, default=0) > 0 or (
+    """Whether a process's oldest message records are gone: a kept seq above 0 of any of its
+    counters (sends, receives, broadcast sends, broadcast receives) says so; so do segments
+    deleted or a ring overwritten, also when one side kept none at all (every send rotated
+    away while the receives stayed leaves no seq above 0 to say it)."""
+    first: dict[tuple[MessageOp, bool], int] = {}
+    for m in proc.messages:
+        counter = (m.op, m.broadcast)
+        if m.seq < first.get(counter, m.seq + 1):
+            first[counter] = m.seq
+    return any(seq > 0 for seq in first.values()) or (
         proc.stats is not None and bool(proc.stats.rotated_segments or proc.stats.overwritten))
 
 
@@ -51,10 +55,12 @@ class Side:
     prefix: str
     sends: list[MessageEvent] = field(default_factory=list)
     ends: list[MessageEvent] = field(default_factory=list)  # receives that returned or raised
-    begins: dict[int, MessageEvent] = field(default_factory=dict)  # broadcasts' too
+    begins: dict[int, MessageEvent] = field(default_factory=dict)  # receives that began
     cut: bool = False
+    # Its broadcasts, numbered apart from its point-to-point messages (their own seqs).
     bsends: list[MessageEvent] = field(default_factory=list)  # broadcasts this process sourced
     bends: list[MessageEvent] = field(default_factory=list)  # broadcasts it received (ended)
+    bbegins: dict[int, MessageEvent] = field(default_factory=dict)  # broadcast receives begun
 
     @property
     def rank(self) -> RankInfo:
@@ -83,7 +89,7 @@ class Pair:
         what = f"broadcast of {wanted(self.m.kind)}" if self.m.group else labelled(self.m.kind)
         return (f"{what} #{self.m.seq} {who(self.s.rank)} "
                 f"({place(self.s.rank)}) -> {who(self.r.rank)} ({place(self.r.rank)}) "
-                f"(receive #{self.e.seq})")
+                f"({numbered(self.e)})")
 
 
 def carried_by(raws: list[Raw], carried: Carried) -> None:

@@ -53,7 +53,7 @@ from pptrace.analyze.message_sides import Carried, Pair, Side, carried_by, cut_a
 from pptrace.analyze.rules import listed, rank_id, who
 from pptrace.analyze.slices import tp_slices
 from pptrace.analyze.summary import Raw
-from pptrace.analyze.waits import Trail, Wait, judge_waits, place, wanted
+from pptrace.analyze.waits import Trail, Wait, judge_waits, members, numbered, place, wanted
 from pptrace.model.findings import FindingKind, MessageId, Severity
 from pptrace.model.messages import MessageEvent, MessageOp
 from pptrace.model.records import PREFIX, RankInfo
@@ -88,6 +88,7 @@ class _Check:
                  holes: Sequence[Holes]) -> None:
         self.raws, self.complete, self.holes = raws, complete, holes
         self.hole = ""  # why the channel being paired has a hole: its findings are weakened
+        self.unaligned: dict[int, str] = {}  # cut process -> why a channel of it is not paired
         self.sides: list[Side] = []
         self.by_rank: dict[tuple[str, int], Side] = {}
         self.quiet: list[Side] = []
@@ -106,7 +107,7 @@ class _Check:
                 if m.op is SEND:
                     (side.bsends if m.group else side.sends).append(m)
                 elif m.phase == "begin":
-                    side.begins[m.seq] = m
+                    (side.bbegins if m.group else side.begins)[m.seq] = m
                 else:
                     (side.bends if m.group else side.ends).append(m)
             for calls in (side.sends, side.ends, side.bsends, side.bends):
@@ -124,6 +125,8 @@ class _Check:
         self.relabelled: set[tuple[int, int]] = set()  # (process, send seq) sent mislabelled
         self.judge = True  # False: pair only (``message_pairs``), comparing nothing
         self.matches: list[Matched] = []
+        #: each broadcast's send -> the receive it reached on each other member
+        self.broadcasts: dict[MessageId, tuple[MessageId, ...]] = {}
 
     def add(self, kind: FindingKind, message: str, *, ranks: Iterable[int], time_ns: int | None,
             channel: str, subject: str = "", microbatch: int | None = None,
@@ -150,25 +153,32 @@ class _Check:
 
     def per_process(self, side: Side) -> None:
         label = f"{who(side.rank)} ({place(side.rank)})"
-        for m in side.sends:  # a receive that raised is a wait that ended (pptrace.waits)
+        # A receive that raised is a wait that ended (pptrace.waits); a broadcast's source
+        # that raised is a send that raised.
+        for m in side.sends + side.bsends:
             if m.ok:
                 continue
+            to = (f"its group {members(m.group)}" if m.group
+                  else who(self.peer_rank(side, m)))
+            channel = side.prefix + place(side.rank) if m.group else self.channel(side, m)
             self.add(K.MSG_RAISED,
-                     f"{label} send #{m.seq} of {wanted(m.kind)} to "
-                     f"{who(self.peer_rank(side, m))} raised "
+                     f"{label} {numbered(m)} of {wanted(m.kind)} to {to} raised "
                      f"{clip(m.error_type or '', 200)}: {clip(m.error_message or '')}",
-                     ranks=[rank_id(side.rank)], time_ns=m.wall_ns, channel=self.channel(side, m),
-                     subject=m.error_type or "", messages=[MessageId(side.index, m.op, m.seq)])
+                     ranks=[rank_id(side.rank)], time_ns=m.wall_ns, channel=channel,
+                     subject=m.error_type or "", messages=[MessageId.of(side.index, m)])
         self.stash(side, label)
 
     def cut_info(self, side: Side, why: str) -> None:
-        first_send = min((m.seq for m in side.sends), default=None)
-        recvs = [m.seq for m in side.ends] + list(side.begins)
-        kept = [f"send #{first_send}" if first_send is not None else "",
-                f"receive #{min(recvs)}" if recvs else ""]
+        kept = []
+        for what, seqs in (("send", [m.seq for m in side.sends]),
+                           ("receive", [m.seq for m in side.ends] + list(side.begins)),
+                           ("broadcast send", [m.seq for m in side.bsends]),
+                           ("broadcast receive", [m.seq for m in side.bends] + list(side.bbegins))):
+            if seqs:
+                kept.append(f"{what} #{min(seqs)}")
         self.add(K.MSG_CUT,
                  f"{who(side.rank)} ({place(side.rank)}) kept its messages from "
-                 f"{' and '.join(k for k in kept if k)} on (the older ones were rotated away or "
+                 f"{' and '.join(kept)} on (the older ones were rotated away or "
                  f"overwritten): a channel of it is not paired ({why})",
                  ranks=[rank_id(side.rank)],
                  time_ns=min(m.wall_ns for m in side.trace.messages),
@@ -196,7 +206,7 @@ class _Check:
                          f"{note if early else ''}",
                          ranks=[rank_id(side.rank), m.peer], time_ns=m.wall_ns,
                          channel=self.channel(side, m), subject=kind,
-                         messages=[MessageId(side.index, RECV, m.seq)],
+                         messages=[MessageId.of(side.index, m)],
                          severity=Severity.INFO if early else None)
 
     # --- pairs ------------------------------------------------------------------------------
@@ -232,7 +242,6 @@ class _Check:
             if extra and (run, src) in self.ranks:
                 for rside, e in extra:
                     self.unmatched(rside, e, s)
-        unaligned: dict[int, str] = {}  # cut process -> why a channel of it is not paired
         for run, src, dst in sorted(cut):
             s, r = self.by_rank.get((run, src)), self.by_rank.get((run, dst))
             self.hole = across.channel_hole(self.holes, s, r)
@@ -241,10 +250,12 @@ class _Check:
             self.hole = ""
             for end in (s, r):
                 if why and end is not None and end.cut:
-                    unaligned.setdefault(end.index, why)
-        for side in self.sides:
-            if side.index in unaligned:
-                self.cut_info(side, unaligned[side.index])
+                    self.unaligned.setdefault(end.index, why)
+        # Broadcasts are paired by their own counters; only a judging pass needs them.
+        self.broadcasts = check_broadcasts(self) if self.judge else {}
+        for side in self.sides:  # one info per cut process, its first reason
+            if side.index in self.unaligned:
+                self.cut_info(side, self.unaligned[side.index])
         for side in self.sides if self.judge else ():
             for e in side.ends:
                 if (e.ok and not e.stashed and not e.from_stash and e.expected_kind
@@ -264,11 +275,11 @@ class _Check:
     def unmatched(self, r: Side, e: MessageEvent, s: Side | None = None) -> None:
         note = across.unflushed(self.holes, s, e)  # its send may be after the sender's last flush
         self.add(K.MSG_UNMATCHED_RECV,
-                 f"{who(r.rank)} ({place(r.rank)}) received {wanted(e.kind)} (receive "
-                 f"#{e.seq}) from {who(self.peer_rank(r, e))} that has no send of it to pair "
-                 f"with{note}", ranks=[e.peer, rank_id(r.rank)], time_ns=e.wall_ns,
+                 f"{who(r.rank)} ({place(r.rank)}) received {wanted(e.kind)} ({numbered(e)}) "
+                 f"from {who(self.peer_rank(r, e))} that has no send of it to pair with{note}",
+                 ranks=[e.peer, rank_id(r.rank)], time_ns=e.wall_ns,
                  channel=self.channel(r, e), subject=e.kind,
-                 messages=[MessageId(r.index, RECV, e.seq)],
+                 messages=[MessageId.of(r.index, e)],
                  severity=Severity.INFO if note else None)
 
     def aligned(self, s: Side, r: Side) -> str:
@@ -277,8 +288,6 @@ class _Check:
         stashes nothing (every call moves one message), so send #n is receive #n. Else say
         why not."""
         src, dst = rank_id(s.rank), rank_id(r.rank)
-        if s.bsends or s.bends or r.bsends or r.bends:
-            return "a broadcast takes seqs of its own: they are not the channel's"
         if any(m.peer != dst for m in s.sends) or any(
                 e.peer != src for e in r.ends) or any(b.peer != src for b in r.begins.values()):
             return "more than one peer: where the channel starts in its seqs cannot be told"
@@ -329,8 +338,8 @@ class _Check:
                      ranks=[rank_id(side.rank), m.peer], time_ns=m.wall_ns,
                      channel=self.channel(side, m), subject=f"hop:{m.kind}:{','.join(lost)}",
                      microbatch=m.carries_attach,
-                     messages=[MessageId(side.index, RECV, e.seq),
-                               MessageId(side.index, SEND, m.seq)])
+                     messages=[MessageId.of(side.index, e),
+                               MessageId.of(side.index, m)])
 
     def labels(self) -> None:
         """A message whose keys are those of another kind's messages on its channel, not its
@@ -363,8 +372,8 @@ class _Check:
             f"; {who(dst)}'s receive #{where[1].seq}, which asked for "
             f"{wanted(where[1].expected_kind)}, "
             + ("stashed it" if where[1].stashed else "took it") + f" as {wanted(m.kind)}")
-        ids = [MessageId(side.index, SEND, m.seq)] + (
-            [MessageId(where[0].index, RECV, where[1].seq)] if where is not None else [])
+        ids = [MessageId.of(side.index, m)] + (
+            [MessageId.of(where[0].index, where[1])] if where is not None else [])
         self.add(K.MSG_WRONG_KIND,
                  f"{who(side.rank)} ({place(side.rank)}) sent {who(dst)} ({place(dst)}) a message "
                  f"labelled `{clip(m.kind, 60)}` (send #{m.seq}) that carries the keys of its "
@@ -389,7 +398,7 @@ class _Check:
                         "(its trace goes on after the send)"),
                      ranks=[rank_id(side.rank), m.peer], time_ns=m.wall_ns,
                      channel=self.channel(side, m), subject=m.kind,
-                     microbatch=m.carries_attach, messages=[MessageId(side.index, SEND, m.seq)])
+                     microbatch=m.carries_attach, messages=[MessageId.of(side.index, m)])
 
     def wrong_kind(self, side: Side, e: MessageEvent) -> None:
         src = self.peer_rank(side, e)
@@ -399,7 +408,7 @@ class _Check:
                  "goes on as if it held the one it asked for",
                  ranks=[rank_id(side.rank), e.peer], time_ns=e.wall_ns,
                  channel=self.channel(side, e), subject=f"{e.expected_kind}:{e.kind}",
-                 messages=[MessageId(side.index, RECV, e.seq)])
+                 messages=[MessageId.of(side.index, e)])
 
     def compare(self, s: Side, m: MessageEvent, r: Side, e: MessageEvent) -> None:
         """What differs between one send and the receive it paired with."""
@@ -415,26 +424,30 @@ class _Check:
         self.add(kind, message, ranks=[rank_id(p.s.rank), rank_id(p.r.rank)],
                  time_ns=p.m.wall_ns, channel=p.channel, subject=subject,
                  microbatch=p.m.carries_attach, cause=cause,
-                 messages=[MessageId(p.s.index, SEND, p.m.seq),
-                           MessageId(p.r.index, RECV, p.e.seq)])
+                 messages=[MessageId.of(p.s.index, p.m),
+                           MessageId.of(p.r.index, p.e)])
 
     def waits(self) -> None:
         waits: list[Wait] = []
         trails: dict[tuple[str, int], Trail] = {}
         for side in self.sides:
-            ended = {m.seq: m for m in side.ends + side.bends}
             holes = self.holes[side.index]  # a lost end returned: a hole, not a wait
-            for seq, b in sorted(side.begins.items()):
-                end = ended.get(seq)
-                if seq in holes.lost_ends or (end is not None and end.ok):
-                    continue
-                retried = across.retry_of(side.begins.values(), b) if end is not None else None
-                waits.append(Wait(side.index, side.rank, side.run, side.prefix, b, end,
-                                  retried, holes.unsure(failed=end is not None)))
-            last: dict[int, MessageEvent] = {}
-            for m in sorted(side.sends + side.bsends, key=lambda m: m.seq):
-                for peer in m.group or (m.peer,):  # a broadcast went to each member
-                    last[peer] = m
+            # Point-to-point receives and broadcast receives, each by its own numbers.
+            for begins, ends, lost in ((side.begins, side.ends, holes.lost_ends),
+                                       (side.bbegins, side.bends, holes.lost_bends)):
+                ended = {m.seq: m for m in ends}
+                for seq, b in sorted(begins.items()):
+                    end = ended.get(seq)
+                    if seq in lost or (end is not None and end.ok):
+                        continue
+                    retried = across.retry_of(begins.values(), b) if end is not None else None
+                    waits.append(Wait(side.index, side.rank, side.run, side.prefix, b, end,
+                                      retried, holes.unsure(failed=end is not None)))
+            last = {m.peer: m for m in side.sends}  # in seq order: the last one stays
+            for m in side.bsends:  # a broadcast went to each member; numbered apart: by time
+                for peer in m.group:
+                    if peer not in last or last[peer].mono_ns <= m.mono_ns:
+                        last[peer] = m
             trails[(side.run, rank_id(side.rank))] = Trail(
                 side.rank, last, side.last_ns(), self.complete(side.index))
         for side in self.quiet:  # traced, but no message recorded: it sent nothing
@@ -448,16 +461,15 @@ class _Check:
             self.per_process(side)
         self.slices = tp_slices(self.sides, self.add)
         self.pairs()
-        broadcast = check_broadcasts(self)
         self.labels()
         for side in self.sides:  # a hole in a stage's own records shifts its hops too
             self.hole = across.channel_hole(self.holes, side, None)
             self.hops(side)
         self.hole = ""
         self.waits()
-        pairs = {MessageId(s, SEND, seq): MessageId(r.index, RECV, e.seq)
+        pairs = {MessageId(s, SEND, seq): MessageId.of(r.index, e)
                  for (s, seq), (r, e) in self.received.items()}
-        return MessageVerdict(self.carried, pairs, broadcast)
+        return MessageVerdict(self.carried, pairs, self.broadcasts)
 
 
 def check_messages(trace: Trace, raws: list[Raw], runs: Sequence[str], prefixes: Sequence[str],

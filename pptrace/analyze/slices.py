@@ -4,15 +4,13 @@ SGLang's send path sends a tensor whose numel divides by the TP size as this TP 
 and the receiver re-assembles the slices with an all-gather. A tensor that is not
 TP-replicated (its shape, dtype or fingerprint differs across the sending stage's TP ranks for
 the same message) then arrives as a mix of them: silent corruption. The same message is the
-same send seq on each TP rank (they run in lock step), once the seqs its broadcasts took are
-left out. Pure.
+same send seq on each TP rank (they run in lock step). Pure.
 
     slices = tp_slices(sides, add)   # (process, send seq) -> the raw finding's index
 """
 
 from __future__ import annotations
 
-import bisect
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 
@@ -41,25 +39,16 @@ def tp_slices(sides: Sequence[Side], add: AddFn) -> dict[tuple[int, int], int]:
     for group in stages.values():
         group.sort(key=lambda s: (s.rank.tp_rank or 0, s.index))
         ref = group[0]
-        ref_sends = _numbered(ref)
+        ref_sends = {m.seq: m for m in ref.sends}
         for other in group[1:]:
             if other.rank.tp_rank == ref.rank.tp_rank:
                 continue
-            for n, m in _numbered(other).items():
-                base = ref_sends.get(n)
+            for m in other.sends:
+                base = ref_sends.get(m.seq)
                 if base is None or base.kind != m.kind or base.tensors == m.tensors:
                     continue
                 _differ(ref, base, other, m, add, slices)
     return slices
-
-def _numbered(side: Side) -> dict[int, MessageEvent]:
-    """A process's point-to-point sends by their number among them: a broadcast takes a
-    number of the same counter, and only one TP rank of a stage sources it."""
-    if not side.bsends:
-        return {m.seq: m for m in side.sends}
-    broadcasts = [b.seq for b in side.bsends]
-    return {m.seq - bisect.bisect_left(broadcasts, m.seq): m for m in side.sends}
-
 
 def _differ(ref: Side, base: MessageEvent, other: Side, m: MessageEvent, add: AddFn,
             slices: dict[tuple[int, int], int]) -> None:

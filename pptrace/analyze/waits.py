@@ -28,7 +28,7 @@ from pptrace.model.messages import MessageEvent, MessageOp
 from pptrace.model.records import RankInfo
 from pptrace.model.text import clip
 
-__all__ = ["Trail", "Wait", "judge_waits", "labelled", "place", "wanted"]
+__all__ = ["Trail", "Wait", "judge_waits", "labelled", "members", "numbered", "place", "wanted"]
 
 K = FindingKind
 Node = tuple[str, int]  # (run, global rank)
@@ -50,6 +50,17 @@ def labelled(kind: str) -> str:
 def wanted(kind: str) -> str:
     """an ```output``` message, a ```proxy``` message, or a message (one of no kind)."""
     return f"{'an' if kind[:1] in tuple('aeiouAEIOU') else 'a'} {labelled(kind)}"
+
+
+def numbered(m: MessageEvent) -> str:
+    """``send #3``, ``receive #3``, or ``broadcast send #3`` (a broadcast's own numbering)."""
+    what = "send" if m.op is MessageOp.SEND else "receive"
+    return f"{'broadcast ' if m.broadcast else ''}{what} #{m.seq}"
+
+
+def members(group: tuple[int, ...]) -> str:
+    """A broadcast group's global ranks: ``[3, 4, 5]``."""
+    return "[" + ", ".join(map(str, group)) + "]"
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +122,7 @@ def _chain(start: Node, by_node: Mapping[Node, Wait]) -> str:
 
 
 def _ref(w: Wait) -> MessageId:
-    return MessageId(w.process, MessageOp.RECV, w.begin.seq)
+    return MessageId.of(w.process, w.begin)
 
 
 def _peer(w: Wait) -> RankInfo:
@@ -133,17 +144,17 @@ def _hang(w: Wait, by_node: Mapping[Node, Wait], trails: Mapping[Node, Trail],
         ended = (f"and it failed {waited:.3f} s later with {clip(w.end.error_type or '', 200)}: "
                  f"{clip(w.end.error_message or '', 200)}")
     if w.retried is not None:
-        ended += (f", and was retried: its receive #{w.retried.seq} began "
+        ended += (f", and was retried: its {numbered(w.retried)} began "
                   f"{(w.retried.wall_ns - b.wall_ns) / 1e9:.3f} s after this one")
     head = (f"{_label(w.rank)} waits for {wanted(b.expected_kind)} from {_label(peer)} since "
-            f"its receive #{b.seq} began, {ended}")
+            f"its {numbered(b)} began, {ended}")
     if b.peer < 0:
         said = "the peer is unknown"
     elif trail is None:
         said = f"{who(peer)} left no trace (was it traced? did it start?)"
     else:
         last = trail.last_sends.get(me)
-        said = (f"{who(peer)} last sent it {wanted(last.kind)} (send #{last.seq}, "
+        said = (f"{who(peer)} last sent it {wanted(last.kind)} ({numbered(last)}, "
                 f"{_ago(last.wall_ns, b.wall_ns)})" if last is not None else
                 f"{who(peer)} sent it nothing")
         theirs = by_node.get(peer_node)

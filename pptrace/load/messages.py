@@ -17,7 +17,7 @@ from typing import Any
 
 from pptrace.model import messages as M
 from pptrace.model import schema
-from pptrace.model.messages import BadMessageSpan, MessageEvent
+from pptrace.model.messages import BadMessageSpan, MessageEvent, MessageOp
 from pptrace.model.records import RankInfo
 
 __all__ = ["decode_span", "from_json", "in_call_order", "pack", "to_json", "unpack"]
@@ -64,7 +64,9 @@ def decode_span(name: str, attrs: Mapping[str, Any], resource: Mapping[str, Any]
 _F = MessageEvent._fields
 _BY_MONO, _BY_OP, _BY_SEQ, _BY_PHASE = (operator.itemgetter(_F.index(f))
                                         for f in ("mono_ns", "op", "seq", "phase"))
-_IDENT = operator.itemgetter(_F.index("op"), _F.index("seq"), _F.index("phase"))
+# A broadcast is numbered apart from point-to-point messages: its group is part of its identity
+# (empty for a point-to-point event, so files without broadcasts de-duplicate as before).
+_IDENT = operator.itemgetter(*(_F.index(f) for f in ("op", "seq", "phase", "group")))
 
 
 def in_call_order(events: Iterable[MessageEvent]) -> tuple[MessageEvent, ...]:
@@ -81,10 +83,10 @@ def in_call_order(events: Iterable[MessageEvent]) -> tuple[MessageEvent, ...]:
     out.sort(key=_BY_MONO)
     if len(set(map(_IDENT, out))) == len(out):
         return tuple(out)
-    seen: set[tuple[str, int, str]] = set()
+    seen: set[tuple[MessageOp, int, str, tuple[int, ...]]] = set()
     unique = []
     for ev in out:
-        ident = (ev.op.value, ev.seq, ev.phase)
+        ident = _IDENT(ev)
         if ident not in seen:
             seen.add(ident)
             unique.append(ev)

@@ -11,7 +11,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-from pptrace.model.messages import MessageOp
+from pptrace.model.messages import MessageEvent, MessageOp
 from pptrace.model.trace import EventId
 
 __all__ = ["Category", "Finding", "FindingKind", "MessageId", "Severity"]
@@ -184,12 +184,19 @@ del E, A, P, N, R, M
 @dataclass(frozen=True, slots=True)
 class MessageId:
     """A stable reference to one message-layer record: its process (index in
-    ``Trace.processes``), its op and its per-op sequence number (a receive's two phases share
-    it)."""
+    ``Trace.processes``), its op, its sequence number (a receive's two phases share it) and
+    whether it is one end of a broadcast: a process numbers its broadcasts' sends and receives
+    apart from its point-to-point ones, so ``seq`` is unique per (process, op, broadcast)."""
 
     process: int
     op: MessageOp
     seq: int
+    broadcast: bool = False
+
+    @classmethod
+    def of(cls, process: int, event: MessageEvent) -> MessageId:
+        """The reference to ``event`` of process ``process``."""
+        return cls(process, event.op, event.seq, event.broadcast)
 
 
 @dataclass(frozen=True, slots=True)

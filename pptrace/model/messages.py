@@ -13,6 +13,9 @@ demultiplexes on ``__msg_type__``. A ``MessageEvent`` is one send or one receive
   (``peer`` -1: no single peer) and a receive on each other member (``peer``: the source), each
   carrying ``group``, the group's global ranks in group order. A point-to-point event has an
   empty ``group``, so files written before broadcasts were recorded read as they always did.
+  A process numbers its broadcasts apart from its point-to-point messages (a broadcast send
+  counter and a broadcast receive counter of their own), so a channel's seqs stay its own
+  whatever the process broadcasts; ``pptrace.model.findings.MessageId`` tells the two apart.
 
 Every tensor of the dict is described by a ``MessageTensor`` (never its contents), with whether it
 travelled whole or as this TP rank's slice (re-assembled by an all-gather on the receiver). The
@@ -68,7 +71,9 @@ SPAN_NAMES = frozenset({SPAN_SEND, SPAN_RECV, SPAN_RECV_BEGIN})
 # pptrace.model.schema, on the span or the resource as for attach/extract spans).
 OP = "pptrace.msg.op"  # "send" | "recv"
 PHASE = "pptrace.msg.phase"  # "begin" | "end"
-SEQ = "pptrace.msg.seq"  # int, per process and op, from 0; a receive's begin and end share it
+#: int, per process and op, from 0, broadcasts numbered apart from point-to-point messages; a
+#: receive's begin and end share it
+SEQ = "pptrace.msg.seq"
 WALL_NS = "pptrace.msg.wall_ns"  # int, when the call started (wall clock)
 MONO_NS = "pptrace.msg.mono_ns"  # int, time.monotonic_ns at the call
 DURATION_NS = "pptrace.msg.duration_ns"  # int, -1 for a begin

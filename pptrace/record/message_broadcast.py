@@ -5,9 +5,11 @@ every member of a group makes: the source passes its dict, the others get the so
 Each call is recorded by what it is on that process: on the source a send to the whole group
 (``peer`` -1, ``group`` its members' global ranks), on each other member a receive from the
 source, its ``begin`` appended *before* the call blocks (so a member that hangs in a broadcast
-leaves what it waited for, and from whom) and its ``end`` with what arrived. Sends and
-receives take the process's ordinary sequence numbers; the analyzer tells broadcasts apart by
-their ``group`` (``pptrace.analyze.broadcasts``).
+leaves what it waited for, and from whom) and its ``end`` with what arrived. Broadcast sends
+and receives are numbered by counters of their own (``MessageLog.bseq``), apart from the
+process's point-to-point ones, so that a point-to-point channel's seqs stay the channel's own
+(a cut channel is paired by them); the analyzer tells broadcasts apart by their ``group``
+(``pptrace.analyze.broadcasts``).
 
 The guarantees are ``pptrace.record.messages``' wrappers': the same return object, the same
 exception object, no device synchronisation, a failure inside pptrace counted and contained.
@@ -46,7 +48,7 @@ def wrap_broadcast(fn: Callable[..., Any], log: MessageLog, group_of: GroupOf,
     source and the caller (None: no wire traffic, not recorded); the source's dict is
     positional argument ``dict_arg`` (or keyword ``dict_name``)."""
     rec = log.rec
-    sends, recvs = log.seq[_SEND], log.seq[_RECV]
+    sends, recvs = log.bseq[_SEND], log.bseq[_RECV]
     time_ns, mono_ns, ident = time.time_ns, time.monotonic_ns, threading.get_ident
 
     @functools.wraps(fn)

@@ -92,6 +92,9 @@ class MessageLog:
         self.capacity = capacity if capacity is not None else recorder.config.buffer_size
         self._buf: collections.deque[tuple[Any, ...]] = collections.deque()
         self.seq = {_SEND: itertools.count(), _RECV: itertools.count()}
+        # A broadcast's own numbers (``pptrace.record.message_broadcast``): taken from the
+        # point-to-point counters, they would leave a channel's seqs not its own.
+        self.bseq = {_SEND: itertools.count(), _RECV: itertools.count()}
         self._carries = itertools.count()
         self._lock = threading.Lock()
         self.exported = self.dropped = 0

@@ -335,27 +335,29 @@ def _message_layer(trace: Trace, tracks: list[_Track], doc: _Doc, end_ns: int,
                    broadcast_pairs: Mapping[MessageId, tuple[MessageId, ...]]) -> None:
     """Slices per send and receive, a flow from each send to the receive the analyzer paired
     it with (from a broadcast, one to each member's receive), waits to the end."""
-    ends: dict[tuple[int, MessageOp, int], int] = {}  # (process, op, seq) -> its slice
+    ends: dict[MessageId, int] = {}  # a send's or receive's end -> its slice
     for track in tracks:
         proc = trace.processes[track.index]
         messages = _messages(proc)
-        ended = {m.seq for m in messages if m.op is MessageOp.RECV and m.phase == "end"}
-        for m in sorted(messages, key=lambda m: (m.op.value, m.seq, m.phase != "begin")):
+        # A broadcast is numbered apart from point-to-point messages.
+        ended = {(m.broadcast, m.seq) for m in messages
+                 if m.op is MessageOp.RECV and m.phase == "end"}
+        for m in sorted(messages, key=lambda m: (m.op.value, m.broadcast, m.seq,
+                                                 m.phase != "begin")):
             args, thread = _message_args(m, proc), (m.thread_id, MESSAGES)
             if m.op is MessageOp.SEND:
-                ends[(track.index, m.op, m.seq)] = doc.slice(
+                ends[MessageId.of(track.index, m)] = doc.slice(
                     "send", track, thread, m.wall_ns, m.duration_ns, args)
             elif m.phase == "begin":
-                if m.seq not in ended:  # it began and never returned: it waits to the end
+                if (m.broadcast, m.seq) not in ended:  # it never returned: it waits to the end
                     doc.slice(WAITING, track, thread, m.wall_ns, end_ns - m.wall_ns, args)
             else:
-                ends[(track.index, m.op, m.seq)] = doc.slice(
+                ends[MessageId.of(track.index, m)] = doc.slice(
                     "recv", track, thread, m.wall_ns, m.duration_ns, args)
     arrows = [(send, recv) for send, recv in message_pairs.items()]
     arrows += [(send, recv) for send, got in broadcast_pairs.items() for recv in got]
     for send, recv in arrows:
-        a = ends.get((send.process, send.op, send.seq))
-        b = ends.get((recv.process, recv.op, recv.seq))
+        a, b = ends.get(send), ends.get(recv)
         if a is not None and b is not None:
             doc.flow(MESSAGE_FLOW, a, b)
 

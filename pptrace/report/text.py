@@ -109,14 +109,14 @@ def _message_counts(trace: Trace) -> tuple[int, int, int, int]:
     and never ended, across every process."""
     sends = recvs = failed = waiting = 0
     for proc in trace.processes:
-        begun: set[int] = set()
+        begun: set[tuple[bool, int]] = set()  # a broadcast is numbered apart
         for m in proc.messages:
             if m.op is MessageOp.SEND:
                 sends += 1
             elif m.phase == "begin":
-                begun.add(m.seq)
+                begun.add((m.broadcast, m.seq))
             else:
-                begun.discard(m.seq)
+                begun.discard((m.broadcast, m.seq))
                 if m.ok:
                     recvs += 1
                 else:
@@ -319,8 +319,12 @@ def event_ref_json(ref: EventId) -> dict[str, Any]:
 
 
 def message_ref_json(ref: MessageId) -> dict[str, Any]:
-    """A message-layer record reference as the JSON report writes it."""
-    return {"process": ref.process, "op": ref.op.value, "seq": ref.seq}
+    """A message-layer record reference as the JSON report writes it (``broadcast``: true for
+    a broadcast's send or receive, numbered apart from point-to-point ones)."""
+    out: dict[str, Any] = {"process": ref.process, "op": ref.op.value, "seq": ref.seq}
+    if ref.broadcast:
+        out["broadcast"] = True
+    return out
 
 
 def finding_json(f: Finding, cause: int | None = None) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
+from pptrace.analyze.waits import numbered
 from pptrace.model.messages import MessageEvent, MessageOp, MessageTensor
 from pptrace.model.records import PREFIX, RankInfo
 
@@ -75,13 +76,16 @@ def _kind(kind: str) -> str:
 
 
 def _head(index: MessageIndex, s: Selected, p: Palette) -> Text:
-    """``send #2 · rank 2 (pp1) -> rank 0 (pp0)``"""
+    """``send #2 · rank 2 (pp1) -> rank 0 (pp0)`` (``broadcast send #2 · ... -> the group
+    [2, 3]``: a broadcast is numbered apart)"""
     m, me = s.event, s.rank
     here = f"rank {me.rank} ({place(me)})" if me.rank is not None else place(me)
+    if m.op is MessageOp.SEND and m.broadcast:
+        return literal(f"{numbered(m)} · {here} → the group {list(m.group)}", p.head)
     there = _who(index, m.peer, _peer_rank(m, me))
     if m.op is MessageOp.SEND:
-        return literal(f"send #{m.seq} · {here} → {there}", p.head)
-    return literal(f"receive #{m.seq} · {here} ← {there}", p.head)
+        return literal(f"{numbered(m)} · {here} → {there}", p.head)
+    return literal(f"{numbered(m)} · {here} ← {there}", p.head)
 
 
 def _facts(s: Selected) -> dict[str, str]:
@@ -164,8 +168,8 @@ def _last_sent(index: MessageIndex, s: Selected) -> str:
     if process is None:
         return f"rank {m.peer} left no trace"
     for last in reversed(index.trace.processes[process].messages):
-        if last.op is MessageOp.SEND and last.peer == me.rank:
-            return (f"rank {m.peer} last sent it {_kind(last.kind)} (send #{last.seq}, "
+        if last.op is MessageOp.SEND and (last.peer == me.rank or me.rank in last.group):
+            return (f"rank {m.peer} last sent it {_kind(last.kind)} ({numbered(last)}, "
                     f"{since(last.wall_ns - index.t0)})")
     return f"rank {m.peer} sent it nothing"
 
@@ -178,7 +182,7 @@ def _wait(index: MessageIndex, s: Selected, p: Palette) -> Text:
     text = Text(end="")
     text.append("⧗ ", p.wait)
     text.append(literal(f"{who} waits for {want} from "
-                        f"{_who(index, b.peer, _peer_rank(b, me))} since receive #{b.seq} began "
+                        f"{_who(index, b.peer, _peer_rank(b, me))} since {numbered(b)} began "
                         f"({since(b.wall_ns - index.t0)}); ", p.head))
     end = s.event
     if end.phase == "end" and end.error_type is not None:
