@@ -452,7 +452,9 @@ class FileSink:
     def export_messages(self, events: Sequence[MessageEvent], rank: RankInfo,
                         run_id: str) -> None:
         """Write the message layer's events (``pptrace.model.messages``) of the process
-        ``rank``, in one write; they are not attach/extract events (rotation counts none)."""
+        ``rank``, in one write; they are not attach/extract events (rotation counts none).
+        In a version 2 file a receive whose begin and end are both here is one span
+        (``messages.fold_begins``)."""
         if not events:
             return
         self._use(rank, run_id, message=events)
@@ -460,8 +462,9 @@ class FileSink:
                                          self._res)
         constants = {k: v for k, v in own.items() if not k.startswith("pptrace.stats.")}
         spans = [self._span(messages.span_name(ev), *messages.span_times(ev),
-                            {**messages.to_attributes(ev, self._res), **constants})
-                 for ev in events]
+                            {**messages.to_attributes(ev, self._res, both), **constants})
+                 for ev, both in (messages.fold_begins(events) if self._compact
+                                  else ((ev, False) for ev in events))]
         self._out.write_lines(self._lines(spans), 0)
 
     def export_stats(self, stats: RecorderStats) -> None:
