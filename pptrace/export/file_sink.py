@@ -30,6 +30,7 @@ frame of them, in the current segment of a rotated trace.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import operator
 import random
@@ -58,6 +59,7 @@ _CACHE_LIMIT = 50_000
 _TEMPLATE_LIMIT = 1024
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_MASK64 = 2**64 - 1
 _RESOURCE_CONSTANTS = frozenset(schema.RESOURCE_KEYS.values())
 
 
@@ -224,7 +226,12 @@ class FileSink:
         self._head = self._head_of(self._base)
         self._res: dict[str, Any] | None = None
         self._cache: dict[tuple[str, Any], str] = {}
-        self._bits = random.getrandbits
+        # Each span is its own trace, as an SDK span is, but its ids are not random: the
+        # sink's random prefix and a counter. OTLP asks ids to be unique and non-zero, nothing
+        # more; random ones were a sixth of a gzip-compressed call (24 bytes that no
+        # compressor can shrink), a counter's change from one span to the next a few.
+        self._prefix = random.getrandbits(64) | 1
+        self._count = itertools.count(1).__next__
         # Templates hold the converter's context (rank, run id, prefix): they are kept from one
         # flush to the next while it stays the same. ``_seen``: shape -> True once seen, False
         # when no template fits.
@@ -233,6 +240,11 @@ class FileSink:
         self._context: object = None
         #: Templates built (for tests and benchmarks).
         self.templates_built = 0
+
+    def _ids(self) -> tuple[int, int]:
+        """A new span's trace id and span id (unique, never zero; see ``__init__``)."""
+        n = self._count()
+        return (self._prefix << 64) | (n & _MASK64), ((self._prefix + n) & _MASK64) or 1
 
     def _head_of(self, attrs: Mapping[str, Any]) -> str:
         res = _attributes(attrs).lstrip(",")
@@ -309,7 +321,7 @@ class FileSink:
 
     def _span(self, name: str, start: int, end: int, attrs: Mapping[str, Any],
               error: tuple[str, str] | None = None, ids: tuple[int, int] | None = None) -> str:
-        trace, span = ids if ids is not None else (self._bits(128), self._bits(64))
+        trace, span = ids if ids is not None else self._ids()
         text = (f'{{"traceId":"{trace:032x}","spanId":"{span:016x}","name":"{name}",'
                 f'"kind":"SPAN_KIND_INTERNAL","startTimeUnixNano":"{start}",'
                 f'"endTimeUnixNano":"{end}"' + self._attributes(attrs))
@@ -372,7 +384,7 @@ class FileSink:
             self._context = batch.convert.context
         templates = self._templates
         shape = batch.convert.shape
-        bits = self._bits
+        new_ids = self._ids
         head, tail = self._head, self._tail
         lines: list[str] = []
         pieces = [head]
@@ -390,7 +402,7 @@ class FileSink:
                 event = batch.event(i)
                 if event is None:  # the recorder counted it
                     continue
-                ids = (bits(128), bits(64))
+                ids = new_ids()
                 text = self._event_span(event, ids)
                 if found is not None:
                     try:
@@ -409,8 +421,9 @@ class FileSink:
                 pieces.append(text)
             else:
                 _, seq, start, mono, duration, dropped = found
-                render(pieces, f"{bits(128):032x}", f"{bits(64):016x}", start, start + duration,
-                       seq, mono, duration, dropped)
+                trace, span = new_ids()
+                render(pieces, f"{trace:032x}", f"{span:016x}", start, start + duration, seq,
+                       mono, duration, dropped)
         if count:
             pieces.append(tail)
             lines.append("".join(pieces))
