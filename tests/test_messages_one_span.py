@@ -309,3 +309,20 @@ def test_real_flushes_load_the_same_in_either_form(tmp_path: Path) -> None:
                   for p in old.glob("*.gz"))
     kept = sum(p.read_bytes().count(b'"pptrace.recv.begin"') for p in new.glob("*.jsonl"))
     assert kept == written - folded
+
+
+@pytest.mark.slow
+def test_a_receive_that_hangs_leaves_its_begin_as_a_span_of_its_own(tmp_path: Path) -> None:
+    """The hang evidence: a receive blocked past a flush (4 s against 1 s) is on disk as its
+    begin before it returns, so its end, when it comes, stands for itself alone."""
+    result, _ = run_sample(str(tmp_path), ranks=2, steps=4, fault="recv-hangs",
+                           comm_timeout=4.0)
+    assert not result.ok
+    (waiter,) = [p for p in load_paths([str(tmp_path)]).processes if p.rank.pp_rank == 1]
+    ends = {m.seq: m for m in waiter.messages if m.op is MessageOp.RECV and m.phase == "end"}
+    (hung,) = [m.seq for m in waiter.messages if m.op is MessageOp.RECV and m.phase == "begin"
+               and (m.seq not in ends or not ends[m.seq].ok)]
+    (path,) = tmp_path.glob(f"pptrace-rank{waiter.rank.rank}-*.jsonl")
+    spans = [(s["name"], _attrs(s)) for s in _spans(path) if s["name"] in M.SPAN_NAMES]
+    assert (M.SPAN_RECV_BEGIN, hung) in [(n, a[M.SEQ]) for n, a in spans]
+    assert not any(a.get(M.WITH_BEGIN) for n, a in spans if a[M.SEQ] == hung and n == M.SPAN_RECV)
