@@ -12,12 +12,12 @@ prints the spans the files hold per call, and how many receives kept a separate 
 from __future__ import annotations
 
 import argparse
-import gzip
 import os
 import subprocess
 import sys
 import tempfile
 
+from pptrace.load.compressed import CompressedLines, compression_of
 from pptrace.load.loader import load_paths
 from pptrace.model.messages import MessageOp
 
@@ -42,16 +42,14 @@ def measure(directory: str) -> dict[str, int]:
 
 
 def _text(path: str) -> bytes:
-    """A trace file's lines (gzip members joined; zstd frames with ``zstandard``)."""
+    """A trace file's lines, decompressed as the loader does (every gzip member, zstd frame)."""
     with open(path, "rb") as f:
-        data = f.read()
-    if path.endswith(".gz"):
-        return gzip.decompress(data)
-    if path.endswith(".zst"):
-        import zstandard
-
-        return zstandard.ZstdDecompressor().decompressobj().decompress(data)
-    return data
+        head = f.read(4)
+        f.seek(0)
+        kind = compression_of(head)
+        if kind is None:
+            return f.read()
+        return b"".join(CompressedLines(f, kind, path).pieces())
 
 
 def run_demo(out: str, steps: int, compress: str, seed: int) -> None:
