@@ -353,3 +353,26 @@ def test_templates_last_across_flushes_until_the_rank_changes(tmp_path: Path) ->
     assert None in ranks_seen and ranks_seen[-1] == str(RANK.rank)
     # Two shapes, templated once under the guessed rank and once under the final one.
     assert sink.raw.templates_built == 4
+
+
+def test_every_span_has_ids_of_its_own_drawn_from_the_sinks_prefix(tmp_path: Path) -> None:
+    """Templates, records, messages and stats: unique non-zero ids, a trace each (as SDK
+    spans), that share the sink's prefix so that a compressor stores them in a few bytes."""
+    from pptrace.model.messages import MessageEvent, MessageOp
+
+    def body(rec: Recorder, attach: Any, extract: Any) -> None:
+        drive(attach, extract, pairs=20, n=3)
+
+    sink, _, _ = run(tmp_path, body)
+    sink.raw.export_messages([MessageEvent(op=MessageOp.SEND, phase="end", seq=0, peer=0)],
+                             RANK, "run")
+    sink.shutdown(1.0)
+    for name in ("raw.jsonl", "records.jsonl"):
+        ids = [(s["traceId"], s["spanId"]) for line in (tmp_path / name).read_text().splitlines()
+               for rs in json.loads(line)["resourceSpans"] for ss in rs["scopeSpans"]
+               for s in ss["spans"]]
+        assert len(ids) >= 41
+        traces, span_ids = zip(*ids, strict=True)
+        assert len(set(traces)) == len(ids) and len(set(span_ids)) == len(ids)
+        assert all(int(t, 16) and int(s, 16) for t, s in ids)
+        assert len({t[:16] for t in traces}) == 1  # the sink's prefix, then its counter

@@ -16,8 +16,9 @@ and without drops); the next events of that shape are one dict lookup and one st
 with no ``Event`` record built. The template is cut from the ordinary encoding
 (whatever order ``schema.event_to_attributes`` gives) at a shape's second event, and kept only if
 it renders that event exactly as the ordinary encoding does; anything else goes the ordinary way.
-Templates last while the rank and run id do; what they hold of the subject's type (its name,
-whether it has ``to_pp_tensors``) is read when they are made, as each flush's records read it.
+Templates (``pptrace.export.span_templates``) last while the rank and run id do; what they
+hold of the subject's type (its name, whether it has ``to_pp_tensors``) is read when they are
+made, as each flush's records read it.
 
 Each export call is one write (``pptrace.export.segments``): its lines, or one gzip member or zstd
 frame of them, in the current segment of a rotated trace.
@@ -30,18 +31,29 @@ frame of them, in the current segment of a rotated trace.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
-import operator
 import random
-import re
 from collections.abc import Callable, Mapping, Sequence
-from itertools import chain
 from json.encoder import encode_basestring_ascii as _esc  # what json.dumps uses (ensure_ascii)
 from typing import Any, Protocol
 
 from opentelemetry.sdk.resources import Resource
 
 from pptrace.export.segments import TraceSegments
+from pptrace.export.span_templates import (
+    P_DROPPED,
+    P_DUR,
+    P_MONO,
+    P_SEQ,
+    P_SPAN,
+    P_START,
+    P_TRACE,
+    PROBE_RE,
+    PROBES,
+    Render,
+    renderer,
+)
 from pptrace.model import messages, schema
 from pptrace.model.messages import MessageEvent
 from pptrace.model.records import Event, RankInfo, RecorderStats
@@ -58,6 +70,7 @@ _CACHE_LIMIT = 50_000
 _TEMPLATE_LIMIT = 1024
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_MASK64 = 2**64 - 1
 _RESOURCE_CONSTANTS = frozenset(schema.RESOURCE_KEYS.values())
 
 
@@ -105,64 +118,6 @@ def _attributes(attrs: Mapping[str, Any]) -> str:
         return ""
     return ',"attributes":[' + ",".join(
         ['{"key":' + _esc(k) + ',"value":' + _value(v) + "}" for k, v in attrs.items()]) + "]"
-
-#: A template: ``render(out, *values)`` extends the list ``out`` with the span's text, in pieces
-#: (joined once per line), from the values that vary: trace id and span id in hex, start, end,
-#: seq, mono_ns, duration_ns, dropped_before (in this order, as positional arguments).
-Render = Callable[..., None]
-
-# The template of a shape is cut from the encoding of a probe: an event of that shape with these
-# values, whose digits cannot come out of anything else in a span (19 digits within int64;
-# end = start + duration). The check against the ordinary encoding catches any coincidence.
-_P_TRACE, _P_SPAN = int("7ace" * 8, 16), int("5eed" * 4, 16)
-_P_START, _P_DUR = 4_669_201_609_102_990_671, 1_414_213_562_373_095_048
-_P_SEQ, _P_MONO = 3_141_592_653_589_793_238, 2_718_281_828_459_045_235
-_P_DROPPED = 1_732_050_807_568_877_293
-_PROBES = {
-    f"{_P_TRACE:032x}": 0,
-    f"{_P_SPAN:016x}": 1,
-    str(_P_START): 2,
-    str(_P_START + _P_DUR): 3,
-    str(_P_SEQ): 4,
-    str(_P_MONO): 5,
-    str(_P_DUR): 6,
-    str(_P_DROPPED): 7,
-}
-_PROBE_RE = re.compile("|".join(map(re.escape, _PROBES)))
-
-
-def _renderer(parts: list[str], order: list[int]) -> Render | None:
-    """Interleave ``parts`` with the values ``order`` names (None if there are none)."""
-    if len(order) < 2:
-        return None
-    if order == list(range(6)):  # version 2, no drops: ids, times, seq, mono_ns
-
-        s0, s1, s2, s3, s4, s5, s6 = parts
-
-        def render6(out: list[str], a: str, b: str, c: int, d: int, e: int, f: int, g: int,
-                    h: int) -> None:
-            out += (s0, a, s1, b, s2, str(c), s3, str(d), s4, str(e), s5, str(f), s6)
-
-        return render6
-    if order == list(range(8)):  # version 1 without an error, its values in the order passed
-
-        s0, s1, s2, s3, s4, s5, s6, s7, s8 = parts
-
-        def render8(out: list[str], a: str, b: str, c: int, d: int, e: int, f: int, g: int,
-                    h: int) -> None:
-            out += (s0, a, s1, b, s2, str(c), s3, str(d), s4, str(e), s5, str(f), s6, str(g),
-                    s7, str(h), s8)
-
-        return render8
-    pick = operator.itemgetter(*order)
-    head, last = parts[:-1], parts[-1]
-
-    def render(out: list[str], *values: Any) -> None:
-        out += chain.from_iterable(zip(head, map(str, pick(values)), strict=True))
-        out.append(last)
-
-    return render
-
 
 class LineOut(Protocol):
     """Where a ``FileSink`` writes its lines: a ``TraceSegments``, or OTLP's shipper
@@ -224,7 +179,12 @@ class FileSink:
         self._head = self._head_of(self._base)
         self._res: dict[str, Any] | None = None
         self._cache: dict[tuple[str, Any], str] = {}
-        self._bits = random.getrandbits
+        # Each span is its own trace, as an SDK span is, but its ids are not random: the
+        # sink's random prefix and a counter. OTLP asks ids to be unique and non-zero, nothing
+        # more; random ones were a sixth of a gzip-compressed call (24 bytes that no
+        # compressor can shrink), a counter's change from one span to the next a few.
+        self._prefix = random.getrandbits(64) | 1
+        self._count = itertools.count(1).__next__
         # Templates hold the converter's context (rank, run id, prefix): they are kept from one
         # flush to the next while it stays the same. ``_seen``: shape -> True once seen, False
         # when no template fits.
@@ -233,6 +193,11 @@ class FileSink:
         self._context: object = None
         #: Templates built (for tests and benchmarks).
         self.templates_built = 0
+
+    def _ids(self) -> tuple[int, int]:
+        """A new span's trace id and span id (unique, never zero; see ``__init__``)."""
+        n = self._count()
+        return (self._prefix << 64) | (n & _MASK64), ((self._prefix + n) & _MASK64) or 1
 
     def _head_of(self, attrs: Mapping[str, Any]) -> str:
         res = _attributes(attrs).lstrip(",")
@@ -309,7 +274,7 @@ class FileSink:
 
     def _span(self, name: str, start: int, end: int, attrs: Mapping[str, Any],
               error: tuple[str, str] | None = None, ids: tuple[int, int] | None = None) -> str:
-        trace, span = ids if ids is not None else (self._bits(128), self._bits(64))
+        trace, span = ids if ids is not None else self._ids()
         text = (f'{{"traceId":"{trace:032x}","spanId":"{span:016x}","name":"{name}",'
                 f'"kind":"SPAN_KIND_INTERNAL","startTimeUnixNano":"{start}",'
                 f'"endTimeUnixNano":"{end}"' + self._attributes(attrs))
@@ -372,7 +337,7 @@ class FileSink:
             self._context = batch.convert.context
         templates = self._templates
         shape = batch.convert.shape
-        bits = self._bits
+        new_ids = self._ids
         head, tail = self._head, self._tail
         lines: list[str] = []
         pieces = [head]
@@ -390,7 +355,7 @@ class FileSink:
                 event = batch.event(i)
                 if event is None:  # the recorder counted it
                     continue
-                ids = (bits(128), bits(64))
+                ids = new_ids()
                 text = self._event_span(event, ids)
                 if found is not None:
                     try:
@@ -409,8 +374,9 @@ class FileSink:
                 pieces.append(text)
             else:
                 _, seq, start, mono, duration, dropped = found
-                render(pieces, f"{bits(128):032x}", f"{bits(64):016x}", start, start + duration,
-                       seq, mono, duration, dropped)
+                trace, span = new_ids()
+                render(pieces, f"{trace:032x}", f"{span:016x}", start, start + duration, seq,
+                       mono, duration, dropped)
         if count:
             pieces.append(tail)
             lines.append("".join(pieces))
@@ -443,16 +409,18 @@ class FileSink:
         self.templates_built += 1
 
     def _template(self, event: Event) -> Render | None:
-        probe = event._replace(seq=_P_SEQ, start_ns=_P_START, mono_ns=_P_MONO, duration_ns=_P_DUR,
-                               dropped_before=_P_DROPPED if event.dropped_before else 0)
-        text = self._event_span(probe, (_P_TRACE, _P_SPAN))
-        order = [_PROBES[m] for m in _PROBE_RE.findall(text)]
-        return _renderer(_PROBE_RE.split(text), order)
+        probe = event._replace(seq=P_SEQ, start_ns=P_START, mono_ns=P_MONO, duration_ns=P_DUR,
+                               dropped_before=P_DROPPED if event.dropped_before else 0)
+        text = self._event_span(probe, (P_TRACE, P_SPAN))
+        order = [PROBES[m] for m in PROBE_RE.findall(text)]
+        return renderer(PROBE_RE.split(text), order)
 
     def export_messages(self, events: Sequence[MessageEvent], rank: RankInfo,
                         run_id: str) -> None:
         """Write the message layer's events (``pptrace.model.messages``) of the process
-        ``rank``, in one write; they are not attach/extract events (rotation counts none)."""
+        ``rank``, in one write; they are not attach/extract events (rotation counts none).
+        In a version 2 file a receive whose begin and end are both here is one span
+        (``messages.fold_begins``)."""
         if not events:
             return
         self._use(rank, run_id, message=events)
@@ -460,8 +428,9 @@ class FileSink:
                                          self._res)
         constants = {k: v for k, v in own.items() if not k.startswith("pptrace.stats.")}
         spans = [self._span(messages.span_name(ev), *messages.span_times(ev),
-                            {**messages.to_attributes(ev, self._res), **constants})
-                 for ev in events]
+                            {**messages.to_attributes(ev, self._res, both), **constants})
+                 for ev, both in (messages.fold_begins(events) if self._compact
+                                  else ((ev, False) for ev in events))]
         self._out.write_lines(self._lines(spans), 0)
 
     def export_stats(self, stats: RecorderStats) -> None:

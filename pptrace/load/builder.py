@@ -215,11 +215,11 @@ class TraceBuilder:
             bucket.append(ev)
         self.accepted += len(events)
 
-    def add_message(self, rank: RankInfo, message: MessageEvent) -> None:
-        """Add a decoded message-layer event to its process."""
+    def add_message(self, rank: RankInfo, *messages: MessageEvent) -> None:
+        """Add the message-layer events decoded from one span to their process."""
         rank = self.intern_rank(rank)
         key = process_key(rank)
-        self.messages.setdefault(key, []).append(message)
+        self.messages.setdefault(key, []).extend(messages)
         if self._noted.get(key) != (rank, self.source):
             self._note_process(key, rank)
         self.accepted += 1
@@ -252,12 +252,12 @@ class TraceBuilder:
         if name in MESSAGE_SPANS:
             self._check_version(attrs, resource)
             try:
-                rank, _, message = load_messages.decode_span(name, attrs, resource, start_ns,
-                                                             end_ns)
+                rank, _, messages = load_messages.decode_span(name, attrs, resource, start_ns,
+                                                              end_ns)
             except BadMessageSpan as exc:
                 self.problem(f"skipped a {name} span: {exc}")
                 return
-            self.add_message(rank, message)
+            self.add_message(rank, *messages)
             return
         if name == schema.SPAN_STATS:
             self._check_version(attrs, resource)

@@ -283,7 +283,7 @@ class FastLines:
             for item in others:
                 if isinstance(item, dict):
                     otlp_span(item, service, resource, b)
-                elif type(item) is tuple:  # (rank, message) of a cached message shape
+                elif type(item) is tuple:  # (rank, *messages) of a cached message shape
                     b.add_message(*item)
                 else:
                     b.add_event(item)

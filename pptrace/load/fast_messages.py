@@ -7,10 +7,11 @@ cuts those numbers out of the span's text and uses the rest as the key of a cach
 template events: a hit is the template with the numbers put back (its keys and tensors shared,
 so a million messages hold a few thousand tuples); a miss is parsed and decoded the ordinary way
 (``pptrace.load.messages.decode_span``), and cached only when the numbers cut out rebuild exactly
-the event the decoder made of the whole span.
+the event the decoder made of the whole span. A receive's end that stands for its begin too
+(``pptrace.msg.with_begin``, part of the shape's text) gives its begin as the decoder does.
 
     cache = MessageShapes()
-    item = cache.span(chunk, head, resource)  # (rank, event); a span to parse; False: no message
+    item = cache.span(chunk, head, resource)  # (rank, *events); a span to parse; False: none
 """
 
 from __future__ import annotations
@@ -55,8 +56,9 @@ _F_SEQ, _F_WALL, _F_MONO, _F_DUR = (_FIELDS.index(f) for f in
 _MAX_SHAPES = 50_000
 _new = tuple.__new__
 
-# (rank, template event, compact: version 2 rebuilds the wall clock and duration from the times)
-_Shape = tuple[RankInfo, MessageEvent, bool]
+# (rank, template event, compact: version 2 rebuilds the wall clock and duration from the times,
+# with_begin: the span stands for its receive's begin too)
+_Shape = tuple[RankInfo, MessageEvent, bool, bool]
 
 
 def _number(v: bytes) -> bool:
@@ -121,10 +123,10 @@ class MessageShapes:
         self.decodes = 0  # spans decoded the ordinary way (one per shape, and what is not cut)
 
     def span(self, chunk: bytes, head: int, resource: Mapping[str, Any]
-             ) -> tuple[RankInfo, MessageEvent] | dict[str, Any] | bool | None:
-        """(rank, event) of a cached shape, the parsed span of a new or uncacheable one (for
-        the ordinary path to read), None when the text is not one span object, False when it
-        is not a message span's."""
+             ) -> tuple[Any, ...] | dict[str, Any] | bool | None:
+        """(rank, its events) of a cached shape, the parsed span of a new or uncacheable one
+        (for the ordinary path to read), None when the text is not one span object, False when
+        it is not a message span's."""
         cut = _cut(chunk)
         if cut is None:
             return self._parse(chunk) if _NAME.match(chunk) is not None else False
@@ -136,7 +138,10 @@ class MessageShapes:
             return self._learn(chunk, key, v, resource)
         if shape is None:
             return self._parse(chunk)
-        return shape[0], _rebuild(shape, v)
+        event = _rebuild(shape, v)
+        if shape[3]:
+            return shape[0], M.begin_of(event), event
+        return shape[0], event
 
     def _parse(self, chunk: bytes) -> dict[str, Any] | None:
         self.decodes += 1
@@ -159,11 +164,13 @@ class MessageShapes:
             attrs = attributes(span.get("attributes", []))
             start = to_int(span.get("startTimeUnixNano", 0), "start")
             end = to_int(span.get("endTimeUnixNano", start), "end")
-            rank, _, ev = load_messages.decode_span(span["name"], attrs, resource, start, end)
+            rank, _, events = load_messages.decode_span(span["name"], attrs, resource, start,
+                                                        end)
         except (BadShape, BadMessageSpan, RecursionError, KeyError, TypeError):
             return span  # the ordinary path reports it
         compact = M.OP not in attrs and compact_against(resource) is not None
-        shape = (rank, ev, compact)
+        ev = events[-1]
+        shape = (rank, ev, compact, len(events) == 2)
         if _rebuild(shape, v) == ev:
             self.shapes[key] = shape
         return span  # (read the ordinary way once: its version checked, its process noted)
@@ -171,7 +178,7 @@ class MessageShapes:
 
 def _rebuild(shape: _Shape, v: list[bytes | None]) -> MessageEvent:
     """The template with the numbers of one span, as ``from_attributes`` derives them."""
-    _, t, compact = shape
+    _, t, compact, _ = shape
     start, end = int(v[_START]), int(v[_END])  # type: ignore[arg-type]
     values = list(t)
     values[_F_SEQ] = int(v[_SEQ])  # type: ignore[arg-type]

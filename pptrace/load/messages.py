@@ -1,11 +1,13 @@
 """Read the message layer's spans (``pptrace.send``, ``pptrace.recv.begin``, ``pptrace.recv``).
 
 A message span becomes a ``MessageEvent`` of its process (``ProcessTrace.messages``), in call
-order. The process's constants (rank, host, pid, run id, schema version) are read as for
-attach/extract spans: on the span (schema version 1) or on its resource (version 2). A span that
+order; a receive's end marked ``pptrace.msg.with_begin`` becomes two, its begin
+(``pptrace.model.messages.begin_of``) and itself, as if the begin had its own span. The
+process's constants (rank, host, pid, run id, schema version) are read as for attach/extract
+spans: on the span (schema version 1) or on its resource (version 2). A span that
 cannot be a message event is an input problem of its file, named by what is wrong.
 
-    process, event = decode_span("pptrace.send", attrs, resource, start_ns, end_ns)
+    process, run_id, events = decode_span("pptrace.send", attrs, resource, start_ns, end_ns)
     ordered = in_call_order(events)
 """
 
@@ -43,10 +45,12 @@ def _opt_int(attrs: Mapping[str, Any], resource: Mapping[str, Any], key: str) ->
 
 def decode_span(name: str, attrs: Mapping[str, Any], resource: Mapping[str, Any],
                 start_ns: int = 0, end_ns: int | None = None
-                ) -> tuple[RankInfo, str, MessageEvent]:
-    """(the process's rank, its run id, the event) of one message span (whose times rebuild
-    what a trace file's version 2 span leaves out); ``BadMessageSpan`` naming what is wrong."""
+                ) -> tuple[RankInfo, str, tuple[MessageEvent, ...]]:
+    """(the process's rank, its run id, the events) of one message span (whose times rebuild
+    what a trace file's version 2 span leaves out): the span's event, after its begin when it
+    stands for that too; ``BadMessageSpan`` naming what is wrong."""
     event = M.from_attributes(attrs, name, resource, start_ns, end_ns)
+    events = (M.begin_of(event), event) if M.implies_begin(attrs, name) else (event,)
     host = _constant(attrs, resource, schema.HOST)
     pid = _opt_int(attrs, resource, schema.PID)
     run_id = _constant(attrs, resource, schema.RUN_ID)
@@ -58,7 +62,7 @@ def decode_span(name: str, attrs: Mapping[str, Any], resource: Mapping[str, Any]
     ranks = [_opt_int(attrs, resource, key) for key in _RANK_KEYS]
     rank = RankInfo(rank=ranks[0], world_size=ranks[1], pp_rank=ranks[2], pp_size=ranks[3],
                     tp_rank=ranks[4], tp_size=ranks[5], host=host, pid=pid, instance=instance)
-    return rank, run_id if isinstance(run_id, str) else "", event
+    return rank, run_id if isinstance(run_id, str) else "", events
 
 
 _F = MessageEvent._fields

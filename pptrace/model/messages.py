@@ -8,7 +8,8 @@ demultiplexes on ``__msg_type__``. A ``MessageEvent`` is one send or one receive
 - a send is one event (``phase`` ``"end"``), recorded when the send call returns;
 - a receive is two: ``"begin"`` recorded *before* the call blocks (so a rank that hangs in a
   receive leaves evidence of what it waited for, and from whom), then ``"end"`` with what
-  arrived. Both carry the same ``seq``;
+  arrived. Both carry the same ``seq``, and the begin is the end's call before anything
+  arrived (``begin_of``);
 - a broadcast (one source, every other member of a group receives) is a send on the source
   (``peer`` -1: no single peer) and a receive on each other member (``peer``: the source), each
   carrying ``group``, the group's global ranks in group order. A point-to-point event has an
@@ -31,6 +32,20 @@ name, times and resource say and what follows from the rest, by the rules of
 ``pptrace.model.derived``; ``from_attributes`` rebuilds it, given the same name, times and
 resource. OTLP spans (Jaeger) are written whole: Jaeger keeps microseconds, and its tag search
 wants every attribute.
+
+A receive in a trace file is one span when it can be (``fold_begins``): a flush that holds both
+a receive's begin and its end (same process: a flush is one process's; op ``recv``, same
+``seq``) writes the end alone, marked ``WITH_BEGIN``, and the begin is left out, for the end
+gives it back (``begin_of``: same seq, call start, thread, peer and expectation; nothing
+arrived yet). A begin whose end is not in its flush (the receive blocked across it, or never
+returned) is written alone, as it always was: that is the hang evidence. The rule a reader
+follows is local to one span: an end marked ``WITH_BEGIN`` stands for two events, its begin and
+itself; every other span for one. Nothing depends on read order, on which file or segment a
+span is in, or on another span being read: a begin and its marked end are in one write, so no
+rotation parts them, and a line read twice gives the same pair twice, which the loader keeps
+once, as it keeps any event read twice. Files written before the marker have none, so they
+read as they always did, a begin being an event only where its span is. OTLP spans are never
+folded (a Jaeger user sees both spans).
 """
 
 from __future__ import annotations
@@ -49,10 +64,14 @@ __all__ = [
     "SPAN_RECV",
     "SPAN_RECV_BEGIN",
     "SPAN_SEND",
+    "WITH_BEGIN",
     "MessageEvent",
     "MessageOp",
     "MessageTensor",
+    "begin_of",
+    "fold_begins",
     "from_attributes",
+    "implies_begin",
     "span_name",
     "span_times",
     "to_attributes",
@@ -99,6 +118,8 @@ T_IS_TENSOR = "pptrace.msg.tensor.is_tensor"  # bool[]
 T_FINGERPRINTS = "pptrace.msg.tensor.fingerprints"  # str[], only when fingerprinting is on
 ERROR_TYPE = "pptrace.msg.error.type"  # str, only when the call raised
 ERROR_MESSAGE = "pptrace.msg.error.message"  # str
+#: bool, only ever true: this end span stands for its receive's begin too (``fold_begins``)
+WITH_BEGIN = "pptrace.msg.with_begin"
 
 AttributeValue = str | bool | int | float | Sequence[str] | Sequence[bool] | Sequence[int]
 
@@ -188,6 +209,38 @@ def span_times(event: MessageEvent) -> tuple[int, int]:
     return event.wall_ns, event.wall_ns + max(event.duration_ns, 0)
 
 
+def begin_of(end: MessageEvent) -> MessageEvent:
+    """The begin a receive's wrapper recorded before the call whose ``end`` this is."""
+    return MessageEvent(
+        op=MessageOp.RECV, phase="begin", seq=end.seq, wall_ns=end.wall_ns, mono_ns=end.mono_ns,
+        duration_ns=-1, thread_id=end.thread_id, peer=end.peer, peer_pp_rank=end.peer_pp_rank,
+        peer_tp_rank=end.peer_tp_rank, expected_kind=end.expected_kind,
+        gather_size=end.gather_size, group=end.group)
+
+
+def fold_begins(events: Sequence[MessageEvent]) -> list[tuple[MessageEvent, bool]]:
+    """One flush's events as spans to write: (event, whether it stands for its begin too).
+
+    A receive's begin is left out when its end comes after it in ``events`` and gives it back
+    exactly (``begin_of``); everything else is kept as it is, in order.
+    """
+    begins: dict[int, int] = {}  # seq -> the index of its receive's begin
+    for i, ev in enumerate(events):
+        if ev.phase == "begin" and ev.op is MessageOp.RECV:
+            begins.setdefault(ev.seq, i)
+    left_out: set[int] = set()
+    marked: set[int] = set()
+    if begins:
+        for j, ev in enumerate(events):
+            if ev.phase != "end" or ev.op is not MessageOp.RECV:
+                continue
+            at = begins.get(ev.seq)
+            if at is not None and at < j and at not in left_out and begin_of(ev) == events[at]:
+                left_out.add(at)
+                marked.add(j)
+    return [(ev, j in marked) for j, ev in enumerate(events) if j not in left_out]
+
+
 def _implied_duration(phase: object, start_ns: int, end_ns: int) -> int:
     """A compact span's duration: -1 for a begin, its span's length for an end."""
     return -1 if phase == "begin" else end_ns - start_ns
@@ -199,9 +252,10 @@ def _is_tensor(dtype: str) -> bool:
     return dtype in ITEMSIZES
 
 
-def to_attributes(event: MessageEvent,
-                  resource: Mapping[str, Any] | None = None) -> dict[str, AttributeValue]:
-    """A message event as span attributes (the inverse of ``from_attributes``).
+def to_attributes(event: MessageEvent, resource: Mapping[str, Any] | None = None,
+                  with_begin: bool = False) -> dict[str, AttributeValue]:
+    """A message event as span attributes (the inverse of ``from_attributes``); ``with_begin``:
+    a receive's end that stands for its begin too (``fold_begins``), marked ``WITH_BEGIN``.
 
     Under a version 2 ``resource`` (a trace file's, whose span times are exact nanoseconds and
     whose span names are read back) the span leaves out: ``OP`` and ``PHASE`` (the span name
@@ -265,7 +319,24 @@ def to_attributes(event: MessageEvent,
     if event.error_type is not None:
         out[ERROR_TYPE] = event.error_type
         out[ERROR_MESSAGE] = event.error_message or ""
+    if with_begin:
+        if event.op is not MessageOp.RECV or event.phase != "end":
+            raise ValueError(f"only a receive's end stands for its begin, not a {event.op.value} "
+                             f"{event.phase}")
+        out[WITH_BEGIN] = True
     return out
+
+
+def implies_begin(attrs: Mapping[str, object], name: str) -> bool:
+    """Whether a message span stands for its receive's begin too (``BadMessageSpan`` when its
+    ``WITH_BEGIN`` is not ``true`` on a ``pptrace.recv``)."""
+    value = attrs.get(WITH_BEGIN)
+    if value is None:
+        return False
+    if value is not True or name != SPAN_RECV:
+        raise BadMessageSpan(f"{WITH_BEGIN}: {value!r:.20} on a {name} span (only true, and only "
+                             f"on a {SPAN_RECV})")
+    return True
 
 
 class BadMessageSpan(ValueError):

@@ -116,8 +116,10 @@ class _Collect:
                                                    name=name)
                 self._group(event.rank, event.run_id, resource).events.append(event)
             elif name in MESSAGE_SPANS:
-                rank, run_id, message = decode_span(name, attrs, resource, start_ns, end_ns)
-                self._group(rank, run_id, resource).messages.append(message)
+                # A span that stands for a receive's begin too gives both: OTLP gets the begin
+                # span the file left out, as the in-process OTLP path sends it.
+                rank, run_id, messages = decode_span(name, attrs, resource, start_ns, end_ns)
+                self._group(rank, run_id, resource).messages.extend(messages)
             elif name == schema.SPAN_STATS:
                 stats = schema.attributes_to_stats(attrs, resource=resource)
                 self._group(stats.rank, stats.run_id, resource).stats.append(stats)

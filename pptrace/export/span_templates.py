@@ -1,0 +1,80 @@
+"""Span templates: a shape's span text with holes for what varies, cut from a probe's encoding.
+
+``pptrace.export.file_sink`` encodes one event of each shape the ordinary way with the probe's
+values (``P_*``, digits that cannot come out of anything else in a span), splits the text at
+them (``PROBE_RE``) and keeps ``renderer(parts, order)``: the next events of that shape are one
+call each, with no record built.
+
+    parts, order = PROBE_RE.split(text), [PROBES[m] for m in PROBE_RE.findall(text)]
+    render = renderer(parts, order)     # render(out, trace_hex, span_hex, start, end, ...)
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from collections.abc import Callable
+from itertools import chain
+from typing import Any
+
+__all__ = [
+    "PROBES", "PROBE_RE", "P_DROPPED", "P_DUR", "P_MONO", "P_SEQ", "P_SPAN", "P_START", "P_TRACE",
+    "Render", "renderer",
+]
+
+#: A template: ``render(out, *values)`` extends the list ``out`` with the span's text, in pieces
+#: (joined once per line), from the values that vary: trace id and span id in hex, start, end,
+#: seq, mono_ns, duration_ns, dropped_before (in this order, as positional arguments).
+Render = Callable[..., None]
+
+# The template of a shape is cut from the encoding of a probe: an event of that shape with these
+# values, whose digits cannot come out of anything else in a span (19 digits within int64;
+# end = start + duration). The check against the ordinary encoding catches any coincidence.
+P_TRACE, P_SPAN = int("7ace" * 8, 16), int("5eed" * 4, 16)
+P_START, P_DUR = 4_669_201_609_102_990_671, 1_414_213_562_373_095_048
+P_SEQ, P_MONO = 3_141_592_653_589_793_238, 2_718_281_828_459_045_235
+P_DROPPED = 1_732_050_807_568_877_293
+PROBES = {
+    f"{P_TRACE:032x}": 0,
+    f"{P_SPAN:016x}": 1,
+    str(P_START): 2,
+    str(P_START + P_DUR): 3,
+    str(P_SEQ): 4,
+    str(P_MONO): 5,
+    str(P_DUR): 6,
+    str(P_DROPPED): 7,
+}
+PROBE_RE = re.compile("|".join(map(re.escape, PROBES)))
+
+
+def renderer(parts: list[str], order: list[int]) -> Render | None:
+    """Interleave ``parts`` with the values ``order`` names (None if there are none)."""
+    if len(order) < 2:
+        return None
+    if order == list(range(6)):  # version 2, no drops: ids, times, seq, mono_ns
+
+        s0, s1, s2, s3, s4, s5, s6 = parts
+
+        def render6(out: list[str], a: str, b: str, c: int, d: int, e: int, f: int, g: int,
+                    h: int) -> None:
+            out += (s0, a, s1, b, s2, str(c), s3, str(d), s4, str(e), s5, str(f), s6)
+
+        return render6
+    if order == list(range(8)):  # version 1 without an error, its values in the order passed
+
+        s0, s1, s2, s3, s4, s5, s6, s7, s8 = parts
+
+        def render8(out: list[str], a: str, b: str, c: int, d: int, e: int, f: int, g: int,
+                    h: int) -> None:
+            out += (s0, a, s1, b, s2, str(c), s3, str(d), s4, str(e), s5, str(f), s6, str(g),
+                    s7, str(h), s8)
+
+        return render8
+    pick = operator.itemgetter(*order)
+    head, last = parts[:-1], parts[-1]
+
+    def render(out: list[str], *values: Any) -> None:
+        out += chain.from_iterable(zip(head, map(str, pick(values)), strict=True))
+        out.append(last)
+
+    return render
