@@ -58,11 +58,25 @@ def _last_stage(trace: Trace) -> set[int]:
     return {i for i, p in enumerate(trace.processes) if p.rank.pp_rank == last}
 
 
-def _said(result: Analysis) -> list[tuple[Any, ...]]:
+def _width_ns(result: Analysis) -> float:
+    """The widest bound the alignment gives one clock (0 when nothing bounds it both ways)."""
+    widths = [u.offset.high_ns - u.offset.low_ns for u in result.clocks.units]
+    return max((w for w in widths if w != float("inf")), default=0.0)
+
+
+def _said(result: Analysis, within_ns: float = 0.0) -> list[tuple[Any, ...]]:
     """Every finding as the report names it, its seconds left out (they move within the
-    alignment's uncertainty; "before" and "after" must not)."""
-    return sorted((f.kind.value, f.channel, f.ranks, f.microbatch, f.cascade,
-                   re.sub(r"\d+\.\d{3} s", "N s", f.message)) for f in result.findings)
+    alignment's uncertainty; "before" and "after" must not, except for two times closer than
+    ``within_ns``, the alignments' bounds: their order across hosts is not known, a limit
+    docs/multi-node.md states)."""
+    def text(message: str) -> str:
+        def when(m: re.Match[str]) -> str:
+            close = float(m.group(1)) * 1e9 <= within_ns
+            return "N s ~" if close else f"N s {m.group(2)}"
+        return re.sub(r"\d+\.\d{3} s", "N s",
+                      re.sub(r"(\d+\.\d{3}) s (before|after)", when, message))
+    return sorted((f.kind.value, f.channel, f.ranks, f.microbatch, f.cascade, text(f.message))
+                  for f in result.findings)
 
 
 def _first(result: Analysis) -> tuple[Any, ...] | None:
@@ -90,7 +104,8 @@ def test_a_hosts_clock_skew_changes_no_finding(fault: str) -> None:
                 f"{skew / MS:+.0f} ms"
         assert result.clocks.applied and result.clocks.consistent, where
         assert result.clocks.by == "host", where
-        assert _said(result) == _said(base), where
+        within = _width_ns(base) + _width_ns(result)
+        assert _said(result, within) == _said(base, within), where
         assert _first(result) == _first(base), where
         assert backwards(result.trace, result.message_pairs) == [], where
         doc = to_chrome_trace(result.trace, result.findings, pairs=result.pairs,
