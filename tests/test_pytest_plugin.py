@@ -385,10 +385,10 @@ def test_a_failure_inside_pptrace_is_said_once_and_fails_no_test(inner: pytest.P
     inner.makeconftest('''
 import pptrace.analyze.analyzer
 
-def _broken(trace):
+def _broken(trace, **options):
     raise RuntimeError("the analyzer broke")
 
-pptrace.analyze.analyzer.analyze = _broken
+pptrace.analyze.analyzer.analysis = _broken  # what the plugin calls
 ''')
     inner.makepyfile(test_in=IN_PROCESS)
     result = inner.runpytest_subprocess("--pptrace", "-p", "no:cacheprovider", "-k",
