@@ -64,7 +64,9 @@ for step in range({STEPS}):
     else:
         dist.recv_object_list(box, src=2 + tp)
         out = extract(box[0], Observer())
-        print("result", rank, step, float(out.named["scores"].sum()), flush=True)
+        # One write a line: stage 0's two ranks share torchrun's stdout, and print() writes its
+        # pieces separately when the output is unbuffered, so lines interleaved mid-line.
+        os.write(1, f"result {{rank}} {{step}} {{float(out.named['scores'].sum())}}\\n".encode())
 dist.barrier()
 dist.destroy_process_group()
 """
