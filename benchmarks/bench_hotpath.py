@@ -24,6 +24,10 @@ compares variants measured within the same few milliseconds):
 - ``reads only``: not a tracer: what a plain Python wrapper pays to read what every pptrace
   event needs (keys before and after, three clock reads, shape, dtype, device and contiguity of
   each tensor), with nothing kept.
+- ``refs only``: not a tracer either: a plain Python wrapper that reads the keys and clocks,
+  keeps references to the values instead of reading their metadata, and appends one tuple to a
+  deque: what the caller would pay if the metadata were read later, on the recorder thread
+  (pptrace does not: see docs/performance.md, "What runs on the engine's thread").
 
 A loop that only builds the per-call dict is timed too and subtracted from every variant, so the
 ratios compare the functions themselves. Each figure is given as the calling thread's CPU time
@@ -35,6 +39,7 @@ in microseconds of CPU per event.
 from __future__ import annotations
 
 import argparse
+import collections
 import gc
 import itertools
 import statistics
@@ -142,6 +147,32 @@ def reads_only(attach: Callable[..., Any], extract: Callable[..., Any]
     return read_attach, read_extract
 
 
+def refs_only(attach: Callable[..., Any], extract: Callable[..., Any]
+              ) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """Keys, clocks and references to the values, one tuple appended: no metadata read."""
+    keys, items, time_ns, mono_ns = dict.keys, dict.items, time.time_ns, time.monotonic_ns
+    kept: collections.deque[Any] = collections.deque(maxlen=4096)
+    keep = kept.append
+
+    def refs_attach(tensors: Any, output: Any) -> Any:
+        before = tuple(keys(tensors))
+        wall, t0 = time_ns(), mono_ns()
+        result = attach(tensors, output)
+        dur = mono_ns() - t0
+        keep((0, wall, t0, dur, before, tuple(items(tensors)), type(output), result is None))
+        return result
+
+    def refs_extract(tensors: Any, observer: Any) -> Any:
+        held = tuple(items(tensors))
+        wall, t0 = time_ns(), mono_ns()
+        result = extract(tensors, observer)
+        dur = mono_ns() - t0
+        keep((1, wall, t0, dur, held, tuple(keys(tensors)), type(observer), result is None))
+        return result
+
+    return refs_attach, refs_extract
+
+
 def timed_loop(attach: Callable[..., Any] | None, extract: Callable[..., Any] | None,
                output: Output, observer: Observer, calls: int) -> tuple[float, float]:
     """(CPU, wall) nanoseconds over ``calls`` attach+extract pairs (GC off).
@@ -206,6 +237,7 @@ def run(n: int, repeats: int, calls: int, tmp: str) -> None:
         **python_reads,
         "otel-span": naive_peer(*bare, provider),
         "reads only": reads_only(*bare),
+        "refs only": refs_only(*bare),
     }
     output, observer = Output(n), Observer()
     names = list(variants)

@@ -40,11 +40,27 @@ def hex_ids(node: Any) -> None:
             hex_ids(value)
 
 
-def official_line(spans: Sequence[ReadableSpan]) -> str:
-    """The spans as one OTLP/JSON ``TracesData`` line, through the official encoder."""
+def official_line(spans: Sequence[ReadableSpan], compact: bool = False) -> str:
+    """The spans as one OTLP/JSON ``TracesData`` line, through the official encoder;
+    ``compact``: with a compact trace file's envelope (``compact_envelope``)."""
     data = json_format.MessageToDict(encode_spans(spans), preserving_proto_field_name=False)
     hex_ids(data)
+    if compact:
+        compact_envelope(data)
     return json.dumps(data, separators=(",", ":"), ensure_ascii=True)
+
+
+def compact_envelope(data: dict[str, Any]) -> None:
+    """A compact trace file's span envelope, in place: the kind by its enum number (OTLP/JSON
+    takes either), no empty status (its default), no flags."""
+    for rs in data.get("resourceSpans", ()):
+        for ss in rs.get("scopeSpans", ()):
+            for span in ss.get("spans", ()):
+                if span.get("kind") == "SPAN_KIND_INTERNAL":
+                    span["kind"] = 1
+                if span.get("status") == {}:
+                    del span["status"]
+                span.pop("flags", None)
 
 
 def without_ids(line: str) -> str:

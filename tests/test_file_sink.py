@@ -133,7 +133,8 @@ class Oracle:
         lines, at = [], 0
         for n in (n for n in self.calls if n >= 0):
             for start in range(0, n, SPANS_PER_LINE):
-                lines.append(official_line(spans[at + start:at + min(n, start + SPANS_PER_LINE)]))
+                lines.append(official_line(spans[at + start:at + min(n, start + SPANS_PER_LINE)],
+                                           self.compact))
             at += n
         return lines
 
@@ -283,3 +284,33 @@ def test_a_value_without_an_otlp_form_is_refused_with_a_clear_error(
     with pytest.raises(ValueError, match="int64"):
         sink.export([_events()[0]._replace(thread_id=2**64 - 1)])
     assert not (tmp_path / "t.jsonl").exists()  # nothing half written
+
+
+def test_a_trace_files_envelope_is_compact_and_what_a_collector_gets_is_whole(
+        tmp_path: Path) -> None:
+    """A compact (version 2) file writes the kind as its number and leaves out an empty status
+    and the flags (43 bytes a span); the loader reads the same events, and the shipper's
+    re-encoding posts whole spans: the kind by name, the status and the flags (what Jaeger
+    got before)."""
+    from pptrace.ship.reencode import Reencoder
+
+    events = _events()
+    compact, whole = tmp_path / "v2.jsonl", tmp_path / "v1.jsonl"
+    for path, version in ((compact, 2), (whole, 1)):
+        sink = FileSink(str(path), process_resource(RANK, "r", version=version),
+                        scope_version())
+        sink.export(events)
+        sink.shutdown(1.0)
+    text = compact.read_text("ascii")
+    spans = [s for line in text.splitlines()
+             for s in json.loads(line)["resourceSpans"][0]["scopeSpans"][0]["spans"]]
+    assert spans and all(s["kind"] == 1 and "flags" not in s for s in spans)
+    assert all("status" not in s for s in spans if "events" not in s)
+    assert all(s["status"]["code"] == "STATUS_CODE_ERROR" for s in spans if "events" in s)
+    assert load_paths([str(compact)]).processes[0].events == load_paths(
+        [str(whole)]).processes[0].events
+    posted = [s for line in text.splitlines() for out in Reencoder().line(line).lines
+              for s in json.loads(out)["resourceSpans"][0]["scopeSpans"][0]["spans"]]
+    assert len(posted) == len(spans)
+    assert all(s["kind"] == "SPAN_KIND_INTERNAL" and s["flags"] == 256 and "status" in s
+               for s in posted)

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import torch
 
+from pptrace.model import raw as R
 from pptrace.model.errors import ConfigError
 from pptrace.model.records import PREFIX as SGLANG_PREFIX
 from pptrace.model.records import Direction
@@ -218,3 +219,19 @@ def test_a_process_that_only_extracts_learns_the_prefix_from_what_it_removed() -
     assert [t.name for t in failed.tensors] == ["scores"] and failed.error_type is not None
     rec.shutdown()
     assert sink.stats[-1].prefix == PREFIX
+
+
+def test_a_learning_extract_runs_the_one_extract_body() -> None:
+    """One implementation: the extract that learns its prefix is the wrapper's extract body made
+    without a prefix, not a second copy of it (which drifts from the first)."""
+    mod = transport()
+    rec = make_recorder(ListSink())
+    rec.prefix = None
+    _, learning = wrap_learning(mod.attach_aux, mod.pop_aux, rec)
+    _, given = wrap_transport(mod.attach_aux, mod.pop_aux, make_recorder(ListSink()), PREFIX)
+    assert learning.__code__ is given.__code__
+    # The same body removed what it picks by a prefix, read by the same hot loop's form.
+    d = _aux(scores=T, ids=IDS)
+    assert learning(d, Observer()) is RETURNED
+    keys = rec.buffer[-1][R.ITEMS][::5]
+    assert keys == [PREFIX + "scores", PREFIX + "ids"]

@@ -135,3 +135,30 @@ def test_expand_leaves_what_is_not_a_flat_record_alone() -> None:
     flat = general[:R.ITEMS] + (["k", (1,), torch.float32, torch.device("cpu"), True],) + (
         general[R.ITEMS + 1:])
     assert expand(flat)[R.ITEMS] == (("k", ((1,), torch.float32, torch.device("cpu"), True)),)
+
+
+@pytest.mark.parametrize("native", [False, True], ids=["python", "native-if-built"])
+def test_the_callers_thread_keeps_what_it_read_and_formats_nothing(native: bool) -> None:
+    """What keeps the hot path cheap: the engine's thread appends the objects it read (the
+    dict's own key objects, torch's Size, dtype and device, a bool; the subject's type and the
+    thread object), never a string, name or record made from them: that is the recorder
+    thread's work."""
+    rec = recorder(Config(native=native), MemorySink())  # no thread: the raws stay buffered
+    attach, extract = wrapped(rec)
+    tensors: dict[str, Any] = {"next_token_ids": torch.zeros(1)}
+    attach(tensors, Output(2))
+    inserted = [k for k in tensors if k.startswith(PREFIX)]
+    extract(tensors, Observer())
+    assert len(rec.buffer) == 2
+    for raw in rec.buffer:
+        assert raw[R.THREAD] is threading.current_thread()
+        assert type(raw[R.SUBJECT]) is type
+        items = raw[R.ITEMS]
+        if type(items) is bytes:  # the native reader's one packed read: decoded off the path
+            continue
+        assert type(items) is list and len(items) == 10
+        for i in range(0, 10, 5):
+            key, shape, dtype, device, contiguous = items[i:i + 5]
+            assert key is inserted[i // 5]  # the dict's own key object, not a copy or a name
+            assert (type(shape), type(dtype), type(device), type(contiguous)) == (
+                torch.Size, torch.dtype, torch.device, bool)

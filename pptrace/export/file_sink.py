@@ -71,6 +71,14 @@ _TEMPLATE_LIMIT = 1024
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _MASK64 = 2**64 - 1
+# A span's envelope. Whole (version 1: what goes to a collector, Jaeger's tag search included):
+# the kind by name, an empty status and the flags that say the (absent) parent is not remote.
+# A compact trace file (version 2) writes the kind as its number (OTLP/JSON takes an enum either
+# way; both loaders' fast paths read both) and leaves out the status of a call that returned and
+# the flags, which say nothing of a root span: 43 bytes a span. An error span keeps its status.
+# (the kind, the end of a span that returned, the end of an error span after its status)
+_WHOLE = ('"kind":"SPAN_KIND_INTERNAL"', ',"status":{},"flags":256}', ',"flags":256}')
+_COMPACT = ('"kind":1', "}", "}")
 _RESOURCE_CONSTANTS = frozenset(schema.RESOURCE_KEYS.values())
 
 
@@ -275,18 +283,19 @@ class FileSink:
     def _span(self, name: str, start: int, end: int, attrs: Mapping[str, Any],
               error: tuple[str, str] | None = None, ids: tuple[int, int] | None = None) -> str:
         trace, span = ids if ids is not None else self._ids()
+        kind, ok_tail, tail = _COMPACT if self._compact else _WHOLE
         text = (f'{{"traceId":"{trace:032x}","spanId":"{span:016x}","name":"{name}",'
-                f'"kind":"SPAN_KIND_INTERNAL","startTimeUnixNano":"{start}",'
+                f'{kind},"startTimeUnixNano":"{start}",'
                 f'"endTimeUnixNano":"{end}"' + self._attributes(attrs))
         if error is None:
-            return text + ',"status":{},"flags":256}'
+            return text + ok_tail
         etype, message = error
         event = (f'{{"timeUnixNano":"{end}","name":"exception","attributes":['
                  '{"key":"exception.type","value":{"stringValue":' + _esc(etype) + "}},"
                  '{"key":"exception.message","value":{"stringValue":' + _esc(message) + "}}]}")
         status = ('"status":{"message":' + _esc(message) + ',"code":"STATUS_CODE_ERROR"}'
                   if message else '"status":{"code":"STATUS_CODE_ERROR"}')
-        return text + ',"events":[' + event + "]," + status + ',"flags":256}'
+        return text + ',"events":[' + event + "]," + status + tail
 
     def _event_span(self, event: Event, ids: tuple[int, int] | None = None) -> str:
         error = None

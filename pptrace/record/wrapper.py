@@ -62,7 +62,10 @@ from pptrace.model import raw as R
 from pptrace.model.records import PREFIX, Direction
 from pptrace.record import native
 from pptrace.record.binding import Slots, bind
-from pptrace.record.convert import Unreadable, qualname
+from pptrace.record.convert import qualname
+from pptrace.record.reads import fingerprints as _fingerprints
+from pptrace.record.reads import flat, inserted_items, meta, removed, under
+from pptrace.record.reads import general as _items
 from pptrace.record.recorder import HOT_READS, Recorder
 
 __all__ = ["is_wrapped", "unwrap", "wrap_attach", "wrap_extract", "wrap_transport"]
@@ -81,7 +84,6 @@ _dict_items = dict.items
 _dict_values = dict.values
 _dict_get = dict.__getitem__
 _islice = itertools.islice
-_no_torch_function = torch._C.DisableTorchFunctionSubclass
 _startswith = str.startswith  # a str subclass key's own startswith is never called
 _current_thread = threading.current_thread
 # Each thread's threading.Thread, cached: a thread-local read is half a current_thread() call.
@@ -133,67 +135,8 @@ def _hot(rec: Recorder, reader: Any, fn: Any, slow: Any, direction: Direction,
     return hot
 
 
-def _inserted_items(tensors: dict[Any, Any], start: int) -> Any:
-    """An attach's inserted items read in Python: plain tensors flat in one list (the recorder
-    thread makes the pairs: see ``pptrace.model.raw``), anything else in the general form."""
-    items: list[Any] = []
-    for k, v in _islice(_dict_items(tensors), start, None):
-        if type(v) is not _Tensor:
-            return _items(_islice(_dict_items(tensors), start, None))
-        try:
-            items += (k, v.shape, v.dtype, v.device, v.is_contiguous())
-        except Exception:  # a sparse or nested tensor: the general form marks it
-            return _items(_islice(_dict_items(tensors), start, None))
-    return items
-
-
 def _keys(d: Any) -> tuple[Any, ...]:
     return tuple(_dict_keys(d)) if isinstance(d, dict) else ()
-
-
-def _meta(v: Any) -> Any:
-    if isinstance(v, _Tensor):
-        try:
-            if type(v) is _Tensor:
-                return (v.shape, v.dtype, v.device, v.is_contiguous())
-            # A tensor subclass's __torch_function__ is user code that the engine never calls.
-            with _no_torch_function():
-                return (v.shape, v.dtype, v.device, v.is_contiguous())
-        except Exception:
-            return _unreadable(v)
-    return type(v)
-
-
-def _unreadable(v: Any) -> Unreadable:
-    """The marker of a tensor whose metadata cannot be read as a strided one's (sparse, nested):
-    its event is then counted as lost, saying why (``pptrace.record.convert.Unreadable``)."""
-    try:
-        with _no_torch_function():
-            layout, nested = v.layout, v.is_nested
-        return Unreadable(f"{'nested, ' if nested else ''}layout {layout}")
-    except Exception as exc:
-        return Unreadable(f"its metadata cannot be read ({type(exc).__name__})")
-
-
-def _items(pairs: Any) -> tuple[tuple[Any, Any], ...]:
-    """((key, meta), ...) for any values: the general form of a raw record's items."""
-    return tuple([(k, _meta(v)) for k, v in pairs])
-
-
-def _fingerprints(rec: Recorder, values: list[Any]) -> tuple[Any, ...]:
-    from pptrace.record.fingerprint import start
-
-    out = []
-    for v in values:
-        fp = None
-        if isinstance(v, _Tensor):
-            # One tensor that cannot be hashed costs its fingerprint, not the whole event.
-            try:
-                fp = start(v)
-            except Exception as exc:
-                rec.internal_error("fingerprint", exc)
-        out.append(fp)
-    return tuple(out)
 
 
 # The general entry's call, handed to the two-parameter body's ``_through`` on this thread.
@@ -327,10 +270,19 @@ def wrap_attach(fn: F, recorder: Recorder) -> F:
             if isinstance(tensors, dict):
                 after = tuple(_dict_keys(tensors))
                 # The inserted items, packed by the native reader in one call, else read here
-                # (None: the reader left them to Python).
+                # (None: the reader left them to Python), inline: a call per event costs.
                 items = inserted(tensors, len(before)) if inserted is not None else None
                 if items is None:
-                    items = _inserted_items(tensors, len(before))
+                    items = []
+                    for k, v in _islice(_dict_items(tensors), len(before), None):
+                        if type(v) is _Tensor:
+                            try:
+                                items += (k, v.shape, v.dtype, v.device, v.is_contiguous())
+                                continue
+                            except Exception:  # sparse or nested: the general form marks it
+                                pass
+                        items = _items(_islice(_dict_items(tensors), len(before), None))
+                        break
                 fps = _fingerprints(rec, list(_islice(_dict_values(tensors), len(before), None))
                                     ) if rec.fingerprint else None
             else:  # a non-dict container: no keys, no items
@@ -364,7 +316,7 @@ def wrap_attach(fn: F, recorder: Recorder) -> F:
             after = _keys(tensors)
             new = after[len(before):]
             values = [_dict_get(tensors, k) for k in new]
-            items = tuple((k, _meta(v)) for k, v in zip(new, values, strict=True))
+            items = tuple((k, meta(v)) for k, v in zip(new, values, strict=True))
             rec.add(R.make(direction=attach, seq=next(seq), wall_ns=wall, mono_ns=t0,
                            duration_ns=dur, thread=_thread(), subject=type(output),
                            keys_before=before, keys_after=after, items=items,
@@ -377,12 +329,13 @@ def wrap_attach(fn: F, recorder: Recorder) -> F:
 
     slow = _entry(fn, slots, exact, pptrace_attach, rec)
     return _hot(rec, reader, fn, slow, attach, seq, None, failed,  # type: ignore
-                _inserted_items, slots)
+                inserted_items, slots)
 
 
-def wrap_extract(fn: F, recorder: Recorder, prefix: str = PREFIX) -> F:
+def wrap_extract(fn: F, recorder: Recorder, prefix: str | None = PREFIX) -> F:
     """Wrap an extract function (``pop_auxiliary_output_from_pp_tensors``) whose transport
-    inserts under ``prefix`` (one not given: ``pptrace.record.learnt``)."""
+    inserts under ``prefix``; None: a prefix to learn, the call's tensors being what it removed
+    (``pptrace.record.learnt``)."""
     fn = unwrap(fn)
     rec = recorder
     seq = rec.seq[Direction.EXTRACT]
@@ -390,8 +343,11 @@ def wrap_extract(fn: F, recorder: Recorder, prefix: str = PREFIX) -> F:
     append = rec.append  # deque.append: the cap is checked here, inline
     time_ns, mono_ns = time.time_ns, time.monotonic_ns
     extract = Direction.EXTRACT
-    # The recorder thread finds the packed tensors' keys with its own prefix: only that one here.
-    reader = _native_reader(rec) if prefix == rec.prefix else None
+    learning = prefix is None
+    want = "" if prefix is None else prefix  # the keys picked (a learning extract picks none)
+    # The recorder thread finds the packed tensors' keys with its own prefix: only that one here
+    # (the C wrapper picks keys by a prefix, so a learning extract is Python's alone).
+    reader = _native_reader(rec) if not learning and prefix == rec.prefix else None
     prefixed = reader.prefixed if reader is not None else None
 
     slots = bind(fn)
@@ -403,29 +359,35 @@ def wrap_extract(fn: F, recorder: Recorder, prefix: str = PREFIX) -> F:
             return call(tensors, observer)
         try:
             items: Any = None
+            pairs: Any = None
             if prefixed is not None and type(tensors) is dict:
-                items = prefixed(tensors, prefix)  # None: the native reader left them to us
+                items = prefixed(tensors, want)  # None: the native reader left them to us
             if items is not None:
                 before = tuple(_dict_keys(tensors))
+            elif learning:
+                # The dict's items held across the call (references, nothing read): what the
+                # call removes is described after it (see pptrace.record.learnt).
+                pairs = tuple(_dict_items(tensors)) if isinstance(tensors, dict) else ()
+                before = tuple([k for k, _ in pairs])
             elif isinstance(tensors, dict):
                 # As in attach: plain tensors flat, anything else in the general form.
                 items = []
                 for k, v in _dict_items(tensors):
-                    if isinstance(k, str) and _startswith(k, prefix):
-                        try:
-                            if type(v) is _Tensor:
+                    if isinstance(k, str) and _startswith(k, want):
+                        if type(v) is _Tensor:
+                            try:
                                 items += (k, v.shape, v.dtype, v.device, v.is_contiguous())
                                 continue
-                        except Exception:  # sparse or nested: the general form marks it
-                            pass
+                            except Exception:  # sparse or nested: the general form marks it
+                                pass
                         items = _items((k, v) for k, v in _dict_items(tensors)
-                                       if isinstance(k, str) and _startswith(k, prefix))
+                                       if isinstance(k, str) and _startswith(k, want))
                         break
                 before = tuple(_dict_keys(tensors))
             else:
                 items, before = (), ()
             fps = _fingerprints(rec, [v for k, v in _dict_items(tensors)
-                                      if isinstance(k, str) and _startswith(k, prefix)]
+                                      if isinstance(k, str) and _startswith(k, want)]
                                 ) if rec.fingerprint and items else None
         except Exception as exc:
             rec.internal_error("extract snapshot", exc)
@@ -434,11 +396,15 @@ def wrap_extract(fn: F, recorder: Recorder, prefix: str = PREFIX) -> F:
         try:
             result = call(tensors, observer)
         except BaseException as exc:
-            failed(tensors, observer, before, wall, t0, mono_ns() - t0, items, exc, fps)
+            failed(tensors, observer, before, wall, t0, mono_ns() - t0, items, exc, fps, pairs)
             raise
         try:
             dur = mono_ns() - t0
             after = tuple(_dict_keys(tensors)) if isinstance(tensors, dict) else ()
+            if pairs is not None:  # learning: the call's tensors are the values it removed
+                gone = removed(pairs, after)
+                items = flat(gone)
+                fps = _fingerprints(rec, [v for _, v in gone]) if rec.fingerprint else None
             try:
                 thread = _here.thread
             except AttributeError:
@@ -459,9 +425,12 @@ def wrap_extract(fn: F, recorder: Recorder, prefix: str = PREFIX) -> F:
         return result
 
     def failed(tensors: Any, observer: Any, before: tuple[Any, ...], wall: int, t0: int,
-               dur: int, items: Any, exc: BaseException, fps: Any = None) -> None:
+               dur: int, items: Any, exc: BaseException, fps: Any = None,
+               pairs: Any = None) -> None:
         """Record an extract the engine's function raised in (then the caller re-raises)."""
         try:
+            if pairs is not None:  # learning: a call that raised removed nothing
+                items, fps = under(pairs, rec.prefix), None
             rec.add(R.make(direction=extract, seq=next(seq), wall_ns=wall, mono_ns=t0,
                            duration_ns=dur, thread=_thread(), subject=type(observer),
                            keys_before=before, keys_after=_keys(tensors), items=items,
