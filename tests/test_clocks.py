@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import re
 
 import pytest
 
@@ -240,3 +241,70 @@ def test_one_host_name_no_messages_either_clock_ahead_stays_clean(skew: int) -> 
     if skew > 0:  # the last stage ahead: its attaches "after" their extracts on one clock
         assert result.clocks.by == "process" and result.clocks.applied
         assert result.clocks.source == "attach/extract pair"
+
+
+def _hang_at(skew: int, gap_ns: int) -> Trace:
+    """Stage 1 waits for a proxy that stage 0 never sends; stage 0's last send began
+    ``gap_ns`` (plus the 1 µs of the record between) before the wait; stage 1's host
+    ``skew`` ahead."""
+    run = _exchange()
+    run.send("proxy", [mt("hidden")], pp=0, to=1)
+    run.clock += gap_ns
+    run.wait("proxy", pp=1, frm=0)
+    run.unfinished.add((1, 0))
+    return skewed(_two_hosts(run.trace()), {1}, skew)
+
+
+def _hang_said(trace: Trace) -> str:
+    (said,) = [f.message for f in analysis(trace).findings if f.kind is FindingKind.MSG_HANG]
+    return said
+
+
+@pytest.mark.parametrize("skew", [0, -5000 * MS, -250 * MS, 20 * MS, 5000 * MS])
+def test_two_hosts_times_closer_than_the_clocks_uncertainty_have_no_order(skew: int) -> None:
+    """The ring's messages bound node1's clock to ±2.3 µs: a send 1 µs before the wait is
+    within it (which came first is not known), one 2 ms before is not, whatever the skew."""
+    result = analysis(_hang_at(skew, 0))
+    assert result.clocks.uncertainty_ns(0, 1) == 2300 == result.clocks.uncertainty_ns(1, 0)
+    near = _hang_said(_hang_at(skew, 0))
+    assert ("(send #4, within the clocks' uncertainty (±0.002 ms) of when the wait began); "
+            "its trace ends with final stats within the clocks' uncertainty (±0.002 ms) of "
+            "when the wait began") in near, near
+    assert not re.search(r" s (before|after) ", near), near
+    (lost,) = [f for f in result.findings if f.kind is FindingKind.MSG_NEVER_RECEIVED]
+    assert ("(its trace stops within the clocks' uncertainty (±0.002 ms) of when the send "
+            "began: it may have been in flight)") in lost.message
+    far = _hang_said(_hang_at(skew, 2 * MS))
+    assert "(send #4, 0.002 s before the wait began)" in far, far
+    assert "its trace ends with final stats 0.002 s before the wait began" in far, far
+    (lost,) = [f for f in analysis(_hang_at(skew, 2 * MS)).findings
+               if f.kind is FindingKind.MSG_NEVER_RECEIVED]
+    assert "(its trace goes on after the send)" in lost.message, lost.message
+
+
+def test_one_clock_orders_any_two_times() -> None:
+    """On one host the processes share a clock: 1 µs apart is an order."""
+    run = _exchange()
+    run.send("proxy", [mt("hidden")], pp=0, to=1)
+    run.wait("proxy", pp=1, frm=0)
+    run.unfinished.add((1, 0))
+    result = analysis(on_hosts(run.trace(), lambda p: "node0"))
+    assert result.clocks.uncertainty_ns(0, 1) == 0
+    (said,) = [f.message for f in result.findings if f.kind is FindingKind.MSG_HANG]
+    assert "(send #4, 0.000 s before the wait began)" in said, said
+
+
+@pytest.mark.parametrize("skew", [0, 5000 * MS])
+def test_a_clock_bounded_one_way_says_its_times_are_not_aligned(skew: int) -> None:
+    """Messages one way only bound node1's clock on one side: the report gives the times as
+    they are, and says the clocks are not aligned both ways."""
+    run = Run(pp_size=2)
+    for _ in range(3):
+        run.message("proxy", [mt("hidden")], frm=0, to=1)
+    run.wait("proxy", pp=1, frm=0)
+    run.unfinished.add((1, 0))
+    trace = skewed(_two_hosts(run.trace()), {1}, skew)
+    assert analysis(trace).clocks.uncertainty_ns(0, 1) == float("inf")
+    said = _hang_said(trace)
+    assert (f"(send #2, {skew / 1e9:.3f} s before the wait began, on clocks the pairs do not "
+            "align both ways)") in said, said

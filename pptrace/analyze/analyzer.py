@@ -440,7 +440,8 @@ class _Analysis:
         if self.tp_causes:
             self.link_tp_causes()
         verdict = check_messages(self.trace, self.raws, self.run_ids, self.run_prefix,
-                                 self.complete, self.holes)
+                                 self.complete, self.holes,
+                                 (self.clocks or Clocks(())).uncertainty_ns)
         carried_by(self.raws, verdict.carried)
         link_peer_errors(self.raws)
         self.message_pairs = verdict.pairs
