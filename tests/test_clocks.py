@@ -9,9 +9,11 @@ import re
 
 import pytest
 
+from pptrace.analyze.aligned import Clocks, Unit
 from pptrace.analyze.analyzer import analysis
-from pptrace.analyze.clocks import Before, estimate, message_constraints
-from pptrace.model.findings import FindingKind, Severity
+from pptrace.analyze.clocks import Before, Offset, estimate, message_constraints
+from pptrace.model.findings import Finding, FindingKind, MessageId, Severity
+from pptrace.model.messages import MessageOp
 from pptrace.model.records import Direction
 from pptrace.model.trace import Trace
 from pptrace.report.perfetto import MESSAGE_FLOW, to_chrome_trace
@@ -308,3 +310,39 @@ def test_a_clock_bounded_one_way_says_its_times_are_not_aligned(skew: int) -> No
     said = _hang_said(trace)
     assert (f"(send #2, {skew / 1e9:.3f} s before the wait began, on clocks the pairs do not "
             "align both ways)") in said, said
+
+
+def _two_errors(apart_ns: int) -> list[Finding]:
+    """Two errors, no consequence of each other: one on process 0, one on process 1
+    ``apart_ns`` later."""
+    t = 10_000 * MS
+    return [Finding(FindingKind.DTYPE_MISMATCH, Severity.ERROR, "one", ranks=(0,), time_ns=t,
+                    messages=(MessageId(0, MessageOp.SEND, 3),)),
+            Finding(FindingKind.MSG_HANG, Severity.ERROR, "two", ranks=(1,), time_ns=t + apart_ns,
+                    messages=(MessageId(1, MessageOp.RECV, 4),))]
+
+
+def _clocks(bound_ns: float) -> Clocks:
+    """Process 1 on a clock of its own, aligned to process 0's within ±``bound_ns``."""
+    return Clocks((0, 0), True, (Unit("host a", (0,), Offset(0, 0, 0, 0, True)),
+                                 Unit("host b", (1,), Offset(1, 0, -bound_ns, bound_ns,
+                                                             bound_ns < float("inf")))))
+
+
+@pytest.mark.parametrize(("apart", "bound", "tie"), [
+    (10 * MS, 15 * MS, True), (-10 * MS, 15 * MS, True), (20 * MS, 15 * MS, False),
+    (10 * MS, 0, False), (10 * MS, float("inf"), False)])
+def test_the_first_divergence_says_when_the_clocks_cannot_tell_it_came_first(
+        apart: int, bound: float, tie: bool) -> None:
+    """Two errors on two clocks closer than the clocks' uncertainty: the report still opens on
+    the earlier by the aligned times, and says which came first is not known. Further apart,
+    or on one clock, it says nothing more; a clock not aligned is the clock line's to say."""
+    findings = sorted(_two_errors(apart), key=lambda f: f.time_ns or 0)
+    trace = _two_hosts(_exchange().trace())
+    report = render_text(trace, findings, Severity.ERROR, clocks=_clocks(bound))
+    first = findings[0]
+    other = findings[1]
+    unsure = (f"; within the clocks' uncertainty (±15.000 ms) of the {other.kind.value} on "
+              f"rank {other.ranks[0]}: which came first is not known")
+    head = f"First divergence (error, {first.kind.value}{unsure if tie else ''}):"
+    assert head in report, report
