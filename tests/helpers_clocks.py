@@ -4,20 +4,26 @@ skewed, and the checks that a receive never ends before its send began.
     trace = on_hosts(load_paths([dir]), lambda p: f"node{p.rank.pp_rank}")
     late = skewed(trace, {1}, 250 * MS)     # process 1's host 250 ms ahead
     backwards(result.trace, result.message_pairs)   # [] after alignment
+    said(result) == said(base); first(result) == first(base)   # judged alike
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pptrace.model.findings import MessageId
 from pptrace.model.messages import MessageOp
 from pptrace.model.records import RankInfo
 from pptrace.model.trace import ProcessTrace, Trace
+from pptrace.report.groups import first_divergence
 
-__all__ = ["MS", "arrows_back", "backwards", "on_hosts", "skewed"]
+if TYPE_CHECKING:
+    from pptrace.analyze.analyzer import Analysis
+
+__all__ = ["MS", "arrows_back", "backwards", "first", "on_hosts", "said", "skewed"]
 
 MS = 1_000_000
 
@@ -86,3 +92,20 @@ def arrows_back(doc: Mapping[str, Any], name: str) -> list[str]:
             out.append(f"flow {flow}: ends at {dst[2] + slices[dst]} us, its source began at "
                        f"{src[2]} us")
     return out
+
+
+def said(result: Analysis) -> list[tuple[Any, ...]]:
+    """Every finding as the report names it, its seconds left out (they move within the
+    alignment's uncertainty; "before" and "after", and "within the clocks' uncertainty", must
+    not)."""
+    return sorted((f.kind.value, f.channel, f.ranks, f.microbatch, f.cascade,
+                   re.sub(r"\d+\.\d{3} s", "N s", f.message)) for f in result.findings)
+
+
+def first(result: Analysis) -> tuple[Any, ...] | None:
+    """The first divergence (the report's first finding) as the report names it."""
+    index = first_divergence(result.findings)
+    if index is None:
+        return None
+    f = result.findings[index]
+    return (f.kind.value, f.channel, f.ranks, f.microbatch)

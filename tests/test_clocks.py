@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import re
 
 import pytest
 
+from pptrace.analyze.aligned import Clocks, Unit
 from pptrace.analyze.analyzer import analysis
-from pptrace.analyze.clocks import Before, estimate, message_constraints
-from pptrace.model.findings import FindingKind, Severity
+from pptrace.analyze.clocks import Before, Offset, estimate, message_constraints
+from pptrace.model.findings import Finding, FindingKind, MessageId, Severity
+from pptrace.model.messages import MessageOp
 from pptrace.model.records import Direction
 from pptrace.model.trace import Trace
 from pptrace.report.perfetto import MESSAGE_FLOW, to_chrome_trace
@@ -240,3 +243,106 @@ def test_one_host_name_no_messages_either_clock_ahead_stays_clean(skew: int) -> 
     if skew > 0:  # the last stage ahead: its attaches "after" their extracts on one clock
         assert result.clocks.by == "process" and result.clocks.applied
         assert result.clocks.source == "attach/extract pair"
+
+
+def _hang_at(skew: int, gap_ns: int) -> Trace:
+    """Stage 1 waits for a proxy that stage 0 never sends; stage 0's last send began
+    ``gap_ns`` (plus the 1 µs of the record between) before the wait; stage 1's host
+    ``skew`` ahead."""
+    run = _exchange()
+    run.send("proxy", [mt("hidden")], pp=0, to=1)
+    run.clock += gap_ns
+    run.wait("proxy", pp=1, frm=0)
+    run.unfinished.add((1, 0))
+    return skewed(_two_hosts(run.trace()), {1}, skew)
+
+
+def _hang_said(trace: Trace) -> str:
+    (said,) = [f.message for f in analysis(trace).findings if f.kind is FindingKind.MSG_HANG]
+    return said
+
+
+@pytest.mark.parametrize("skew", [0, -5000 * MS, -250 * MS, 20 * MS, 5000 * MS])
+def test_two_hosts_times_closer_than_the_clocks_uncertainty_have_no_order(skew: int) -> None:
+    """The ring's messages bound node1's clock to ±2.3 µs: a send 1 µs before the wait is
+    within it (which came first is not known), one 2 ms before is not, whatever the skew."""
+    result = analysis(_hang_at(skew, 0))
+    assert result.clocks.uncertainty_ns(0, 1) == 2300 == result.clocks.uncertainty_ns(1, 0)
+    near = _hang_said(_hang_at(skew, 0))
+    assert ("(send #4, within the clocks' uncertainty (±0.002 ms) of when the wait began); "
+            "its trace ends with final stats within the clocks' uncertainty (±0.002 ms) of "
+            "when the wait began") in near, near
+    assert not re.search(r" s (before|after) ", near), near
+    (lost,) = [f for f in result.findings if f.kind is FindingKind.MSG_NEVER_RECEIVED]
+    assert ("(its trace stops within the clocks' uncertainty (±0.002 ms) of when the send "
+            "began: it may have been in flight)") in lost.message
+    far = _hang_said(_hang_at(skew, 2 * MS))
+    assert "(send #4, 0.002 s before the wait began)" in far, far
+    assert "its trace ends with final stats 0.002 s before the wait began" in far, far
+    (lost,) = [f for f in analysis(_hang_at(skew, 2 * MS)).findings
+               if f.kind is FindingKind.MSG_NEVER_RECEIVED]
+    assert "(its trace goes on after the send)" in lost.message, lost.message
+
+
+def test_one_clock_orders_any_two_times() -> None:
+    """On one host the processes share a clock: 1 µs apart is an order."""
+    run = _exchange()
+    run.send("proxy", [mt("hidden")], pp=0, to=1)
+    run.wait("proxy", pp=1, frm=0)
+    run.unfinished.add((1, 0))
+    result = analysis(on_hosts(run.trace(), lambda p: "node0"))
+    assert result.clocks.uncertainty_ns(0, 1) == 0
+    (said,) = [f.message for f in result.findings if f.kind is FindingKind.MSG_HANG]
+    assert "(send #4, 0.000 s before the wait began)" in said, said
+
+
+@pytest.mark.parametrize("skew", [0, 5000 * MS])
+def test_a_clock_bounded_one_way_says_its_times_are_not_aligned(skew: int) -> None:
+    """Messages one way only bound node1's clock on one side: the report gives the times as
+    they are, and says the clocks are not aligned both ways."""
+    run = Run(pp_size=2)
+    for _ in range(3):
+        run.message("proxy", [mt("hidden")], frm=0, to=1)
+    run.wait("proxy", pp=1, frm=0)
+    run.unfinished.add((1, 0))
+    trace = skewed(_two_hosts(run.trace()), {1}, skew)
+    assert analysis(trace).clocks.uncertainty_ns(0, 1) == float("inf")
+    said = _hang_said(trace)
+    assert (f"(send #2, {skew / 1e9:.3f} s before the wait began, on clocks the pairs do not "
+            "align both ways)") in said, said
+
+
+def _two_errors(apart_ns: int) -> list[Finding]:
+    """Two errors, no consequence of each other: one on process 0, one on process 1
+    ``apart_ns`` later."""
+    t = 10_000 * MS
+    return [Finding(FindingKind.DTYPE_MISMATCH, Severity.ERROR, "one", ranks=(0,), time_ns=t,
+                    messages=(MessageId(0, MessageOp.SEND, 3),)),
+            Finding(FindingKind.MSG_HANG, Severity.ERROR, "two", ranks=(1,), time_ns=t + apart_ns,
+                    messages=(MessageId(1, MessageOp.RECV, 4),))]
+
+
+def _clocks(bound_ns: float) -> Clocks:
+    """Process 1 on a clock of its own, aligned to process 0's within ±``bound_ns``."""
+    return Clocks((0, 0), True, (Unit("host a", (0,), Offset(0, 0, 0, 0, True)),
+                                 Unit("host b", (1,), Offset(1, 0, -bound_ns, bound_ns,
+                                                             bound_ns < float("inf")))))
+
+
+@pytest.mark.parametrize(("apart", "bound", "tie"), [
+    (10 * MS, 15 * MS, True), (-10 * MS, 15 * MS, True), (20 * MS, 15 * MS, False),
+    (10 * MS, 0, False), (10 * MS, float("inf"), False)])
+def test_the_first_divergence_says_when_the_clocks_cannot_tell_it_came_first(
+        apart: int, bound: float, tie: bool) -> None:
+    """Two errors on two clocks closer than the clocks' uncertainty: the report still opens on
+    the earlier by the aligned times, and says which came first is not known. Further apart,
+    or on one clock, it says nothing more; a clock not aligned is the clock line's to say."""
+    findings = sorted(_two_errors(apart), key=lambda f: f.time_ns or 0)
+    trace = _two_hosts(_exchange().trace())
+    report = render_text(trace, findings, Severity.ERROR, clocks=_clocks(bound))
+    first = findings[0]
+    other = findings[1]
+    unsure = (f"; within the clocks' uncertainty (±15.000 ms) of the {other.kind.value} on "
+              f"rank {other.ranks[0]}: which came first is not known")
+    head = f"First divergence (error, {first.kind.value}{unsure if tie else ''}):"
+    assert head in report, report

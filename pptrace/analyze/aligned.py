@@ -20,6 +20,8 @@ are the same whatever the skew. A clock no pair bounds keeps its own times. Pure
         trace = shifted(trace, clocks)
     clocks.aligned(process, ns)      # process's time ns on the reference clock
     clocks.shared(a, b)              # a and b stamp one clock (times tell their order)
+    clocks.uncertainty_ns(a, b)      # how far a's and b's aligned times may be off each other
+    order(dt_ns, clocks.uncertainty_ns(a, b), "the wait began")   # "0.062 s before ..."
 """
 
 from __future__ import annotations
@@ -33,7 +35,11 @@ from pptrace.model.messages import MessageEvent
 from pptrace.model.records import Event
 from pptrace.model.trace import ProcessTrace, Trace
 
-__all__ = ["Clocks", "Unit", "clocks_from", "shifted"]
+__all__ = ["UNALIGNED", "Clocks", "Unit", "clocks_from", "order", "shifted"]
+
+_INF = float("inf")
+#: What a time on another process says where no bound holds the two clocks' offset.
+UNALIGNED = "on clocks the pairs do not align both ways"
 
 #: How the offsets were estimated: one per host, or one per process.
 BY_HOST, BY_PROCESS = "host", "process"
@@ -76,6 +82,33 @@ class Clocks:
         agree with one clock (so their times may be compared to tell order)."""
         return self.by == BY_HOST and self.consistent and any(
             a in u.processes and b in u.processes for u in self.units)
+
+    def uncertainty_ns(self, a: int, b: int) -> float:
+        """How far the distance between an aligned time of process ``a`` and one of ``b`` may
+        be from the true one: 0 on one clock; across clocks, what each offset's bounds leave
+        (the reference's is exact); inf where a clock was not aligned both ways."""
+        unit_a = next((u for u in self.units if a in u.processes), None)
+        unit_b = next((u for u in self.units if b in u.processes), None)
+        if a == b or unit_a is unit_b:  # one clock (no units: one process, or not estimated)
+            return 0.0
+        if not self.applied or unit_a is None or unit_b is None:
+            return _INF
+        return sum(0.0 if u is self.units[0] else
+                   max(u.offset.offset_ns - u.offset.low_ns, u.offset.high_ns - u.offset.offset_ns)
+                   for u in (unit_a, unit_b))
+
+
+def order(dt_ns: int, uncertainty_ns: float, event: str) -> str:
+    """A time ``dt_ns`` after ``event`` (on another process: ``uncertainty_ns`` from
+    ``Clocks.uncertainty_ns``) in words: ``0.062 s before the wait began``; ``within the clocks'
+    uncertainty (±15.000 ms) of when the wait began`` where the clocks cannot tell which came
+    first; ``0.062 s after the wait began, on clocks the pairs do not align both ways``."""
+    said = f"{abs(dt_ns) / 1e9:.3f} s {'before' if dt_ns <= 0 else 'after'} {event}"
+    if uncertainty_ns == _INF:
+        return f"{said}, {UNALIGNED}"
+    if uncertainty_ns and abs(dt_ns) <= uncertainty_ns:
+        return f"within the clocks' uncertainty (±{uncertainty_ns / 1e6:.3f} ms) of when {event}"
+    return said
 
 
 def _units(trace: Trace, by: str) -> list[tuple[str, list[int]]]:

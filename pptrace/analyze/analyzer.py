@@ -38,18 +38,20 @@ slower path to the same findings.
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pptrace.analyze.aligned import Clocks, shifted
 from pptrace.analyze.channels import Channel, Member, Roles, plan
 from pptrace.analyze.first_clocks import ChannelCalls, channel_clocks, message_clocks
-from pptrace.analyze.holes import find_holes
+from pptrace.analyze.holes import Holes, find_holes
 from pptrace.analyze.losses import Accounts
 from pptrace.analyze.messages import carried_by, check_messages
 from pptrace.analyze.pairing import Alignment, align
-from pptrace.analyze.pairs import PairBook, Pairs
+from pptrace.analyze.pairs import PairBook
+from pptrace.analyze.result import Analysis
 from pptrace.analyze.rules import (
     ENGINE_KEYS,
     classify_error,
@@ -95,7 +97,8 @@ class _Proc:
 
 
 class _Analysis:
-    def __init__(self, trace: Trace, clocks: Clocks | None = None) -> None:
+    def __init__(self, trace: Trace, clocks: Clocks | None = None, *,
+                 holes: Sequence[Holes] | None = None) -> None:
         self.trace, self.clocks = trace, clocks  # clocks: which processes share one
         self.procs = [_Proc(i, p) for i, p in enumerate(trace.processes)]
         self.raws: list[Raw] = []
@@ -121,7 +124,7 @@ class _Analysis:
                       for p in self.procs]
         self.windows = [process_window(found, p.trace.stats)
                         for found, p in zip(self.scans, self.procs, strict=True)]
-        self.holes = find_holes(trace)
+        self.holes = find_holes(trace) if holes is None else holes
         self.accounts = Accounts(self.scans, self.windows, self.holes, self.add)
         self.lost = self.accounts.lost  # process index -> "rank 2 lost 5 events"
         self.attaches = {p.index: self.scans[p.index].attaches for p in self.procs}
@@ -440,7 +443,8 @@ class _Analysis:
         if self.tp_causes:
             self.link_tp_causes()
         verdict = check_messages(self.trace, self.raws, self.run_ids, self.run_prefix,
-                                 self.complete, self.holes)
+                                 self.complete, self.holes,
+                                 (self.clocks or Clocks(())).uncertainty_ns)
         carried_by(self.raws, verdict.carried)
         link_peer_errors(self.raws)
         self.message_pairs = verdict.pairs
@@ -458,36 +462,33 @@ class _Analysis:
         return summarise(raws, self.lowered, self.misaligned)
 
 
-@dataclass(frozen=True, slots=True)
-class Analysis:
-    """The findings, the channels they were judged on, each channel's attach/extract pairs and
-    each send's receive (for the viewer and the Perfetto export, which pair nothing), and the
-    trace they were judged on: its wall-clock times on one clock (``clocks``: the offsets
-    applied, ``pptrace.analyze.aligned``), which every display shows."""
-
-    findings: tuple[Finding, ...]
-    channels: tuple[Channel, ...]
-    message_pairs: Mapping[MessageId, MessageId] = field(default_factory=dict)
-    pairs: Pairs = field(default_factory=Pairs)
-    #: each broadcast's send -> the receive it reached on each other member of its group
-    broadcast_pairs: Mapping[MessageId, tuple[MessageId, ...]] = field(default_factory=dict)
-    trace: Trace = field(default_factory=lambda: Trace(processes=()))
-    clocks: Clocks = field(default_factory=lambda: Clocks(()))
-
-
 def analysis(trace: Trace, *, align: bool = True) -> Analysis:
     """Check every cross-rank invariant on the trace's clocks aligned (``align=False``: on each
     host's own, for a benchmark's comparison); return the findings, what they were judged on,
     and the aligned trace."""
+    # Millions of records are made here (the shifted trace, the pairs) and few cycles: the
+    # collector re-scanning the growing heap took half the time (benchmarks/bench_clocks.py).
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _analysis(trace, align)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _analysis(trace: Trace, align: bool) -> Analysis:
     clocks, work = None, None
+    # Holes are read from counts and seqs, never times: the shift leaves them as they are.
+    holes = find_holes(trace)
     if align:  # Pairs by order alone give the clocks first (pptrace.analyze.first_clocks).
-        clocks = message_clocks(trace, join_runs(trace.processes).job_of, find_holes(trace))
+        clocks = message_clocks(trace, join_runs(trace.processes).job_of, holes)
         if clocks is None:
-            work = _Analysis(trace)
+            work = _Analysis(trace, holes=holes)
             clocks = channel_clocks(trace, work.calls())
         if any(clocks.offsets):
             trace, work = shifted(trace, clocks), None
-    work = work or _Analysis(trace)
+    work = work or _Analysis(trace, holes=holes)
     work.clocks = clocks
     findings = work.run()
     return Analysis(tuple(findings), tuple(work.plan), work.message_pairs, work.book.pairs(),

@@ -40,7 +40,7 @@ from pptrace.analyze.holes import Holes
 from pptrace.analyze.message_payload import differences
 from pptrace.analyze.message_sides import Pair, Side
 from pptrace.analyze.rules import rank_id, who
-from pptrace.analyze.waits import members, numbered, place, wanted
+from pptrace.analyze.waits import Uncertainty, goes_on, members, numbered, place, wanted
 from pptrace.model.findings import FindingKind, MessageId, Severity
 from pptrace.model.messages import MessageEvent
 from pptrace.model.records import RankInfo
@@ -57,6 +57,7 @@ class Check(Protocol):
     holes: Sequence[Holes]
     hole: str
     unaligned: dict[int, str]  # cut process -> why a channel of it is not paired
+    uncertainty: Uncertainty  # how far two processes' aligned times may be off each other
 
     def add(self, kind: FindingKind, message: str, *, ranks: Iterable[int], time_ns: int | None,
             channel: str, subject: str = "", microbatch: int | None = None,
@@ -180,11 +181,12 @@ def _never_received(chk: Check, left: _Calls, r: Side | None, member: int) -> No
         if r is not None and m.wall_ns > stop:
             continue
         dst = r.rank if r is not None else chk.ranks[(side.run, member)]
+        why, severity = ("(it recorded no message at all)", None) if r is None else goes_on(
+            stop, m.wall_ns, chk.uncertainty(side.index, r.index), "broadcast")
         chk.add(K.MSG_NEVER_RECEIVED,
                 f"{who(side.rank)} ({place(side.rank)}) broadcast {wanted(m.kind)} "
                 f"({numbered(m)}) to its group {members(m.group)}; {who(dst)} ({place(dst)}) never "
-                "received it " + ("(it recorded no message at all)" if r is None else
-                                  "(its trace goes on after the broadcast)"),
+                f"received it {why}", severity=severity,
                 ranks=[rank_id(side.rank), member], time_ns=m.wall_ns,
                 channel=side.prefix + f"{place(side.rank)}->{place(dst)}", subject=m.kind,
                 messages=[MessageId.of(side.index, m)])

@@ -46,6 +46,7 @@ from typing import NamedTuple
 
 from pptrace import engines
 from pptrace.analyze import message_align as across
+from pptrace.analyze import waits as waiting
 from pptrace.analyze.broadcasts import check_broadcasts
 from pptrace.analyze.holes import Holes
 from pptrace.analyze.message_payload import differences
@@ -84,9 +85,9 @@ class MessageVerdict(NamedTuple):
 
 class _Check:
     def __init__(self, trace: Trace, raws: list[Raw], runs: Sequence[str],
-                 prefixes: Sequence[str], complete: Callable[[int], bool],
-                 holes: Sequence[Holes]) -> None:
-        self.raws, self.complete, self.holes = raws, complete, holes
+                 prefixes: Sequence[str], complete: Callable[[int], bool], holes: Sequence[Holes],
+                 uncertainty: waiting.Uncertainty = lambda a, b: 0.0) -> None:
+        self.raws, self.complete, self.holes, self.uncertainty = raws, complete, holes, uncertainty
         self.hole = ""  # why the channel being paired has a hole: its findings are weakened
         self.unaligned: dict[int, str] = {}  # cut process -> why a channel of it is not paired
         self.sides: list[Side] = []
@@ -391,12 +392,12 @@ class _Check:
             if r is not None and m.wall_ns > stop:
                 continue
             dst = self.peer_rank(side, m)
+            why, severity = ("(it recorded no message at all)", None) if r is None else (
+                waiting.goes_on(stop, m.wall_ns, self.uncertainty(side.index, r.index), "send"))
             self.add(K.MSG_NEVER_RECEIVED,
                      f"{who(side.rank)} ({place(side.rank)}) sent {wanted(m.kind)} (send "
-                     f"#{m.seq}) to {who(dst)} ({place(dst)}), which never received it "
-                     + ("(it recorded no message at all)" if r is None else
-                        "(its trace goes on after the send)"),
-                     ranks=[rank_id(side.rank), m.peer], time_ns=m.wall_ns,
+                     f"#{m.seq}) to {who(dst)} ({place(dst)}), which never received it {why}",
+                     severity=severity, ranks=[rank_id(side.rank), m.peer], time_ns=m.wall_ns,
                      channel=self.channel(side, m), subject=m.kind,
                      microbatch=m.carries_attach, messages=[MessageId.of(side.index, m)])
 
@@ -449,12 +450,12 @@ class _Check:
                     if peer not in last or last[peer].mono_ns <= m.mono_ns:
                         last[peer] = m
             trails[(side.run, rank_id(side.rank))] = Trail(
-                side.rank, last, side.last_ns(), self.complete(side.index))
+                side.rank, last, side.last_ns(), self.complete(side.index), side.index)
         for side in self.quiet:  # traced, but no message recorded: it sent nothing
             trails.setdefault((side.run, rank_id(side.rank)), Trail(
-                side.rank, {}, side.last_ns(), self.complete(side.index)))
+                side.rank, {}, side.last_ns(), self.complete(side.index), side.index))
         if waits:
-            judge_waits(waits, trails, self.add)
+            judge_waits(waits, trails, self.add, self.uncertainty)
 
     def run(self) -> MessageVerdict:
         for side in self.sides:
@@ -473,17 +474,18 @@ class _Check:
 
 
 def check_messages(trace: Trace, raws: list[Raw], runs: Sequence[str], prefixes: Sequence[str],
-                   complete: Callable[[int], bool],
-                   holes: Sequence[Holes]) -> MessageVerdict:
+                   complete: Callable[[int], bool], holes: Sequence[Holes],
+                   uncertainty: waiting.Uncertainty = lambda a, b: 0.0) -> MessageVerdict:
     """Judge the message layer; append its raw findings to ``raws``; return what carried what,
     and which receive each send reached.
 
     ``runs`` and ``prefixes``: each process's run id and channel-name prefix (the run, when
     traces of several runs are analysed together); ``complete(i)``: process i's trace is whole
-    (final stats, nothing lost); ``holes``: what each one's is known to lack."""
+    (final stats, nothing lost); ``holes``: what each one's is known to lack; ``uncertainty``:
+    how far two processes' times may be off each other (``Clocks.uncertainty_ns``)."""
     if not any(p.messages for p in trace.processes):
         return MessageVerdict({}, {})
-    return _Check(trace, raws, runs, prefixes, complete, holes).run()
+    return _Check(trace, raws, runs, prefixes, complete, holes, uncertainty).run()
 
 
 

@@ -7,12 +7,15 @@ trace says: what it last sent to the waiter (kind, seq, when), that it left no t
 waits too, with the chain of waits it leads to, named as a deadlock when the chain comes back
 to the waiter (rank 0 waits for rank 3, which waits for rank 0).
 
+Times on two processes are compared as aligned (``pptrace.analyze.aligned``); where they are
+closer than the clocks' uncertainty, the finding does not say which came first.
+
 A wait the trace cannot tell from one that ended is a warning that says why (``Wait.unsure``: its
 trace has no final stats, so the run may still be going, or it has holes); so is a receive that
 failed at its timeout and was retried (``Wait.retried``), which blocks nothing and is no part of
 a cycle.
 
-    judge_waits(waits, trails, add)
+    judge_waits(waits, trails, add, clocks.uncertainty_ns)
 
 Pure: no I/O.
 """
@@ -22,15 +25,18 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from pptrace.analyze.aligned import UNALIGNED, order
 from pptrace.analyze.rules import rank_id, who
 from pptrace.model.findings import FindingKind, MessageId, Severity
 from pptrace.model.messages import MessageEvent, MessageOp
 from pptrace.model.records import RankInfo
 from pptrace.model.text import clip
 
-__all__ = ["Trail", "Wait", "judge_waits", "labelled", "members", "numbered", "place", "wanted"]
+__all__ = ["Trail", "Uncertainty", "Wait", "goes_on", "judge_waits", "labelled", "members",
+           "numbered", "place", "wanted"]
 
 K = FindingKind
+_INF = float("inf")
 Node = tuple[str, int]  # (run, global rank)
 
 
@@ -85,11 +91,27 @@ class Trail:
     last_sends: Mapping[int, MessageEvent]  # receiver global rank -> the last send to it
     stop_ns: int  # when its trace stops
     complete: bool  # final stats: it shut down
+    process: int = -1  # its index in the trace (whose clock its times are on)
 
 
-def _ago(ns: int, since: int) -> str:
-    dt = (ns - since) / 1e9
-    return f"{abs(dt):.3f} s {'before' if dt <= 0 else 'after'} the wait began"
+#: How far two processes' aligned times may be from their true distance (ns).
+Uncertainty = Callable[[int, int], float]
+
+
+def goes_on(stop_ns: int, sent_ns: int, uncertainty_ns: float,
+            what: str) -> tuple[str, Severity | None]:
+    """Why a message the receiver's trace outlived was no message in flight (``(its trace goes
+    on after the send)``), and the finding's severity: a warning where the trace stops within
+    the clocks' uncertainty of when the ``what`` (``send``) began, which may be after it."""
+    if uncertainty_ns != _INF and uncertainty_ns and stop_ns - sent_ns <= uncertainty_ns:
+        near = order(stop_ns - sent_ns, uncertainty_ns, f"the {what} began")
+        return f"(its trace stops {near}: it may have been in flight)", Severity.WARNING
+    loose = f", {UNALIGNED}" if uncertainty_ns == _INF else ""
+    return f"(its trace goes on after the {what}{loose})", None
+
+
+def _ago(ns: int, w: Wait, trail: Trail, uncertainty: Uncertainty) -> str:
+    return order(ns - w.begin.wall_ns, uncertainty(trail.process, w.process), "the wait began")
 
 
 def _label(rank: RankInfo) -> str:
@@ -99,14 +121,16 @@ def _label(rank: RankInfo) -> str:
 AddFn = Callable[..., int]
 
 
-def judge_waits(waits: Sequence[Wait], trails: Mapping[Node, Trail], add: AddFn) -> None:
-    """One finding per wait, each naming the chain (or the cycle) of waits it leads to."""
+def judge_waits(waits: Sequence[Wait], trails: Mapping[Node, Trail], add: AddFn,
+                uncertainty: Uncertainty = lambda a, b: 0.0) -> None:
+    """One finding per wait, each naming the chain (or the cycle) of waits it leads to;
+    ``uncertainty(a, b)``: how far process a's and b's times may be off each other."""
     by_node: dict[Node, Wait] = {}
     for w in sorted(waits, key=lambda w: w.begin.wall_ns):
         if w.retried is None:  # a receive that failed and was retried blocks nothing
             by_node.setdefault((w.run, rank_id(w.rank)), w)  # a rank's earliest wait blocks it
     for w in waits:
-        _hang(w, by_node, trails, add)
+        _hang(w, by_node, trails, add, uncertainty)
 
 
 def _chain(start: Node, by_node: Mapping[Node, Wait]) -> str:
@@ -132,7 +156,7 @@ def _peer(w: Wait) -> RankInfo:
 
 
 def _hang(w: Wait, by_node: Mapping[Node, Wait], trails: Mapping[Node, Trail],
-          add: AddFn) -> None:
+          add: AddFn, uncertainty: Uncertainty) -> None:
     b, me = w.begin, rank_id(w.rank)
     peer_node = (w.run, b.peer)
     trail = trails.get(peer_node)
@@ -155,16 +179,17 @@ def _hang(w: Wait, by_node: Mapping[Node, Wait], trails: Mapping[Node, Trail],
     else:
         last = trail.last_sends.get(me)
         said = (f"{who(peer)} last sent it {wanted(last.kind)} ({numbered(last)}, "
-                f"{_ago(last.wall_ns, b.wall_ns)})" if last is not None else
+                f"{_ago(last.wall_ns, w, trail, uncertainty)})" if last is not None else
                 f"{who(peer)} sent it nothing")
         theirs = by_node.get(peer_node)
         if theirs is not None and w.retried is None:
             said += (f", and waits too: for {wanted(theirs.begin.expected_kind)} from rank "
                      f"{theirs.begin.peer} ({_chain((w.run, me), by_node)})")
         elif trail.complete:
-            said += f"; its trace ends {_ago(trail.stop_ns, b.wall_ns)} with final stats"
+            said += (f"; its trace ends with final stats "
+                     f"{_ago(trail.stop_ns, w, trail, uncertainty)}")
         else:
-            said += f"; its trace stops {_ago(trail.stop_ns, b.wall_ns)}"
+            said += f"; its trace stops {_ago(trail.stop_ns, w, trail, uncertainty)}"
     if w.unsure:
         said += f" ({w.unsure})"
     weak = w.retried is not None or bool(w.unsure)

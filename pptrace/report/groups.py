@@ -16,12 +16,13 @@ Indexes refer to the list given (the viewer addresses findings by index). Pure.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from pptrace.model.findings import Finding, FindingKind, Severity
 
-__all__ = ["KindGroup", "consequences", "first_divergence", "kind_groups", "occurrences"]
+__all__ = ["KindGroup", "consequences", "first_divergence", "kind_groups", "near_first",
+           "occurrences"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,3 +79,33 @@ def first_divergence(findings: Sequence[Finding]) -> int | None:
     if not roots:
         return None
     return next((i for i in roots if findings[i].severity is Severity.ERROR), roots[0])
+
+
+def _process(f: Finding) -> int | None:
+    """The process whose clock stamped ``f.time_ns``: its first record's (send and attach
+    first)."""
+    if f.messages:
+        return f.messages[0].process
+    return f.events[0].process if f.events else None
+
+
+def near_first(findings: Sequence[Finding], first: int,
+               uncertainty: Callable[[int, int], float]) -> tuple[int, float] | None:
+    """Another finding that could be the first divergence but for the clocks: no consequence,
+    as severe, on another clock, its time within the two clocks' uncertainty (``uncertainty(a,
+    b)``, ns; ``Clocks.uncertainty_ns``) of the first's, so which came first is not known;
+    with that uncertainty. None when there is none (also where a clock is not aligned: the
+    report's clock line says so)."""
+    f, present = findings[first], {id(g) for g in findings}
+    a = _process(f)
+    if a is None or f.time_ns is None:
+        return None
+    for i, g in enumerate(findings):
+        b = _process(g)
+        if (i == first or b is None or g.time_ns is None or g.severity is not f.severity
+                or not _is_root(g, present)):
+            continue
+        bound = uncertainty(a, b)
+        if 0 < bound < float("inf") and abs(g.time_ns - f.time_ns) <= bound:
+            return i, bound
+    return None

@@ -27,7 +27,13 @@ from pptrace.model.messages import MessageOp
 from pptrace.model.records import Direction
 from pptrace.model.text import clip, clip_name, inert, json_safe, plural
 from pptrace.model.trace import EventId, Trace
-from pptrace.report.groups import consequences, first_divergence, kind_groups, occurrences
+from pptrace.report.groups import (
+    consequences,
+    first_divergence,
+    kind_groups,
+    near_first,
+    occurrences,
+)
 
 __all__ = [
     "JSON_SCHEMA",
@@ -257,6 +263,11 @@ def clocks_json(clocks: Clocks | None) -> dict[str, Any] | None:
     }
 
 
+def _ranks(f: Finding) -> str:
+    """``rank 3``, ``ranks 0, 3``."""
+    return ("rank " if len(f.ranks) == 1 else "ranks ") + ", ".join(map(str, f.ranks))
+
+
 def render_text(trace: Trace, findings: Sequence[Finding], fail_on: Severity, *,
                 per_kind: int | None = PER_KIND, width: int | None = None,
                 clocks: Clocks | None = None) -> str:
@@ -287,7 +298,12 @@ def render_text(trace: Trace, findings: Sequence[Finding], fail_on: Severity, *,
         lines.append(f"{plural(len(findings), 'finding')} ({by_sev}; "
                      f"{plural(total, 'occurrence')}).")
         f = findings[first]
-        lines += ["", f"First divergence ({f.severity.name.lower()}, {f.kind.value}):",
+        tie = near_first(findings, first, clocks.uncertainty_ns) if clocks else None
+        unsure = "" if tie is None else (
+            f"; within the clocks' uncertainty (±{tie[1] / 1e6:.3f} ms) of the "
+            f"{findings[tie[0]].kind.value} on {_ranks(findings[tie[0]])}: which came first "
+            "is not known")
+        lines += ["", f"First divergence ({f.severity.name.lower()}, {f.kind.value}{unsure}):",
                   _finding_line(f)]
         lines += _group_lines(findings, per_kind)
     if trace.problems:
