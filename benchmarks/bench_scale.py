@@ -38,9 +38,9 @@ def _rank(index: int, procs: int) -> Any:
 
 
 def _tensors(kind: str, batch: int) -> tuple[tuple[str, ...], tuple[Any, ...]]:
-    from pptrace.model.messages import MessageTensor as T
-    from pptrace.model.records import PREFIX
+    from pptrace.model.records import PREFIX, TensorMeta
 
+    T = TensorMeta.of_key
     if kind == "proxy":
         ts = (T("hidden_states", (batch, 4096), "bfloat16", "cuda", batch * 8192),
               T("residual", (batch, 4096), "bfloat16", "cuda", batch * 8192))

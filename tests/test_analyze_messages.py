@@ -218,6 +218,10 @@ ROWS: list[tuple[str, Callable[[], Run], list[FindingKind]]] = [
     ("bytes drift", one_pair([mt("x")], [mt("x", nbytes=4)]), [K.MSG_BYTES_MISMATCH]),
     ("sent from the device, arrived on the host",
      one_pair([mt("x", device="cuda")], [mt("x", device="cpu")]), [K.MSG_DEVICE_MISMATCH]),
+    # The device index differs between ranks by design, in a message as in an attach/extract
+    # pair: one tensor record, one device_type (messages once compared the whole device text).
+    ("a device index is no device mismatch",
+     one_pair([mt("x", device="cuda:0")], [mt("x", device="cuda:1")]), []),
     # Every difference is named, by the rule attach/extract pairs are judged by (a dtype
     # change used to hide the shape change beside it).
     ("shape and dtype both", one_pair([mt("ids", (1024,), "int64")],

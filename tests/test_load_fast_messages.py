@@ -17,8 +17,8 @@ from pptrace.export.spans import process_resource
 from pptrace.load import messages as load_messages
 from pptrace.load import worker
 from pptrace.load.loader import load_paths
-from pptrace.model.messages import MessageEvent, MessageOp, MessageTensor
-from pptrace.model.records import RankInfo
+from pptrace.model.messages import MessageEvent, MessageOp
+from pptrace.model.records import RankInfo, TensorMeta
 
 RANK = RankInfo(rank=1, world_size=4, pp_rank=1, pp_size=4, tp_rank=0, tp_size=1, host="h",
                 pid=41)
@@ -30,7 +30,7 @@ def _events(n: int) -> list[MessageEvent]:
     seq = {MessageOp.SEND: 0, MessageOp.RECV: 0}
     for i in range(n):
         batch = (1, 4, 8)[i % 3]
-        ts = (MessageTensor("hidden_states", (batch, 64), "bfloat16", "cuda", batch * 128),)
+        ts = (TensorMeta.of_key("hidden_states", (batch, 64), "bfloat16", "cuda", batch * 128),)
         op = MessageOp.RECV if i % 2 else MessageOp.SEND
         common = dict(op=op, seq=seq[op], wall_ns=1_700_000_000_000_000_000 + i * 1000,
                       mono_ns=5_000 + i * 1000, thread_id=7, peer=0 if op is MessageOp.RECV

@@ -25,7 +25,8 @@ from pptrace.analyze.pairs import Pairs
 from pptrace.cli.main import main
 from pptrace.load.loader import load_paths
 from pptrace.model.findings import FindingKind
-from pptrace.model.messages import MessageEvent, MessageOp, MessageTensor
+from pptrace.model.messages import MessageEvent, MessageOp
+from pptrace.model.records import TensorMeta
 from pptrace.model.trace import ProcessTrace, Trace
 from pptrace.report.perfetto import AUX_FLOW, MESSAGE_FLOW, WAITING, to_chrome_trace
 from tests.helpers_analyze import BASE_NS, Run, meta
@@ -307,7 +308,7 @@ class WithMessages(ProcessTrace):
 def _send(seq: int, peer: int, kind: str, at: int, *, dur: int = 300) -> MessageEvent:
     return MessageEvent(op=MessageOp.SEND, phase="end", seq=seq, wall_ns=BASE_NS + at,
                         duration_ns=dur, peer=peer, kind=kind, keys=("__msg_type__", "x"),
-                        tensors=(MessageTensor("x", (4, 8), "float32", "cpu", 128),))
+                        tensors=(TensorMeta.of_key("x", (4, 8), "float32", "cpu", 128),))
 
 
 def _recv(seq: int, peer: int, kind: str, at: int, *, dur: int = 400,
@@ -315,7 +316,7 @@ def _recv(seq: int, peer: int, kind: str, at: int, *, dur: int = 400,
     begin = MessageEvent(op=MessageOp.RECV, phase="begin", seq=seq, wall_ns=BASE_NS + at,
                          peer=peer, expected_kind=more.get("expected_kind", ""))
     end = begin._replace(phase="end", duration_ns=dur, kind=kind, keys=("__msg_type__", "x"),
-                         tensors=(MessageTensor("x", (4, 8), "float32", "cpu", 128),), **more)
+                         tensors=(TensorMeta.of_key("x", (4, 8), "float32", "cpu", 128),), **more)
     return [begin, end]
 
 
@@ -396,7 +397,7 @@ def test_a_broadcast_flows_from_its_source_to_each_member() -> None:
 
     b = Bcast()  # the last stage's TP rank 0 (rank 3) broadcasts to ranks 4 and 5
     for k in range(2):
-        b.step([MessageTensor("next_token_ids", (k + 1,), "int64", "cpu", 8 * (k + 1))])
+        b.step([TensorMeta.of_key("next_token_ids", (k + 1,), "int64", "cpu", 8 * (k + 1))])
     doc = _valid(to_chrome_trace(b.run.trace(), []))
     names = _names(doc)
     got = sorted((names[s["pid"]][:6], s["args"]["seq"], names[r["pid"]][:6], r["args"]["seq"])
@@ -414,8 +415,8 @@ def test_a_broadcast_and_a_send_of_the_same_number_each_flow_to_their_own_receiv
     from tests.test_analyze_broadcast_messages import Bcast
 
     b = Bcast()
-    b.step([MessageTensor("next_token_ids", (1,), "int64", "cpu", 8)])
-    ids = [MessageTensor("next_token_ids", (2,), "int64", "cpu", 16)]
+    b.step([TensorMeta.of_key("next_token_ids", (1,), "int64", "cpu", 8)])
+    ids = [TensorMeta.of_key("next_token_ids", (2,), "int64", "cpu", 16)]
     b.run.send("output", ids, pp=1, to=0, gather=1)
     b.run.recv("output", ids, pp=0, frm=1, gather=1)
     doc = _valid(to_chrome_trace(b.run.trace(), []))

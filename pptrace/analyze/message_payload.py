@@ -20,7 +20,7 @@ from pptrace.analyze.message_sides import Pair, numel
 from pptrace.analyze.payload import Field, differs
 from pptrace.analyze.rules import listed, who
 from pptrace.model.findings import FindingKind
-from pptrace.model.messages import MessageTensor
+from pptrace.model.records import TensorMeta
 from pptrace.model.text import clip, plural
 
 __all__ = ["differences"]
@@ -64,7 +64,7 @@ def differences(p: Pair) -> list[Difference]:
     return out
 
 
-def _value(head: str, kind: str, a: MessageTensor, t: MessageTensor) -> list[Difference]:
+def _value(head: str, kind: str, a: TensorMeta, t: TensorMeta) -> list[Difference]:
     """What differs in one key between a send and its receive."""
     d = differs(a, t)
     if not d:

@@ -140,7 +140,7 @@ def _rank_json(rank: RankInfo) -> list[Any]:
 
 
 def _tensors_json(tensors: tuple[TensorMeta, ...]) -> list[list[Any]]:
-    return [list(asdict(m).values()) for m in tensors]
+    return [list(m) for m in tensors]
 
 
 def _tuple_json(items: tuple[Any, ...]) -> list[Any]:
@@ -218,11 +218,11 @@ class _Unpacker:
 
 
 _DIRECTIONS = {d.value: d for d in Direction}
-_META_FIELDS = tuple(f.name for f in fields(TensorMeta))
+_META_FIELDS = TensorMeta._fields
 
 
 def _meta(values: list[Any]) -> TensorMeta:
-    """A ``TensorMeta`` from its fields' values in order (as ``asdict`` gave them)."""
+    """A ``TensorMeta`` from its fields' values in order (as ``_tensors_json`` gave them)."""
     if len(values) != len(_META_FIELDS):
         raise ValueError("a tensor's fields do not match TensorMeta's")
     named = dict(zip(_META_FIELDS, values, strict=True))

@@ -40,7 +40,7 @@ from pptrace.analyze.analyzer import analysis
 from pptrace.analyze.pairs import Pairs
 from pptrace.analyze.rules import rank_id
 from pptrace.model.findings import Finding, MessageId
-from pptrace.model.messages import MessageEvent, MessageOp, MessageTensor
+from pptrace.model.messages import MessageEvent, MessageOp
 from pptrace.model.records import Direction, Event, TensorMeta
 from pptrace.model.text import clip, inert
 from pptrace.model.trace import ProcessTrace, Trace
@@ -297,7 +297,7 @@ def _calls(trace: Trace, tracks: list[_Track], doc: _Doc, pairs: Pairs) -> None:
                 doc.flow(AUX_FLOW, start, end)
 
 
-def _message_tensor_args(tensors: Sequence[MessageTensor]) -> dict[str, Any]:
+def _message_tensor_args(tensors: Sequence[TensorMeta]) -> dict[str, Any]:
     return {
         "tensor_keys": [inert(t.key) for t in tensors],
         "tensors": [inert(t.describe()) for t in tensors],
