@@ -24,13 +24,16 @@ RANK = RankInfo(rank=1, world_size=4, pp_rank=1, pp_size=4, tp_rank=0, tp_size=1
                 pid=41)
 
 
-def _events(n: int) -> list[MessageEvent]:
-    """``n`` calls of 3 shapes per op (batch sizes cycle): a receive is a begin and an end."""
+def _events(n: int, fingerprints: bool = False) -> list[MessageEvent]:
+    """``n`` calls of 3 shapes per op (batch sizes cycle): a receive is a begin and an end;
+    ``fingerprints``: each call's tensors with a content fingerprint of their own."""
     out: list[MessageEvent] = []
     seq = {MessageOp.SEND: 0, MessageOp.RECV: 0}
     for i in range(n):
         batch = (1, 4, 8)[i % 3]
-        ts = (TensorMeta.of_key("hidden_states", (batch, 64), "bfloat16", "cuda", batch * 128),)
+        ts = (TensorMeta.of_key("hidden_states", (batch, 64), "bfloat16", "cuda", batch * 128,
+                                fingerprint=f"b2:{i:016x}" if fingerprints else None),
+              TensorMeta.of_key("__msg_type__", (), "str", "", 0, is_tensor=False))
         op = MessageOp.RECV if i % 2 else MessageOp.SEND
         common = dict(op=op, seq=seq[op], wall_ns=1_700_000_000_000_000_000 + i * 1000,
                       mono_ns=5_000 + i * 1000, thread_id=7, peer=0 if op is MessageOp.RECV
@@ -50,10 +53,14 @@ def _write(path: Path, version: int, events: list[MessageEvent]) -> None:
 
 
 @pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("fingerprints", [False, True])
 def test_each_message_shape_is_decoded_a_bounded_number_of_times(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, version: int) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, version: int,
+        fingerprints: bool) -> None:
+    # With fingerprints each call's text differs in them: they are cut out like the numbers,
+    # or every span would be a shape of its own (parsed the slow way, each one).
     monkeypatch.setenv("PPTRACE_LOAD_WORKERS", "0")  # in this process, where it is counted
-    events = _events(600)
+    events = _events(600, fingerprints)
     path = tmp_path / f"pptrace-rank1-pid41-v{version}.otlp.jsonl"
     _write(path, version, events)
     decodes = 0
@@ -72,22 +79,26 @@ def test_each_message_shape_is_decoded_a_bounded_number_of_times(
     # 9 shapes (send; receive begin; receive end; 3 batch sizes each): each read twice at most
     # (learned, then read the ordinary way once), against 900 spans.
     assert 9 <= decodes <= 18
-    # The loaded events share their keys and tensors: a few tuples, not one each.
-    assert len({id(m.tensors) for m in proc.messages}) <= 18  # (a learned span: its own)
+    if not fingerprints:
+        # The loaded events share their keys and tensors: a few tuples, not one each.
+        assert len({id(m.tensors) for m in proc.messages}) <= 18  # (a learned span: its own)
 
 
-def test_the_worker_carries_messages_as_shapes_and_rows() -> None:
-    events = _events(90)
+@pytest.mark.parametrize("fingerprints", [False, True])
+def test_the_worker_carries_messages_as_shapes_and_rows(fingerprints: bool) -> None:
+    events = _events(90, fingerprints)
     packed = load_messages.pack(events)
-    shapes, rows = packed
-    assert len(shapes) == 9 and len(rows) == 5 * len(events)
+    shapes, rows, prints = packed
+    # Fingerprints travel beside the rows, not in the shapes: 9 shapes either way.
+    assert len(shapes) == 9 and len(rows) == 5 * len(events) and len(prints) == len(events)
     assert load_messages.unpack(packed) == events
 
 
-def test_a_worker_loaded_trace_equals_the_one_read_here(tmp_path: Path,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("fingerprints", [False, True])
+def test_a_worker_loaded_trace_equals_the_one_read_here(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fingerprints: bool) -> None:
     """Two files, the second read by the loader worker (its size threshold lowered)."""
-    events = _events(300)
+    events = _events(300, fingerprints)
     _write(tmp_path / "pptrace-rank1-pid41.otlp.jsonl", 2, events)
     other = RankInfo(rank=2, world_size=4, pp_rank=2, pp_size=4, tp_rank=0, tp_size=1,
                      host="h", pid=42)

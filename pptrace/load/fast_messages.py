@@ -1,8 +1,9 @@
 """The fast path for message spans (``pptrace.send``, ``pptrace.recv.begin``, ``pptrace.recv``).
 
 A message span differs from the one before it of the same shape (same process, kind, peer, keys
-and tensors) only in its ids, its times, its ``seq``, its monotonic clock and, in schema version
-1, its wall-clock start and duration. As ``pptrace.load.fast`` does for attach/extract spans, this
+and tensors) only in its ids, its times, its ``seq``, its monotonic clock, its values' content
+fingerprints when fingerprinting is on (``pptrace.load.fingerprints``) and, in schema version 1,
+its wall-clock start and duration. As ``pptrace.load.fast`` does for attach/extract spans, this
 cuts those numbers out of the span's text and uses the rest as the key of a cache of decoded
 template events: a hit is the template with the numbers put back (its keys and tensors shared,
 so a million messages hold a few thousand tuples); a miss is parsed and decoded the ordinary way
@@ -21,6 +22,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from pptrace.load import fingerprints
 from pptrace.load import messages as load_messages
 from pptrace.load.otlp import BadShape, attributes, to_int
 from pptrace.model import messages as M
@@ -51,8 +53,9 @@ _ONCE = (b'"spanId"', b'"name"', b'"startTimeUnixNano"', b'"endTimeUnixNano"',
          b'"attributes"') + tuple(('"' + k + '"').encode() for k in (
              M.SEQ, M.WALL_NS, M.MONO_NS, M.DURATION_NS, M.OP, M.PHASE))
 _FIELDS = MessageEvent._fields
-_F_SEQ, _F_WALL, _F_MONO, _F_DUR = (_FIELDS.index(f) for f in
-                                    ("seq", "wall_ns", "mono_ns", "duration_ns"))
+_F_SEQ, _F_WALL, _F_MONO, _F_DUR, _F_TENSORS = (_FIELDS.index(f) for f in (
+    "seq", "wall_ns", "mono_ns", "duration_ns", "tensors"))
+_FINGERPRINTS = fingerprints.marker(M.T_FINGERPRINTS)
 _MAX_SHAPES = 50_000
 _new = tuple.__new__
 
@@ -130,15 +133,16 @@ class MessageShapes:
         cut = _cut(chunk)
         if cut is None:
             return self._parse(chunk) if _NAME.match(chunk) is not None else False
-        text, v = cut
+        text, fps = fingerprints.cut(cut[0], _FINGERPRINTS)
+        v = cut[1]
         key = (head, text)
         try:
             shape = self.shapes[key]
         except KeyError:
-            return self._learn(chunk, key, v, resource)
+            return self._learn(chunk, key, v, fps, resource)
         if shape is None:
             return self._parse(chunk)
-        event = _rebuild(shape, v)
+        event = _rebuild(shape, v, fps)
         if shape[3]:
             return shape[0], M.begin_of(event), event
         return shape[0], event
@@ -152,7 +156,7 @@ class MessageShapes:
         return span if isinstance(span, dict) else None
 
     def _learn(self, chunk: bytes, key: tuple[int, bytes], v: list[bytes | None],
-               resource: Mapping[str, Any]) -> dict[str, Any] | None:
+               fps: list[str] | None, resource: Mapping[str, Any]) -> dict[str, Any] | None:
         """Parse a new shape's span; cache it when the numbers cut out rebuild its event."""
         span = self._parse(chunk)
         if len(self.shapes) >= _MAX_SHAPES:
@@ -171,13 +175,18 @@ class MessageShapes:
         compact = M.OP not in attrs and compact_against(resource) is not None
         ev = events[-1]
         shape = (rank, ev, compact, len(events) == 2)
-        if _rebuild(shape, v) == ev:
+        try:
+            same = _rebuild(shape, v, fps) == ev
+        except ValueError:  # not one fingerprint per value
+            same = False
+        if same:
             self.shapes[key] = shape
         return span  # (read the ordinary way once: its version checked, its process noted)
 
 
-def _rebuild(shape: _Shape, v: list[bytes | None]) -> MessageEvent:
-    """The template with the numbers of one span, as ``from_attributes`` derives them."""
+def _rebuild(shape: _Shape, v: list[bytes | None], fps: list[str] | None) -> MessageEvent:
+    """The template with the numbers (and fingerprints) of one span, as ``from_attributes``
+    derives them."""
     _, t, compact, _ = shape
     start, end = int(v[_START]), int(v[_END])  # type: ignore[arg-type]
     values = list(t)
@@ -192,5 +201,7 @@ def _rebuild(shape: _Shape, v: list[bytes | None]) -> MessageEvent:
         values[_F_DUR] = -1 if t.phase == "begin" else end - start
     else:
         values[_F_DUR] = -1
+    if fps is not None:
+        values[_F_TENSORS] = fingerprints.put_back(t.tensors, fps)
     event: MessageEvent = _new(MessageEvent, values)
     return event
