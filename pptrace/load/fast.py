@@ -23,6 +23,7 @@ from array import array
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from pptrace.load import fingerprints
 from pptrace.load.fast_messages import MessageShapes
 from pptrace.load.layout import (
     DROPPED_BEFORE,
@@ -161,6 +162,7 @@ _NOT_IN_REST = (b'"traceId"', b'"spanId"', b'"name"', b'"kind"', b'"startTimeUni
                 b'"endTimeUnixNano"', b'"attributes"') + tuple(
     ('"' + k + '"').encode() for k in (schema.SEQ, schema.MONO_NS, schema.DURATION_NS))
 
+_FINGERPRINTS = fingerprints.marker(schema.T_FINGERPRINTS)
 _START_END = b'"startTimeUnixNano":"'
 _END_AFTER = b'","endTimeUnixNano":"'
 _SEQ_AT = _attr(schema.SEQ)
@@ -232,6 +234,8 @@ class FastLines:
         self.own: dict[tuple[int, bytes, bytes], int] = {}
         self.shapes: list[Event | None] = []
         self.rows: array[int] | None = None  # see ``_spans``
+        # [row number, its values' fingerprints] for each fingerprinted row (``_spans``)
+        self.prints: list[list[Any]] = []
         # The text before the spans -> its resource: number (a part of every template's key:
         # schema version 2 keeps the process's constants there), service name, attributes.
         self.heads: dict[bytes, _Resource] = {}
@@ -298,12 +302,14 @@ class FastLines:
         With ``rows`` set (a loader worker, ``pptrace.load.worker``), a cached span becomes a
         row ``(shape index, seq, start, mono, duration)`` of int64s in it instead of an event
         (40 bytes, not about 200 for a tuple): the process that receives the rows builds the
-        events.
+        events. A span's content fingerprints are cut out of its shape's text like its numbers
+        (``pptrace.load.fingerprints``), and go beside its row in ``prints``.
         """
         events: list[Event] = []
         others: list[Any] = []
-        own, shapes, rows = self.own, self.shapes, self.rows
+        own, shapes, rows, prints = self.own, self.shapes, self.rows, self.prints
         match = _OWN.match
+        cut_prints = fingerprints.cut
         head, _, resource = res
         for chunk in chunks:
             m = match(chunk)
@@ -313,10 +319,11 @@ class FastLines:
                     raise _Fallback
                 others.append(self._older(chunk, head, resource) if item is False else item)
                 continue
-            key = (head, m[1], chunk[m.end():])
+            rest, fps = cut_prints(chunk[m.end():], _FINGERPRINTS)
+            key = (head, m[1], rest)
             i = own.get(key)
             if i is None:
-                others.append(self._learn_own(chunk, key, m, resource))
+                others.append(self._learn_own(chunk, key, m, fps, resource))
                 continue
             t = shapes[i]
             if t is None:  # a known shape that cannot be cached
@@ -328,16 +335,21 @@ class FastLines:
             if rows is not None:
                 try:  # (fromlist adds the whole row or, failing, none of it)
                     rows.fromlist([i, int(seq), start, int(mono), duration])
+                    if fps is not None:
+                        prints.append([len(rows) // 5 - 1, fps])
                     continue
                 except OverflowError:  # beyond int64 (20 digits pass the cut): as an event
                     pass
-            events.append(with_numbers(t, int(seq), start, int(mono), duration))
+            ev = with_numbers(t, int(seq), start, int(mono), duration)
+            events.append(ev if fps is None else
+                          ev._replace(tensors=fingerprints.put_back(ev.tensors, fps)))
         self.hits += len(chunks) - len(others)
         return events, others
 
     def _learn_own(self, chunk: bytes, key: tuple[int, bytes, bytes], m: re.Match[bytes],
-                   resource: Mapping[str, Any]) -> Any:
-        """Parse a span of pptrace's own layout; cache it when the cut values check out."""
+                   fps: list[str] | None, resource: Mapping[str, Any]) -> Any:
+        """Parse a span of pptrace's own layout; cache it when the cut values (and
+        fingerprints) check out."""
         self.misses += 1
         span = self._parse(chunk)
         own, shapes = self.own, self.shapes
@@ -354,7 +366,11 @@ class FastLines:
         ev = decoded[0]
         _, begin, end, seq, mono, dur = m.groups()
         duration = int(dur) if dur is not None else max(0, int(end) - int(begin))
-        if (ev.seq, ev.start_ns, ev.mono_ns, ev.duration_ns) == (
+        try:
+            prints_agree = fps is None or fingerprints.put_back(ev.tensors, fps) == ev.tensors
+        except ValueError:  # not one fingerprint per value
+            prints_agree = False
+        if prints_agree and (ev.seq, ev.start_ns, ev.mono_ns, ev.duration_ns) == (
             int(seq), int(begin), int(mono), duration
         ):
             shapes[-1] = ev

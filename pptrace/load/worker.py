@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, fields
 from typing import IO, Any
 
+from pptrace.load import fingerprints
 from pptrace.load.builder import TraceBuilder
 from pptrace.load.compressed import COMPRESSED_SUFFIXES, expansion
 from pptrace.load.files import error_detail, open_regular, read_files
@@ -256,6 +257,7 @@ def _encode(builder: TraceBuilder, errors: Sequence[TraceInputError],
     result = {
         "module": _MODULE,
         "shapes": [None if t is None else pack.event(t) for t in fast.shapes],
+        "prints": fast.prints,
         "events": [pack.event(ev) for evs in builder.events.values() for ev in evs],
         "tables": pack.tables,
         "stats": [_stats_json(s) for s in builder.stats.values()],
@@ -414,11 +416,15 @@ def take(builder: TraceBuilder, result: dict[str, Any], rows: bytes
     packed = array("q")
     packed.frombytes(rows)
     it = iter(packed)
+    first = len(events)
     for i, seq, begin, mono, dur in zip(it, it, it, it, it, strict=True):
         t = shapes[i]
         if t is None:
             raise ValueError("a row names a shape that was not cached")
         events.append(with_numbers(t, seq, begin, mono, dur))
+    for row, fps in result.get("prints", ()):
+        ev = events[first + row]
+        events[first + row] = ev._replace(tensors=fingerprints.put_back(ev.tensors, fps))
     stats = [_stats(values) for values in result["stats"]]
     ranks = [((host, pid, inst), RankInfo(**fields))
              for host, pid, inst, fields in result["ranks"]]
