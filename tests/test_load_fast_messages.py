@@ -8,6 +8,7 @@ and gives back the same events; a span that breaks its shape is still read exact
 
 from __future__ import annotations
 
+from array import array
 from pathlib import Path
 
 import pytest
@@ -115,6 +116,29 @@ def test_a_worker_loaded_trace_equals_the_one_read_here(
     serial = load_paths([str(tmp_path)])
     assert [p.messages for p in parallel.processes] == [p.messages for p in serial.processes]
     assert [p.messages for p in serial.processes] == [load_messages.in_call_order(events)] * 2
+
+
+@pytest.mark.parametrize("fingerprints", [False, True])
+def test_the_worker_sends_cached_message_spans_as_int64_rows(tmp_path: Path,
+                                                            fingerprints: bool) -> None:
+    """As attach/extract spans: a cached shape's span is 5 int64s, not a packed JSON event."""
+    import json
+
+    from pptrace.load.builder import TraceBuilder
+    from pptrace.load.files import read_files
+
+    path = tmp_path / "pptrace-rank1-pid41.otlp.jsonl"
+    _write(path, 2, _events(300, fingerprints))
+    builder = TraceBuilder()
+    builder.fast.rows = array("q")
+    builder.fast.messages.rows = array("q")
+    assert read_files([str(path)], {str(path): path.stat().st_size}, builder, None) == []
+    data, rows = worker._encode(builder, [], None)
+    result = json.loads(data)
+    as_json = sum(len(ms[-1][1]) // 5 for ms in result["messages"])  # the packed rows
+    as_rows = len(rows) // 8 // 5 - result["message_rows_at"]
+    assert as_json <= 18 and as_rows >= 400  # 450 spans: those that taught a shape as JSON
+    assert len(result["message_prints"]) == (as_rows if fingerprints else 0)
 
 
 def test_a_span_that_breaks_its_shape_is_read_exactly(tmp_path: Path,

@@ -224,6 +224,11 @@ class TraceBuilder:
             self._note_process(key, rank)
         self.accepted += 1
 
+    def add_messages(self, rank: RankInfo, messages: Sequence[MessageEvent], spans: int) -> None:
+        """``add_message`` for the events of ``spans`` spans of one process at once."""
+        self.add_message(rank, *messages)
+        self.accepted += spans - 1
+
     def add_event(self, ev: Event) -> None:
         """Add a decoded event to its process."""
         self.add_events((ev,))

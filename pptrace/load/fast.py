@@ -317,7 +317,8 @@ class FastLines:
                 item = self.messages.span(chunk, head, resource)
                 if item is None:
                     raise _Fallback
-                others.append(self._older(chunk, head, resource) if item is False else item)
+                if item is not True:  # (True: taken as a row, ``MessageShapes.rows``)
+                    others.append(self._older(chunk, head, resource) if item is False else item)
                 continue
             rest, fps = cut_prints(chunk[m.end():], _FINGERPRINTS)
             key = (head, m[1], rest)

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from array import array
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pptrace.load import fingerprints
@@ -30,7 +31,7 @@ from pptrace.model.messages import BadMessageSpan, MessageEvent
 from pptrace.model.records import RankInfo
 from pptrace.model.schema import compact_against
 
-__all__ = ["MessageShapes"]
+__all__ = ["MessageShapes", "rebuild_rows"]
 
 _HEAD = b'{"traceId":"'
 # A message span of pptrace's writer: hex ids, then its name.
@@ -119,29 +120,48 @@ def _cut(chunk: bytes) -> tuple[bytes, list[bytes | None]] | None:
 
 
 class MessageShapes:
-    """One loader run's cache of message templates."""
+    """One loader run's cache of message templates.
+
+    With ``rows`` set (a loader worker, ``pptrace.load.worker``), a cached span becomes a row
+    ``(shape index, seq, wall, mono, duration)`` of int64s in it, its fingerprints beside it in
+    ``prints``, as attach/extract spans do in ``pptrace.load.fast``: the process that receives
+    the rows builds the events (``rebuild_rows``).
+    """
 
     def __init__(self) -> None:
-        self.shapes: dict[tuple[int, bytes], _Shape | None] = {}
+        # (resource number, shape text) -> index into ``templates`` (None: not cacheable)
+        self.shapes: dict[tuple[int, bytes], int] = {}
+        self.templates: list[_Shape | None] = []
+        self.rows: array[int] | None = None
+        self.prints: list[list[Any]] = []  # [row number, its fingerprints] per fingerprinted row
         self.decodes = 0  # spans decoded the ordinary way (one per shape, and what is not cut)
 
     def span(self, chunk: bytes, head: int, resource: Mapping[str, Any]
              ) -> tuple[Any, ...] | dict[str, Any] | bool | None:
-        """(rank, its events) of a cached shape, the parsed span of a new or uncacheable one
-        (for the ordinary path to read), None when the text is not one span object, False when
-        it is not a message span's."""
+        """(rank, its events) of a cached shape (True when taken as a row instead), the parsed
+        span of a new or uncacheable one (for the ordinary path to read), None when the text is
+        not one span object, False when it is not a message span's."""
         cut = _cut(chunk)
         if cut is None:
             return self._parse(chunk) if _NAME.match(chunk) is not None else False
         text, fps = fingerprints.cut(cut[0], _FINGERPRINTS)
         v = cut[1]
         key = (head, text)
-        try:
-            shape = self.shapes[key]
-        except KeyError:
+        i = self.shapes.get(key)
+        if i is None:
             return self._learn(chunk, key, v, fps, resource)
+        shape = self.templates[i]
         if shape is None:
             return self._parse(chunk)
+        rows = self.rows
+        if rows is not None:
+            try:  # (fromlist adds the whole row or, failing, none of it)
+                rows.fromlist([i, *_numbers(shape, v)])
+                if fps is not None:
+                    self.prints.append([len(rows) // 5 - 1, fps])
+                return True
+            except OverflowError:  # beyond int64: as events
+                pass
         event = _rebuild(shape, v, fps)
         if shape[3]:
             return shape[0], M.begin_of(event), event
@@ -160,8 +180,9 @@ class MessageShapes:
         """Parse a new shape's span; cache it when the numbers cut out rebuild its event."""
         span = self._parse(chunk)
         if len(self.shapes) >= _MAX_SHAPES:
-            self.shapes.clear()
-        self.shapes[key] = None
+            self.shapes.clear()  # (rows already taken keep their indices into ``templates``)
+        self.shapes[key] = len(self.templates)
+        self.templates.append(None)
         if span is None or b'"traceId"' in chunk or any(chunk.count(m) > 1 for m in _ONCE):
             return span
         try:
@@ -180,28 +201,55 @@ class MessageShapes:
         except ValueError:  # not one fingerprint per value
             same = False
         if same:
-            self.shapes[key] = shape
+            self.templates[-1] = shape
         return span  # (read the ordinary way once: its version checked, its process noted)
+
+
+def _numbers(shape: _Shape, v: list[bytes | None]) -> tuple[int, int, int, int]:
+    """(seq, wall clock, monotonic clock, duration) of one span of ``shape``, as
+    ``from_attributes`` derives them."""
+    _, t, compact, _ = shape
+    start = int(v[_START])  # type: ignore[arg-type]
+    wall, mono, dur = v[_WALL], v[_MONO], v[_DUR]
+    if dur is not None:
+        duration = int(dur)
+    elif compact:
+        duration = -1 if t.phase == "begin" else int(v[_END]) - start  # type: ignore[arg-type]
+    else:
+        duration = -1
+    return (int(v[_SEQ]), int(wall) if wall is not None else (start if compact else 0),  # type: ignore[arg-type]
+            int(mono) if mono is not None else t.mono_ns, duration)
 
 
 def _rebuild(shape: _Shape, v: list[bytes | None], fps: list[str] | None) -> MessageEvent:
     """The template with the numbers (and fingerprints) of one span, as ``from_attributes``
     derives them."""
-    _, t, compact, _ = shape
-    start, end = int(v[_START]), int(v[_END])  # type: ignore[arg-type]
+    t = shape[1]
     values = list(t)
-    values[_F_SEQ] = int(v[_SEQ])  # type: ignore[arg-type]
-    wall, mono, dur = v[_WALL], v[_MONO], v[_DUR]
-    values[_F_WALL] = int(wall) if wall is not None else (start if compact else 0)
-    if mono is not None:
-        values[_F_MONO] = int(mono)
-    if dur is not None:
-        values[_F_DUR] = int(dur)
-    elif compact:
-        values[_F_DUR] = -1 if t.phase == "begin" else end - start
-    else:
-        values[_F_DUR] = -1
+    values[_F_SEQ], values[_F_WALL], values[_F_MONO], values[_F_DUR] = _numbers(shape, v)
     if fps is not None:
         values[_F_TENSORS] = fingerprints.put_back(t.tensors, fps)
     event: MessageEvent = _new(MessageEvent, values)
     return event
+
+
+def rebuild_rows(templates: Sequence[tuple[MessageEvent, bool] | None], rows: Sequence[int],
+                 prints: Sequence[list[Any]]) -> list[tuple[MessageEvent, ...]]:
+    """The events ``MessageShapes`` rows stand for, one tuple per row (a receive's begin before
+    its end where the span stood for both); ``templates``: per shape index, its template and
+    whether it stands for its begin too. ValueError, IndexError or TypeError when malformed."""
+    out: list[tuple[MessageEvent, ...]] = []
+    new, begin_of = _new, M.begin_of
+    it = iter(rows)
+    for i, seq, wall, mono, dur in zip(it, it, it, it, it, strict=True):
+        shape = templates[i]
+        if shape is None:
+            raise ValueError("a row names a message shape that was not cached")
+        values = list(shape[0])
+        values[_F_SEQ], values[_F_WALL], values[_F_MONO], values[_F_DUR] = seq, wall, mono, dur
+        event: MessageEvent = new(MessageEvent, values)
+        out.append((begin_of(event), event) if shape[1] else (event,))
+    for row, fps in prints:
+        *before, event = out[row]
+        out[row] = (*before, event._replace(tensors=fingerprints.put_back(event.tensors, fps)))
+    return out

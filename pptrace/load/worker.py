@@ -32,11 +32,14 @@ from typing import IO, Any
 from pptrace.load import fingerprints
 from pptrace.load.builder import TraceBuilder
 from pptrace.load.compressed import COMPRESSED_SUFFIXES, expansion
+from pptrace.load.fast_messages import rebuild_rows
 from pptrace.load.files import error_detail, open_regular, read_files
 from pptrace.load.layout import with_numbers
+from pptrace.load.messages import from_json, to_json
 from pptrace.load.messages import pack as pack_messages
 from pptrace.load.messages import unpack as unpack_messages
 from pptrace.model.errors import SchemaVersionError, TraceInputError
+from pptrace.model.messages import MessageEvent
 from pptrace.model.records import Direction, Event, RankInfo, RecorderStats, TensorMeta
 from pptrace.model.trace import ForeignSpan, InputProblem
 
@@ -253,11 +256,17 @@ def _encode(builder: TraceBuilder, errors: Sequence[TraceInputError],
     """(the result as JSON, the rows as int64s) for what ``builder`` read."""
     fast = builder.fast
     packed = fast.rows if fast.rows is not None else array("q")
+    msg = fast.messages
     pack = _Packer()
     result = {
         "module": _MODULE,
         "shapes": [None if t is None else pack.event(t) for t in fast.shapes],
         "prints": fast.prints,
+        # Message rows follow the event rows in the same int64 frame, from this row on.
+        "message_rows_at": len(packed) // _ROW,
+        "message_shapes": [None if s is None else [asdict(s[0]), to_json(s[1]), s[3]]
+                           for s in msg.templates],
+        "message_prints": msg.prints,
         "events": [pack.event(ev) for evs in builder.events.values() for ev in evs],
         "tables": pack.tables,
         "stats": [_stats_json(s) for s in builder.stats.values()],
@@ -270,7 +279,8 @@ def _encode(builder: TraceBuilder, errors: Sequence[TraceInputError],
         "errors": [_error_json(e) for e in errors],
         "fatal": None if fatal is None else _error_json(fatal),
     }
-    return json.dumps(result).encode(), packed.tobytes()
+    return json.dumps(result).encode(), packed.tobytes() + (
+        msg.rows.tobytes() if msg.rows is not None else b"")
 
 
 def _error_json(exc: TraceInputError) -> list[Any]:
@@ -283,6 +293,7 @@ def main() -> int:
     files = json.loads(sys.stdin.buffer.read())
     builder = TraceBuilder()
     builder.fast.rows = array("q")
+    builder.fast.messages.rows = array("q")
     sizes = {f: os.path.getsize(f) if os.path.isfile(f) else 0 for f in files}
     fatal: SchemaVersionError | None = None
 
@@ -415,6 +426,23 @@ def take(builder: TraceBuilder, result: dict[str, Any], rows: bytes
     events = [unpack.event(s) for s in result["events"]]
     packed = array("q")
     packed.frombytes(rows)
+    at = result.get("message_rows_at", len(packed) // _ROW) * _ROW
+    templates = [None if s is None else (from_json(s[1]), bool(s[2]))
+                 for s in result.get("message_shapes", ())]
+    msg_ranks = [None if s is None else RankInfo(**s[0])
+                 for s in result.get("message_shapes", ())]
+    msg_rows = packed[at:]
+    by_rank: dict[RankInfo, list[MessageEvent]] = {}
+    spans: dict[RankInfo, int] = {}
+    for shape, made in zip(msg_rows[::_ROW], rebuild_rows(templates, msg_rows,
+                                                          result.get("message_prints", ())),
+                           strict=True):
+        rank = msg_ranks[shape]
+        if rank is None:  # (rebuild_rows raises first)
+            raise ValueError("a row names a message shape that was not cached")
+        by_rank.setdefault(rank, []).extend(made)
+        spans[rank] = spans.get(rank, 0) + 1
+    del packed[at:]
     it = iter(packed)
     first = len(events)
     for i, seq, begin, mono, dur in zip(it, it, it, it, it, strict=True):
@@ -449,6 +477,8 @@ def take(builder: TraceBuilder, result: dict[str, Any], rows: bytes
     for rank, ms in messages:
         for m in ms:
             builder.add_message(rank, m)
+    for rank, ms in by_rank.items():
+        builder.add_messages(rank, ms, spans[rank])
     builder.problems.extend(problems)
     return errors, fatal_error
 
