@@ -352,8 +352,25 @@ def test_each_send_flows_to_its_receive_per_source_destination_and_kind() -> Non
     assert all(s["name"] == "send" and r["name"] == "recv"
                for s, r in _flow_ends(doc, MESSAGE_FLOW))
     send = _of(doc, "X", "send")[0]
-    assert send["args"]["tensors"] == ["float32[4, 8]"] and send["args"]["total_bytes"] == 128
+    # One set of argument names for both layers (a message once had its own: tensor_keys,
+    # tensors), the values' part shared with attach/extract slices.
+    assert {k: send["args"][k] for k in ("names", "shapes", "dtypes", "bytes", "total_bytes")} == {
+        "names": ["x"], "shapes": ["[4, 8]"], "dtypes": ["float32"], "bytes": [128],
+        "total_bytes": 128}
+    assert "tensor_keys" not in send["args"] and "tp_sliced" not in send["args"]
     assert doc["otherData"]["flows"] == {AUX_FLOW: 1, MESSAGE_FLOW: 3}
+
+
+def test_a_value_sent_as_a_tp_slice_says_so_in_its_args() -> None:
+    run = Run(pp_size=2)
+    run.step([meta("scores")])
+    sliced = (TensorMeta.of_key("x", (4, 8), "float32", "cpu", 128, sliced=True),
+              TensorMeta.of_key("__msg_type__", (), "str", is_tensor=False))
+    send = _send(0, 1, "proxy", 100)._replace(tensors=sliced, gather_size=2)
+    doc = _valid(to_chrome_trace(_with_messages(run.trace(), {0: [send]}), []))
+    args = _of(doc, "X", "send")[0]["args"]
+    assert (args["names"], args["shapes"], args["tp_sliced"]) == (
+        ["x", "__msg_type__"], ["[4, 8]", ""], [True, False])
 
 
 def test_a_receive_that_never_returned_waits_to_the_end_of_the_trace() -> None:
