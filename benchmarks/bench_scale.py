@@ -11,7 +11,8 @@ for each and the peak RSS (this process and the loader worker, as if both peaked
 ``--fingerprints`` gives every value a content fingerprint of its own (as a run traced with
 ``PPTRACE_FINGERPRINT`` writes them: each message's differ). ``--baseline DIR`` measures the
 same files a second time with the ``pptrace`` package found in DIR (a copy of main:
-``git archive main | tar -x -C DIR``), printed beside this checkout's.
+``git archive main | tar -x -C DIR``), printed beside this checkout's; ``--repeat N`` measures
+N rounds, the two alternating (on a shared machine one round says little).
 
     python benchmarks/bench_scale.py --messages 20000 100000
     python benchmarks/bench_scale.py --messages 1000000 --events 300000 --procs 16
@@ -195,6 +196,8 @@ def main() -> None:
                         help="every value carries a content fingerprint of its own")
     parser.add_argument("--baseline", help="also measure with the pptrace package in this "
                         "folder (a copy of main), printed beside this checkout's")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="rounds, this checkout and the baseline alternating in each")
     parser.add_argument("--measure", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure:
@@ -216,7 +219,7 @@ def main() -> None:
             generate(d + ".tmp", n, m, args.procs, args.fingerprints)
             os.rename(d + ".tmp", d)
         size = sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d)) / 1e6
-        for label, root in codes:
+        for label, root in [c for _ in range(args.repeat) for c in codes]:
             env = {**os.environ, "PYTHONPATH": root}
             out = subprocess.run([sys.executable, __file__, "--measure", d], check=True,
                                  capture_output=True, text=True, env=env, cwd=root).stdout
