@@ -6,7 +6,9 @@ layer (``sink.export_messages``): stage ``s`` receives proxy messages from ``s -
 ``s + 1``, the last stage sends the output message (token ids, logprobs, auxiliary tensors) to
 stage 0, and every receive is two records (its begin and its end), as a real run writes them.
 Then it loads (``load_paths``) and analyzes (``analyze``) in a fresh process, and prints seconds
-for each and the peak RSS (this process and the loader worker, as if both peaked at once).
+for each and the peak RSS (this process and the loader worker, as if both peaked at once), and
+the CPU seconds of each (this process and its loader workers: on a shared machine, where wall
+time says more about the neighbours, the fairer comparison).
 
 ``--fingerprints`` gives every value a content fingerprint of its own (as a run traced with
 ``PPTRACE_FINGERPRINT`` writes them: each message's differ). ``--baseline DIR`` measures the
@@ -171,15 +173,21 @@ def measure(directory: str) -> dict[str, float]:
     from pptrace.analyze.analyzer import analyze
     from pptrace.load.loader import load_paths
 
-    t0 = time.perf_counter()
+    def cpu() -> float:  # this process's and its reaped loader workers' CPU seconds
+        own, workers = (resource.getrusage(w) for w in (resource.RUSAGE_SELF,
+                                                         resource.RUSAGE_CHILDREN))
+        return own.ru_utime + own.ru_stime + workers.ru_utime + workers.ru_stime
+
+    c0, t0 = cpu(), time.perf_counter()
     trace = load_paths([directory])
-    t1 = time.perf_counter()
+    c1, t1 = cpu(), time.perf_counter()
     findings = analyze(trace)
-    t2 = time.perf_counter()
+    c2, t2 = cpu(), time.perf_counter()
     peak_kb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
                + resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
     return {"messages": sum(len(p.messages) for p in trace.processes),
             "events": trace.event_count, "load_s": t1 - t0, "analyze_s": t2 - t1,
+            "load_cpu_s": c1 - c0, "analyze_cpu_s": c2 - c1,
             "peak_mb": peak_kb / 1024, "findings": len(findings),
             "kinds": sorted({f.kind.value for f in findings}),
             "problems": len(trace.problems)}
@@ -206,7 +214,8 @@ def main() -> None:
     base = args.dir or tempfile.mkdtemp(prefix="pptrace-scale-")
     print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}  (uptime)")
     print(f"{'code':>8} {'messages':>9} {'events':>8} {'procs':>5} {'MB':>6} {'load s':>7} "
-          f"{'analyze s':>9} {'total s':>7} {'peak MB':>8} {'µs/rec':>7}")
+          f"{'analyze s':>9} {'total s':>7} {'peak MB':>8} {'µs/rec':>7} {'cpu load':>8} "
+          f"{'cpu anlz':>8}")
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     codes = [("this", here)] + ([("baseline", os.path.abspath(args.baseline))]
                                 if args.baseline else [])
@@ -228,7 +237,8 @@ def main() -> None:
             per = total / max(1, r["messages"] + r["events"]) * 1e6
             print(f"{label:>8} {r['messages']:>9} {r['events']:>8} {args.procs:>5} {size:>6.0f} "
                   f"{r['load_s']:>7.2f} {r['analyze_s']:>9.2f} {total:>7.2f} "
-                  f"{r['peak_mb']:>8.0f} {per:>7.1f}  findings={r['findings']} "
+                  f"{r['peak_mb']:>8.0f} {per:>7.1f} {r['load_cpu_s']:>8.2f} "
+                  f"{r['analyze_cpu_s']:>8.2f}  findings={r['findings']} "
                   f"problems={r['problems']} {','.join(r.get('kinds', []))}", flush=True)
 
 
