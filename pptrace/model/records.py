@@ -105,6 +105,14 @@ class RankInfo:
             self.pp_rank == self.pp_size - 1
         )
 
+    def layout_order(self) -> tuple[int, int, int]:
+        """(PP stage, TP rank, global rank), each unknown one last: the one order in which
+        every display (the grid, the message screen, Perfetto's tracks) lists processes."""
+        unknown = 1 << 30
+        return (unknown if self.pp_rank is None else self.pp_rank,
+                unknown if self.tp_rank is None else self.tp_rank,
+                unknown if self.rank is None else self.rank)
+
     def label(self) -> str:
         """A short human name: ``rank 3 (pp 3/4, tp 0)``."""
         parts = []

@@ -171,9 +171,7 @@ def _run(proc: ProcessTrace) -> str:
 def _order(proc: ProcessTrace) -> tuple[int, int, int, str, int]:
     """PP stage, then TP rank (unknown last), then the global rank."""
     r = proc.rank
-    big = 1 << 30
-    return (big if r.pp_rank is None else r.pp_rank, big if r.tp_rank is None else r.tp_rank,
-            big if r.rank is None else r.rank, r.host, r.pid)
+    return (*r.layout_order(), r.host, r.pid)  # the viewer's order, then the OS process
 
 
 def _bounds(trace: Trace) -> tuple[int, int]:
