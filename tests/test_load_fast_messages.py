@@ -198,3 +198,30 @@ def test_broadcasts_load_exactly_beside_point_to_point_messages(
     monkeypatch.delenv("PPTRACE_LOAD_WORKERS", raising=False)
     (parallel,) = load_paths([str(path)]).processes
     assert parallel.messages == proc.messages
+
+
+@pytest.mark.parametrize("workers", [False, True])
+def test_a_send_and_its_receive_hold_one_fingerprinted_tensors_tuple(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: bool) -> None:
+    """Fingerprinted tensors are each call's own, most of a fingerprinted trace's memory: the
+    send's and the receive's (equal values, in two files) are one tuple once loaded."""
+    sends = [e for e in _events(60, fingerprints=True) if e.op is MessageOp.SEND]
+    recvs = [e._replace(op=MessageOp.RECV, peer=1) for e in sends]
+    other = RankInfo(rank=2, world_size=4, pp_rank=2, pp_size=4, tp_rank=0, tp_size=1,
+                     host="h", pid=42)
+    _write(tmp_path / "pptrace-rank1-pid41.otlp.jsonl", 2, sends)
+    sink = FileSink(str(tmp_path / "pptrace-rank2-pid42.otlp.jsonl"),
+                    process_resource(other, "run1", 2))
+    sink.export_messages(recvs, other, "run1")
+    sink.shutdown(1.0)
+    if workers:
+        monkeypatch.setattr(worker, "MIN_PARALLEL_BYTES", 0)
+        monkeypatch.delenv("PPTRACE_LOAD_WORKERS", raising=False)
+    else:
+        monkeypatch.setenv("PPTRACE_LOAD_WORKERS", "0")
+    sent, got = (p.messages for p in load_paths([str(tmp_path)]).processes)
+    assert [m.tensors for m in sent] == [m.tensors for m in got] == [m.tensors for m in sends]
+    # (A span that teaches its shape is decoded the ordinary way, its tensors its own: one a
+    # shape and file, 3 shapes here.)
+    apart = sum(a.tensors is not b.tensors for a, b in zip(sent, got, strict=True))
+    assert len(sent) == 30 and apart <= 6

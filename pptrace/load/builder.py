@@ -75,7 +75,7 @@ class TraceBuilder:
         # (the rank last given to add_message, its process's message list, the file then)
         self._last_message: tuple[RankInfo | None, list[MessageEvent], str | None] = (
             None, [], None)
-        self.fast = FastLines(self)
+        self.fast = FastLines(self, self._tuple_cache)
 
     # --- problems ----------------------------------------------------------------------------
 

@@ -229,8 +229,9 @@ def _int(v: bytes | None) -> int:
 class FastLines:
     """One loader run's template cache; ``line`` reads a line or says it cannot."""
 
-    def __init__(self, builder: EventSink) -> None:
+    def __init__(self, builder: EventSink, shared: dict[Any, Any] | None = None) -> None:
         self.builder = builder
+        self.shared = shared  # the loader's tuples by value (``fingerprints.put_back``)
         # key -> (template event, has duration attribute), or None: not cacheable.
         self.templates: dict[bytes, tuple[Event, bool] | None] = {}
         # pptrace's own layout (``_OWN``): (resource number, name and kind, text after the changing
@@ -244,7 +245,7 @@ class FastLines:
         # schema version 2 keeps the process's constants there), service name, attributes.
         self.heads: dict[bytes, _Resource] = {}
         self.hits = self.misses = 0
-        self.messages = MessageShapes()  # message spans' templates (``fast_messages``)
+        self.messages = MessageShapes(shared)  # message spans' templates (``fast_messages``)
 
     def _resource(self, head: bytes, tail: bytes) -> _Resource:
         known = self.heads.get(head)
@@ -349,7 +350,8 @@ class FastLines:
                     pass
             ev = with_numbers(t, int(seq), start, int(mono), duration)
             events.append(ev if fps is None else
-                          ev._replace(tensors=fingerprints.put_back(ev.tensors, fps)))
+                          ev._replace(tensors=fingerprints.put_back(ev.tensors, fps,
+                                                                    self.shared)))
         self.hits += len(chunks) - len(others)
         return events, others
 

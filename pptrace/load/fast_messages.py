@@ -128,7 +128,8 @@ class MessageShapes:
     the rows builds the events (``rebuild_rows``).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, shared: dict[Any, Any] | None = None) -> None:
+        self.shared = shared  # the loader's tuples by value (``fingerprints.put_back``)
         # (resource number, shape text) -> index into ``templates`` (None: not cacheable)
         self.shapes: dict[tuple[int, bytes], int] = {}
         self.templates: list[_Shape | None] = []
@@ -162,7 +163,7 @@ class MessageShapes:
                 return True
             except OverflowError:  # beyond int64: as events
                 pass
-        event = _rebuild(shape, v, fps)
+        event = _rebuild(shape, v, fps, self.shared)
         if shape[3]:
             return shape[0], M.begin_of(event), event
         return shape[0], event
@@ -221,20 +222,22 @@ def _numbers(shape: _Shape, v: list[bytes | None]) -> tuple[int, int, int, int]:
             int(mono) if mono is not None else t.mono_ns, duration)
 
 
-def _rebuild(shape: _Shape, v: list[bytes | None], fps: list[str] | None) -> MessageEvent:
+def _rebuild(shape: _Shape, v: list[bytes | None], fps: list[str] | None,
+             shared: dict[Any, Any] | None = None) -> MessageEvent:
     """The template with the numbers (and fingerprints) of one span, as ``from_attributes``
     derives them."""
     t = shape[1]
     values = list(t)
     values[_F_SEQ], values[_F_WALL], values[_F_MONO], values[_F_DUR] = _numbers(shape, v)
     if fps is not None:
-        values[_F_TENSORS] = fingerprints.put_back(t.tensors, fps)
+        values[_F_TENSORS] = fingerprints.put_back(t.tensors, fps, shared)
     event: MessageEvent = _new(MessageEvent, values)
     return event
 
 
 def rebuild_rows(templates: Sequence[tuple[MessageEvent, bool] | None], rows: Sequence[int],
-                 prints: Sequence[list[Any]]) -> list[tuple[MessageEvent, ...]]:
+                 prints: Sequence[list[Any]], shared: dict[Any, Any] | None = None
+                 ) -> list[tuple[MessageEvent, ...]]:
     """The events ``MessageShapes`` rows stand for, one tuple per row (a receive's begin before
     its end where the span stood for both); ``templates``: per shape index, its template and
     whether it stands for its begin too. ValueError, IndexError or TypeError when malformed."""
@@ -251,5 +254,6 @@ def rebuild_rows(templates: Sequence[tuple[MessageEvent, bool] | None], rows: Se
         out.append((begin_of(event), event) if shape[1] else (event,))
     for row, fps in prints:
         *before, event = out[row]
-        out[row] = (*before, event._replace(tensors=fingerprints.put_back(event.tensors, fps)))
+        out[row] = (*before, event._replace(
+            tensors=fingerprints.put_back(event.tensors, fps, shared)))
     return out

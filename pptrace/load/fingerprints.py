@@ -17,6 +17,7 @@ left is, outside the cut strings, the text of the span the template was learned 
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from pptrace.model.records import TensorMeta
 
@@ -49,8 +50,13 @@ def cut(text: bytes, mark: bytes) -> tuple[bytes, list[str] | None]:
     return b"%b%d%b" % (text[:s], len(fps), text[e:]), [f.decode() for f in fps]
 
 
-def put_back(tensors: tuple[TensorMeta, ...], fps: list[str]) -> tuple[TensorMeta, ...]:
-    """``tensors`` with the cut fingerprints (an empty one: none, as the decoders read it)."""
-    return tuple([_new(TensorMeta, (*t[:_AT], f or None, *t[_AT + 1:]))
-                  for t, f in zip(tensors, fps, strict=True)])
+def put_back(tensors: tuple[TensorMeta, ...], fps: list[str],
+             shared: dict[Any, Any] | None = None) -> tuple[TensorMeta, ...]:
+    """``tensors`` with the cut fingerprints (an empty one: none, as the decoders read it);
+    ``shared``: a loader's tuples by value, so that a send and its receive (an attach and its
+    extract), equal to the last fingerprint, hold one tuple (a million calls' own tensors are
+    most of a fingerprinted trace's memory)."""
+    out = tuple([_new(TensorMeta, (*t[:_AT], f or None, *t[_AT + 1:]))
+                 for t, f in zip(tensors, fps, strict=True)])
+    return out if shared is None else shared.setdefault(out, out)
 

@@ -434,9 +434,9 @@ def take(builder: TraceBuilder, result: dict[str, Any], rows: bytes
     msg_rows = packed[at:]
     by_rank: dict[RankInfo, list[MessageEvent]] = {}
     spans: dict[RankInfo, int] = {}
-    for shape, made in zip(msg_rows[::_ROW], rebuild_rows(templates, msg_rows,
-                                                          result.get("message_prints", ())),
-                           strict=True):
+    made_rows = rebuild_rows(templates, msg_rows, result.get("message_prints", ()),
+                             builder.fast.shared)
+    for shape, made in zip(msg_rows[::_ROW], made_rows, strict=True):
         rank = msg_ranks[shape]
         if rank is None:  # (rebuild_rows raises first)
             raise ValueError("a row names a message shape that was not cached")
@@ -452,7 +452,8 @@ def take(builder: TraceBuilder, result: dict[str, Any], rows: bytes
         events.append(with_numbers(t, seq, begin, mono, dur))
     for row, fps in result.get("prints", ()):
         ev = events[first + row]
-        events[first + row] = ev._replace(tensors=fingerprints.put_back(ev.tensors, fps))
+        events[first + row] = ev._replace(
+            tensors=fingerprints.put_back(ev.tensors, fps, builder.fast.shared))
     stats = [_stats(values) for values in result["stats"]]
     ranks = [((host, pid, inst), RankInfo(**fields))
              for host, pid, inst, fields in result["ranks"]]
