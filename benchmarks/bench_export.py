@@ -57,7 +57,7 @@ import torch
 from pptrace.engines.sglang_load import load_transport_module
 from pptrace.export.sinks import build_sink
 from pptrace.model.config import Config
-from pptrace.model.records import RankInfo
+from pptrace.model.records import RankInfo, TensorMeta
 from pptrace.record.convert import Converter as _Converter
 from pptrace.record.recorder import Recorder
 from pptrace.record.wrapper import wrap_transport
@@ -317,19 +317,19 @@ def demo_messages(count: int) -> list[Any]:
     proxy send (hidden states), a receive's begin and end of the output message (sampled ids,
     logprobs, a list, the auxiliary tensors, ``__msg_type__``; fingerprints on), the output's
     send; call times 1 ms apart."""
-    from pptrace.model.messages import MessageEvent, MessageOp, MessageTensor
+    from pptrace.model.messages import MessageEvent, MessageOp
 
     prefix = "__sampling_observer_output__."
-    kind = MessageTensor("__msg_type__", (), "str", "", 0, is_tensor=False)
-    proxy = (MessageTensor("hidden_states", (4, 32), "float32", "cpu", 512,
+    kind = TensorMeta.of_key("__msg_type__", (), "str", "", 0, is_tensor=False)
+    proxy = (TensorMeta.of_key("hidden_states", (4, 32), "float32", "cpu", 512,
                            fingerprint="b2:fb0e3c14a14c9061"), kind)
-    output = (MessageTensor("next_token_ids", (4,), "int64", "cpu", 32, fingerprint="b2:b6815"
+    output = (TensorMeta.of_key("next_token_ids", (4,), "int64", "cpu", 32, fingerprint="b2:b6815"
                             "55f3840bc79"),
-              MessageTensor("next_token_logprobs", (4,), "float32", "cpu", 16,
+              TensorMeta.of_key("next_token_logprobs", (4,), "float32", "cpu", 16,
                             fingerprint="b2:5b2d67eafaa26bba"),
-              MessageTensor("extend_logprob_start_len_per_req", (), "list", "", 0,
+              TensorMeta.of_key("extend_logprob_start_len_per_req", (), "list", "", 0,
                             is_tensor=False),
-              *(MessageTensor(prefix + name, shape, dtype, "cpu", size, fingerprint=fp)
+              *(TensorMeta.of_key(prefix + name, shape, dtype, "cpu", size, fingerprint=fp)
                 for name, shape, dtype, size, fp in (
                     ("topk_logprobs", (4, 4), "float32", 64, "b2:43bdc14539b79684"),
                     ("topk_ids", (4, 4), "int64", 128, "b2:558152cb9502a9d7"),

@@ -6,10 +6,19 @@ layer (``sink.export_messages``): stage ``s`` receives proxy messages from ``s -
 ``s + 1``, the last stage sends the output message (token ids, logprobs, auxiliary tensors) to
 stage 0, and every receive is two records (its begin and its end), as a real run writes them.
 Then it loads (``load_paths``) and analyzes (``analyze``) in a fresh process, and prints seconds
-for each and the peak RSS (this process and the loader worker, as if both peaked at once).
+for each and the peak RSS (this process and the loader worker, as if both peaked at once), and
+the CPU seconds of each (this process and its loader workers: on a shared machine, where wall
+time says more about the neighbours, the fairer comparison).
+
+``--fingerprints`` gives every value a content fingerprint of its own (as a run traced with
+``PPTRACE_FINGERPRINT`` writes them: each message's differ). ``--baseline DIR`` measures the
+same files a second time with the ``pptrace`` package found in DIR (a copy of main:
+``git archive main | tar -x -C DIR``), printed beside this checkout's; ``--repeat N`` measures
+N rounds, the two alternating (on a shared machine one round says little).
 
     python benchmarks/bench_scale.py --messages 20000 100000
     python benchmarks/bench_scale.py --messages 1000000 --events 300000 --procs 16
+    python benchmarks/bench_scale.py --messages 200000 --fingerprints --baseline /tmp/base
 """
 
 from __future__ import annotations
@@ -37,10 +46,17 @@ def _rank(index: int, procs: int) -> Any:
                     tp_rank=index % tp, tp_size=tp, host="bench-host", pid=50000 + index)
 
 
-def _tensors(kind: str, batch: int) -> tuple[tuple[str, ...], tuple[Any, ...]]:
-    from pptrace.model.messages import MessageTensor as T
-    from pptrace.model.records import PREFIX
+def _fingerprinted(ts: tuple[Any, ...], tag: int) -> tuple[Any, ...]:
+    """``ts``, each with a fingerprint of its own (``tag``: which call; a tensor's content
+    differs from one call to the next)."""
+    return tuple(t._replace(fingerprint=f"b2:{tag:012x}{i:04x}") if t.is_tensor else t
+                 for i, t in enumerate(ts))
 
+
+def _tensors(kind: str, batch: int) -> tuple[tuple[str, ...], tuple[Any, ...]]:
+    from pptrace.model.records import PREFIX, TensorMeta
+
+    T = TensorMeta.of_key
     if kind == "proxy":
         ts = (T("hidden_states", (batch, 4096), "bfloat16", "cuda", batch * 8192),
               T("residual", (batch, 4096), "bfloat16", "cuda", batch * 8192))
@@ -53,7 +69,7 @@ def _tensors(kind: str, batch: int) -> tuple[tuple[str, ...], tuple[Any, ...]]:
     return tuple(t.key for t in ts) + ("__msg_type__",), ts
 
 
-def _messages(index: int, procs: int, count: int) -> list[Any]:
+def _messages(index: int, procs: int, count: int, fingerprints: bool = False) -> list[Any]:
     """About ``count`` message records of rank ``index``: sends and two-record receives."""
     from pptrace.model.messages import MessageEvent, MessageOp
 
@@ -76,6 +92,9 @@ def _messages(index: int, procs: int, count: int) -> list[Any]:
             calls.append((MessageOp.SEND, r.tp_rank or 0, "output"))
         for op, peer, kind in calls:
             keys, ts = _tensors(kind, batch)
+            if fingerprints:  # the send's and its receive's agree: one message, one content
+                tag = (min(index, peer) * 7919 + seq[op]) * 4 + (kind == "output")
+                ts = _fingerprinted(ts, tag)
             common = dict(seq=seq[op], wall_ns=1_700_000_000_000_000_000 + mono, mono_ns=mono,
                           thread_id=7, peer=peer, peer_pp_rank=peer // tp,
                           peer_tp_rank=peer % tp, kind=kind, keys=keys, tensors=ts)
@@ -93,7 +112,7 @@ def _messages(index: int, procs: int, count: int) -> list[Any]:
     return out
 
 
-def _events(index: int, procs: int, count: int) -> list[Any]:
+def _events(index: int, procs: int, count: int, fingerprints: bool = False) -> list[Any]:
     """``count`` events of rank ``index``: the last stage attaches, stage 0 extracts (the
     output message carries them between), the other stages neither."""
     from pptrace.model.records import PREFIX, Direction, Event, TensorMeta
@@ -110,6 +129,8 @@ def _events(index: int, procs: int, count: int) -> list[Any]:
                             batch * 4),
                  TensorMeta("topk_ids", PREFIX + "topk_ids", (batch, 5), "int64", "cuda:0",
                             batch * 40))
+        if fingerprints:  # an attach's and its extract's agree (one microbatch, one content)
+            metas = _fingerprinted(metas, i)  # (every TP rank attaches the same tensors)
         keys = ("next_token_ids", "next_token_logprobs")
         after = keys + tuple(m.key for m in metas)
         t = i * 1_000_000 + (900_000 if direction is Direction.EXTRACT else 0)
@@ -122,7 +143,8 @@ def _events(index: int, procs: int, count: int) -> list[Any]:
     return out
 
 
-def generate(directory: str, messages: int, events: int, procs: int) -> None:
+def generate(directory: str, messages: int, events: int, procs: int,
+             fingerprints: bool = False) -> None:
     """Write ``procs`` v2 trace files through the real encoder."""
     from pptrace.export.file_sink import FileSink
     from pptrace.export.spans import process_resource
@@ -133,10 +155,10 @@ def generate(directory: str, messages: int, events: int, procs: int) -> None:
         path = os.path.join(directory, f"pptrace-rank{index}-pid{r.pid}.otlp.jsonl")
         sink = FileSink(path, process_resource(r, "bench-run", 2))
         ends = 2 * min(TP, procs) if procs > TP else procs  # the ranks of stage 0 and the last
-        evs = _events(index, procs, events // ends)
+        evs = _events(index, procs, events // ends, fingerprints)
         for i in range(0, len(evs), 512):
             sink.export(evs[i:i + 512])
-        msgs = _messages(index, procs, messages // procs)
+        msgs = _messages(index, procs, messages // procs, fingerprints)
         for i in range(0, len(msgs), 512):
             sink.export_messages(msgs[i:i + 512], r, "bench-run")
         sink.export_stats(RecorderStats(
@@ -151,16 +173,23 @@ def measure(directory: str) -> dict[str, float]:
     from pptrace.analyze.analyzer import analyze
     from pptrace.load.loader import load_paths
 
-    t0 = time.perf_counter()
+    def cpu() -> float:  # this process's and its reaped loader workers' CPU seconds
+        own, workers = (resource.getrusage(w) for w in (resource.RUSAGE_SELF,
+                                                         resource.RUSAGE_CHILDREN))
+        return own.ru_utime + own.ru_stime + workers.ru_utime + workers.ru_stime
+
+    c0, t0 = cpu(), time.perf_counter()
     trace = load_paths([directory])
-    t1 = time.perf_counter()
+    c1, t1 = cpu(), time.perf_counter()
     findings = analyze(trace)
-    t2 = time.perf_counter()
+    c2, t2 = cpu(), time.perf_counter()
     peak_kb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
                + resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
     return {"messages": sum(len(p.messages) for p in trace.processes),
             "events": trace.event_count, "load_s": t1 - t0, "analyze_s": t2 - t1,
+            "load_cpu_s": c1 - c0, "analyze_cpu_s": c2 - c1,
             "peak_mb": peak_kb / 1024, "findings": len(findings),
+            "kinds": sorted({f.kind.value for f in findings}),
             "problems": len(trace.problems)}
 
 
@@ -171,31 +200,46 @@ def main() -> None:
                         help="attach/extract events (default: messages / 7, a demo's ratio)")
     parser.add_argument("--procs", type=int, default=16)
     parser.add_argument("--dir", help="keep the generated traces here (reused when present)")
+    parser.add_argument("--fingerprints", action="store_true",
+                        help="every value carries a content fingerprint of its own")
+    parser.add_argument("--baseline", help="also measure with the pptrace package in this "
+                        "folder (a copy of main), printed beside this checkout's")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="rounds, this checkout and the baseline alternating in each")
     parser.add_argument("--measure", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure:
         print(json.dumps(measure(args.measure)))
         return
     base = args.dir or tempfile.mkdtemp(prefix="pptrace-scale-")
-    print(f"load average: {os.getloadavg()[0]:.2f}  (uptime)")
-    print(f"{'messages':>9} {'events':>8} {'procs':>5} {'MB':>6} {'load s':>7} {'analyze s':>9} "
-          f"{'total s':>7} {'peak MB':>8} {'µs/rec':>7}")
+    print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}  (uptime)")
+    print(f"{'code':>8} {'messages':>9} {'events':>8} {'procs':>5} {'MB':>6} {'load s':>7} "
+          f"{'analyze s':>9} {'total s':>7} {'peak MB':>8} {'µs/rec':>7} {'cpu load':>8} "
+          f"{'cpu anlz':>8}")
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    codes = [("this", here)] + ([("baseline", os.path.abspath(args.baseline))]
+                                if args.baseline else [])
     for n in args.messages:
         m = args.events or n // 7
-        d = os.path.join(base, f"m{n}-e{m}-p{args.procs}")
+        fp = "-fp" if args.fingerprints else ""
+        d = os.path.join(base, f"m{n}-e{m}-p{args.procs}{fp}")
         if not os.path.isdir(d):
             os.makedirs(d + ".tmp", exist_ok=True)
-            generate(d + ".tmp", n, m, args.procs)
+            generate(d + ".tmp", n, m, args.procs, args.fingerprints)
             os.rename(d + ".tmp", d)
         size = sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d)) / 1e6
-        out = subprocess.run([sys.executable, __file__, "--measure", d], check=True,
-                             capture_output=True, text=True).stdout
-        r = json.loads(out.splitlines()[-1])
-        total = r["load_s"] + r["analyze_s"]
-        per = total / max(1, r["messages"] + r["events"]) * 1e6
-        print(f"{r['messages']:>9} {r['events']:>8} {args.procs:>5} {size:>6.0f} "
-              f"{r['load_s']:>7.2f} {r['analyze_s']:>9.2f} {total:>7.2f} {r['peak_mb']:>8.0f} "
-              f"{per:>7.1f}  findings={r['findings']} problems={r['problems']}")
+        for label, root in [c for _ in range(args.repeat) for c in codes]:
+            env = {**os.environ, "PYTHONPATH": root}
+            out = subprocess.run([sys.executable, __file__, "--measure", d], check=True,
+                                 capture_output=True, text=True, env=env, cwd=root).stdout
+            r = json.loads(out.splitlines()[-1])
+            total = r["load_s"] + r["analyze_s"]
+            per = total / max(1, r["messages"] + r["events"]) * 1e6
+            print(f"{label:>8} {r['messages']:>9} {r['events']:>8} {args.procs:>5} {size:>6.0f} "
+                  f"{r['load_s']:>7.2f} {r['analyze_s']:>9.2f} {total:>7.2f} "
+                  f"{r['peak_mb']:>8.0f} {per:>7.1f} {r['load_cpu_s']:>8.2f} "
+                  f"{r['analyze_cpu_s']:>8.2f}  findings={r['findings']} "
+                  f"problems={r['problems']} {','.join(r.get('kinds', []))}", flush=True)
 
 
 if __name__ == "__main__":

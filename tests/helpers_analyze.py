@@ -18,7 +18,7 @@ from dataclasses import replace
 from typing import Any
 
 from pptrace.model import schema
-from pptrace.model.messages import MSG_TYPE_KEY, MessageEvent, MessageOp, MessageTensor
+from pptrace.model.messages import MSG_TYPE_KEY, MessageEvent, MessageOp
 from pptrace.model.records import PREFIX, Direction, Event, RankInfo, RecorderStats, TensorMeta
 from pptrace.model.trace import ProcessTrace, Trace
 
@@ -210,7 +210,7 @@ class Run:
         self.msgs.setdefault((pp, tp), []).append(m)
         return m
 
-    def send(self, kind: str, tensors: Sequence[MessageTensor] = (), *, pp: int, to: int,
+    def send(self, kind: str, tensors: Sequence[TensorMeta] = (), *, pp: int, to: int,
              tp: int = 0, keys: Sequence[str] | None = None, gather: int | None = None,
              carries: int | None = None, error: tuple[str, str] | None = None) -> MessageEvent:
         """A send of a ``kind`` message from (pp, tp) to (to, tp): keys default to its tensors'."""
@@ -226,7 +226,7 @@ class Run:
         return self._msg(pp, tp, MessageOp.RECV, "begin", None, frm, expected_kind=expected,
                          gather_size=self.tp_size)
 
-    def recv(self, kind: str, tensors: Sequence[MessageTensor] = (), *, pp: int, frm: int,
+    def recv(self, kind: str, tensors: Sequence[TensorMeta] = (), *, pp: int, frm: int,
              tp: int = 0, expected: str | None = None, keys: Sequence[str] | None = None,
              gather: int | None = None, stashed: bool = False, from_stash: bool = False,
              error: tuple[str, str] | None = None) -> MessageEvent:
@@ -241,7 +241,7 @@ class Run:
                          error_type=error[0] if error else None,
                          error_message=error[1] if error else None)
 
-    def message(self, kind: str, tensors: Sequence[MessageTensor], *, frm: int, to: int,
+    def message(self, kind: str, tensors: Sequence[TensorMeta], *, frm: int, to: int,
                 tps: Iterable[int] | None = None, carries: int | None = None) -> None:
         """A healthy message: each TP rank's send, then each one's receive."""
         tp_ranks = list(range(self.tp_size) if tps is None else tps)
@@ -253,19 +253,19 @@ class Run:
 
 def mt(key: str, shape: tuple[int, ...] = (8, 5), dtype: str = "float32", *,
        sliced: bool = False, fingerprint: str | None = None, nbytes: int | None = None,
-       is_tensor: bool = True, device: str = "cpu") -> MessageTensor:
+       is_tensor: bool = True, device: str = "cpu") -> TensorMeta:
     """One value of a message's dict (bytes from shape and a 4-byte item, 2 for half types)."""
     if nbytes is None:
         numel = 1
         for d in shape:
             numel *= d
         nbytes = numel * (2 if dtype in ("float16", "bfloat16") else 4) if is_tensor else 0
-    return MessageTensor(key=key, shape=shape, dtype=dtype, device=device if is_tensor else "",
-                         nbytes=nbytes, sliced=sliced, is_tensor=is_tensor,
-                         fingerprint=fingerprint)
+    return TensorMeta.of_key(key=key, shape=shape, dtype=dtype,
+                             device=device if is_tensor else "", nbytes=nbytes, sliced=sliced,
+                             is_tensor=is_tensor, fingerprint=fingerprint)
 
 
-def msg_keys(tensors: Sequence[MessageTensor]) -> tuple[str, ...]:
+def msg_keys(tensors: Sequence[TensorMeta]) -> tuple[str, ...]:
     """The keys of a message holding ``tensors``: its values', then the kind's key."""
     return tuple(t.key for t in tensors) + (MSG_TYPE_KEY,)
 

@@ -10,7 +10,8 @@ from collections.abc import Sequence
 
 from pptrace.analyze.analyzer import analysis
 from pptrace.model.findings import FindingKind, MessageId, Severity
-from pptrace.model.messages import MessageEvent, MessageOp, MessageTensor
+from pptrace.model.messages import MessageEvent, MessageOp
+from pptrace.model.records import TensorMeta
 from tests.helpers_analyze import Run, msg_keys, mt
 
 K = FindingKind
@@ -40,7 +41,7 @@ class Bcast:
         self.run.msgs.setdefault((1, tp), []).append(m)
         return m
 
-    def send(self, tensors: Sequence[MessageTensor]) -> MessageEvent:
+    def send(self, tensors: Sequence[TensorMeta]) -> MessageEvent:
         t = self.run._tick()
         return self._add(0, MessageEvent(
             SEND, "end", self._seq(0, SEND), wall_ns=t, mono_ns=t, duration_ns=300,
@@ -51,15 +52,15 @@ class Bcast:
         return self._add(tp, MessageEvent(RECV, "begin", self._seq(tp, RECV), wall_ns=t,
                                           mono_ns=t, peer=self.group[0], group=self.group))
 
-    def recv(self, tp: int, tensors: Sequence[MessageTensor]) -> MessageEvent:
+    def recv(self, tp: int, tensors: Sequence[TensorMeta]) -> MessageEvent:
         b = self.begin(tp)
         t = self.run._tick()
         return self._add(tp, b._replace(phase="end", wall_ns=t, mono_ns=t, duration_ns=300,
                                         kind="output", keys=msg_keys(tensors),
                                         tensors=tuple(tensors)))
 
-    def step(self, tensors: Sequence[MessageTensor],
-             received: dict[int, Sequence[MessageTensor] | None] | None = None) -> None:
+    def step(self, tensors: Sequence[TensorMeta],
+             received: dict[int, Sequence[TensorMeta] | None] | None = None) -> None:
         """The source broadcasts ``tensors``; each member receives them (or ``received[tp]``;
         None there: it never calls)."""
         self.send(tensors)
@@ -69,7 +70,7 @@ class Bcast:
                 self.recv(tp, got)
 
 
-def _payload(k: int) -> list[MessageTensor]:
+def _payload(k: int) -> list[TensorMeta]:
     return [mt("next_token_ids", (k % 3 + 1,), "int64"), mt("scores", (k % 3 + 1, 5))]
 
 

@@ -218,6 +218,18 @@ ROWS: list[tuple[str, Callable[[], Run], list[FindingKind]]] = [
     ("bytes drift", one_pair([mt("x")], [mt("x", nbytes=4)]), [K.MSG_BYTES_MISMATCH]),
     ("sent from the device, arrived on the host",
      one_pair([mt("x", device="cuda")], [mt("x", device="cpu")]), [K.MSG_DEVICE_MISMATCH]),
+    # The device index differs between ranks by design, in a message as in an attach/extract
+    # pair: one tensor record, one device_type (messages once compared the whole device text).
+    ("a device index is no device mismatch",
+     one_pair([mt("x", device="cuda:0")], [mt("x", device="cuda:1")]), []),
+    # The one payload comparison judges a message's values as an attach/extract pair's:
+    # the same values in another order is a finding there (order-differs), and now here.
+    ("the same values in another order",
+     one_pair([mt("ids", (4,), "int64"), mt("x")], [mt("x"), mt("ids", (4,), "int64")]),
+     [K.MSG_ORDER_DIFFERS]),
+    ("another order and a lost key",
+     one_pair([mt("a"), mt("b"), mt("c")], [mt("c"), mt("a")]),
+     [K.MSG_KEYS_DIFFER, K.MSG_ORDER_DIFFERS]),
     # Every difference is named, by the rule attach/extract pairs are judged by (a dtype
     # change used to hide the shape change beside it).
     ("shape and dtype both", one_pair([mt("ids", (1024,), "int64")],

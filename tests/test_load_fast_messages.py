@@ -8,6 +8,7 @@ and gives back the same events; a span that breaks its shape is still read exact
 
 from __future__ import annotations
 
+from array import array
 from pathlib import Path
 
 import pytest
@@ -17,20 +18,23 @@ from pptrace.export.spans import process_resource
 from pptrace.load import messages as load_messages
 from pptrace.load import worker
 from pptrace.load.loader import load_paths
-from pptrace.model.messages import MessageEvent, MessageOp, MessageTensor
-from pptrace.model.records import RankInfo
+from pptrace.model.messages import MessageEvent, MessageOp
+from pptrace.model.records import RankInfo, TensorMeta
 
 RANK = RankInfo(rank=1, world_size=4, pp_rank=1, pp_size=4, tp_rank=0, tp_size=1, host="h",
                 pid=41)
 
 
-def _events(n: int) -> list[MessageEvent]:
-    """``n`` calls of 3 shapes per op (batch sizes cycle): a receive is a begin and an end."""
+def _events(n: int, fingerprints: bool = False) -> list[MessageEvent]:
+    """``n`` calls of 3 shapes per op (batch sizes cycle): a receive is a begin and an end;
+    ``fingerprints``: each call's tensors with a content fingerprint of their own."""
     out: list[MessageEvent] = []
     seq = {MessageOp.SEND: 0, MessageOp.RECV: 0}
     for i in range(n):
         batch = (1, 4, 8)[i % 3]
-        ts = (MessageTensor("hidden_states", (batch, 64), "bfloat16", "cuda", batch * 128),)
+        ts = (TensorMeta.of_key("hidden_states", (batch, 64), "bfloat16", "cuda", batch * 128,
+                                fingerprint=f"b2:{i:016x}" if fingerprints else None),
+              TensorMeta.of_key("__msg_type__", (), "str", "", 0, is_tensor=False))
         op = MessageOp.RECV if i % 2 else MessageOp.SEND
         common = dict(op=op, seq=seq[op], wall_ns=1_700_000_000_000_000_000 + i * 1000,
                       mono_ns=5_000 + i * 1000, thread_id=7, peer=0 if op is MessageOp.RECV
@@ -50,10 +54,14 @@ def _write(path: Path, version: int, events: list[MessageEvent]) -> None:
 
 
 @pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("fingerprints", [False, True])
 def test_each_message_shape_is_decoded_a_bounded_number_of_times(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, version: int) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, version: int,
+        fingerprints: bool) -> None:
+    # With fingerprints each call's text differs in them: they are cut out like the numbers,
+    # or every span would be a shape of its own (parsed the slow way, each one).
     monkeypatch.setenv("PPTRACE_LOAD_WORKERS", "0")  # in this process, where it is counted
-    events = _events(600)
+    events = _events(600, fingerprints)
     path = tmp_path / f"pptrace-rank1-pid41-v{version}.otlp.jsonl"
     _write(path, version, events)
     decodes = 0
@@ -72,22 +80,26 @@ def test_each_message_shape_is_decoded_a_bounded_number_of_times(
     # 9 shapes (send; receive begin; receive end; 3 batch sizes each): each read twice at most
     # (learned, then read the ordinary way once), against 900 spans.
     assert 9 <= decodes <= 18
-    # The loaded events share their keys and tensors: a few tuples, not one each.
-    assert len({id(m.tensors) for m in proc.messages}) <= 18  # (a learned span: its own)
+    if not fingerprints:
+        # The loaded events share their keys and tensors: a few tuples, not one each.
+        assert len({id(m.tensors) for m in proc.messages}) <= 18  # (a learned span: its own)
 
 
-def test_the_worker_carries_messages_as_shapes_and_rows() -> None:
-    events = _events(90)
+@pytest.mark.parametrize("fingerprints", [False, True])
+def test_the_worker_carries_messages_as_shapes_and_rows(fingerprints: bool) -> None:
+    events = _events(90, fingerprints)
     packed = load_messages.pack(events)
-    shapes, rows = packed
-    assert len(shapes) == 9 and len(rows) == 5 * len(events)
+    shapes, rows, prints = packed
+    # Fingerprints travel beside the rows, not in the shapes: 9 shapes either way.
+    assert len(shapes) == 9 and len(rows) == 5 * len(events) and len(prints) == len(events)
     assert load_messages.unpack(packed) == events
 
 
-def test_a_worker_loaded_trace_equals_the_one_read_here(tmp_path: Path,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("fingerprints", [False, True])
+def test_a_worker_loaded_trace_equals_the_one_read_here(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fingerprints: bool) -> None:
     """Two files, the second read by the loader worker (its size threshold lowered)."""
-    events = _events(300)
+    events = _events(300, fingerprints)
     _write(tmp_path / "pptrace-rank1-pid41.otlp.jsonl", 2, events)
     other = RankInfo(rank=2, world_size=4, pp_rank=2, pp_size=4, tp_rank=0, tp_size=1,
                      host="h", pid=42)
@@ -104,6 +116,29 @@ def test_a_worker_loaded_trace_equals_the_one_read_here(tmp_path: Path,
     serial = load_paths([str(tmp_path)])
     assert [p.messages for p in parallel.processes] == [p.messages for p in serial.processes]
     assert [p.messages for p in serial.processes] == [load_messages.in_call_order(events)] * 2
+
+
+@pytest.mark.parametrize("fingerprints", [False, True])
+def test_the_worker_sends_cached_message_spans_as_int64_rows(tmp_path: Path,
+                                                            fingerprints: bool) -> None:
+    """As attach/extract spans: a cached shape's span is 5 int64s, not a packed JSON event."""
+    import json
+
+    from pptrace.load.builder import TraceBuilder
+    from pptrace.load.files import read_files
+
+    path = tmp_path / "pptrace-rank1-pid41.otlp.jsonl"
+    _write(path, 2, _events(300, fingerprints))
+    builder = TraceBuilder()
+    builder.fast.rows = array("q")
+    builder.fast.messages.rows = array("q")
+    assert read_files([str(path)], {str(path): path.stat().st_size}, builder, None) == []
+    data, rows = worker._encode(builder, [], None)
+    result = json.loads(data)
+    as_json = sum(len(ms[-1][1]) // 5 for ms in result["messages"])  # the packed rows
+    as_rows = len(rows) // 8 // 5 - result["message_rows_at"]
+    assert as_json <= 18 and as_rows >= 400  # 450 spans: those that taught a shape as JSON
+    assert len(result["message_prints"]) == (as_rows if fingerprints else 0)
 
 
 def test_a_span_that_breaks_its_shape_is_read_exactly(tmp_path: Path,
@@ -163,3 +198,30 @@ def test_broadcasts_load_exactly_beside_point_to_point_messages(
     monkeypatch.delenv("PPTRACE_LOAD_WORKERS", raising=False)
     (parallel,) = load_paths([str(path)]).processes
     assert parallel.messages == proc.messages
+
+
+@pytest.mark.parametrize("workers", [False, True])
+def test_a_send_and_its_receive_hold_one_fingerprinted_tensors_tuple(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: bool) -> None:
+    """Fingerprinted tensors are each call's own, most of a fingerprinted trace's memory: the
+    send's and the receive's (equal values, in two files) are one tuple once loaded."""
+    sends = [e for e in _events(60, fingerprints=True) if e.op is MessageOp.SEND]
+    recvs = [e._replace(op=MessageOp.RECV, peer=1) for e in sends]
+    other = RankInfo(rank=2, world_size=4, pp_rank=2, pp_size=4, tp_rank=0, tp_size=1,
+                     host="h", pid=42)
+    _write(tmp_path / "pptrace-rank1-pid41.otlp.jsonl", 2, sends)
+    sink = FileSink(str(tmp_path / "pptrace-rank2-pid42.otlp.jsonl"),
+                    process_resource(other, "run1", 2))
+    sink.export_messages(recvs, other, "run1")
+    sink.shutdown(1.0)
+    if workers:
+        monkeypatch.setattr(worker, "MIN_PARALLEL_BYTES", 0)
+        monkeypatch.delenv("PPTRACE_LOAD_WORKERS", raising=False)
+    else:
+        monkeypatch.setenv("PPTRACE_LOAD_WORKERS", "0")
+    sent, got = (p.messages for p in load_paths([str(tmp_path)]).processes)
+    assert [m.tensors for m in sent] == [m.tensors for m in got] == [m.tensors for m in sends]
+    # (A span that teaches its shape is decoded the ordinary way, its tensors its own: one a
+    # shape and file, 3 shapes here.)
+    apart = sum(a.tensors is not b.tensors for a, b in zip(sent, got, strict=True))
+    assert len(sent) == 30 and apart <= 6

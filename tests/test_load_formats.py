@@ -136,20 +136,28 @@ def test_repeated_records_are_shared() -> None:
     assert len(keys) == 1
 
 
+@pytest.mark.parametrize("fingerprints", [False, True])
 def test_fast_path_gives_exactly_what_the_ordinary_path_gives(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fingerprints: bool
 ) -> None:
     # Many spans of few shapes, written by pptrace's real exporter: most hit the template cache.
+    # With fingerprints (a content hash each call's own), they are cut out of the shape's text
+    # like the numbers: else every span would be a shape of its own.
     from pptrace.export.sinks import build_sink
+    from pptrace.load import worker
     from pptrace.load.builder import TraceBuilder
     from pptrace.load.fast import FastLines
     from pptrace.load.files import read_files
     from pptrace.model.config import Config
     from tests.helpers_analyze import Run, meta
 
+    def fp(k: int, i: int) -> str | None:
+        return f"b2:{k:08x}{i:08x}" if fingerprints else None
+
     run = Run(pp_size=2)
     for k in range(60):
-        run.step([meta("scores", (k % 3 + 1, 5)), meta("ids", (k % 3 + 1,), "int64")])
+        run.step([meta("scores", (k % 3 + 1, 5), fingerprint=fp(k, 0)),
+                  meta("ids", (k % 3 + 1,), "int64", fingerprint=fp(k, 1))])
     run.attach([meta("scores", (2, 5))], error=("RuntimeError", "boom"))
     for proc in run.trace().processes:
         sink = build_sink(Config(trace_dir=str(tmp_path)), proc.rank)
@@ -160,10 +168,15 @@ def test_fast_path_gives_exactly_what_the_ordinary_path_gives(
     files = sorted(str(path) for path in tmp_path.iterdir())
     assert read_files(files, {f: 0 for f in files}, builder, None) == []
     assert builder.fast.hits > 100 and builder.fast.misses < 20
+    monkeypatch.setenv("PPTRACE_LOAD_WORKERS", "0")
     fast = load_paths([str(tmp_path)])
+    monkeypatch.setattr(worker, "MIN_PARALLEL_BYTES", 0)  # the loader worker's rows
+    monkeypatch.delenv("PPTRACE_LOAD_WORKERS")
+    assert worker.split_files(files, {f: os.path.getsize(f) for f in files}) >= 1
+    rows = load_paths([str(tmp_path)])
     monkeypatch.setattr(FastLines, "line", lambda self, text: False)
     slow = load_paths([str(tmp_path)])
-    assert _events(fast) == _events(slow) == _events(run.trace())
+    assert _events(fast) == _events(rows) == _events(slow) == _events(run.trace())
 
 
 def test_documents_stream_in_any_key_order_and_big_lines_stream_too(

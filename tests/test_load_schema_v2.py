@@ -63,8 +63,8 @@ def _run() -> Trace:
     run.none_attach()
     listed = meta("v", (), "list", "", nbytes=0, is_tensor=False)
     run.attach([meta("a", (2,), device="cuda:1"), listed])  # another device; a non-tensor
-    run.attach([dataclasses.replace(meta("a", (3, 2)), contiguous=False), meta("h", (2,),
-                                                                              "float16")])
+    run.attach([meta("a", (3, 2))._replace(contiguous=False), meta("h", (2,),
+                                                       "float16")])
     run.attach([meta("a", (2,), "float4_e2m1fn_x2", nbytes=1)])  # an unknown item size
     run.extract([listed, meta("a", (2,))], tp=1)
     run.extract([])  # nothing to extract: returned None

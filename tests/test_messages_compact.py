@@ -19,8 +19,8 @@ from pptrace.export.file_sink import FileSink
 from pptrace.export.spans import process_resource
 from pptrace.load.loader import load_paths
 from pptrace.model import messages as M
-from pptrace.model.messages import BadMessageSpan, MessageEvent, MessageOp, MessageTensor
-from pptrace.model.records import PREFIX, RankInfo
+from pptrace.model.messages import BadMessageSpan, MessageEvent, MessageOp
+from pptrace.model.records import PREFIX, RankInfo, TensorMeta
 
 RANK = RankInfo(rank=1, world_size=4, pp_rank=1, pp_size=4, tp_rank=0, tp_size=1, host="h",
                 pid=41)
@@ -28,8 +28,8 @@ MAIN = 140_310_644_915_072
 RES = {"pptrace.schema_version": 2, "pptrace.thread.main_id": MAIN,
        "pptrace.tensor.main_device": "cuda"}
 
-HIDDEN = MessageTensor("hidden_states", (4, 32), "bfloat16", "cuda", 256)
-TYPE = MessageTensor(M.MSG_TYPE_KEY, (), "str", "", 0, is_tensor=False)
+HIDDEN = TensorMeta.of_key("hidden_states", (4, 32), "bfloat16", "cuda", 256)
+TYPE = TensorMeta.of_key(M.MSG_TYPE_KEY, (), "str", "", 0, is_tensor=False)
 PROXY = MessageEvent(op=MessageOp.SEND, phase="end", seq=3, wall_ns=1_796_125_298_889_980_507,
                      mono_ns=11_039_236_520_768, duration_ns=542_238, thread_id=MAIN, peer=2,
                      peer_pp_rank=2, peer_tp_rank=0, kind="proxy",
@@ -39,10 +39,10 @@ OUTPUT = MessageEvent(
     duration_ns=22_790_492, thread_id=MAIN, peer=3, kind="output", expected_kind="output",
     gather_size=2, carries_attach=None,
     keys=("next_token_ids", PREFIX + "topk", "lens", M.MSG_TYPE_KEY),
-    tensors=(MessageTensor("next_token_ids", (4,), "int64", "cuda", 32, sliced=True),
-             MessageTensor(PREFIX + "topk", (4, 4), "float32", "cuda", 64,
+    tensors=(TensorMeta.of_key("next_token_ids", (4,), "int64", "cuda", 32, sliced=True),
+             TensorMeta.of_key(PREFIX + "topk", (4, 4), "float32", "cuda", 64,
                            fingerprint="b2:43bdc14539b79684"),
-             MessageTensor("lens", (), "list", "", 0, is_tensor=False), TYPE))
+             TensorMeta.of_key("lens", (), "list", "", 0, is_tensor=False), TYPE))
 BEGIN = MessageEvent(op=MessageOp.RECV, phase="begin", seq=5, wall_ns=1_796_125_298_000_000_000,
                      mono_ns=70, thread_id=MAIN, peer=3, expected_kind="output")
 FAILED = BEGIN._replace(phase="end", duration_ns=9_000, error_type="RuntimeError",

@@ -27,8 +27,8 @@ from pptrace.load.builder import TraceBuilder
 from pptrace.load.loader import load_paths
 from pptrace.load.otlp import for_each_otlp_span
 from pptrace.model import messages as M
-from pptrace.model.messages import MessageEvent, MessageOp, MessageTensor
-from pptrace.model.records import RankInfo
+from pptrace.model.messages import MessageEvent, MessageOp
+from pptrace.model.records import RankInfo, TensorMeta
 from pptrace.ship.reencode import Reencoder
 from tests.helpers_samples import run_sample
 
@@ -43,8 +43,8 @@ def _receive(seq: int, *, at: int = 0, kind: str = "proxy", expected: str = "pro
     begin = MessageEvent(op=MessageOp.RECV, phase="begin", seq=seq, wall_ns=_T0 + at,
                          mono_ns=9_000 + at, duration_ns=-1, thread_id=7, peer=0,
                          peer_pp_rank=0, peer_tp_rank=0, expected_kind=expected)
-    ts = (MessageTensor("hidden_states", (4, 32), "float32", "cpu", 512),
-          MessageTensor("__msg_type__", (), "str", "", 0, is_tensor=False))
+    ts = (TensorMeta.of_key("hidden_states", (4, 32), "float32", "cpu", 512),
+          TensorMeta.of_key("__msg_type__", (), "str", "", 0, is_tensor=False))
     end = begin._replace(phase="end", duration_ns=1_000 + at, kind=kind,
                          keys=("hidden_states", "__msg_type__"), tensors=ts,
                          stashed=kind != expected, from_stash=from_stash)
@@ -58,7 +58,7 @@ def _send(seq: int, at: int) -> MessageEvent:
     return MessageEvent(op=MessageOp.SEND, phase="end", seq=seq, wall_ns=_T0 + at,
                         mono_ns=9_000 + at, duration_ns=50, thread_id=7, peer=0,
                         peer_pp_rank=0, peer_tp_rank=0, kind="output", keys=("next_token_ids",),
-                        tensors=(MessageTensor("next_token_ids", (4,), "int64", "cpu", 32),))
+                        tensors=(TensorMeta.of_key("next_token_ids", (4,), "int64", "cpu", 32),))
 
 
 def _spans(path: Path) -> list[dict[str, Any]]:

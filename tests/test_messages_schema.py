@@ -5,17 +5,18 @@ from __future__ import annotations
 import pytest
 
 from pptrace.model import messages as M
-from pptrace.model.messages import MessageEvent, MessageOp, MessageTensor
+from pptrace.model.messages import MessageEvent, MessageOp
+from pptrace.model.records import TensorMeta
 
 OUTPUT = MessageEvent(
     op=MessageOp.SEND, phase="end", seq=7, wall_ns=1_700_000_000_000_000_000, mono_ns=123,
     duration_ns=4567, thread_id=99, peer=0, peer_pp_rank=0, peer_tp_rank=1, kind="output",
     gather_size=2, carries_attach=7,
     keys=("next_token_ids", "__sampling_observer_output__.entropy", "__msg_type__"),
-    tensors=(MessageTensor("next_token_ids", (6,), "int64", "cpu", 48, sliced=True),
-             MessageTensor("__sampling_observer_output__.entropy", (6,), "float32", "cpu", 24,
+    tensors=(TensorMeta.of_key("next_token_ids", (6,), "int64", "cpu", 48, sliced=True),
+             TensorMeta.of_key("__sampling_observer_output__.entropy", (6,), "float32", "cpu", 24,
                            sliced=True, fingerprint="b2:00ff"),
-             MessageTensor("__msg_type__", (), "str", "", 0, is_tensor=False)),
+             TensorMeta.of_key("__msg_type__", (), "str", "", 0, is_tensor=False)),
 )
 WAITING = MessageEvent(op=MessageOp.RECV, phase="begin", seq=3, peer=6, expected_kind="output")
 FAILED = MessageEvent(op=MessageOp.RECV, phase="end", seq=3, peer=6, kind="proxy",

@@ -25,7 +25,8 @@ from pptrace.analyze.pairs import Pairs
 from pptrace.cli.main import main
 from pptrace.load.loader import load_paths
 from pptrace.model.findings import FindingKind
-from pptrace.model.messages import MessageEvent, MessageOp, MessageTensor
+from pptrace.model.messages import MessageEvent, MessageOp
+from pptrace.model.records import TensorMeta
 from pptrace.model.trace import ProcessTrace, Trace
 from pptrace.report.perfetto import AUX_FLOW, MESSAGE_FLOW, WAITING, to_chrome_trace
 from tests.helpers_analyze import BASE_NS, Run, meta
@@ -307,7 +308,7 @@ class WithMessages(ProcessTrace):
 def _send(seq: int, peer: int, kind: str, at: int, *, dur: int = 300) -> MessageEvent:
     return MessageEvent(op=MessageOp.SEND, phase="end", seq=seq, wall_ns=BASE_NS + at,
                         duration_ns=dur, peer=peer, kind=kind, keys=("__msg_type__", "x"),
-                        tensors=(MessageTensor("x", (4, 8), "float32", "cpu", 128),))
+                        tensors=(TensorMeta.of_key("x", (4, 8), "float32", "cpu", 128),))
 
 
 def _recv(seq: int, peer: int, kind: str, at: int, *, dur: int = 400,
@@ -315,7 +316,7 @@ def _recv(seq: int, peer: int, kind: str, at: int, *, dur: int = 400,
     begin = MessageEvent(op=MessageOp.RECV, phase="begin", seq=seq, wall_ns=BASE_NS + at,
                          peer=peer, expected_kind=more.get("expected_kind", ""))
     end = begin._replace(phase="end", duration_ns=dur, kind=kind, keys=("__msg_type__", "x"),
-                         tensors=(MessageTensor("x", (4, 8), "float32", "cpu", 128),), **more)
+                         tensors=(TensorMeta.of_key("x", (4, 8), "float32", "cpu", 128),), **more)
     return [begin, end]
 
 
@@ -351,8 +352,25 @@ def test_each_send_flows_to_its_receive_per_source_destination_and_kind() -> Non
     assert all(s["name"] == "send" and r["name"] == "recv"
                for s, r in _flow_ends(doc, MESSAGE_FLOW))
     send = _of(doc, "X", "send")[0]
-    assert send["args"]["tensors"] == ["float32[4, 8]"] and send["args"]["total_bytes"] == 128
+    # One set of argument names for both layers (a message once had its own: tensor_keys,
+    # tensors), the values' part shared with attach/extract slices.
+    assert {k: send["args"][k] for k in ("names", "shapes", "dtypes", "bytes", "total_bytes")} == {
+        "names": ["x"], "shapes": ["[4, 8]"], "dtypes": ["float32"], "bytes": [128],
+        "total_bytes": 128}
+    assert "tensor_keys" not in send["args"] and "tp_sliced" not in send["args"]
     assert doc["otherData"]["flows"] == {AUX_FLOW: 1, MESSAGE_FLOW: 3}
+
+
+def test_a_value_sent_as_a_tp_slice_says_so_in_its_args() -> None:
+    run = Run(pp_size=2)
+    run.step([meta("scores")])
+    sliced = (TensorMeta.of_key("x", (4, 8), "float32", "cpu", 128, sliced=True),
+              TensorMeta.of_key("__msg_type__", (), "str", is_tensor=False))
+    send = _send(0, 1, "proxy", 100)._replace(tensors=sliced, gather_size=2)
+    doc = _valid(to_chrome_trace(_with_messages(run.trace(), {0: [send]}), []))
+    args = _of(doc, "X", "send")[0]["args"]
+    assert (args["names"], args["shapes"], args["tp_sliced"]) == (
+        ["x", "__msg_type__"], ["[4, 8]", ""], [True, False])
 
 
 def test_a_receive_that_never_returned_waits_to_the_end_of_the_trace() -> None:
@@ -396,7 +414,7 @@ def test_a_broadcast_flows_from_its_source_to_each_member() -> None:
 
     b = Bcast()  # the last stage's TP rank 0 (rank 3) broadcasts to ranks 4 and 5
     for k in range(2):
-        b.step([MessageTensor("next_token_ids", (k + 1,), "int64", "cpu", 8 * (k + 1))])
+        b.step([TensorMeta.of_key("next_token_ids", (k + 1,), "int64", "cpu", 8 * (k + 1))])
     doc = _valid(to_chrome_trace(b.run.trace(), []))
     names = _names(doc)
     got = sorted((names[s["pid"]][:6], s["args"]["seq"], names[r["pid"]][:6], r["args"]["seq"])
@@ -414,8 +432,8 @@ def test_a_broadcast_and_a_send_of_the_same_number_each_flow_to_their_own_receiv
     from tests.test_analyze_broadcast_messages import Bcast
 
     b = Bcast()
-    b.step([MessageTensor("next_token_ids", (1,), "int64", "cpu", 8)])
-    ids = [MessageTensor("next_token_ids", (2,), "int64", "cpu", 16)]
+    b.step([TensorMeta.of_key("next_token_ids", (1,), "int64", "cpu", 8)])
+    ids = [TensorMeta.of_key("next_token_ids", (2,), "int64", "cpu", 16)]
     b.run.send("output", ids, pp=1, to=0, gather=1)
     b.run.recv("output", ids, pp=0, frm=1, gather=1)
     doc = _valid(to_chrome_trace(b.run.trace(), []))

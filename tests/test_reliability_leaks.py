@@ -330,9 +330,9 @@ def test_cli_error_line_is_inert(tmp_path: Path) -> None:
 
 def test_tensor_meta_has_no_field_for_values() -> None:
     # A structural guard: the record pptrace writes per tensor has metadata fields only.
-    fields = set(TensorMeta.__slots__)
+    fields = set(TensorMeta._fields)
     assert fields == {"name", "key", "shape", "dtype", "device", "nbytes", "contiguous",
-                      "is_tensor", "fingerprint"}, fields
+                      "is_tensor", "fingerprint", "sliced"}, fields
 
 
 

@@ -37,6 +37,7 @@ tensor_metas = st.builds(
     contiguous=st.booleans(),
     is_tensor=st.booleans(),
     fingerprint=st.one_of(st.none(), st.text(min_size=1, max_size=20)),
+    sliced=st.just(False),  # an attach or extract sees whole tensors: TP slices are messages'
 )
 
 

@@ -169,7 +169,9 @@ def test_only_what_does_not_follow_is_written() -> None:
     out = ok._replace(direction=Direction.EXTRACT, keys_before=("x", PREFIX + "a", "y"),
                       keys_after=("x", "y"), returned_none=False)
     res = schema.resource_attributes(RANK, "run", 2, "MainThread", 11, "cpu", "sglang.Output")
-    m = dataclasses.replace
+    def m(t: TensorMeta, **changes: Any) -> TensorMeta:
+        return t._replace(**changes)
+
     cases: list[Any] = [
         (ok, set()),
         (ok._replace(keys_after=(PREFIX + "a", "x")), {schema.KEYS_AFTER}),

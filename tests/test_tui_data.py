@@ -146,7 +146,7 @@ def test_a_tensor_that_stops_being_a_tensor_is_a_mismatch_in_the_grid() -> None:
     # Same name, shape, dtype and bytes, but one side is not a tensor: the viewer's own fast
     # key once ignored is_tensor (the analyzer's does not).
     def flat(tp: int, seq: int, ts: tuple) -> tuple:  # type: ignore[type-arg]
-        return (replace(ts[0], is_tensor=False),) if seq == 1 else ts
+        return (ts[0]._replace(is_tensor=False),) if seq == 1 else ts
     trace = pipeline(3, payload=(tensor("scores"),), on_extract=flat)
     assert cells(TraceIndex.build(trace, []), "pp0 tp0 extract") == "PMP"
 

@@ -29,8 +29,8 @@ from rich.console import Console
 from pptrace.analyze.analyzer import analysis
 from pptrace.load.loader import load_paths
 from pptrace.model.findings import Finding, FindingKind, MessageId
-from pptrace.model.messages import MessageEvent, MessageOp, MessageTensor
-from pptrace.model.records import RankInfo, RecorderStats
+from pptrace.model.messages import MessageEvent, MessageOp
+from pptrace.model.records import RankInfo, RecorderStats, TensorMeta
 from pptrace.model.trace import ProcessTrace, Trace
 from tests.helpers_tui import T0, screen_text, wait_main
 
@@ -45,8 +45,8 @@ def _rank(r: int, pp: int = 2) -> RankInfo:
 
 
 @functools.cache
-def _tensors(keys: tuple[str, ...], rows: int = 4) -> tuple[MessageTensor, ...]:
-    return tuple(MessageTensor(k, (rows, 8), "float32", "cpu", rows * 32) for k in keys)
+def _tensors(keys: tuple[str, ...], rows: int = 4) -> tuple[TensorMeta, ...]:
+    return tuple(TensorMeta.of_key(k, (rows, 8), "float32", "cpu", rows * 32) for k in keys)
 
 
 PROXY = ("hidden_states",)
@@ -174,7 +174,7 @@ def test_trace_text_is_shown_literally() -> None:
     trace = pipeline(1)
     p0 = trace.processes[0]
     m = p0.messages[0]
-    bad = m._replace(keys=(evil,), tensors=(MessageTensor(evil, (2,), "float32", "cpu", 8),))
+    bad = m._replace(keys=(evil,), tensors=(TensorMeta.of_key(evil, (2,), "float32", "cpu", 8),))
     trace = Trace((ProcessTrace(p0.rank, (), p0.stats, p0.sources, (bad, *p0.messages[1:])),
                    trace.processes[1]))
     index, _ = _index(trace)

@@ -106,14 +106,9 @@ class Row:
 
 
 def _row_order(rank: RankInfo, direction: Direction | None, process: int) -> tuple[int, ...]:
-    big = 1 << 30
-    return (
-        big if rank.pp_rank is None else rank.pp_rank,
-        big if rank.tp_rank is None else rank.tp_rank,
-        big if rank.rank is None else rank.rank,
-        process,
-        0 if direction is Direction.ATTACH else 1 if direction is Direction.EXTRACT else 2,
-    )
+    """The processes' one order (``RankInfo.layout_order``), then attach before extract."""
+    return (*rank.layout_order(), process,
+            0 if direction is Direction.ATTACH else 1 if direction is Direction.EXTRACT else 2)
 
 
 _SEQ = attrgetter("seq")

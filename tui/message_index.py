@@ -346,7 +346,5 @@ def _kind_bits(kind: str) -> int:
 
 
 def _order(rank: RankInfo, process: int) -> tuple[int, int, int, int]:
-    big = 1 << 30
-    return (big if rank.pp_rank is None else rank.pp_rank,
-            big if rank.tp_rank is None else rank.tp_rank,
-            big if rank.rank is None else rank.rank, process)
+    """The processes' one order (``RankInfo.layout_order``), as the grid lists them."""
+    return (*rank.layout_order(), process)

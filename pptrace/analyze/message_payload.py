@@ -1,12 +1,14 @@
 """What differs between one PP message's send and the receive it paired with.
 
-The values are compared by the one payload rule (``pptrace.analyze.payload.differs``) that an
-attach and its extract are compared by: the shape, the dtype (or tensor or not), the device
-type, the byte count, and the content fingerprint where both sides have one; every difference
-is named, the byte count and the content only where the layout agrees. Besides, for messages:
-the keys (a key lost or added on the way) and the all-gather group that re-assembled TP slices
-(with another group size than the sender sliced over, every sliced value differs in size by
-design, so its values are listed under that one finding instead).
+The values are compared by the one payload comparison (``pptrace.analyze.payload.compare``)
+that an attach and its extract are compared by: a message's value is a ``TensorMeta`` named by
+its key, so the same verdict says, per key, what differs (the shape, the dtype or tensor or not,
+the device type, the byte count, and the content fingerprint where both sides have one; every
+difference named, the byte count and the content only where the layout agrees) and whether the
+keys both sides carry came in another order. Besides, for messages: the keys (a key lost or
+added on the way) and the all-gather group that re-assembled TP slices (with another group size
+than the sender sliced over, every sliced value differs in size by design, so its values are
+listed under that one finding instead).
 
     for kind, message, subject in differences(pair):
         ...                                  # one finding each, on the pair's channel
@@ -17,10 +19,10 @@ Pure: no I/O.
 from __future__ import annotations
 
 from pptrace.analyze.message_sides import Pair, numel
-from pptrace.analyze.payload import Field, differs
+from pptrace.analyze.payload import Field, compare
 from pptrace.analyze.rules import listed, who
 from pptrace.model.findings import FindingKind
-from pptrace.model.messages import MessageTensor
+from pptrace.model.records import TensorMeta
 from pptrace.model.text import clip, plural
 
 __all__ = ["differences"]
@@ -42,33 +44,34 @@ def differences(p: Pair) -> list[Difference]:
             [f"with {listed(extra)} that was not sent"] if extra else [])
         out.append((K.MSG_KEYS_DIFFER, f"{head}: arrived {'; '.join(parts)}",
                     f"{m.kind}:{','.join(lost)}:{','.join(extra)}"))
-    sent = {t.key: t for t in m.tensors}
     regrouped = m.gather_size != e.gather_size
-    grown: list[str] = []
-    for t in e.tensors:
-        a = sent.get(t.key)
-        if a is None:
-            continue
-        if regrouped:
-            if a.shape != t.shape or a.nbytes != t.nbytes:
-                grown.append(f"`{clip(t.key, 200)}` {a.describe()} -> {t.describe()}")
-            continue
-        out += _value(head, m.kind, a, t)
-    if regrouped:
-        size = f"{p.r.rank.tp_size}" if p.r.rank.tp_size is not None else "?"
-        what = f": {', '.join(grown[:10])}" if grown else ""
-        out.append((K.MSG_GATHER_GROUP,
-                    f"{head}: {who(p.s.rank)} sliced over a group of {m.gather_size}, "
-                    f"{who(p.r.rank)} re-assembled over an all-gather group of "
-                    f"{e.gather_size} (its TP size {size}){what}", m.kind))
+    if m.tensors == e.tensors and not regrouped:
+        return out
+    verdict = compare(m.tensors, e.tensors)
+    if verdict.order_differs:
+        out.append((K.MSG_ORDER_DIFFERS,
+                    f"{head}: sent in order {listed(verdict.left_order, '')}; arrived in order "
+                    f"{listed(verdict.right_order, '')}", m.kind))
+    both = [(line.left, line.right, line.differs) for line in verdict.differing
+            if line.left is not None and line.right is not None]
+    if not regrouped:
+        for a, t, d in both:
+            out += _value(head, m.kind, a, t, d)
+        return out
+    grown = [f"`{clip(t.key, 200)}` {a.describe()} -> {t.describe()}"
+             for a, t, d in both if d & {Field.SHAPE, Field.BYTES}]
+    size = f"{p.r.rank.tp_size}" if p.r.rank.tp_size is not None else "?"
+    what = f": {', '.join(grown[:10])}" if grown else ""
+    out.append((K.MSG_GATHER_GROUP,
+                f"{head}: {who(p.s.rank)} sliced over a group of {m.gather_size}, "
+                f"{who(p.r.rank)} re-assembled over an all-gather group of "
+                f"{e.gather_size} (its TP size {size}){what}", m.kind))
     return out
 
 
-def _value(head: str, kind: str, a: MessageTensor, t: MessageTensor) -> list[Difference]:
-    """What differs in one key between a send and its receive."""
-    d = differs(a, t)
-    if not d:
-        return []
+def _value(head: str, kind: str, a: TensorMeta, t: TensorMeta,
+           d: frozenset[Field]) -> list[Difference]:
+    """What differs (``d``) in one key between a send (``a``) and its receive (``t``)."""
     key, subject = clip(t.key, 200), f"{kind}:{t.key}"
     out: list[Difference] = []
     if Field.DTYPE in d:

@@ -89,8 +89,7 @@ class PayloadVerdict:
 
 
 class Compared(Protocol):
-    """What the comparison reads of one value: a ``TensorMeta`` (attach/extract) or a
-    ``MessageTensor`` (a PP message's value) alike, so both layers decide by one rule."""
+    """What the comparison reads of one value (a ``TensorMeta``, of either layer)."""
 
     @property
     def shape(self) -> tuple[int, ...]: ...

@@ -23,6 +23,7 @@ from array import array
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from pptrace.load import fingerprints
 from pptrace.load.fast_messages import MessageShapes
 from pptrace.load.layout import (
     DROPPED_BEFORE,
@@ -161,6 +162,11 @@ _NOT_IN_REST = (b'"traceId"', b'"spanId"', b'"name"', b'"kind"', b'"startTimeUni
                 b'"endTimeUnixNano"', b'"attributes"') + tuple(
     ('"' + k + '"').encode() for k in (schema.SEQ, schema.MONO_NS, schema.DURATION_NS))
 
+_FINGERPRINTS = fingerprints.marker(schema.T_FINGERPRINTS)
+# Where ``_OWN``'s span name goes on after "pptrace." (32 + 12 + 16 + 18 characters in), and the
+# letters a message span's name has there.
+_NAME_AT = len(b'0' * 32 + b'","spanId":"' + b'0' * 16 + b'","name":"pptrace.')
+_MESSAGE_LETTERS = (b"s", b"r")
 _START_END = b'"startTimeUnixNano":"'
 _END_AFTER = b'","endTimeUnixNano":"'
 _SEQ_AT = _attr(schema.SEQ)
@@ -223,8 +229,9 @@ def _int(v: bytes | None) -> int:
 class FastLines:
     """One loader run's template cache; ``line`` reads a line or says it cannot."""
 
-    def __init__(self, builder: EventSink) -> None:
+    def __init__(self, builder: EventSink, shared: dict[Any, Any] | None = None) -> None:
         self.builder = builder
+        self.shared = shared  # the loader's tuples by value (``fingerprints.put_back``)
         # key -> (template event, has duration attribute), or None: not cacheable.
         self.templates: dict[bytes, tuple[Event, bool] | None] = {}
         # pptrace's own layout (``_OWN``): (resource number, name and kind, text after the changing
@@ -232,11 +239,13 @@ class FastLines:
         self.own: dict[tuple[int, bytes, bytes], int] = {}
         self.shapes: list[Event | None] = []
         self.rows: array[int] | None = None  # see ``_spans``
+        # [row number, its values' fingerprints] for each fingerprinted row (``_spans``)
+        self.prints: list[list[Any]] = []
         # The text before the spans -> its resource: number (a part of every template's key:
         # schema version 2 keeps the process's constants there), service name, attributes.
         self.heads: dict[bytes, _Resource] = {}
         self.hits = self.misses = 0
-        self.messages = MessageShapes()  # message spans' templates (``fast_messages``)
+        self.messages = MessageShapes(shared)  # message spans' templates (``fast_messages``)
 
     def _resource(self, head: bytes, tail: bytes) -> _Resource:
         known = self.heads.get(head)
@@ -298,25 +307,31 @@ class FastLines:
         With ``rows`` set (a loader worker, ``pptrace.load.worker``), a cached span becomes a
         row ``(shape index, seq, start, mono, duration)`` of int64s in it instead of an event
         (40 bytes, not about 200 for a tuple): the process that receives the rows builds the
-        events.
+        events. A span's content fingerprints are cut out of its shape's text like its numbers
+        (``pptrace.load.fingerprints``), and go beside its row in ``prints``.
         """
         events: list[Event] = []
         others: list[Any] = []
-        own, shapes, rows = self.own, self.shapes, self.rows
+        own, shapes, rows, prints = self.own, self.shapes, self.rows, self.prints
         match = _OWN.match
+        cut_prints = fingerprints.cut
         head, _, resource = res
         for chunk in chunks:
-            m = match(chunk)
+            # pptrace's writer puts the name's first letter after "pptrace." here: a message
+            # span's (send, recv) skips the attach/extract pattern, which would fail on it.
+            m = None if chunk[_NAME_AT:_NAME_AT + 1] in _MESSAGE_LETTERS else match(chunk)
             if m is None:
                 item = self.messages.span(chunk, head, resource)
                 if item is None:
                     raise _Fallback
-                others.append(self._older(chunk, head, resource) if item is False else item)
+                if item is not True:  # (True: taken as a row, ``MessageShapes.rows``)
+                    others.append(self._older(chunk, head, resource) if item is False else item)
                 continue
-            key = (head, m[1], chunk[m.end():])
+            rest, fps = cut_prints(chunk[m.end():], _FINGERPRINTS)
+            key = (head, m[1], rest)
             i = own.get(key)
             if i is None:
-                others.append(self._learn_own(chunk, key, m, resource))
+                others.append(self._learn_own(chunk, key, m, fps, resource))
                 continue
             t = shapes[i]
             if t is None:  # a known shape that cannot be cached
@@ -328,16 +343,22 @@ class FastLines:
             if rows is not None:
                 try:  # (fromlist adds the whole row or, failing, none of it)
                     rows.fromlist([i, int(seq), start, int(mono), duration])
+                    if fps is not None:
+                        prints.append([len(rows) // 5 - 1, fps])
                     continue
                 except OverflowError:  # beyond int64 (20 digits pass the cut): as an event
                     pass
-            events.append(with_numbers(t, int(seq), start, int(mono), duration))
+            ev = with_numbers(t, int(seq), start, int(mono), duration)
+            events.append(ev if fps is None else
+                          ev._replace(tensors=fingerprints.put_back(ev.tensors, fps,
+                                                                    self.shared)))
         self.hits += len(chunks) - len(others)
         return events, others
 
     def _learn_own(self, chunk: bytes, key: tuple[int, bytes, bytes], m: re.Match[bytes],
-                   resource: Mapping[str, Any]) -> Any:
-        """Parse a span of pptrace's own layout; cache it when the cut values check out."""
+                   fps: list[str] | None, resource: Mapping[str, Any]) -> Any:
+        """Parse a span of pptrace's own layout; cache it when the cut values (and
+        fingerprints) check out."""
         self.misses += 1
         span = self._parse(chunk)
         own, shapes = self.own, self.shapes
@@ -354,7 +375,11 @@ class FastLines:
         ev = decoded[0]
         _, begin, end, seq, mono, dur = m.groups()
         duration = int(dur) if dur is not None else max(0, int(end) - int(begin))
-        if (ev.seq, ev.start_ns, ev.mono_ns, ev.duration_ns) == (
+        try:
+            prints_agree = fps is None or fingerprints.put_back(ev.tensors, fps) == ev.tensors
+        except ValueError:  # not one fingerprint per value
+            prints_agree = False
+        if prints_agree and (ev.seq, ev.start_ns, ev.mono_ns, ev.duration_ns) == (
             int(seq), int(begin), int(mono), duration
         ):
             shapes[-1] = ev

@@ -1,8 +1,9 @@
 """The fast path for message spans (``pptrace.send``, ``pptrace.recv.begin``, ``pptrace.recv``).
 
 A message span differs from the one before it of the same shape (same process, kind, peer, keys
-and tensors) only in its ids, its times, its ``seq``, its monotonic clock and, in schema version
-1, its wall-clock start and duration. As ``pptrace.load.fast`` does for attach/extract spans, this
+and tensors) only in its ids, its times, its ``seq``, its monotonic clock, its values' content
+fingerprints when fingerprinting is on (``pptrace.load.fingerprints``) and, in schema version 1,
+its wall-clock start and duration. As ``pptrace.load.fast`` does for attach/extract spans, this
 cuts those numbers out of the span's text and uses the rest as the key of a cache of decoded
 template events: a hit is the template with the numbers put back (its keys and tensors shared,
 so a million messages hold a few thousand tuples); a miss is parsed and decoded the ordinary way
@@ -18,9 +19,11 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from array import array
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pptrace.load import fingerprints
 from pptrace.load import messages as load_messages
 from pptrace.load.otlp import BadShape, attributes, to_int
 from pptrace.model import messages as M
@@ -28,7 +31,7 @@ from pptrace.model.messages import BadMessageSpan, MessageEvent
 from pptrace.model.records import RankInfo
 from pptrace.model.schema import compact_against
 
-__all__ = ["MessageShapes"]
+__all__ = ["MessageShapes", "rebuild_rows"]
 
 _HEAD = b'{"traceId":"'
 # A message span of pptrace's writer: hex ids, then its name.
@@ -51,8 +54,9 @@ _ONCE = (b'"spanId"', b'"name"', b'"startTimeUnixNano"', b'"endTimeUnixNano"',
          b'"attributes"') + tuple(('"' + k + '"').encode() for k in (
              M.SEQ, M.WALL_NS, M.MONO_NS, M.DURATION_NS, M.OP, M.PHASE))
 _FIELDS = MessageEvent._fields
-_F_SEQ, _F_WALL, _F_MONO, _F_DUR = (_FIELDS.index(f) for f in
-                                    ("seq", "wall_ns", "mono_ns", "duration_ns"))
+_F_SEQ, _F_WALL, _F_MONO, _F_DUR, _F_TENSORS = (_FIELDS.index(f) for f in (
+    "seq", "wall_ns", "mono_ns", "duration_ns", "tensors"))
+_FINGERPRINTS = fingerprints.marker(M.T_FINGERPRINTS)
 _MAX_SHAPES = 50_000
 _new = tuple.__new__
 
@@ -116,29 +120,50 @@ def _cut(chunk: bytes) -> tuple[bytes, list[bytes | None]] | None:
 
 
 class MessageShapes:
-    """One loader run's cache of message templates."""
+    """One loader run's cache of message templates.
 
-    def __init__(self) -> None:
-        self.shapes: dict[tuple[int, bytes], _Shape | None] = {}
+    With ``rows`` set (a loader worker, ``pptrace.load.worker``), a cached span becomes a row
+    ``(shape index, seq, wall, mono, duration)`` of int64s in it, its fingerprints beside it in
+    ``prints``, as attach/extract spans do in ``pptrace.load.fast``: the process that receives
+    the rows builds the events (``rebuild_rows``).
+    """
+
+    def __init__(self, shared: dict[Any, Any] | None = None) -> None:
+        self.shared = shared  # the loader's tuples by value (``fingerprints.put_back``)
+        # (resource number, shape text) -> index into ``templates`` (None: not cacheable)
+        self.shapes: dict[tuple[int, bytes], int] = {}
+        self.templates: list[_Shape | None] = []
+        self.rows: array[int] | None = None
+        self.prints: list[list[Any]] = []  # [row number, its fingerprints] per fingerprinted row
         self.decodes = 0  # spans decoded the ordinary way (one per shape, and what is not cut)
 
     def span(self, chunk: bytes, head: int, resource: Mapping[str, Any]
              ) -> tuple[Any, ...] | dict[str, Any] | bool | None:
-        """(rank, its events) of a cached shape, the parsed span of a new or uncacheable one
-        (for the ordinary path to read), None when the text is not one span object, False when
-        it is not a message span's."""
+        """(rank, its events) of a cached shape (True when taken as a row instead), the parsed
+        span of a new or uncacheable one (for the ordinary path to read), None when the text is
+        not one span object, False when it is not a message span's."""
         cut = _cut(chunk)
         if cut is None:
             return self._parse(chunk) if _NAME.match(chunk) is not None else False
-        text, v = cut
+        text, fps = fingerprints.cut(cut[0], _FINGERPRINTS)
+        v = cut[1]
         key = (head, text)
-        try:
-            shape = self.shapes[key]
-        except KeyError:
-            return self._learn(chunk, key, v, resource)
+        i = self.shapes.get(key)
+        if i is None:
+            return self._learn(chunk, key, v, fps, resource)
+        shape = self.templates[i]
         if shape is None:
             return self._parse(chunk)
-        event = _rebuild(shape, v)
+        rows = self.rows
+        if rows is not None:
+            try:  # (fromlist adds the whole row or, failing, none of it)
+                rows.fromlist([i, *_numbers(shape, v)])
+                if fps is not None:
+                    self.prints.append([len(rows) // 5 - 1, fps])
+                return True
+            except OverflowError:  # beyond int64: as events
+                pass
+        event = _rebuild(shape, v, fps, self.shared)
         if shape[3]:
             return shape[0], M.begin_of(event), event
         return shape[0], event
@@ -152,12 +177,13 @@ class MessageShapes:
         return span if isinstance(span, dict) else None
 
     def _learn(self, chunk: bytes, key: tuple[int, bytes], v: list[bytes | None],
-               resource: Mapping[str, Any]) -> dict[str, Any] | None:
+               fps: list[str] | None, resource: Mapping[str, Any]) -> dict[str, Any] | None:
         """Parse a new shape's span; cache it when the numbers cut out rebuild its event."""
         span = self._parse(chunk)
         if len(self.shapes) >= _MAX_SHAPES:
-            self.shapes.clear()
-        self.shapes[key] = None
+            self.shapes.clear()  # (rows already taken keep their indices into ``templates``)
+        self.shapes[key] = len(self.templates)
+        self.templates.append(None)
         if span is None or b'"traceId"' in chunk or any(chunk.count(m) > 1 for m in _ONCE):
             return span
         try:
@@ -171,26 +197,63 @@ class MessageShapes:
         compact = M.OP not in attrs and compact_against(resource) is not None
         ev = events[-1]
         shape = (rank, ev, compact, len(events) == 2)
-        if _rebuild(shape, v) == ev:
-            self.shapes[key] = shape
+        try:
+            same = _rebuild(shape, v, fps) == ev
+        except ValueError:  # not one fingerprint per value
+            same = False
+        if same:
+            self.templates[-1] = shape
         return span  # (read the ordinary way once: its version checked, its process noted)
 
 
-def _rebuild(shape: _Shape, v: list[bytes | None]) -> MessageEvent:
-    """The template with the numbers of one span, as ``from_attributes`` derives them."""
+def _numbers(shape: _Shape, v: list[bytes | None]) -> tuple[int, int, int, int]:
+    """(seq, wall clock, monotonic clock, duration) of one span of ``shape``, as
+    ``from_attributes`` derives them."""
     _, t, compact, _ = shape
-    start, end = int(v[_START]), int(v[_END])  # type: ignore[arg-type]
-    values = list(t)
-    values[_F_SEQ] = int(v[_SEQ])  # type: ignore[arg-type]
+    start = int(v[_START])  # type: ignore[arg-type]
     wall, mono, dur = v[_WALL], v[_MONO], v[_DUR]
-    values[_F_WALL] = int(wall) if wall is not None else (start if compact else 0)
-    if mono is not None:
-        values[_F_MONO] = int(mono)
     if dur is not None:
-        values[_F_DUR] = int(dur)
+        duration = int(dur)
     elif compact:
-        values[_F_DUR] = -1 if t.phase == "begin" else end - start
+        duration = -1 if t.phase == "begin" else int(v[_END]) - start  # type: ignore[arg-type]
     else:
-        values[_F_DUR] = -1
+        duration = -1
+    return (int(v[_SEQ]), int(wall) if wall is not None else (start if compact else 0),  # type: ignore[arg-type]
+            int(mono) if mono is not None else t.mono_ns, duration)
+
+
+def _rebuild(shape: _Shape, v: list[bytes | None], fps: list[str] | None,
+             shared: dict[Any, Any] | None = None) -> MessageEvent:
+    """The template with the numbers (and fingerprints) of one span, as ``from_attributes``
+    derives them."""
+    t = shape[1]
+    values = list(t)
+    values[_F_SEQ], values[_F_WALL], values[_F_MONO], values[_F_DUR] = _numbers(shape, v)
+    if fps is not None:
+        values[_F_TENSORS] = fingerprints.put_back(t.tensors, fps, shared)
     event: MessageEvent = _new(MessageEvent, values)
     return event
+
+
+def rebuild_rows(templates: Sequence[tuple[MessageEvent, bool] | None], rows: Sequence[int],
+                 prints: Sequence[list[Any]], shared: dict[Any, Any] | None = None
+                 ) -> list[tuple[MessageEvent, ...]]:
+    """The events ``MessageShapes`` rows stand for, one tuple per row (a receive's begin before
+    its end where the span stood for both); ``templates``: per shape index, its template and
+    whether it stands for its begin too. ValueError, IndexError or TypeError when malformed."""
+    out: list[tuple[MessageEvent, ...]] = []
+    new, begin_of = _new, M.begin_of
+    it = iter(rows)
+    for i, seq, wall, mono, dur in zip(it, it, it, it, it, strict=True):
+        shape = templates[i]
+        if shape is None:
+            raise ValueError("a row names a message shape that was not cached")
+        values = list(shape[0])
+        values[_F_SEQ], values[_F_WALL], values[_F_MONO], values[_F_DUR] = seq, wall, mono, dur
+        event: MessageEvent = new(MessageEvent, values)
+        out.append((begin_of(event), event) if shape[1] else (event,))
+    for row, fps in prints:
+        *before, event = out[row]
+        out[row] = (*before, event._replace(
+            tensors=fingerprints.put_back(event.tensors, fps, shared)))
+    return out

@@ -17,10 +17,11 @@ import operator
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from pptrace.load import fingerprints
 from pptrace.model import messages as M
 from pptrace.model import schema
 from pptrace.model.messages import BadMessageSpan, MessageEvent, MessageOp
-from pptrace.model.records import RankInfo
+from pptrace.model.records import RankInfo, TensorMeta
 
 __all__ = ["decode_span", "from_json", "in_call_order", "pack", "to_json", "unpack"]
 
@@ -113,37 +114,56 @@ def from_json(value: list[Any]) -> MessageEvent:
 
 _NUMBERS = ("seq", "wall_ns", "mono_ns", "duration_ns")
 _POSITIONS = tuple(MessageEvent._fields.index(f) for f in _NUMBERS)
+_TENSORS = MessageEvent._fields.index("tensors")
+_FP = TensorMeta._fields.index("fingerprint")
+_new = tuple.__new__
+
+
+def _bare(tensors: tuple[TensorMeta, ...]) -> tuple[TensorMeta, ...]:
+    return tuple([_new(TensorMeta, (*t[:_FP], None, *t[_FP + 1:])) for t in tensors])
 
 
 def pack(events: Iterable[MessageEvent]) -> list[Any]:
     """Events as JSON values for the loader worker's result: each distinct shape (the event
-    with its numbers zeroed) once as ``to_json``, then a row of (shape, seq, wall, mono,
-    duration) per event; the parent decodes each shape once (``unpack``)."""
+    with its numbers zeroed and its fingerprints left out) once as ``to_json``, then a row of
+    (shape, seq, wall, mono, duration) per event and, per event, its values' fingerprints (0
+    when it has none); the parent decodes each shape once (``unpack``)."""
     index: dict[MessageEvent, int] = {}
     shapes: list[Any] = []
     rows: list[int] = []
+    prints: list[Any] = []
     for ev in events:
-        shape = ev._replace(seq=0, wall_ns=0, mono_ns=0, duration_ns=0)
+        ts = ev.tensors
+        fps = [t.fingerprint or "" for t in ts]
+        if any(fps):
+            shape = ev._replace(seq=0, wall_ns=0, mono_ns=0, duration_ns=0, tensors=_bare(ts))
+            prints.append(fps)
+        else:
+            shape = ev._replace(seq=0, wall_ns=0, mono_ns=0, duration_ns=0)
+            prints.append(0)
         i = index.get(shape)
         if i is None:
             i = index[shape] = len(shapes)
             shapes.append(to_json(shape))
         rows += (i, ev.seq, ev.wall_ns, ev.mono_ns, ev.duration_ns)
-    return [shapes, rows]
+    return [shapes, rows, prints]
 
 
 def unpack(value: list[Any]) -> list[MessageEvent]:
     """The inverse of ``pack`` (``BadMessageSpan`` when it is not one)."""
-    shapes, rows = value
+    shapes, rows, prints = value
     templates = [list(from_json(s)) for s in shapes]
     out = []
-    new = tuple.__new__
+    new = _new
     p_seq, p_wall, p_mono, p_dur = _POSITIONS
     it = iter(rows)
     try:
-        for i, seq, wall, mono, dur in zip(it, it, it, it, it, strict=True):
+        for (i, seq, wall, mono, dur), fps in zip(zip(it, it, it, it, it, strict=True), prints,
+                                                  strict=True):
             values = templates[i][:]
             values[p_seq], values[p_wall], values[p_mono], values[p_dur] = seq, wall, mono, dur
+            if fps:
+                values[_TENSORS] = fingerprints.put_back(values[_TENSORS], fps)
             out.append(new(MessageEvent, values))
     except (ValueError, IndexError, TypeError):
         raise BadMessageSpan("not packed message events") from None

@@ -29,13 +29,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, fields
 from typing import IO, Any
 
+from pptrace.load import fingerprints
 from pptrace.load.builder import TraceBuilder
 from pptrace.load.compressed import COMPRESSED_SUFFIXES, expansion
+from pptrace.load.fast_messages import rebuild_rows
 from pptrace.load.files import error_detail, open_regular, read_files
 from pptrace.load.layout import with_numbers
+from pptrace.load.messages import from_json, to_json
 from pptrace.load.messages import pack as pack_messages
 from pptrace.load.messages import unpack as unpack_messages
 from pptrace.model.errors import SchemaVersionError, TraceInputError
+from pptrace.model.messages import MessageEvent
 from pptrace.model.records import Direction, Event, RankInfo, RecorderStats, TensorMeta
 from pptrace.model.trace import ForeignSpan, InputProblem
 
@@ -140,7 +144,7 @@ def _rank_json(rank: RankInfo) -> list[Any]:
 
 
 def _tensors_json(tensors: tuple[TensorMeta, ...]) -> list[list[Any]]:
-    return [list(asdict(m).values()) for m in tensors]
+    return [list(m) for m in tensors]
 
 
 def _tuple_json(items: tuple[Any, ...]) -> list[Any]:
@@ -218,11 +222,11 @@ class _Unpacker:
 
 
 _DIRECTIONS = {d.value: d for d in Direction}
-_META_FIELDS = tuple(f.name for f in fields(TensorMeta))
+_META_FIELDS = TensorMeta._fields
 
 
 def _meta(values: list[Any]) -> TensorMeta:
-    """A ``TensorMeta`` from its fields' values in order (as ``asdict`` gave them)."""
+    """A ``TensorMeta`` from its fields' values in order (as ``_tensors_json`` gave them)."""
     if len(values) != len(_META_FIELDS):
         raise ValueError("a tensor's fields do not match TensorMeta's")
     named = dict(zip(_META_FIELDS, values, strict=True))
@@ -252,10 +256,17 @@ def _encode(builder: TraceBuilder, errors: Sequence[TraceInputError],
     """(the result as JSON, the rows as int64s) for what ``builder`` read."""
     fast = builder.fast
     packed = fast.rows if fast.rows is not None else array("q")
+    msg = fast.messages
     pack = _Packer()
     result = {
         "module": _MODULE,
         "shapes": [None if t is None else pack.event(t) for t in fast.shapes],
+        "prints": fast.prints,
+        # Message rows follow the event rows in the same int64 frame, from this row on.
+        "message_rows_at": len(packed) // _ROW,
+        "message_shapes": [None if s is None else [asdict(s[0]), to_json(s[1]), s[3]]
+                           for s in msg.templates],
+        "message_prints": msg.prints,
         "events": [pack.event(ev) for evs in builder.events.values() for ev in evs],
         "tables": pack.tables,
         "stats": [_stats_json(s) for s in builder.stats.values()],
@@ -268,7 +279,8 @@ def _encode(builder: TraceBuilder, errors: Sequence[TraceInputError],
         "errors": [_error_json(e) for e in errors],
         "fatal": None if fatal is None else _error_json(fatal),
     }
-    return json.dumps(result).encode(), packed.tobytes()
+    return json.dumps(result).encode(), packed.tobytes() + (
+        msg.rows.tobytes() if msg.rows is not None else b"")
 
 
 def _error_json(exc: TraceInputError) -> list[Any]:
@@ -281,6 +293,7 @@ def main() -> int:
     files = json.loads(sys.stdin.buffer.read())
     builder = TraceBuilder()
     builder.fast.rows = array("q")
+    builder.fast.messages.rows = array("q")
     sizes = {f: os.path.getsize(f) if os.path.isfile(f) else 0 for f in files}
     fatal: SchemaVersionError | None = None
 
@@ -413,12 +426,34 @@ def take(builder: TraceBuilder, result: dict[str, Any], rows: bytes
     events = [unpack.event(s) for s in result["events"]]
     packed = array("q")
     packed.frombytes(rows)
+    at = result.get("message_rows_at", len(packed) // _ROW) * _ROW
+    templates = [None if s is None else (from_json(s[1]), bool(s[2]))
+                 for s in result.get("message_shapes", ())]
+    msg_ranks = [None if s is None else RankInfo(**s[0])
+                 for s in result.get("message_shapes", ())]
+    msg_rows = packed[at:]
+    by_rank: dict[RankInfo, list[MessageEvent]] = {}
+    spans: dict[RankInfo, int] = {}
+    made_rows = rebuild_rows(templates, msg_rows, result.get("message_prints", ()),
+                             builder.fast.shared)
+    for shape, made in zip(msg_rows[::_ROW], made_rows, strict=True):
+        rank = msg_ranks[shape]
+        if rank is None:  # (rebuild_rows raises first)
+            raise ValueError("a row names a message shape that was not cached")
+        by_rank.setdefault(rank, []).extend(made)
+        spans[rank] = spans.get(rank, 0) + 1
+    del packed[at:]
     it = iter(packed)
+    first = len(events)
     for i, seq, begin, mono, dur in zip(it, it, it, it, it, strict=True):
         t = shapes[i]
         if t is None:
             raise ValueError("a row names a shape that was not cached")
         events.append(with_numbers(t, seq, begin, mono, dur))
+    for row, fps in result.get("prints", ()):
+        ev = events[first + row]
+        events[first + row] = ev._replace(
+            tensors=fingerprints.put_back(ev.tensors, fps, builder.fast.shared))
     stats = [_stats(values) for values in result["stats"]]
     ranks = [((host, pid, inst), RankInfo(**fields))
              for host, pid, inst, fields in result["ranks"]]
@@ -443,6 +478,8 @@ def take(builder: TraceBuilder, result: dict[str, Any], rows: bytes
     for rank, ms in messages:
         for m in ms:
             builder.add_message(rank, m)
+    for rank, ms in by_rank.items():
+        builder.add_messages(rank, ms, spans[rank])
     builder.problems.extend(problems)
     return errors, fatal_error
 

@@ -18,8 +18,9 @@ demultiplexes on ``__msg_type__``. A ``MessageEvent`` is one send or one receive
   counter and a broadcast receive counter of their own), so a channel's seqs stay its own
   whatever the process broadcasts; ``pptrace.model.findings.MessageId`` tells the two apart.
 
-Every tensor of the dict is described by a ``MessageTensor`` (never its contents), with whether it
-travelled whole or as this TP rank's slice (re-assembled by an all-gather on the receiver). The
+Every value of the dict is described by a ``TensorMeta`` (``pptrace.model.records``: the one
+tensor record of every layer, named by its key here), with whether it travelled whole or as
+this TP rank's slice (re-assembled by an all-gather on the receiver). The
 span codec below is the one place these records become span attributes and back, as
 ``pptrace.model.schema`` is for attach/extract events.
 
@@ -56,6 +57,7 @@ from typing import Any, NamedTuple
 
 from pptrace import engines
 from pptrace.model.derived import ITEMSIZES, implied_devices, implied_nbytes
+from pptrace.model.records import TensorMeta
 from pptrace.model.schema import R_MAIN_DEVICE, R_THREAD_MAIN_ID, compact_against
 
 __all__ = [
@@ -67,7 +69,6 @@ __all__ = [
     "WITH_BEGIN",
     "MessageEvent",
     "MessageOp",
-    "MessageTensor",
     "begin_of",
     "fold_begins",
     "from_attributes",
@@ -131,30 +132,6 @@ class MessageOp(str, enum.Enum):
     RECV = "recv"
 
 
-class MessageTensor(NamedTuple):
-    """One value of a message's dict: metadata only."""
-
-    key: str
-    shape: tuple[int, ...] = ()
-    dtype: str = ""  # "float32"; for a non-tensor value its type name
-    device: str = ""  # the device type ("cpu", "cuda"); empty for a non-tensor
-    nbytes: int = 0  # of the whole tensor, also when it travelled as a slice
-    sliced: bool = False  # sent as this TP rank's slice, re-assembled by an all-gather
-    is_tensor: bool = True
-    fingerprint: str | None = None
-
-    @property
-    def device_type(self) -> str:
-        """The device type (a message records no index): what ``TensorMeta.device_type`` is."""
-        return self.device
-
-    def describe(self) -> str:
-        """``float32[8, 5]`` (``/tp`` when it travelled as a TP slice), or a non-tensor's type."""
-        if not self.is_tensor:
-            return f"non-tensor {self.dtype}"
-        return f"{self.dtype}[{', '.join(map(str, self.shape))}]{'/tp' if self.sliced else ''}"
-
-
 class MessageEvent(NamedTuple):
     """One send, or one phase of one receive, of a PP tensor dict (see the module docstring)."""
 
@@ -175,7 +152,7 @@ class MessageEvent(NamedTuple):
     gather_size: int = 1
     carries_attach: int | None = None
     keys: tuple[str, ...] = ()
-    tensors: tuple[MessageTensor, ...] = ()
+    tensors: tuple[TensorMeta, ...] = ()
     error_type: str | None = None
     error_message: str | None = None
     #: A broadcast's group, its members' global ranks in group order (empty: point-to-point).
@@ -429,7 +406,7 @@ def from_attributes(attrs: Mapping[str, object], name: str,
     all_keys = _strs(attrs, KEYS)
     keys = all_keys if res is not None and T_KEYS not in attrs else _strs(attrs, T_KEYS)
     n = len(keys)
-    tensors: tuple[MessageTensor, ...] = ()
+    tensors: tuple[TensorMeta, ...] = ()
     if n:
         fps = _strs(attrs, T_FINGERPRINTS, n) if T_FINGERPRINTS in attrs else [""] * n
         shapes = [_shape(s) for s in _strs(attrs, T_SHAPES, n)]
@@ -460,7 +437,7 @@ def from_attributes(attrs: Mapping[str, object], name: str,
         sliced = ([False] * n if compact and T_SLICED not in attrs
                   else _bools(attrs, T_SLICED, n))
         tensors = tuple(
-            MessageTensor(key=k, shape=sh, dtype=d, device=dev, nbytes=b, sliced=sl,
+            TensorMeta.of_key(key=k, shape=sh, dtype=d, device=dev, nbytes=b, sliced=sl,
                           is_tensor=it, fingerprint=fp or None)
             for k, sh, d, dev, b, sl, it, fp in zip(
                 keys, shapes, dtypes, devices, nbytes, sliced, is_tensor, fps, strict=True))

@@ -39,30 +39,46 @@ class Direction(str, enum.Enum):
     EXTRACT = "extract"  # pop_auxiliary_output_from_pp_tensors, on PP stage 0
 
 
-@dataclass(frozen=True, slots=True)
-class TensorMeta:
-    """Metadata of one auxiliary value as it sat in the dict; never its contents."""
+class TensorMeta(NamedTuple):
+    """One value a transfer carried, as it sat in the dict: metadata, never its contents.
 
-    name: str  # the auxiliary name (key minus prefix); repr() of a non-str name
+    The one tensor record of every layer: an attach's or extract's auxiliary value (``name`` is
+    its key minus the transport's prefix) and a PP message's value (``name`` is its key: a
+    message has no namespace of its own; ``TensorMeta.of_key`` builds one). Both layers
+    compare, describe and encode it by the same rules (``pptrace.analyze.payload``).
+
+    A ``NamedTuple``, as ``Event`` is: a loader builds millions of them from templates, and a
+    tuple costs about a quarter of a frozen dataclass to build and half to hash.
+    """
+
+    name: str  # the name within its layer (see above); repr() of a non-str name
     key: str  # the full dict key; repr() of a non-str key
     shape: tuple[int, ...] = ()
     dtype: str = ""  # "float32"; for a non-tensor the value's type name
-    device: str = ""  # "cuda:1", "cpu"; empty for a non-tensor
-    nbytes: int = 0
+    device: str = ""  # as recorded: "cuda:1" (attach/extract), "cuda" (messages); "" non-tensor
+    nbytes: int = 0  # of the whole tensor, also when it travelled as a TP slice
     contiguous: bool = True
     is_tensor: bool = True
     fingerprint: str | None = None  # content hash, only when fingerprinting is on
+    sliced: bool = False  # travelled as this TP rank's slice, re-assembled by an all-gather
+
+    @classmethod
+    def of_key(cls, key: str, shape: tuple[int, ...] = (), dtype: str = "", device: str = "",
+               nbytes: int = 0, sliced: bool = False, is_tensor: bool = True,
+               fingerprint: str | None = None) -> TensorMeta:
+        """A PP message's value: named by its key."""
+        return cls(key, key, shape, dtype, device, nbytes, True, is_tensor, fingerprint, sliced)
 
     @property
     def device_type(self) -> str:
-        """The device without its index: ``cuda:1`` -> ``cuda``."""
+        """The device without its index: ``cuda:1`` -> ``cuda`` (``cuda`` stays ``cuda``)."""
         return self.device.split(":", 1)[0]
 
     def describe(self) -> str:
-        """Render as ``float32[8, 5]`` (or the type name of a non-tensor)."""
+        """``float32[8, 5]`` (``/tp`` when it travelled as a TP slice), or a non-tensor's type."""
         if not self.is_tensor:
             return f"non-tensor {self.dtype}"
-        return f"{self.dtype}[{', '.join(map(str, self.shape))}]"
+        return f"{self.dtype}[{', '.join(map(str, self.shape))}]{'/tp' if self.sliced else ''}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +104,14 @@ class RankInfo:
         return self.pp_rank is not None and self.pp_size is not None and (
             self.pp_rank == self.pp_size - 1
         )
+
+    def layout_order(self) -> tuple[int, int, int]:
+        """(PP stage, TP rank, global rank), each unknown one last: the one order in which
+        every display (the grid, the message screen, Perfetto's tracks) lists processes."""
+        unknown = 1 << 30
+        return (unknown if self.pp_rank is None else self.pp_rank,
+                unknown if self.tp_rank is None else self.tp_rank,
+                unknown if self.rank is None else self.rank)
 
     def label(self) -> str:
         """A short human name: ``rank 3 (pp 3/4, tp 0)``."""

@@ -54,8 +54,8 @@ from typing import Any
 import torch
 
 from pptrace import engines
-from pptrace.model.messages import MSG_TYPE_KEY, MessageEvent, MessageOp, MessageTensor
-from pptrace.model.records import PREFIX, RankInfo
+from pptrace.model.messages import MSG_TYPE_KEY, MessageEvent, MessageOp
+from pptrace.model.records import PREFIX, RankInfo, TensorMeta
 from pptrace.record.convert import key_text, qualname
 from pptrace.record.recorder import Recorder
 
@@ -197,19 +197,19 @@ def convert(raw: tuple[Any, ...], rank: RankInfo,
     (op, phase, seq, wall, mono, dur, thread_id, peer, peer_pp, gather, expected, stashed,
      from_stash, carries, fps, error, kind, group) = raw[:_HEAD]
     keys: list[str] = []
-    tensors: list[MessageTensor] = []
+    tensors: list[TensorMeta] = []
     for i, at in enumerate(range(_HEAD, len(raw), 4)):
         key, shape, dtype, device = raw[at:at + 4]
         name = key_text(key)  # never a user __repr__ on the recorder thread
         keys.append(name)
         if shape is None:
-            tensors.append(MessageTensor(key=name, dtype=qualname(dtype), is_tensor=False))
+            tensors.append(TensorMeta.of_key(key=name, dtype=qualname(dtype), is_tensor=False))
             continue
         numel = 1
         for d in shape:
             numel *= int(d)
         fp = resolve(fps[i]) if fps is not None and fps[i] is not None else None
-        tensors.append(MessageTensor(
+        tensors.append(TensorMeta.of_key(
             key=name, shape=tuple(int(d) for d in shape),
             dtype=str(dtype).removeprefix("torch."), device=str(device.type),
             nbytes=numel * int(dtype.itemsize),

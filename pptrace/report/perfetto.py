@@ -40,7 +40,7 @@ from pptrace.analyze.analyzer import analysis
 from pptrace.analyze.pairs import Pairs
 from pptrace.analyze.rules import rank_id
 from pptrace.model.findings import Finding, MessageId
-from pptrace.model.messages import MessageEvent, MessageOp, MessageTensor
+from pptrace.model.messages import MessageEvent, MessageOp
 from pptrace.model.records import Direction, Event, TensorMeta
 from pptrace.model.text import clip, inert
 from pptrace.model.trace import ProcessTrace, Trace
@@ -171,9 +171,7 @@ def _run(proc: ProcessTrace) -> str:
 def _order(proc: ProcessTrace) -> tuple[int, int, int, str, int]:
     """PP stage, then TP rank (unknown last), then the global rank."""
     r = proc.rank
-    big = 1 << 30
-    return (big if r.pp_rank is None else r.pp_rank, big if r.tp_rank is None else r.tp_rank,
-            big if r.rank is None else r.rank, r.host, r.pid)
+    return (*r.layout_order(), r.host, r.pid)  # the viewer's order, then the OS process
 
 
 def _bounds(trace: Trace) -> tuple[int, int]:
@@ -238,13 +236,19 @@ def _tracks(trace: Trace, doc: _Doc) -> list[_Track]:
 
 
 def _tensor_args(tensors: Sequence[TensorMeta]) -> dict[str, Any]:
-    return {
+    """The values' part of a slice's ``args``, by one set of names for every layer: an attach's
+    or extract's names, a send's or receive's keys (``tp_sliced`` where a value travelled as a
+    TP slice)."""
+    args: dict[str, Any] = {
         "names": [inert(t.name) for t in tensors],
         "shapes": [f"[{', '.join(map(str, t.shape))}]" if t.is_tensor else "" for t in tensors],
         "dtypes": [inert(t.dtype) for t in tensors],
         "bytes": [t.nbytes for t in tensors],
         "total_bytes": sum(t.nbytes for t in tensors),
     }
+    if any(t.sliced for t in tensors):
+        args["tp_sliced"] = [t.sliced for t in tensors]
+    return args
 
 
 class _CallArgs:
@@ -260,14 +264,18 @@ class _CallArgs:
         self.by_value: dict[tuple[TensorMeta, ...], dict[str, Any]] = {}
         self.subjects: dict[str, str] = {}  # subject type -> as shown
 
-    def of(self, ev: Event) -> dict[str, Any]:
-        part = self.by_id.get(id(ev.tensors))
+    def tensors(self, tensors: tuple[TensorMeta, ...]) -> dict[str, Any]:
+        """``_tensor_args(tensors)``, built once per distinct tuple (either layer's)."""
+        part = self.by_id.get(id(tensors))
         if part is None:
-            part = self.by_value.get(ev.tensors)
+            part = self.by_value.get(tensors)
             if part is None:
-                part = self.by_value[ev.tensors] = _tensor_args(ev.tensors)
-            self.by_id[id(ev.tensors)] = part
-        args: dict[str, Any] = {"seq": ev.seq, **part}
+                part = self.by_value[tensors] = _tensor_args(tensors)
+            self.by_id[id(tensors)] = part
+        return part
+
+    def of(self, ev: Event) -> dict[str, Any]:
+        args: dict[str, Any] = {"seq": ev.seq, **self.tensors(ev.tensors)}
         subject = ev.subject_type
         if subject:
             shown = self.subjects.get(subject)
@@ -297,21 +305,12 @@ def _calls(trace: Trace, tracks: list[_Track], doc: _Doc, pairs: Pairs) -> None:
                 doc.flow(AUX_FLOW, start, end)
 
 
-def _message_tensor_args(tensors: Sequence[MessageTensor]) -> dict[str, Any]:
-    return {
-        "tensor_keys": [inert(t.key) for t in tensors],
-        "tensors": [inert(t.describe()) for t in tensors],
-        "bytes": [t.nbytes for t in tensors],
-        "total_bytes": sum(t.nbytes for t in tensors),
-    }
-
-
-def _message_args(m: MessageEvent, proc: ProcessTrace) -> dict[str, Any]:
+def _message_args(m: MessageEvent, proc: ProcessTrace, tensors: _CallArgs) -> dict[str, Any]:
     me = rank_id(proc.rank)
     src, dst = (me, m.peer) if m.op is MessageOp.SEND else (m.peer, me)
     args: dict[str, Any] = {"seq": m.seq, "kind": inert(m.kind), "src": src, "dst": dst,
                             "keys": [inert(k) for k in m.keys],
-                            **_message_tensor_args(m.tensors)}
+                            **tensors.tensors(m.tensors)}
     if m.expected_kind:
         args["expected_kind"] = inert(m.expected_kind)
     for flag in ("stashed", "from_stash"):
@@ -336,6 +335,7 @@ def _message_layer(trace: Trace, tracks: list[_Track], doc: _Doc, end_ns: int,
     """Slices per send and receive, a flow from each send to the receive the analyzer paired
     it with (from a broadcast, one to each member's receive), waits to the end."""
     ends: dict[MessageId, int] = {}  # a send's or receive's end -> its slice
+    tensors = _CallArgs()
     for track in tracks:
         proc = trace.processes[track.index]
         messages = _messages(proc)
@@ -344,7 +344,7 @@ def _message_layer(trace: Trace, tracks: list[_Track], doc: _Doc, end_ns: int,
                  if m.op is MessageOp.RECV and m.phase == "end"}
         for m in sorted(messages, key=lambda m: (m.op.value, m.broadcast, m.seq,
                                                  m.phase != "begin")):
-            args, thread = _message_args(m, proc), (m.thread_id, MESSAGES)
+            args, thread = _message_args(m, proc, tensors), (m.thread_id, MESSAGES)
             if m.op is MessageOp.SEND:
                 ends[MessageId.of(track.index, m)] = doc.slice(
                     "send", track, thread, m.wall_ns, m.duration_ns, args)

@@ -22,8 +22,8 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from pptrace.analyze.waits import numbered
-from pptrace.model.messages import MessageEvent, MessageOp, MessageTensor
-from pptrace.model.records import PREFIX, RankInfo
+from pptrace.model.messages import MessageEvent, MessageOp
+from pptrace.model.records import PREFIX, RankInfo, TensorMeta
 
 from ..literal import literal
 from ..message_index import MessageIndex, Selected, place
@@ -48,7 +48,7 @@ MISSING = "missing"
 MAX_KEYS = 200  # keys listed per message (the rest counted)
 
 
-def describe_tensor(t: MessageTensor) -> str:
+def describe_tensor(t: TensorMeta) -> str:
     """``float32[4, 32]/tp · 512 B · b2:917abd5238b8``: what a key carried."""
     parts = [t.describe()]
     if t.is_tensor:
