@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+import types
 from importlib.metadata import EntryPoint
 from typing import Any
 
@@ -28,8 +30,44 @@ def test_vllm_records_the_async_pair_and_leaves_the_shells() -> None:
     roles = {p.method: p.role for p in vllm.messages}
     assert roles == {"isend_tensor_dict": "isend", "irecv_tensor_dict": "irecv",
                      "send_tensor_dict": "shell", "recv_tensor_dict": "shell",
-                     "broadcast_tensor_dict": "broadcast"}
+                     "broadcast_tensor_dict": "broadcast",
+                     "_pp_broadcast_prev_sampled_token_ids": "broadcast",
+                     "_pp_receive_prev_sampled_token_ids_to_input_batch": "broadcast_irecv"}
     assert engines.engine_of_module("vllm.distributed.parallel_state") is vllm
+
+
+class _Runner:
+    """What the V1 runner's sampled-token decoders read of a runner."""
+
+    def __init__(self, chunked: bool) -> None:
+        self.chunked = chunked
+        self.input_batch = types.SimpleNamespace(prev_sampled_token_ids="buffer")
+
+    def _is_all_reqs_chunked_prefill(self) -> bool:
+        return self.chunked
+
+
+def test_vllm_sampled_token_broadcast_reads_the_pp_group_and_the_runners_skip(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    vllm = engines.engine_named("vllm")
+    assert vllm is not None
+    by = {p.method: p for p in vllm.messages}
+    source = by["_pp_broadcast_prev_sampled_token_ids"]
+    member = by["_pp_receive_prev_sampled_token_ids_to_input_batch"]
+    pp = _Group(0, 2)  # global ranks 1, 3: the last stage (index 1) is the source
+    state = types.ModuleType("vllm.distributed.parallel_state")
+    state.get_pp_group = lambda: pp  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "vllm.distributed.parallel_state", state)
+    assert source.group is not None and member.group is not None
+    assert source.group((_Runner(False), "ids"), {}) == ((1, 3), 1, 0)
+    assert source.group((_Runner(True), "ids"), {}) is None  # the runner skips it
+    assert member.group((_Runner(False),), {}) == ((1, 3), 1, 0)
+    assert source.payload is not None and member.payload is not None
+    assert source.payload((_Runner(False), "ids"), {}) == {"sampled_token_ids": "ids"}
+    assert member.payload((_Runner(False),), {}) == {"sampled_token_ids": "buffer"}
+    assert member.work == "_pp_recv_work"
+    pp = _Group(0, 1)
+    assert member.group((_Runner(False),), {}) is None  # a PP group of one
 
 
 @pytest.mark.parametrize("name", ["sglang", "vllm"])

@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-__all__ = ["Engine", "Group", "GroupOf", "MethodPatch", "Peer", "PeerOf", "RankSource",
-           "Transport", "TransportErrors"]
+__all__ = ["Engine", "Group", "GroupOf", "MethodPatch", "Payload", "Peer", "PeerOf",
+           "RankSource", "Transport", "TransportErrors"]
 
 #: A call's other end: (global rank or -1, the index in its group or None, all-gather size).
 Peer = tuple[int, "int | None", int]
@@ -28,6 +28,9 @@ PeerOf = Callable[[tuple[Any, ...], dict[str, Any]], "Peer | None"]
 Group = tuple[tuple[int, ...], int, int]
 #: Reads a broadcast call's ``Group`` from its ``(args, kwargs)``; None: it moves nothing.
 GroupOf = Callable[[tuple[Any, ...], dict[str, Any]], "Group | None"]
+#: Reads what a call on bare tensors moves, as a dict named by the adapter (the same names on
+#: both ends, so that a broadcast's source and members compare key by key).
+Payload = Callable[[tuple[Any, ...], dict[str, Any]], "dict[str, Any]"]
 
 
 class TransportErrors(NamedTuple):
@@ -64,8 +67,14 @@ class MethodPatch(NamedTuple):
     recorded by the pair, never twice), ``broadcast`` (one source, every other group member
     receives: ``group`` reads the group, the source's dict is at ``dict_arg``), ``send_recv``
     (one call that sends the dict at ``dict_arg`` to ``peer`` and receives from ``recv_peer``:
-    recorded as a send and a receive). ``late``: the method's class may still be executing when
-    its module is seen, so it is patched at the first call of a method that is not late.
+    recorded as a send and a receive), ``broadcast_irecv`` (a member's asynchronous receive of
+    a broadcast: the call posts it and leaves its work handle in the attribute ``work`` of its
+    object, ``args[0]``; recorded begun when posted, ended when the caller waits that handle,
+    with what the dict ``payload`` read when it was posted holds then). ``payload``: for a call
+    on bare tensors, the dict it moves (a source's read before the call, a member's buffers
+    after it) instead of the dict at ``dict_arg``. ``late``: the method's class may still be
+    executing when its module is seen, so it is patched at the first call of a method that is
+    not late.
     """
 
     module: str
@@ -78,6 +87,8 @@ class MethodPatch(NamedTuple):
     late: bool = False
     group: GroupOf | None = None
     recv_peer: PeerOf | None = None
+    payload: Payload | None = None
+    work: str | None = None
 
 
 class RankSource(NamedTuple):

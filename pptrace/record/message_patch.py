@@ -33,7 +33,16 @@ def wrapper_for(patch: MethodPatch, log: MessageLog) -> Callable[[Any], Any] | N
         group = patch.group
         from pptrace.record.message_broadcast import wrap_broadcast
 
-        return lambda f: wrap_broadcast(f, log, group, dict_arg=patch.dict_arg)
+        return lambda f: wrap_broadcast(f, log, group, dict_arg=patch.dict_arg,
+                                        payload_of=patch.payload)
+    if patch.role == "broadcast_irecv":
+        if patch.group is None or patch.work is None or patch.payload is None:
+            raise ValueError(f"{patch.cls}.{patch.method}: a broadcast_irecv needs a group "
+                             "decoder, a work attribute and a payload")
+        from pptrace.record.message_broadcast import wrap_broadcast_irecv
+
+        on, work, payload = patch.group, patch.work, patch.payload
+        return lambda f: wrap_broadcast_irecv(f, log, on, work, payload)
     if patch.peer is None:
         raise ValueError(f"{patch.cls}.{patch.method}: a {patch.role} needs a peer decoder")
     peer = patch.peer

@@ -31,7 +31,12 @@ reused, so a reader sees the gap.
 An output send carrying prefixed (auxiliary) keys gets ``carries_attach``: the ordinal, from 0, of
 such sends on the process; SGLang sends each attached dict once, in attach order (its
 ``last_rank_comm_queue`` is FIFO), so ordinal ``n`` is the process's ``n``-th attach that
-inserted keys.
+inserted keys. The prefix is the process's own (``Recorder.prefix``: the engine's, the one a
+``--target ...@PREFIX`` gave, or the one the recorder learnt from the first attach or extract).
+A learnt one is known only on the recorder's thread, after the send, so the caller's thread only
+marks an output send as a candidate and the recorder's thread numbers the candidates in order as
+it converts them; a candidate dropped on a full buffer keeps its keys aside
+(``MessageLog.lost``) so that it still takes its number, as it did when numbered at the call.
 
     log = MessageLog(recorder)
     send = wrap_send(link.send, log, peer_of)           # peer_of(args, kwargs) -> Peer | None
@@ -95,7 +100,9 @@ class MessageLog:
         # A broadcast's own numbers (``pptrace.record.message_broadcast``): taken from the
         # point-to-point counters, they would leave a channel's seqs not its own.
         self.bseq = {_SEND: itertools.count(), _RECV: itertools.count()}
-        self._carries = itertools.count()
+        self._carry = 0  # the next carries_attach ordinal (numbered on the recorder's thread)
+        #: Output sends dropped on a full buffer: (seq, keys), numbered at conversion in turn.
+        self.lost: collections.deque[tuple[int, tuple[Any, ...]]] = collections.deque()
         self._lock = threading.Lock()
         self.exported = self.dropped = 0
         self._taken = 0  # taken by a flush, not yet exported or dropped
@@ -125,6 +132,8 @@ class MessageLog:
         """Drop and count ``raw``: the buffer is full."""
         with self._lock:
             self.dropped += 1
+            if raw[0] == _SEND and raw[_CARRIES] is True:  # its number is still taken
+                self.lost.append((raw[2], raw[_HEAD::4]))
         self.rec.warn("message buffer full",
                       f"more than {self.capacity} messages waiting; dropping new ones")
 
@@ -168,9 +177,22 @@ class MessageLog:
             self.exported += exported
             self.dropped += taken - exported
 
+    def carries(self, raw: tuple[Any, ...]) -> tuple[Any, ...]:
+        """``raw`` with its ``carries`` slot numbered: an output send that holds keys under the
+        process's prefix takes the next ordinal, after each such send dropped before it."""
+        if raw[0] != _SEND or raw[_CARRIES] is not True:
+            return raw
+        prefix = self.rec.prefix
+        with self._lock:
+            while self.lost and self.lost[0][0] < raw[2]:
+                self._carry += _prefixed(self.lost.popleft()[1], prefix)
+            n = self._carry if _prefixed(raw[_HEAD::4], prefix) else None
+            self._carry += n is not None
+        return raw[:_CARRIES] + (n,) + raw[_CARRIES + 1:]
+
     def _convert(self, raw: tuple[Any, ...], rank: RankInfo) -> MessageEvent | None:
         try:
-            return convert(raw, rank, self.rec.resolve_fingerprint)
+            return convert(self.carries(raw), rank, self.rec.resolve_fingerprint)
         except Exception as exc:  # counted as dropped by _settle
             self.rec.internal_error("message conversion", exc)
             return None
@@ -188,6 +210,7 @@ class MessageLog:
 # the call returned no dict, or the dict has none). group: a broadcast's group (global ranks),
 # () for a point-to-point call.
 _HEAD = 18
+_CARRIES = 13  # True on the caller's thread for an output send; numbered by MessageLog.carries
 
 
 def convert(raw: tuple[Any, ...], rank: RankInfo,
@@ -261,12 +284,11 @@ def _fingerprints(log: MessageLog, d: Any) -> tuple[Any, ...] | None:
     return tuple(out)
 
 
-def _carries(log: MessageLog, d: Any) -> int | None:
-    """An output send's ordinal among those carrying auxiliary (prefixed) keys, else None."""
-    for k in d:
-        if type(k) is str and k.startswith(PREFIX):
-            return next(log._carries)
-    return None
+def _prefixed(keys: Sequence[Any], prefix: str | None) -> bool:
+    """Whether a key is under ``prefix`` (None: not known, so none is)."""
+    if not prefix:
+        return False
+    return any(type(k) is str and k.startswith(prefix) for k in keys)
 
 
 def _error(exc: BaseException) -> tuple[str, str]:
@@ -292,7 +314,7 @@ def wrap_send(fn: Callable[..., Any], log: MessageLog, peer_of: PeerOf,
             if where is not None:
                 values = _values(d)
                 kind = _dict_get(d, MSG_TYPE_KEY) if isinstance(d, dict) else None
-                carries = _carries(log, d) if kind in _FORWARDED else None
+                carries = True if kind in _FORWARDED else None  # numbered at conversion
                 fps = _fingerprints(log, d) if rec.fingerprint else None
         except Exception as exc:
             rec.internal_error("message send snapshot", exc)
@@ -417,10 +439,24 @@ def wrap_typed_recv(fn: Callable[..., Any], log: MessageLog,
 
 def iter_events(log: MessageLog, rank: RankInfo) -> Iterator[MessageEvent]:
     """What is buffered now, converted (tests and benchmarks; the buffer keeps it)."""
-    for raw in list(log._buf):
-        yield convert(raw, rank, log.rec.resolve_fingerprint)
+    carry, lost = log._carry, list(log.lost)  # numbered here as a flush would, then put back
+    try:
+        events = [convert(log.carries(raw), rank, log.rec.resolve_fingerprint)
+                  for raw in list(log._buf)]
+    finally:
+        log._carry, log.lost = carry, collections.deque(lost)
+    yield from events
 
 
-def events_of(raws: Sequence[tuple[Any, ...]], rank: RankInfo) -> list[MessageEvent]:
-    """Raw message records converted (fingerprints resolved on this thread)."""
-    return [convert(r, rank, Recorder.resolve_fingerprint) for r in raws]
+def events_of(raws: Sequence[tuple[Any, ...]], rank: RankInfo,
+              prefix: str | None = PREFIX) -> list[MessageEvent]:
+    """Raw message records converted (fingerprints resolved on this thread; output sends
+    numbered under ``prefix``)."""
+    out, carry = [], 0
+    for r in raws:
+        if r[0] == _SEND and r[_CARRIES] is True:
+            n = carry if _prefixed(r[_HEAD::4], prefix) else None
+            carry += n is not None
+            r = r[:_CARRIES] + (n,) + r[_CARRIES + 1:]
+        out.append(convert(r, rank, Recorder.resolve_fingerprint))
+    return out

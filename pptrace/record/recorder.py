@@ -265,6 +265,8 @@ class Recorder(Accounts):
                 self._ring.taken(raws)
             msgs = self.messages
             if msgs is not None and msgs.pending:
+                if self.prefix is None:  # learnt first: a send's carries_attach is judged by it
+                    self._learn_prefix(raws)
                 self._flush_messages(msgs)
             if not raws and not final and self._last_stats == self._stats_key():
                 return 0
