@@ -178,7 +178,8 @@ class Receiver:
     """One OTLP receiver (``grpc``, ``http`` or ``json``, which is HTTP too) in one failure
     mode."""
 
-    def __init__(self, protocol: str, mode: str = "ok") -> None:
+    def __init__(self, protocol: str, mode: str = "ok", port: int = 0) -> None:
+        """``port``: 0 for a free one; a given one to start a receiver where one was down."""
         assert protocol in ("grpc", "http", "json") and mode in MODES
         self.protocol = protocol
         self.mode = mode
@@ -190,7 +191,7 @@ class Receiver:
         self.released = threading.Event()
         self._lock = threading.Lock()
         self._stoppers: list[Any] = []
-        self.port = 0
+        self.port = port
 
     @property
     def endpoint(self) -> str:
@@ -208,18 +209,18 @@ class Receiver:
 
     def start(self) -> Receiver:
         if self.mode == "down":
-            self.port = free_port()
+            self.port = self.port or free_port()
         elif self.mode == "refuse":
             self._start_refuser()
         elif self.protocol == "grpc":
             server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
             trace_service_pb2_grpc.add_TraceServiceServicer_to_server(_TraceService(self), server)
-            self.port = server.add_insecure_port("127.0.0.1:0")
+            self.port = server.add_insecure_port(f"127.0.0.1:{self.port}")
             server.start()
             self._stoppers.append(lambda: server.stop(0))
         else:
             handler = type("Handler", (_HttpHandler,), {"rx": self})
-            httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+            httpd = http.server.ThreadingHTTPServer(("127.0.0.1", self.port), handler)
             httpd.daemon_threads = True
             self.port = httpd.server_address[1]
             thread = threading.Thread(target=httpd.serve_forever, daemon=True)
@@ -235,7 +236,7 @@ class Receiver:
     def _start_refuser(self) -> None:
         sock = socket.socket()
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
+        sock.bind(("127.0.0.1", self.port))
         sock.listen(16)
         sock.settimeout(0.1)
         self.port = sock.getsockname()[1]

@@ -2,8 +2,9 @@
 
 The engine's process only writes its trace file; this process tails every trace file of the
 directory (segments and compressed files included: ``pptrace.ship.tail``), re-encodes each line
-as version 1 spans (``pptrace.ship.reencode``) and posts them as OTLP/JSON requests of at most
-``BATCH_LINES`` lines (512 spans) through the in-process path's own ``Poster``, with its rules:
+as version 1 spans (``pptrace.ship.reencode``) and posts them, as OTLP/JSON or protobuf
+requests (``pptrace.ship.posters``), at most ``BATCH_LINES`` lines (512 spans) a request, with
+the in-process path's rules:
 a request the collector never received (no connection, or 429/502/503/504) is posted again after
 a backoff (1 s doubling to 30 s), and the file is the queue meanwhile, so a down collector costs
 the files nothing; a request it may have received (any other failure) is never sent again, and
@@ -16,7 +17,7 @@ run``'s command) has exited, and no new file came for ``linger`` seconds. Once t
 a collector that takes no request for ``drain`` seconds ends it: what is left is counted lost
 (one that takes them gets the time it needs: the files are finite).
 
-    summary = Shipper(trace_dir, Poster(traces_target())).run()
+    summary = Shipper(trace_dir, make_poster()).run()
 """
 
 from __future__ import annotations
@@ -30,8 +31,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pptrace.export.otlp_json import BATCH_LINES, Poster, next_backoff
+from pptrace.export.otlp_json import BATCH_LINES, next_backoff
 from pptrace.export.ship_launch import STATE_NAME
+from pptrace.ship.posters import Sender
 from pptrace.ship.reencode import Reencoded, Reencoder
 from pptrace.ship.state import FileState, ShipState
 from pptrace.ship.tail import Damaged, Position, read_lines
@@ -76,7 +78,7 @@ class _Post:
 class Shipper:
     """Tail a trace directory's files and post their spans (see the module docstring)."""
 
-    def __init__(self, trace_dir: str, poster: Poster, watch: int | None = None,
+    def __init__(self, trace_dir: str, poster: Sender, watch: int | None = None,
                  drain: float = 10.0, linger: float = 1.0, poll: float = 0.2,
                  alive: Callable[[int], bool] = pid_alive) -> None:
         self.dir = trace_dir
