@@ -1,6 +1,6 @@
 """OTLP shipped from the trace files (``pptrace.ship``): the engine's process writes its file and
 nothing else, and the shipper, a process of its own, delivers each event once, over each protocol
-it speaks (``http/json``, ``http/protobuf``).
+it speaks (``http/json``, ``http/protobuf``, ``grpc``).
 
 What keeps the engine's cost down is kept here, never a timing (``benchmarks/
 bench_engine_cost.py`` prints those): with OTLP on, the traced process builds no SDK span,
@@ -76,7 +76,7 @@ def _write_trace(directory: Path, pairs: int, pid: int = 4242, **cfg: Any) -> in
 
 
 #: The receiver's protocols the shipper speaks (``tests.otlp_receiver.Receiver``).
-SHIPPED = ["json", "http"]
+SHIPPED = ["json", "http", "grpc"]
 
 
 def _ship_process(directory: Path, rx: Receiver, *extra: str) -> subprocess.Popen[str]:

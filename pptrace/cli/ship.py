@@ -1,10 +1,10 @@
 """``pptrace ship DIR``: ship a trace directory's files to an OTLP collector, then exit.
 
 What ``pptrace run``, ``pptrace demo`` and the first traced process of a directory start when OTLP
-over ``http/json`` or ``http/protobuf`` is asked for (``pptrace.export.ship_launch``), and what a
-user can run by hand to send a finished directory to Jaeger. The collector is the one the standard
-``OTEL_EXPORTER_OTLP_*`` variables name. One shipper a directory: it exits at once (0) when another
-holds the directory's lock. It ships until every process of the directory has finished
+over ``http/json``, ``http/protobuf`` or ``grpc`` is asked for (``pptrace.export.ship_launch``), and
+what a user can run by hand to send a finished directory to Jaeger. The collector is the one the
+standard ``OTEL_EXPORTER_OTLP_*`` variables name. One shipper a directory: it exits at once (0) when
+another holds the directory's lock. It ships until every process of the directory has finished
 (``pptrace.ship.shipper``), keeps its positions and counts in ``DIR/pptrace-ship.state``, and says
 one ``pptrace:`` line on stderr when anything was lost.
 
@@ -29,7 +29,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         description=(
             "Read every trace file of DIR (segments and compressed files included) and post "
             "its spans to the OTLP collector that OTEL_EXPORTER_OTLP_ENDPOINT names, over "
-            "OTEL_EXPORTER_OTLP_PROTOCOL (http/json or http/protobuf; schema version 1 "
+            "OTEL_EXPORTER_OTLP_PROTOCOL (http/json, http/protobuf or grpc; schema version 1 "
             "spans: every attribute on every span). Positions are kept in "
             "DIR/pptrace-ship.state, so a second run sends only what the first did not. It ends "
             "when every process of DIR has finished and its files are sent."

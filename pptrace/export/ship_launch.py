@@ -1,7 +1,7 @@
 """Start the OTLP shipper of a trace directory, once: the engine's side of ``pptrace.ship``.
 
-OTLP over ``http/json`` and ``http/protobuf`` is shipped from the trace files by a process of its
-own (``pptrace ship DIR``), so that the engine's process only writes its trace file. One shipper
+OTLP (``http/json``, ``http/protobuf``, ``grpc``) is shipped from the trace files by a process of
+its own (``pptrace ship DIR``), so that the engine's process only writes its trace file. One shipper
 runs per trace directory: it holds an exclusive ``flock`` on ``LOCK_NAME`` in the directory for its
 life, so ``shipper_running`` is a non-blocking try of that lock, and of two processes that start one
 at once, one takes the lock and the other starts nothing. ``pptrace run`` starts it before any rank;
@@ -33,9 +33,10 @@ LOCK_NAME = ".pptrace-ship.lock"
 #: The shipper's positions in each file and its counts (JSON; not a trace file: no .json end).
 STATE_NAME = "pptrace-ship.state"
 
-#: The OTLP protocols the shipper speaks (``OTEL_EXPORTER_OTLP_PROTOCOL``); any other is sent
-#: from the engine's process.
-SHIPPED_PROTOCOLS = ("http/json", "http/protobuf")
+#: The OTLP protocols the shipper speaks (``OTEL_EXPORTER_OTLP_PROTOCOL``); gRPC needs grpcio
+#: (``pip install 'pptrace[otlp]'``): without it, OTLP stays in the engine's process, whose
+#: exporter set-up says what is missing.
+SHIPPED_PROTOCOLS = ("http/json", "http/protobuf", "grpc")
 
 #: Shippers this process started (their pids), reaped once they exit.
 _started: list[int] = []
@@ -51,7 +52,17 @@ def ships_from_files(exporters: Sequence[str], otlp_ship: str, protocol: str) ->
     (``SHIPPED_PROTOCOLS``) beside the trace files, ``PPTRACE_OTLP_SHIP`` not ``inline``, on a
     platform with ``flock``."""
     return ("otlp" in exporters and "file" in exporters and otlp_ship == "files"
-            and protocol in SHIPPED_PROTOCOLS and fcntl is not None)
+            and protocol in SHIPPED_PROTOCOLS and fcntl is not None
+            and (protocol != "grpc" or _installed("grpc")))
+
+
+def _installed(module: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def shipper_running(trace_dir: str) -> bool:

@@ -1,8 +1,9 @@
 """The shipper's poster for the protocol the environment asks for.
 
 ``http/json`` and ``http/protobuf`` are posted by the in-process path's own ``Poster``
-(``pptrace.export.otlp_json``: the same request, encoded as JSON or as protobuf), with its
-rule: "retry: " what the collector never received, never resend what it may have.
+(``pptrace.export.otlp_json``: the same request, encoded as JSON or as protobuf), ``grpc`` by
+``pptrace.ship.grpc_poster`` (the same request, a unary ``Export`` call), each with the rule:
+"retry: " what the collector never received, never resend what it may have.
 
     poster = make_poster()          # OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL, ENDPOINT, ...
     outcome = poster.post(lines)    # "" delivered; "retry: ..." never received; else lost
@@ -38,6 +39,8 @@ def make_poster(env: Mapping[str, str] | None = None) -> Sender:
     """The poster for the environment's OTLP protocol and endpoint."""
     env = os.environ if env is None else env
     wire = protocol(env)
-    if wire not in ("http/json", "http/protobuf"):
-        raise ValueError(f"the OTLP shipper does not speak {wire}")
+    if wire == "grpc":
+        from pptrace.ship.grpc_poster import GrpcPoster, grpc_target
+
+        return GrpcPoster(grpc_target(env))
     return Poster(traces_target(env, wire))

@@ -2,7 +2,7 @@
 
 The engine's process only writes its trace file; this process tails every trace file of the
 directory (segments and compressed files included: ``pptrace.ship.tail``), re-encodes each line
-as version 1 spans (``pptrace.ship.reencode``) and posts them, as OTLP/JSON or protobuf
+as version 1 spans (``pptrace.ship.reencode``) and posts them, as OTLP/JSON, protobuf or gRPC
 requests (``pptrace.ship.posters``), at most ``BATCH_LINES`` lines (512 spans) a request, with
 the in-process path's rules:
 a request the collector never received (no connection, or 429/502/503/504) is posted again after
