@@ -113,3 +113,17 @@ def test_a_line_it_cannot_map_whole_is_refused(tmp_path: Path, change: Any) -> N
     change(line["resourceSpans"][0]["scopeSpans"][0]["spans"][0])
     with pytest.raises(ValueError):
         request([json.dumps(line)])
+
+
+def test_the_encoded_attributes_kept_are_bounded() -> None:
+    from pptrace.export import otlp_proto
+
+    span = {"traceId": "0" * 31 + "1", "spanId": "0" * 15 + "1", "name": "s"}
+    lines = [json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [
+        {**span, "attributes": [{"key": "seq", "value": {"intValue": str(i)}}]}]}]}]})
+        for i in range(otlp_proto._FRAMED_MAX + 10)]
+    got = request(lines)
+    assert len(otlp_proto._FRAMED) <= otlp_proto._FRAMED_MAX
+    seqs = [s.attributes[0].value.int_value
+            for rs in got.resource_spans for ss in rs.scope_spans for s in ss.spans]
+    assert seqs == list(range(otlp_proto._FRAMED_MAX + 10))
