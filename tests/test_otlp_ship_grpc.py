@@ -1,9 +1,9 @@
 """The shipper's gRPC poster (``pptrace.ship.grpc_poster``): which failures are retried.
 
 Over gRPC a failed call cannot say whether the collector got the request, so the rule is drawn
-before the call: a channel that never reached READY was never handed the request (retried,
-nothing sent), and once a call started every failure is counted lost and never resent. Each
-case against the repository's real receiver (the official ``TraceService``), in the failure
+before the call: an empty ``Export`` call comes first, and when it fails the request's own call
+was never started (retried); once it started, every failure is counted lost and never resent.
+Each case against the repository's real receiver (the official ``TraceService``), in the failure
 mode it stands for.
 """
 
@@ -32,16 +32,18 @@ def _one_line(tmp_path: Path) -> list[str]:
     return Reencoder().line(text).lines
 
 
-@pytest.mark.parametrize("mode", ["down", "refuse"])
-def test_a_collector_never_connected_is_retried_and_no_call_is_made(
+@pytest.mark.parametrize("mode", ["down", "refuse", "busy"])
+def test_a_collector_that_fails_the_empty_call_is_retried_and_gets_no_spans(
         tmp_path: Path, mode: str) -> None:
-    """Nothing listening, or a TCP listener that speaks no HTTP/2: the channel never gets READY."""
+    """Nothing listening, a TCP listener that speaks no HTTP/2, a collector answering every call
+    UNAVAILABLE: the request's own call is never started."""
     lines = _one_line(tmp_path)
     with Receiver("grpc", mode) as rx:
         poster = _poster(rx)
         outcomes = [poster.post(lines) for _ in range(2)]
+        got = list(rx.requests)
     assert outcomes == ["retry: collector unreachable"] * 2
-    assert poster.requests == 0  # no call was started: the collector cannot have it
+    assert poster.requests == 0 and got == []  # no spans were sent: none can arrive
 
 
 def test_a_collector_that_is_up_takes_the_request_once(tmp_path: Path) -> None:
@@ -49,7 +51,7 @@ def test_a_collector_that_is_up_takes_the_request_once(tmp_path: Path) -> None:
     with Receiver("grpc") as rx:
         poster = _poster(rx)
         assert poster.post(lines) == ""
-        assert len(rx.requests) == rx.attempts == poster.requests == 1
+        assert len(rx.requests) == rx.attempts == poster.requests == rx.probes == 1
         spans = rx.spans()
     assert len(spans) == sum(line.count('"spanId"') for line in lines) > 0
 

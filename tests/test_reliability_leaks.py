@@ -190,7 +190,7 @@ def test_no_unsafe_deserialisation_in_pptrace_or_the_viewer() -> None:
 
 
 # A gRPC channel (insecure_channel, secure_channel) takes no timeout: it connects lazily, and
-# what waits is each call made on it and the shipper's bounded wait for READY
+# what waits is each call made on it, each with the request timeout
 # (tests/test_otlp_ship_grpc.py: a hung collector ends at the call's deadline).
 NETWORK_CALLS = {"urlopen", "create_connection", "HTTPConnection", "HTTPSConnection",
                  "OTLPSpanExporter", "GrpcExporter", "HttpExporter", "get", "post", "put",

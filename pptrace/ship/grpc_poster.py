@@ -8,29 +8,34 @@ that refused the request and from a connection that broke after the request was 
 and the status a client library makes up for a broken transport cannot be told from one the
 server sent. So the rule is drawn before the call, where it can be known:
 
-- the channel is brought to ``READY`` first (a connection made: TCP, TLS, HTTP/2), within the
-  request timeout; a channel that fails to connect (``TRANSIENT_FAILURE``) or does not connect in
-  time was never handed the request: "retry: collector unreachable", the channel is closed and
-  the next attempt connects afresh;
-- once the call is started, every failure (any status, a deadline, a broken connection, an
-  answer over ``MAX_RESPONSE_BYTES``) may have followed the collector's receipt: the request is
-  counted lost, never sent again. A connection that breaks between ``READY`` and the call costs
-  a request that was never sent: counted lost, never duplicated. A collector that answers
-  ``UNAVAILABLE`` or ``RESOURCE_EXHAUSTED`` (overloaded: OTLP says retry) is counted lost too,
-  where HTTP's 429/503 are retried: over gRPC such an answer cannot be told from a broken
-  transport's.
+- each request is preceded by an empty ``Export`` call on the same channel (an
+  ``ExportTraceServiceRequest`` with no spans: nothing a collector can keep twice), within the
+  request timeout. It makes the connection (TCP, TLS, HTTP/2) and proves the collector answers.
+  If it fails, whatever the reason (nothing listening, no HTTP/2 spoken, a deadline, any
+  status), the request itself was never started: "retry: ...", the channel is closed and the
+  next attempt connects afresh;
+- once the request's own call is started, every failure (any status, a deadline, a broken
+  connection, an answer over ``MAX_RESPONSE_BYTES``) may have followed the collector's receipt:
+  the request is counted lost, never sent again. A connection that breaks between the empty
+  call and the request's costs a request that was never sent: counted lost, never duplicated. A
+  collector that answers the request itself ``UNAVAILABLE`` or ``RESOURCE_EXHAUSTED``
+  (overloaded: OTLP says retry) is counted lost too, where HTTP's 429/503 are retried: over gRPC
+  such an answer cannot be told from a broken transport's.
+
+The connectivity API (``subscribe``, ``channel_ready_future``) is not used: its polling thread
+can outlive an unsubscribe and fail on a channel closed meanwhile ("Channel deallocated"), a
+traceback on the engine's terminal.
 
 The channel's own retries are off (``grpc.enable_retries``: 0), so nothing resends behind this
 rule. Endpoint, headers, TLS files, compression and timeout come from the standard
 ``OTEL_EXPORTER_OTLP_(TRACES_)*`` variables, read as the official gRPC exporter reads them.
 
     poster = GrpcPoster(grpc_target(os.environ))     # pptrace.ship.posters.make_poster
-    outcome = poster.post(lines)     # "" delivered; "retry: ..." never sent; else lost
+    outcome = poster.post(lines)     # "" delivered; "retry: ..." never started; else lost
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -136,43 +141,38 @@ class GrpcPoster:
             self._channel.close()
         self._channel = self._export = None
 
-    def _connected(self, channel: grpc.Channel) -> bool:
-        """Whether the channel reaches READY before it fails to connect or the timeout ends."""
-        done = threading.Event()
-        seen: list[grpc.ChannelConnectivity] = []
-        ends = (grpc.ChannelConnectivity.READY, grpc.ChannelConnectivity.TRANSIENT_FAILURE,
-                grpc.ChannelConnectivity.SHUTDOWN)
-
-        def watch(state: grpc.ChannelConnectivity) -> None:
-            if state in ends and not done.is_set():
-                seen.append(state)
-                done.set()
-
-        channel.subscribe(watch, try_to_connect=True)
-        try:
-            done.wait(self.target.timeout)
-        finally:
-            channel.unsubscribe(watch)
-        return seen[:1] == [grpc.ChannelConnectivity.READY]
+    def _call(self, body: bytes) -> None:
+        t = self.target
+        self._export(body, timeout=t.timeout, metadata=t.headers or None,
+                     compression=grpc.Compression.Gzip if t.gzip else None, wait_for_ready=False)
 
     def post(self, lines: Sequence[str]) -> str:
         """Make one call; "" when the collector took it, else why not ("retry: " first when the
-        request was never handed to a connection)."""
-        t = self.target
+        request's call was never started)."""
         try:
             body = request(lines).SerializeToString()
-            channel = self._open()
-            if not self._connected(channel):
+            self._open()
+            try:
+                self._call(b"")  # an empty request: the connection, and an answer, first
+            except grpc.RpcError as exc:
                 self.close()  # the next attempt connects afresh, not after gRPC's own backoff
-                return "retry: collector unreachable"
+                code = _code(exc)
+                return "retry: " + ("collector unreachable" if code in _UNREACHABLE else
+                                    f"collector answered an empty export {code}")
             self.requests += 1
-            self._export(body, timeout=t.timeout, metadata=t.headers or None,
-                         compression=grpc.Compression.Gzip if t.gzip else None,
-                         wait_for_ready=False)
+            self._call(body)
         except grpc.RpcError as exc:
-            code = exc.code() if callable(getattr(exc, "code", None)) else None
-            return f"gRPC call ended {getattr(code, 'name', 'in an error')}"
+            return f"gRPC call ended {_code(exc)}"
         except Exception as exc:
             return f"export raised {type(exc).__name__}"
         return ""
+
+
+#: An empty call's failures that say no collector answered.
+_UNREACHABLE = ("UNAVAILABLE", "DEADLINE_EXCEEDED")
+
+
+def _code(exc: grpc.RpcError) -> str:
+    code = exc.code() if callable(getattr(exc, "code", None)) else None
+    return str(getattr(code, "name", "an error"))
 
