@@ -43,7 +43,7 @@ from pptrace.record.engine import (
 from pptrace.record.recorder import Recorder
 from pptrace.record.wrapper import wrap_transport
 from pptrace.ship.posters import Sender, make_poster
-from pptrace.ship.shipper import Shipper
+from pptrace.ship.shipper import NICENESS, Shipper
 from pptrace.ship.state import ShipState
 from tests.doubles import Observer, Output
 from tests.otlp_receiver import Receiver
@@ -213,6 +213,9 @@ def test_a_shipper_restarted_mid_run_neither_loses_nor_duplicates(tmp_path: Path
         deadline = time.monotonic() + 120
         while len(rx.requests) < 2 and time.monotonic() < deadline:
             time.sleep(0.01)
+        # It yields the CPU to the engine's processes (nice), up to the ceiling of 19.
+        assert os.getpriority(os.PRIO_PROCESS, first.pid) == min(
+            19, os.getpriority(os.PRIO_PROCESS, 0) + NICENESS)
         first.send_signal(getattr(signal, how))
         first.communicate(timeout=60)
         assert len(_keys(rx)) < events  # it was stopped mid-way

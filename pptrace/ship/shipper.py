@@ -38,12 +38,28 @@ from pptrace.ship.reencode import Reencoded, Reencoder
 from pptrace.ship.state import FileState, ShipState
 from pptrace.ship.tail import Damaged, Position, read_lines
 
-__all__ = ["TRACE_NAME", "Shipper", "pid_alive"]
+__all__ = ["NICENESS", "TRACE_NAME", "Shipper", "lower_priority", "pid_alive"]
 
 #: A trace file (or segment) of a process: ``pptrace-rank3-pid42[.000007].otlp.jsonl[.gz]``.
 TRACE_NAME = re.compile(r"(pptrace-rank\w+?-pid(\d+))(?:\.\d{6})?\.otlp\.jsonl(?:\.gz|\.zst)?")
 #: Seconds a shipper with nothing to watch waits for a first trace file.
 FIRST_FILE_WAIT = 30.0
+#: How much lower than its starter's the shipper's CPU priority is (``nice``).
+NICENESS = 10
+
+
+def lower_priority() -> None:
+    """Give the engine's processes the CPU first (``NICENESS``).
+
+    The files are the queue: a shipper that waits for a core only lags behind the run (and a
+    collector that takes its requests gets all the time it needs at the end), while an engine
+    that waits for one loses its work, and its recorder may shed events past its flush deadline
+    (measured on 2 cores: ``docs/otlp-shipping.md``).
+    """
+    try:
+        os.nice(NICENESS)
+    except (OSError, AttributeError):  # not permitted, or no nice here: the same priority
+        pass
 
 
 def pid_alive(pid: int) -> bool:
