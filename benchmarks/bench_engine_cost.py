@@ -12,15 +12,21 @@ figure is the work units done in ``--seconds``, as a ratio to the bare loop of t
 
 - ``bare``: the module untraced;
 - ``files``: ``pptrace.instrument()`` writing trace files (the default exporter);
-- ``files+otlp sdk``: files and OTLP over ``http/protobuf``: SDK spans, the official exporter
-  (the path every OTLP export took before ``http/json``);
+- ``files+otlp sdk``: files and OTLP over ``http/protobuf`` in the engine's process
+  (``PPTRACE_OTLP_SHIP=inline``): SDK spans, the official exporter (the path every OTLP export
+  took before ``http/json``, and ``http/protobuf``'s before it was shipped);
 - ``files+otlp json``: files and OTLP over ``http/json`` posted from the engine's process
   (``PPTRACE_OTLP_SHIP=inline``): the trace-file encoder's lines, version 1, posted by
   ``pptrace.export.otlp_json.JsonShipper`` (the default before the file shipper);
 - ``files+otlp shipped``: files and OTLP over ``http/json`` as it goes by default now: the
   process writes its trace file only, and the directory's shipper (``pptrace ship``, a process
   of its own, started by the traced process) posts from the file. Its CPU is not the traced
-  process's: on a machine without a free core it still competes for one (the wall figure).
+  process's: on a machine without a free core it still competes for one (the wall figure);
+- ``files+otlp shipped protobuf``: the same over ``http/protobuf``: the shipper posts the
+  spans as a protobuf request (``pptrace.export.otlp_proto``).
+
+For the shipped variants the delivery line also gives the shipper process's own CPU time
+(its start-up included), from ``wait4`` once it has exited.
 
 Rounds alternate the variants (a rotated order each round), so that a change in the machine's
 load hits them alike. Two figures: the work done in wall time (what the issue's targets
@@ -48,9 +54,11 @@ import tempfile
 import time
 from typing import Any
 
-VARIANTS = ("bare", "files", "files+otlp sdk", "files+otlp json", "files+otlp shipped")
+VARIANTS = ("bare", "files", "files+otlp sdk", "files+otlp json", "files+otlp shipped",
+            "files+otlp shipped protobuf")
 PROTOCOL = {"files+otlp sdk": "http/protobuf", "files+otlp json": "http/json",
-            "files+otlp shipped": "http/json"}
+            "files+otlp shipped": "http/json", "files+otlp shipped protobuf": "http/protobuf"}
+INLINE = ("files+otlp sdk", "files+otlp json")  # OTLP posted from the engine's process
 
 
 # --- the collector (its own process) ------------------------------------------------------------
@@ -158,11 +166,17 @@ def child(variant: str, rate: float, seconds: float, trace_dir: str) -> dict[str
         sent = getattr(processor, "sent_events", None)
         if sent is None and processor is not None:  # the SDK path counts spans, stats included
             sent = processor.sent
-        if variant == "files+otlp shipped":  # the shipper's own counts, once it is done
+        if variant.startswith("files+otlp shipped"):  # the shipper's counts, once it is done
+            from pptrace.export import ship_launch
             from pptrace.export.ship_launch import STATE_NAME, wait_for_shipper
             from pptrace.ship.state import ShipState
 
             wait_for_shipper(trace_dir, 120)
+            shipper_cpu = 0.0
+            for pid in list(ship_launch._started):  # this process started it: its rusage
+                _, _, usage = os.wait4(pid, 0)
+                shipper_cpu += usage.ru_utime + usage.ru_stime
+            out["shipper_cpu"] = shipper_cpu
             totals = ShipState.load(os.path.join(trace_dir, STATE_NAME)).totals()
             sent = totals["events_sent"]
             stats = dataclasses.replace(stats, sink_dropped=(("otlp", totals["events_lost"]),))
@@ -177,7 +191,7 @@ def run_child(variant: str, rate: float, seconds: float, endpoint: str) -> dict[
         env.pop(key, None)
     env["OTEL_EXPORTER_OTLP_ENDPOINT"] = endpoint
     env["OTEL_EXPORTER_OTLP_PROTOCOL"] = PROTOCOL.get(variant, "http/json")
-    env["PPTRACE_OTLP_SHIP"] = "inline" if variant == "files+otlp json" else "files"
+    env["PPTRACE_OTLP_SHIP"] = "inline" if variant in INLINE else "files"
     with tempfile.TemporaryDirectory(prefix="pptrace-bench-cost-") as tmp:
         proc = subprocess.run(
             [sys.executable, __file__, "--child", variant, str(rate), str(seconds), tmp],
@@ -231,7 +245,9 @@ def main() -> None:
                         delivery[variant].append(
                             f"recorded {result['recorded']}, dropped {result['dropped']}, "
                             f"otlp lost {result['sink_dropped'].get('otlp', 0)}, confirmed "
-                            f"{result['otlp_confirmed']}, collector got {received} spans")
+                            f"{result['otlp_confirmed']}, collector got {received} spans"
+                            + (f", shipper CPU {result['shipper_cpu']:.2f} s"
+                               if "shipper_cpu" in result else ""))
                 for variant in variants:
                     ratios[variant].append(units[variant] / units["bare"])
                     cpu_ratios[variant].append(per_cpu[variant] / per_cpu["bare"])
@@ -240,7 +256,7 @@ def main() -> None:
                   "work per CPU second of the whole process")
             for variant in variants:
                 r, c = ratios[variant], cpu_ratios[variant]
-                print(f"  {variant:<18} wall {statistics.median(r):5.3f}x "
+                print(f"  {variant:<28} wall {statistics.median(r):5.3f}x "
                       f"({min(r):.3f}-{max(r):.3f})   cpu {statistics.median(c):5.3f}x "
                       f"({min(c):.3f}-{max(c):.3f})")
             for variant in variants:

@@ -9,12 +9,17 @@ stand in for a collector's failures:
 - ``down``: nothing listens on the port;
 - ``refuse``: a TCP listener that accepts and closes at once (no OTLP spoken);
 - ``error``: answer every export with HTTP 500 / gRPC INTERNAL;
+- ``busy`` (gRPC): answer every call ``UNAVAILABLE``, empty ones included;
 - ``hang``: accept the request and never answer (until the receiver stops);
 - hostile answers to every export, each counted in ``body_sent`` (bytes of body written):
   ``flood``: ``200 OK`` with ``Content-Length: 10^12``, then zeros until the client hangs up
   (or ``FLOOD_CAP``); ``chunked``: the same without a length, in chunks; ``trickle``: ``200 OK``
   with a 1 MB length, one byte every 50 ms; ``bloat`` (gRPC): a valid response carrying a 1 MiB
   error message.
+
+Over gRPC an empty request (no spans: the shipper's call before each request, see
+``pptrace.ship.grpc_poster``) is counted in ``probes`` and answered OK in every mode but
+``down``, ``refuse`` and ``busy``: the other modes stand for a collector failing on the spans.
 
     with Receiver("grpc") as rx:
         os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = rx.endpoint
@@ -40,7 +45,7 @@ from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
-MODES = ("ok", "down", "refuse", "error", "hang", "flood", "chunked", "trickle", "bloat")
+MODES = ("ok", "down", "refuse", "error", "busy", "hang", "flood", "chunked", "trickle", "bloat")
 #: The most a flooding receiver sends per request: bounds the harm of a client that reads it all.
 FLOOD_CAP = 256 * 2**20
 BLOAT = 2**20
@@ -72,6 +77,11 @@ class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
         self.rx = receiver
 
     def Export(self, request: Any, context: Any) -> Any:  # noqa: N802 (the proto's name)
+        if self.rx.mode == "busy":
+            context.abort(grpc.StatusCode.UNAVAILABLE, "test collector: busy")
+        if not request.resource_spans:
+            self.rx.probes += 1
+            return trace_service_pb2.ExportTraceServiceResponse()
         self.rx.attempts += 1
         if self.rx.mode == "error":
             context.abort(grpc.StatusCode.INTERNAL, "test collector: internal error")
@@ -178,19 +188,21 @@ class Receiver:
     """One OTLP receiver (``grpc``, ``http`` or ``json``, which is HTTP too) in one failure
     mode."""
 
-    def __init__(self, protocol: str, mode: str = "ok") -> None:
+    def __init__(self, protocol: str, mode: str = "ok", port: int = 0) -> None:
+        """``port``: 0 for a free one; a given one to start a receiver where one was down."""
         assert protocol in ("grpc", "http", "json") and mode in MODES
         self.protocol = protocol
         self.mode = mode
         self.requests: list[Any] = []
         self.headers: list[dict[str, str]] = []
         self.attempts = 0
+        self.probes = 0  # gRPC: empty requests (no spans) answered
         self.json_requests = 0  # requests whose body was OTLP/JSON
         self.body_sent = 0  # hostile modes: bytes of answer written to clients
         self.released = threading.Event()
         self._lock = threading.Lock()
         self._stoppers: list[Any] = []
-        self.port = 0
+        self.port = port
 
     @property
     def endpoint(self) -> str:
@@ -208,18 +220,18 @@ class Receiver:
 
     def start(self) -> Receiver:
         if self.mode == "down":
-            self.port = free_port()
+            self.port = self.port or free_port()
         elif self.mode == "refuse":
             self._start_refuser()
         elif self.protocol == "grpc":
             server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
             trace_service_pb2_grpc.add_TraceServiceServicer_to_server(_TraceService(self), server)
-            self.port = server.add_insecure_port("127.0.0.1:0")
+            self.port = server.add_insecure_port(f"127.0.0.1:{self.port}")
             server.start()
             self._stoppers.append(lambda: server.stop(0))
         else:
             handler = type("Handler", (_HttpHandler,), {"rx": self})
-            httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+            httpd = http.server.ThreadingHTTPServer(("127.0.0.1", self.port), handler)
             httpd.daemon_threads = True
             self.port = httpd.server_address[1]
             thread = threading.Thread(target=httpd.serve_forever, daemon=True)
@@ -235,7 +247,7 @@ class Receiver:
     def _start_refuser(self) -> None:
         sock = socket.socket()
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
+        sock.bind(("127.0.0.1", self.port))
         sock.listen(16)
         sock.settimeout(0.1)
         self.port = sock.getsockname()[1]

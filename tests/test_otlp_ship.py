@@ -1,12 +1,14 @@
 """OTLP shipped from the trace files (``pptrace.ship``): the engine's process writes its file and
-nothing else, and the shipper, a process of its own, delivers each event once.
+nothing else, and the shipper, a process of its own, delivers each event once, over each protocol
+it speaks (``http/json``, ``http/protobuf``, ``grpc``).
 
 What keeps the engine's cost down is kept here, never a timing (``benchmarks/
 bench_engine_cost.py`` prints those): with OTLP on, the traced process builds no SDK span,
 holds no OTLP sink and opens no connection; the spans reach the project's real receiver
 (``tests/otlp_receiver.py``: every JSON body parsed strictly into the official protobuf
-request) from another pid, once each, in bounded requests, across a shipper restart, with a
-down collector counted and the files untouched.
+request; protobuf bodies and gRPC calls parsed as they come) from another pid, once each, in
+bounded requests, across a shipper restart and a collector down then up, with a down collector
+counted and the files untouched.
 """
 
 from __future__ import annotations
@@ -16,9 +18,11 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import requests
@@ -38,7 +42,8 @@ from pptrace.record.engine import (
 )
 from pptrace.record.recorder import Recorder
 from pptrace.record.wrapper import wrap_transport
-from pptrace.ship.shipper import Shipper
+from pptrace.ship.posters import Sender, make_poster
+from pptrace.ship.shipper import NICENESS, Shipper
 from pptrace.ship.state import ShipState
 from tests.doubles import Observer, Output
 from tests.otlp_receiver import Receiver
@@ -70,18 +75,29 @@ def _write_trace(directory: Path, pairs: int, pid: int = 4242, **cfg: Any) -> in
     return rec.stats().exported
 
 
-def _ship_process(directory: Path, endpoint: str, *extra: str) -> subprocess.Popen[str]:
-    env = {**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
-           "PYTHONPATH": str(REPO)}
-    env.pop("OTEL_EXPORTER_OTLP_PROTOCOL", None)
+#: The receiver's protocols the shipper speaks (``tests.otlp_receiver.Receiver``).
+SHIPPED = ["json", "http", "grpc"]
+
+
+def _ship_process(directory: Path, rx: Receiver, *extra: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": rx.endpoint,
+           "OTEL_EXPORTER_OTLP_PROTOCOL": rx.env_protocol, "PYTHONPATH": str(REPO)}
+    env.pop("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", None)
     return subprocess.Popen([sys.executable, "-m", "pptrace", "ship", str(directory), *extra],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+def _json_bodies_only_over_json(rx: Receiver) -> None:
+    """The collector got JSON bodies over http/json, protobuf ones (or gRPC) otherwise."""
+    assert rx.requests
+    assert rx.json_requests == (len(rx.requests) if rx.protocol == "json" else 0)
+
+
+@pytest.mark.parametrize("protocol", SHIPPED)
 def test_the_engine_process_builds_no_span_holds_no_otlp_sink_and_connects_nowhere(
-        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """A user who only points OTEL_EXPORTER_OTLP_ENDPOINT at a collector: every event arrives,
-    posted by another process."""
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, protocol: str) -> None:
+    """A user who only points OTEL_EXPORTER_OTLP_ENDPOINT (and the protocol) at a collector:
+    every event arrives, posted by another process."""
     from opentelemetry.sdk import trace as sdk_trace
 
     from pptrace.activation import startup
@@ -98,8 +114,10 @@ def test_the_engine_process_builds_no_span_holds_no_otlp_sink_and_connects_nowhe
                         lambda self, addr: connects.append(addr) or real_connect(self, addr))
     monkeypatch.delenv("OTEL_EXPORTER_OTLP_PROTOCOL", raising=False)
     monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", raising=False)
-    with Receiver("json") as rx:
+    with Receiver(protocol) as rx:
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", rx.endpoint)
+        if protocol != "json":  # http/json is the default: the user names no protocol
+            monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", rx.env_protocol)
         rec = pptrace.instrument(Config(exporters=("file", "otlp"), trace_dir=str(tmp_path),
                                         flush_interval=0.05))
         try:
@@ -119,6 +137,7 @@ def test_the_engine_process_builds_no_span_holds_no_otlp_sink_and_connects_nowhe
         connects_while_recording = list(connects)
         assert wait_for_shipper(str(tmp_path), 60)
         keys = _keys(rx)
+        _json_bodies_only_over_json(rx)
     assert rec is not None
     stats = rec.stats()
     assert started == [] and connects_while_recording == []
@@ -185,20 +204,25 @@ def test_a_batch_the_collector_may_have_got_is_never_sent_again_and_counted_lost
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])
-def test_a_shipper_restarted_mid_run_neither_loses_nor_duplicates(tmp_path: Path,
-                                                                  how: str) -> None:
+@pytest.mark.parametrize("protocol", SHIPPED)
+def test_a_shipper_restarted_mid_run_neither_loses_nor_duplicates(tmp_path: Path, how: str,
+                                                                  protocol: str) -> None:
     events = _write_trace(tmp_path, 4000, compress="gzip")
-    with Receiver("json") as rx:
-        first = _ship_process(tmp_path, rx.endpoint)
+    with Receiver(protocol) as rx:
+        first = _ship_process(tmp_path, rx)
         deadline = time.monotonic() + 120
         while len(rx.requests) < 2 and time.monotonic() < deadline:
             time.sleep(0.01)
+        # It yields the CPU to the engine's processes (nice), up to the ceiling of 19.
+        assert os.getpriority(os.PRIO_PROCESS, first.pid) == min(
+            19, os.getpriority(os.PRIO_PROCESS, 0) + NICENESS)
         first.send_signal(getattr(signal, how))
         first.communicate(timeout=60)
         assert len(_keys(rx)) < events  # it was stopped mid-way
-        second = _ship_process(tmp_path, rx.endpoint)
+        second = _ship_process(tmp_path, rx)
         _, err = second.communicate(timeout=240)
         keys = _keys(rx)
+        _json_bodies_only_over_json(rx)
     t = ShipState.load(str(tmp_path / STATE_NAME)).totals()
     assert len(keys) == len(set(keys))  # never twice
     if how == "SIGTERM":  # a clean stop: nothing in flight, nothing lost
@@ -216,7 +240,7 @@ def test_a_down_collector_costs_the_files_nothing_and_is_counted(tmp_path: Path)
     events = _write_trace(tmp_path, 300)
     before = {p.name: p.read_bytes() for p in tmp_path.glob("*.jsonl")}
     with Receiver("json", "down") as rx:
-        proc = _ship_process(tmp_path, rx.endpoint, "--drain", "1")
+        proc = _ship_process(tmp_path, rx, "--drain", "1")
         _, err = proc.communicate(timeout=100)
     after = {p.name: p.read_bytes() for p in tmp_path.glob("*.jsonl")}
     t = ShipState.load(str(tmp_path / STATE_NAME)).totals()
@@ -278,7 +302,8 @@ def test_a_sigkilled_rank_loses_in_the_collector_only_what_its_file_lacks(
 
 @pytest.mark.slow
 @pytest.mark.timeout(200)
-def test_pptrace_run_with_an_endpoint_needs_no_other_step(tmp_path: Path) -> None:
+@pytest.mark.parametrize("protocol", SHIPPED)
+def test_pptrace_run_with_an_endpoint_needs_no_other_step(tmp_path: Path, protocol: str) -> None:
     script = tmp_path / "job.py"
     script.write_text(
         "from pptrace.record import engine as e\n"
@@ -288,16 +313,68 @@ def test_pptrace_run_with_an_endpoint_needs_no_other_step(tmp_path: Path) -> Non
         "    e.add_auxiliary_output_to_pp_tensors(t, Output(2))\n"
         "    e.pop_auxiliary_output_from_pp_tensors(t, Observer())\n")
     traces = tmp_path / "traces"
-    with Receiver("json") as rx:
+    with Receiver(protocol) as rx:
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         for key in ("OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_ENDPOINT",
                     "PPTRACE_EXPORT"):
             env.pop(key, None)
+        named = [] if protocol == "json" else ["--protocol", rx.env_protocol]
         proc = subprocess.run(
             [sys.executable, "-m", "pptrace", "run", "--dir", str(traces), "--endpoint",
-             rx.endpoint, "--target", "pptrace.record.engine", "--native-build", "off", "--",
-             sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=150)
+             rx.endpoint, *named, "--target", "pptrace.record.engine", "--native-build", "off",
+             "--", sys.executable, str(script)],
+            env=env, capture_output=True, text=True, timeout=150)
         assert proc.returncode == 0, proc.stderr
         assert wait_for_shipper(str(traces), 120)
         keys = _keys(rx)
+        _json_bodies_only_over_json(rx)
     assert len(keys) == len(set(keys)) == 50
+
+
+class _Watched:
+    """A real poster whose outcomes are kept (the test starts the collector on the first
+    "never received")."""
+
+    def __init__(self, poster: Sender) -> None:
+        self.poster = poster
+        self.outcomes: list[str] = []
+        self.refused = threading.Event()
+
+    @property
+    def target(self) -> Any:
+        return self.poster.target
+
+    def post(self, lines: Sequence[str]) -> str:
+        outcome = self.poster.post(lines)
+        self.outcomes.append(outcome)
+        if outcome.startswith("retry: "):
+            self.refused.set()
+        return outcome
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("protocol", SHIPPED)
+def test_a_collector_down_then_up_gets_every_event_once(tmp_path: Path, protocol: str) -> None:
+    events = _write_trace(tmp_path, 1200)
+    down = Receiver(protocol, "down").start()
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": down.endpoint,
+           "OTEL_EXPORTER_OTLP_PROTOCOL": down.env_protocol}
+    poster = _Watched(make_poster(env))
+    shipper = Shipper(str(tmp_path), cast(Sender, poster), drain=60.0, linger=0.0, poll=0.01,
+                      alive=lambda pid: False)
+    result: list[ShipState] = []
+    thread = threading.Thread(target=lambda: result.append(shipper.run()))
+    thread.start()
+    try:
+        assert poster.refused.wait(60)  # the shipper met the collector down
+        with Receiver(protocol, port=down.port) as rx:
+            thread.join(90)
+            keys = _keys(rx)
+            _json_bodies_only_over_json(rx)
+    finally:
+        shipper.stop()
+        thread.join(10)
+    t = result[0].totals()
+    assert poster.outcomes[0] == "retry: collector unreachable" and poster.outcomes[-1] == ""
+    assert len(keys) == len(set(keys)) == t["events_sent"] == events == 2400
+    assert t["events_lost"] == 0 and t["causes"] == {}

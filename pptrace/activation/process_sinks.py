@@ -139,7 +139,7 @@ def make_sink(state: Activation, finish: Callable[[], None]) -> MessageSink:
     if "otlp" in exporters:
         provider = state.tracer_provider or _engine_provider()
         if provider is None and ships_from_files(config):
-            # OTLP/JSON from the trace file, by the directory's shipper process: this process
+            # OTLP from the trace file, by the directory's shipper process: this process
             # writes its file and nothing else (no OTLP sink, so no OTLP counts of its own).
             _start_shipper(state)
         elif provider is None and isinstance(state.processor, JsonShipper):

@@ -1,9 +1,9 @@
 """``pptrace ship DIR``: ship a trace directory's files to an OTLP collector, then exit.
 
-What ``pptrace run``, ``pptrace demo`` and the first traced process of a directory start when
-OTLP over ``http/json`` is asked for (``pptrace.export.ship_launch``), and what a user can run by
-hand to send a finished directory to Jaeger. The collector is the one the standard
-``OTEL_EXPORTER_OTLP_*`` variables name. One shipper a directory: it exits at once (0) when
+What ``pptrace run``, ``pptrace demo`` and the first traced process of a directory start when OTLP
+over ``http/json``, ``http/protobuf`` or ``grpc`` is asked for (``pptrace.export.ship_launch``), and
+what a user can run by hand to send a finished directory to Jaeger. The collector is the one the
+standard ``OTEL_EXPORTER_OTLP_*`` variables name. One shipper a directory: it exits at once (0) when
 another holds the directory's lock. It ships until every process of the directory has finished
 (``pptrace.ship.shipper``), keeps its positions and counts in ``DIR/pptrace-ship.state``, and says
 one ``pptrace:`` line on stderr when anything was lost.
@@ -28,8 +28,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="send a trace directory's spans to an OTLP collector (what --endpoint starts)",
         description=(
             "Read every trace file of DIR (segments and compressed files included) and post "
-            "its spans to the OTLP collector that OTEL_EXPORTER_OTLP_ENDPOINT names, as OTLP/JSON "
-            "(schema version 1 spans: every attribute on every span). Positions are kept in "
+            "its spans to the OTLP collector that OTEL_EXPORTER_OTLP_ENDPOINT names, over "
+            "OTEL_EXPORTER_OTLP_PROTOCOL (http/json, http/protobuf or grpc; schema version 1 "
+            "spans: every attribute on every span). Positions are kept in "
             "DIR/pptrace-ship.state, so a second run sends only what the first did not. It ends "
             "when every process of DIR has finished and its files are sent."
         ),
@@ -50,9 +51,9 @@ def run(args: argparse.Namespace) -> int:
     """Ship the directory (or exit when its shipper already runs)."""
     import fcntl
 
-    from pptrace.export.otlp_json import Poster, traces_target
     from pptrace.export.ship_launch import LOCK_NAME
-    from pptrace.ship.shipper import Shipper, install_signals
+    from pptrace.ship.posters import make_poster
+    from pptrace.ship.shipper import Shipper, install_signals, lower_priority
     from pptrace.ship.state import summary_line
 
     if args.lock_fd is not None:  # taken by whoever started this process, held from then on
@@ -67,11 +68,12 @@ def run(args: argparse.Namespace) -> int:
             os.close(fd)
             return 0  # another shipper has the directory
     try:
-        target = traces_target()
+        poster = make_poster()
     except Exception as exc:
         print(f"pptrace: OTLP shipper not started: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
-    shipper = Shipper(args.dir, Poster(target), watch=args.watch, drain=args.drain,
+    lower_priority()
+    shipper = Shipper(args.dir, poster, watch=args.watch, drain=args.drain,
                       linger=args.linger)
     install_signals(shipper)
     state = shipper.run()

@@ -61,6 +61,7 @@ DEFAULT_TIMEOUT = 10.0  # seconds a request may take, as the official exporters'
 RETRYABLE = frozenset({429, 502, 503, 504})
 DropCallback = Callable[[int, str], None]
 _HEAD = '{"resourceSpans":['
+_CONTENT_TYPES = {"http/json": "application/json", "http/protobuf": "application/x-protobuf"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +74,7 @@ class Target:
     compression: str = "none"  # none, gzip or deflate
     verify: str | bool = True
     cert: tuple[str, str] | str | None = None
+    protocol: str = "http/json"  # or http/protobuf: the same spans, encoded as protobuf
 
 
 def _env(env: Mapping[str, str], name: str) -> str:
@@ -81,8 +83,9 @@ def _env(env: Mapping[str, str], name: str) -> str:
             or env.get(f"OTEL_EXPORTER_OTLP_{name}") or "").strip()
 
 
-def traces_target(env: Mapping[str, str] | None = None) -> Target:
-    """The shipper's target as the official HTTP exporter would read the environment."""
+def traces_target(env: Mapping[str, str] | None = None, protocol: str = "http/json") -> Target:
+    """The shipper's target as the official HTTP exporter would read the environment;
+    ``protocol``: ``http/json`` or ``http/protobuf``, the body's encoding."""
     env = os.environ if env is None else env
     url = (env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or "").strip()
     if not url:
@@ -102,7 +105,7 @@ def traces_target(env: Mapping[str, str] | None = None) -> Target:
     cert_file, key_file = _env(env, "CLIENT_CERTIFICATE"), _env(env, "CLIENT_KEY")
     cert: tuple[str, str] | str | None = (cert_file, key_file) if cert_file and key_file else (
         cert_file or None)
-    return Target(url, headers, timeout, compression, verify, cert)
+    return Target(url, headers, timeout, compression, verify, cert, protocol)
 
 
 def otlp_sender(config: Config, on_drop: DropCallback | None = None) -> Any:
@@ -132,7 +135,8 @@ def _never_sent(exc: BaseException) -> bool:
 
 
 class Poster:
-    """Post OTLP/JSON lines as one request to a ``Target``; say what became of it.
+    """Post OTLP/JSON lines as one request to a ``Target``, as JSON or protobuf as its
+    protocol says; say what became of it.
 
     The one place a request is made and its outcome classified: ``JsonShipper`` (in the engine
     process) and the file shipper (``pptrace.ship``, its own process) both post through it.
@@ -145,9 +149,14 @@ class Poster:
 
     def body(self, lines: Sequence[str]) -> bytes:
         """One request's body: the lines' resourceSpans together, compressed as configured."""
-        # Each line is one ExportTraceServiceRequest: their resourceSpans make one request.
-        inner = ",".join(line[len(_HEAD):-2] for line in lines)
-        data = (_HEAD + inner + "]}").encode("ascii")  # the encoder escapes to ASCII
+        if self.target.protocol == "http/protobuf":
+            from pptrace.export.otlp_proto import request
+
+            data: bytes = request(lines).SerializeToString()
+        else:
+            # Each line is one ExportTraceServiceRequest: their resourceSpans make one request.
+            inner = ",".join(line[len(_HEAD):-2] for line in lines)
+            data = (_HEAD + inner + "]}").encode("ascii")  # the encoder escapes to ASCII
         if self.target.compression == "gzip":
             return gzip.compress(data, compresslevel=1)
         if self.target.compression == "deflate":
@@ -163,7 +172,7 @@ class Poster:
                 from pptrace.export.otlp import bounded_session
 
                 self.session = bounded_session()
-            headers = {"Content-Type": "application/json", **dict(target.headers)}
+            headers = {"Content-Type": _CONTENT_TYPES[target.protocol], **dict(target.headers)}
             if target.compression != "none":
                 headers["Content-Encoding"] = target.compression
             self.requests += 1

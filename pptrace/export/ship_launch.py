@@ -1,13 +1,13 @@
 """Start the OTLP shipper of a trace directory, once: the engine's side of ``pptrace.ship``.
 
-OTLP over ``http/json`` is shipped from the trace files by a process of its own (``pptrace ship
-DIR``), so that the engine's process only writes its trace file. One shipper runs per trace
-directory: it holds an exclusive ``flock`` on ``LOCK_NAME`` in the directory for its life, so
-``shipper_running`` is a non-blocking try of that lock, and of two processes that start one at
-once, one takes the lock and the other starts nothing. ``pptrace run`` starts it before any
-rank; otherwise (``pptrace.instrument()``, the demo's ranks, ``PPTRACE_ENABLED=1``) the first
-process that opens its trace file starts it, if none runs. Standard library only: activation
-imports this on the engine's start-up path.
+OTLP (``http/json``, ``http/protobuf``, ``grpc``) is shipped from the trace files by a process of
+its own (``pptrace ship DIR``), so that the engine's process only writes its trace file. One shipper
+runs per trace directory: it holds an exclusive ``flock`` on ``LOCK_NAME`` in the directory for its
+life, so ``shipper_running`` is a non-blocking try of that lock, and of two processes that start one
+at once, one takes the lock and the other starts nothing. ``pptrace run`` starts it before any rank;
+otherwise (``pptrace.instrument()``, the demo's ranks, ``PPTRACE_ENABLED=1``) the first process that
+opens its trace file starts it, if none runs. Standard library only: activation imports this on the
+engine's start-up path.
 
     ensure_shipper("pptrace-traces", watch=os.getpid())   # its pid, or None when one runs
 """
@@ -24,14 +24,19 @@ except ImportError:  # not POSIX: no shipper process (OTLP goes inline there)
     fcntl = None  # type: ignore[assignment]
 
 __all__ = [
-    "LOCK_NAME", "STATE_NAME", "can_ship", "ensure_shipper", "ships_from_files", "shipper_running",
-    "wait_for_shipper",
+    "LOCK_NAME", "SHIPPED_PROTOCOLS", "STATE_NAME", "can_ship", "ensure_shipper",
+    "ships_from_files", "shipper_running", "wait_for_shipper",
 ]
 
 #: Held (flock) by the directory's shipper for its life.
 LOCK_NAME = ".pptrace-ship.lock"
 #: The shipper's positions in each file and its counts (JSON; not a trace file: no .json end).
 STATE_NAME = "pptrace-ship.state"
+
+#: The OTLP protocols the shipper speaks (``OTEL_EXPORTER_OTLP_PROTOCOL``); gRPC needs grpcio
+#: (``pip install 'pptrace[otlp]'``): without it, OTLP stays in the engine's process, whose
+#: exporter set-up says what is missing.
+SHIPPED_PROTOCOLS = ("http/json", "http/protobuf", "grpc")
 
 #: Shippers this process started (their pids), reaped once they exit.
 _started: list[int] = []
@@ -43,10 +48,21 @@ def can_ship() -> bool:
 
 
 def ships_from_files(exporters: Sequence[str], otlp_ship: str, protocol: str) -> bool:
-    """Whether OTLP goes out of process: asked for over ``http/json`` beside the trace files,
-    ``PPTRACE_OTLP_SHIP`` not ``inline``, on a platform with ``flock``."""
+    """Whether OTLP goes out of process: asked for over a protocol the shipper speaks
+    (``SHIPPED_PROTOCOLS``) beside the trace files, ``PPTRACE_OTLP_SHIP`` not ``inline``, on a
+    platform with ``flock``."""
     return ("otlp" in exporters and "file" in exporters and otlp_ship == "files"
-            and protocol == "http/json" and fcntl is not None)
+            and protocol in SHIPPED_PROTOCOLS and fcntl is not None
+            and (protocol != "grpc" or _installed("grpc")))
+
+
+def _installed(module: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def shipper_running(trace_dir: str) -> bool:

@@ -1,16 +1,15 @@
 """The sink a config asks for: the trace file, OTLP through pptrace's own provider, or both.
 
 ``build_sink(config, rank)`` returns a recorder ``Sink``: a ``FileSink`` for ``file`` (events
-encoded straight to the trace file, no SDK span built; compressed and rotated as the config
-says); for ``otlp`` beside ``file`` over ``http/json`` (the default) nothing more in this
-process: the trace directory's shipper process (``pptrace.ship``, started here when none runs)
-posts the file's spans; with ``PPTRACE_OTLP_SHIP=inline``, or without ``file``, a
-``JsonOtlpSink`` (the same encoder, its lines posted as OTLP/JSON by a
-``JsonShipper``) over ``http/json``, the default, or an ``SdkSpanSink`` on pptrace's own
-provider with the fail-open OTLP processor over ``grpc`` and ``http/protobuf``; and a ``FanOut``
-of the two when both are named (OTLP shut down first, so that the file's last stats span
-counts OTLP's losses). Activation builds its sinks itself, to use the engine's provider when
-it has one.
+encoded straight to the trace file, no SDK span built; compressed and rotated as the config says);
+for ``otlp`` beside ``file`` over ``http/json`` (the default) or ``http/protobuf`` nothing more in
+this process: the trace directory's shipper process (``pptrace.ship``, started here when none runs)
+posts the file's spans; with ``PPTRACE_OTLP_SHIP=inline``, or without ``file``, a ``JsonOtlpSink``
+(the same encoder, its lines posted as OTLP/JSON by a ``JsonShipper``) over ``http/json``, the
+default, or an ``SdkSpanSink`` on pptrace's own provider with the fail-open OTLP processor over
+``grpc`` and ``http/protobuf``; and a ``FanOut`` of the two when both are named (OTLP shut down
+first, so that the file's last stats span counts OTLP's losses). Activation builds its sinks itself,
+to use the engine's provider when it has one.
 
     sink = build_sink(config, rank, on_drop=recorder.exporter_dropped)
     sink.export(events)
@@ -96,7 +95,7 @@ def build_sink(
                             config.dir_unsafe_ok)
         sinks.append(FileSink(out, resource, scope_version(), config.dir_unsafe_ok))
     if _from_files(config):
-        # OTLP/JSON from the trace file, by the directory's shipper process: this process
+        # OTLP from the trace file, by the directory's shipper process: this process
         # writes its file only (no OTLP sink: no OTLP counts of its own to claim).
         from pptrace.export.ship_launch import ensure_shipper
 
@@ -135,10 +134,15 @@ def build_sink(
 
 def _from_files(config: Config) -> bool:
     """Whether OTLP is shipped from the trace files (``pptrace.export.ship_launch``)."""
+    from pptrace.export.otlp import protocol
     from pptrace.export.ship_launch import ships_from_files
+    from pptrace.model.errors import ConfigError
 
-    return _json_protocol() and ships_from_files(config.exporters, config.otlp_ship,
-                                                 "http/json")
+    try:
+        wire = protocol()
+    except ConfigError:  # a bad protocol: the SDK path, whose exporter set-up reports it
+        return False
+    return ships_from_files(config.exporters, config.otlp_ship, wire)
 
 
 def _json_protocol() -> bool:

@@ -10,6 +10,8 @@ standard ``OTEL_EXPORTER_OTLP_*`` variables name.
 - ``tail``: a trace file read from a position, whole lines (or compressed members) only;
 - ``reencode``: a trace-file line as the version 1 spans a collector gets;
 - ``state``: the positions and counts, in a state file beside the traces;
+- ``posters``, ``grpc_poster``: one request posted over the protocol asked for, and what
+  became of it (delivered, never received: retried, or maybe received: counted lost);
 - ``shipper``: the loop, its end, its drain.
 
 It imports the loader's span decoders and the writer's encoder, never torch: it runs beside the

@@ -2,8 +2,9 @@
 
 The engine's process only writes its trace file; this process tails every trace file of the
 directory (segments and compressed files included: ``pptrace.ship.tail``), re-encodes each line
-as version 1 spans (``pptrace.ship.reencode``) and posts them as OTLP/JSON requests of at most
-``BATCH_LINES`` lines (512 spans) through the in-process path's own ``Poster``, with its rules:
+as version 1 spans (``pptrace.ship.reencode``) and posts them, as OTLP/JSON, protobuf or gRPC
+requests (``pptrace.ship.posters``), at most ``BATCH_LINES`` lines (512 spans) a request, with
+the in-process path's rules:
 a request the collector never received (no connection, or 429/502/503/504) is posted again after
 a backoff (1 s doubling to 30 s), and the file is the queue meanwhile, so a down collector costs
 the files nothing; a request it may have received (any other failure) is never sent again, and
@@ -16,7 +17,7 @@ run``'s command) has exited, and no new file came for ``linger`` seconds. Once t
 a collector that takes no request for ``drain`` seconds ends it: what is left is counted lost
 (one that takes them gets the time it needs: the files are finite).
 
-    summary = Shipper(trace_dir, Poster(traces_target())).run()
+    summary = Shipper(trace_dir, make_poster()).run()
 """
 
 from __future__ import annotations
@@ -30,18 +31,35 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pptrace.export.otlp_json import BATCH_LINES, Poster, next_backoff
+from pptrace.export.otlp_json import BATCH_LINES, next_backoff
 from pptrace.export.ship_launch import STATE_NAME
+from pptrace.ship.posters import Sender
 from pptrace.ship.reencode import Reencoded, Reencoder
 from pptrace.ship.state import FileState, ShipState
 from pptrace.ship.tail import Damaged, Position, read_lines
 
-__all__ = ["TRACE_NAME", "Shipper", "pid_alive"]
+__all__ = ["NICENESS", "TRACE_NAME", "Shipper", "lower_priority", "pid_alive"]
 
 #: A trace file (or segment) of a process: ``pptrace-rank3-pid42[.000007].otlp.jsonl[.gz]``.
 TRACE_NAME = re.compile(r"(pptrace-rank\w+?-pid(\d+))(?:\.\d{6})?\.otlp\.jsonl(?:\.gz|\.zst)?")
 #: Seconds a shipper with nothing to watch waits for a first trace file.
 FIRST_FILE_WAIT = 30.0
+#: How much lower than its starter's the shipper's CPU priority is (``nice``).
+NICENESS = 10
+
+
+def lower_priority() -> None:
+    """Give the engine's processes the CPU first (``NICENESS``).
+
+    The files are the queue: a shipper that waits for a core only lags behind the run (and a
+    collector that takes its requests gets all the time it needs at the end), while an engine
+    that waits for one loses its work, and its recorder may shed events past its flush deadline
+    (measured on 2 cores: ``docs/otlp-shipping.md``).
+    """
+    try:
+        os.nice(NICENESS)
+    except (OSError, AttributeError):  # not permitted, or no nice here: the same priority
+        pass
 
 
 def pid_alive(pid: int) -> bool:
@@ -76,7 +94,7 @@ class _Post:
 class Shipper:
     """Tail a trace directory's files and post their spans (see the module docstring)."""
 
-    def __init__(self, trace_dir: str, poster: Poster, watch: int | None = None,
+    def __init__(self, trace_dir: str, poster: Sender, watch: int | None = None,
                  drain: float = 10.0, linger: float = 1.0, poll: float = 0.2,
                  alive: Callable[[int], bool] = pid_alive) -> None:
         self.dir = trace_dir
