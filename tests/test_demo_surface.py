@@ -8,6 +8,7 @@ docs/quickstart.md shows: the standard variables, and the demo's own ``--endpoin
 from __future__ import annotations
 
 import argparse
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -161,21 +162,48 @@ def test_a_sink_that_cannot_open_costs_only_its_own_copy(tmp_path: Path,
     assert stats is not None and stats.dropped == 0 and stats.sink_lost("otlp") > 0
 
 
+@pytest.mark.parametrize(("missing", "options", "needs"), [
+    # beside the files, the shipper sends grpc: it needs grpcio, not OpenTelemetry's exporter
+    ("grpc", ("--endpoint", "http://127.0.0.1:4317", "--protocol", "grpc"), "grpc"),
+    # without the files, the engine's process sends it through OpenTelemetry's exporter
+    ("otlp.proto.grpc", ("--export", "otlp", "--endpoint", "http://127.0.0.1:4317",
+                         "--protocol", "grpc"), "opentelemetry.exporter.otlp.proto.grpc"),
+    ("otlp.proto.http", ("--export", "otlp", "--protocol", "http/protobuf"),
+     "opentelemetry.exporter.otlp.proto.http"),
+    ("opentelemetry.proto", ("--protocol", "http/protobuf"), "opentelemetry.proto"),
+], ids=["shipped-grpc", "inline-grpc", "inline-protobuf", "shipped-protobuf"])
 def test_otlp_without_its_exporter_is_one_line_before_any_rank_starts(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, missing: str, options: tuple[str, ...],
+        needs: str) -> None:
     import importlib.util
 
     from pptrace.cli import tracing
     from pptrace.model.errors import ConfigError
 
     real = importlib.util.find_spec
+
+    def find_spec(name: str, *a: object) -> object:
+        return None if name == missing or name.endswith(missing) else real(name, *a)
+
+    monkeypatch.setattr(tracing.importlib.util, "find_spec", find_spec)
+    with pytest.raises(ConfigError, match=rf"^OTLP export over \S+ needs {re.escape(needs)}: "
+                       r"pip install 'pptrace\[otlp\]'$"):
+        tracing.export_env(_parse(*options), {})
+    tracing.export_env(_parse("--endpoint", "http://127.0.0.1:4318"), {})  # http/json is there
+
+
+def test_a_shipped_grpc_export_needs_no_opentelemetry_exporter(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    from pptrace.cli import tracing
+
+    real = importlib.util.find_spec
     monkeypatch.setattr(tracing.importlib.util, "find_spec",
-                        lambda name, *a: None if "otlp.proto.grpc" in name else real(name, *a))
-    args = _parse("--endpoint", "http://127.0.0.1:4317", "--protocol", "grpc")
-    with pytest.raises(ConfigError, match=r"OTLP export over grpc needs opentelemetry\.exporter"
-                       r"\.otlp\.proto\.grpc: pip install 'pptrace\[otlp\]'"):
-        tracing.export_env(args, {})
-    tracing.export_env(_parse("--endpoint", "http://127.0.0.1:4318"), {})  # http is installed
+                        lambda name, *a: None if "exporter.otlp" in name else real(name, *a))
+    env = tracing.export_env(_parse("--endpoint", "http://127.0.0.1:4317", "--protocol",
+                                    "grpc"), {})
+    assert env["PPTRACE_EXPORT"] == "file,otlp"
 
 
 @pytest.mark.parametrize(("files", "named"), [

@@ -42,8 +42,9 @@ def add_export_arguments(parser: argparse.ArgumentParser, *, fingerprint: bool =
                    help="OTLP collector, e.g. http://localhost:4318 (http/protobuf) or "
                         "http://localhost:4317 (grpc)")
     g.add_argument("--protocol", choices=("grpc", "http/protobuf", "http/json"),
-                   help="OTLP protocol (default: OTEL_EXPORTER_OTLP_PROTOCOL, else http/json, "
-                        "the cheapest for the engine)")
+                   help="OTLP protocol (default: OTEL_EXPORTER_OTLP_PROTOCOL, else http/json); "
+                        "beside file, each is sent from the trace files by a shipper process, "
+                        "outside the engine's")
     g.add_argument("--service-name", metavar="NAME",
                    help="service name the spans carry, as Jaeger lists it (default pptrace)")
     f = parser.add_argument_group("trace files (PPTRACE_COMPRESS, PPTRACE_ROTATE_MB, "
@@ -84,22 +85,29 @@ def export_env(args: argparse.Namespace, environ: Mapping[str, str]) -> dict[str
                               "http/json")
         protocol = protocol or value
     if "otlp" in config.exporters:
-        _require_exporter(protocol or "http/json")
+        shipped = "file" in config.exporters and config.otlp_ship == "files"
+        _require_exporter(protocol or "http/json", shipped)
     return env
 
 
-_EXPORTERS = {"grpc": "opentelemetry.exporter.otlp.proto.grpc",
-              "http/protobuf": "opentelemetry.exporter.otlp.proto.http",
-              "http/json": "requests"}
+#: protocol -> what sends it from the trace files (the shipper), and what sends it inline
+_EXPORTERS = {
+    "grpc": (("grpc", "opentelemetry.proto"), ("opentelemetry.exporter.otlp.proto.grpc",)),
+    "http/protobuf": (("requests", "opentelemetry.proto"),
+                      ("opentelemetry.exporter.otlp.proto.http",)),
+    "http/json": (("requests",), ("requests",)),
+}
 
 
-def _require_exporter(protocol: str) -> None:
-    """Say before any rank starts that OTLP cannot be sent, rather than count every span lost."""
-    module = _EXPORTERS[protocol]
-    try:
-        found = importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        found = False
-    if not found:
-        raise ConfigError(f"OTLP export over {protocol} needs {module}: "
-                          "pip install 'pptrace[otlp]'")
+def _require_exporter(protocol: str, shipped: bool) -> None:
+    """Say before any rank starts that OTLP cannot be sent, rather than count every span lost:
+    the shipper (``shipped``: beside the trace files) needs only the wire's own packages, the
+    inline path the OpenTelemetry exporter of the protocol."""
+    for module in _EXPORTERS[protocol][0 if shipped else 1]:
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            raise ConfigError(f"OTLP export over {protocol} needs {module}: "
+                              "pip install 'pptrace[otlp]'")

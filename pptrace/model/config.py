@@ -26,9 +26,10 @@ ENV_DOC: dict[str, str] = {
     "PPTRACE_DIR_UNSAFE_OK": "1/0: write into a PPTRACE_DIR that other users can write to or"
                              " that is not this user's (default 0: refused, with a warning)",
     "PPTRACE_EXPORT": "comma list of sinks: file, otlp, none (default file)",
-    "PPTRACE_OTLP_SHIP": "files (default): OTLP over http/json is shipped from the trace files by"
-                         " a shipper process, so the engine's process encodes and posts nothing;"
-                         " inline: the engine's process posts it itself",
+    "PPTRACE_OTLP_SHIP": "files (default): beside file, OTLP (grpc, http/protobuf or http/json) is"
+                         " shipped from the trace files by a shipper process, so the engine's"
+                         " process encodes and posts nothing; inline: the engine's process posts"
+                         " it itself",
     "PPTRACE_COMPRESS": "none, gzip or zstd (zstd needs the zstandard package): compress the"
                         " trace files, one gzip member / zstd frame per flush (default none)",
     "PPTRACE_ROTATE_MB": "segment size in MB (decimals allowed): write numbered segments"
