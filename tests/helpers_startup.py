@@ -13,8 +13,9 @@ import os
 import subprocess
 import sys
 import types
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -109,3 +110,26 @@ def run_pptrace(args: list[str], env: Mapping[str, str], cwd: Path,
         args = ["--native-build", "off", *args]
     return subprocess.run([PYTHON, "-m", "pptrace.cli.run", *args], env=dict(env),
                           cwd=str(cwd), capture_output=True, text=True, timeout=timeout)
+
+
+def spawn_world(rank_main: Callable[[int, str, str, str], None], world: int, tmp_path: Path,
+                scenario: str) -> tuple[Path, list[dict[str, Any]]]:
+    """Run ``rank_main(rank, store, out, scenario)`` in ``world`` spawned processes (each writes
+    ``seen<rank>.json`` into ``out``); return the trace folder and what each rank saw."""
+    import json
+    import multiprocessing as mp
+
+    out = tmp_path / "traces"
+    out.mkdir()
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=rank_main, args=(r, str(tmp_path / "store"), str(out), scenario))
+             for r in range(world)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+    assert [p.exitcode for p in procs] == [0] * world
+    seen = [json.loads((out / f"seen{r}.json").read_text()) for r in range(world)]
+    for r in range(world):
+        (out / f"seen{r}.json").unlink()
+    return out, seen

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import multiprocessing as mp
 import os
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from pptrace.analyze.analyzer import analysis
 from pptrace.load.loader import load_paths
 from pptrace.model.findings import FindingKind, MessageId
 from pptrace.model.messages import MessageOp
+from tests.helpers_startup import spawn_world
 
 pytestmark = pytest.mark.slow
 WORLD = 3
@@ -98,20 +98,7 @@ def rank_main(rank: int, store: str, out: str, scenario: str) -> None:
 
 
 def _run(tmp_path: Path, scenario: str) -> tuple[Path, list[dict[str, Any]]]:
-    out = tmp_path / "traces"
-    out.mkdir()
-    ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=rank_main, args=(r, str(tmp_path / "store"), str(out), scenario))
-             for r in range(WORLD)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(120)
-    assert [p.exitcode for p in procs] == [0] * WORLD
-    seen = [json.loads((out / f"seen{r}.json").read_text()) for r in range(WORLD)]
-    for r in range(WORLD):
-        (out / f"seen{r}.json").unlink()
-    return out, seen
+    return spawn_world(rank_main, WORLD, tmp_path, scenario)
 
 
 def test_sglang_broadcasts_are_recorded_and_paired_one_to_many(tmp_path: Path) -> None:

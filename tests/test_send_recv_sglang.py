@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import multiprocessing as mp
 import os
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from pptrace.analyze.analyzer import analysis
 from pptrace.load.loader import load_paths
 from pptrace.model.findings import FindingKind, Severity
 from pptrace.model.messages import MessageOp
+from tests.helpers_startup import spawn_world
 
 pytestmark = pytest.mark.slow
 WORLD = 2
@@ -83,20 +83,7 @@ def rank_main(rank: int, store: str, out: str, scenario: str) -> None:
 
 
 def _run(tmp_path: Path, scenario: str) -> tuple[Path, list[dict[str, Any]]]:
-    out = tmp_path / "traces"
-    out.mkdir()
-    ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=rank_main, args=(r, str(tmp_path / "store"), str(out), scenario))
-             for r in range(WORLD)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(120)
-    assert [p.exitcode for p in procs] == [0] * WORLD
-    seen = [json.loads((out / f"seen{r}.json").read_text()) for r in range(WORLD)]
-    for r in range(WORLD):
-        (out / f"seen{r}.json").unlink()
-    return out, seen
+    return spawn_world(rank_main, WORLD, tmp_path, scenario)
 
 
 def test_sglang_send_recv_is_recorded_as_a_send_and_a_receive_and_paired(
@@ -119,7 +106,7 @@ def test_sglang_send_recv_is_recorded_as_a_send_and_a_receive_and_paired(
         assert [sorted(m.tensors, key=lambda t: t.key) for m in ends] == [
             sorted(m.tensors, key=lambda t: t.key) for m in sent]
     judged = analysis(trace)
-    assert [f for f in judged.findings if f.severity is not Severity.INFO] == []
+    assert [f.message for f in judged.findings if f.severity is not Severity.INFO] == []
     assert len(judged.message_pairs) == WORLD * STEPS
 
 

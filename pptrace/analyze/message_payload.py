@@ -4,11 +4,11 @@ The values are compared by the one payload comparison (``pptrace.analyze.payload
 that an attach and its extract are compared by: a message's value is a ``TensorMeta`` named by
 its key, so the same verdict says, per key, what differs (the shape, the dtype or tensor or not,
 the device type, the byte count, and the content fingerprint where both sides have one; every
-difference named, the byte count and the content only where the layout agrees) and whether the
-keys both sides carry came in another order. Besides, for messages: the keys (a key lost or
-added on the way) and the all-gather group that re-assembled TP slices (with another group size
-than the sender sliced over, every sliced value differs in size by design, so its values are
-listed under that one finding instead).
+difference named, the byte count and the content only where the layout agrees); not the order
+the keys came in, which a dict read by key does not see. Besides, for messages: the keys (a
+key lost or added on the way) and the all-gather group that re-assembled TP slices (with
+another group size than the sender sliced over, every sliced value differs in size by design,
+so its values are listed under that one finding instead).
 
     for kind, message, subject in differences(pair):
         ...                                  # one finding each, on the pair's channel
@@ -47,11 +47,10 @@ def differences(p: Pair) -> list[Difference]:
     regrouped = m.gather_size != e.gather_size
     if m.tensors == e.tensors and not regrouped:
         return out
+    # A message is a dict its receiver reads by key, so the order its keys arrive in is no
+    # finding (SGLang's own send_recv_tensor_dict puts the non-tensor values first); an
+    # attach/extract's order is (order-differs), since the observer rebuilds its output in it.
     verdict = compare(m.tensors, e.tensors)
-    if verdict.order_differs:
-        out.append((K.MSG_ORDER_DIFFERS,
-                    f"{head}: sent in order {listed(verdict.left_order, '')}; arrived in order "
-                    f"{listed(verdict.right_order, '')}", m.kind))
     both = [(line.left, line.right, line.differs) for line in verdict.differing
             if line.left is not None and line.right is not None]
     if not regrouped:

@@ -144,8 +144,6 @@ class FindingKind(str, enum.Enum):
     MSG_KEYS_DIFFER = ("message-keys-differ", M, _ERR,
                        "a message arrived with other keys than were sent, or was forwarded "
                        "without a key it arrived with (a key lost on the way)")
-    MSG_ORDER_DIFFERS = ("message-order-differs", M, _WARN,
-                         "a message arrived with the values it was sent with, in another order")
     MSG_SHAPE_MISMATCH = ("message-shape-mismatch", M, _ERR,
                           "a key's shape differs between a send and its receive")
     MSG_DTYPE_MISMATCH = ("message-dtype-mismatch", M, _ERR,
