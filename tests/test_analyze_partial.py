@@ -267,3 +267,39 @@ def test_a_forward_dropped_at_a_stage_that_forwards_is_no_lost_key() -> None:
     run.set_stats(0, messages_dropped=1)
     findings = analyze(run.trace())
     assert errors(findings) == []
+
+
+@pytest.mark.parametrize(("after_ms", "bound_ms", "said"), [
+    (5, 0, None),  # one clock: the sender went on after the receive ended: evidence
+    (5, 20, "within the clocks' uncertainty (±20.000 ms) of when this receive ended"),
+    (50, 20, None),  # beyond the bound: evidence
+    (5, float("inf"), "0.005 s after this receive ended, on clocks"),
+    (-5, 20, "before this receive ended"),
+])
+def test_a_sender_s_trace_going_on_after_the_receive_is_evidence_only_beyond_the_clocks(
+        after_ms: int, bound_ms: float, said: str | None) -> None:
+    # Before: decided on the aligned times alone, so a sender whose trace stopped a few ms
+    # "after" the receive on a clock aligned within ±20 ms made the receive an error.
+    from types import SimpleNamespace
+
+    from pptrace.analyze.holes import Holes
+    from pptrace.analyze.message_align import unflushed
+    from pptrace.model.messages import MessageEvent
+    from pptrace.model.records import RankInfo
+
+    ended = 10 * SEC
+    sender = SimpleNamespace(index=0, rank=RankInfo(rank=1, pp_rank=1, pp_size=2),
+                             last_ns=lambda: ended + after_ms * 1_000_000)
+    receiver = SimpleNamespace(index=1)
+    e = MessageEvent(op=MessageOp.RECV, phase="end", kind="output", peer=1, seq=3,
+                     wall_ns=ended - 1_000_000, duration_ns=1_000_000)
+    holes = [Holes(final=False), Holes()]
+    note = unflushed(holes, sender, receiver, e,  # type: ignore[arg-type]
+                     lambda a, b: bound_ms * 1_000_000)
+    if said is None:
+        assert note == ""
+    else:
+        assert said in note and "the send may not have been flushed" in note
+    holes[0] = Holes(final=True)  # a sender that shut down counted everything: evidence
+    assert unflushed(holes, sender, receiver, e,  # type: ignore[arg-type]
+                     lambda a, b: bound_ms * 1_000_000) == ""

@@ -17,8 +17,9 @@ Pure: no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
+from pptrace.analyze.aligned import order
 from pptrace.analyze.holes import Holes
 from pptrace.analyze.message_sides import Side
 from pptrace.analyze.rules import who
@@ -97,13 +98,22 @@ def weakened(hole: str, kind: FindingKind, severity: Severity | None,
     return severity, f"{message} ({hole}: this may be a hole in the trace, not in the run)"
 
 
-def unflushed(holes: Sequence[Holes], s: Side | None, e: MessageEvent) -> str:
-    """Why a receive with no send is no evidence (empty: it is): a sender killed, or still
-    running, after the send and before its next flush left no record of it."""
-    if s is None or holes[s.index].final or e.wall_ns + max(e.duration_ns, 0) < s.last_ns():
+def unflushed(holes: Sequence[Holes], s: Side | None, r: Side, e: MessageEvent,
+              uncertainty: Callable[[int, int], float] = lambda a, b: 0.0) -> str:
+    """Why ``r``'s receive ``e`` with no send is no evidence (empty: it is): a sender killed, or
+    still running, after the send and before its next flush left no record of it. The sender's
+    trace going on after the receive ended is evidence only beyond ``uncertainty`` of the two
+    processes (``Clocks.uncertainty_ns``: how far their aligned times may be off; inf: no
+    order)."""
+    if s is None or holes[s.index].final:
         return ""
-    return (f" ({who(s.rank)}'s trace stops before this receive ended, without final stats: "
-            "the send may not have been flushed)")
+    ended, bound = e.wall_ns + max(e.duration_ns, 0), uncertainty(s.index, r.index)
+    if s.last_ns() - ended > bound:
+        return ""
+    when = (order(s.last_ns() - ended, bound, "this receive ended") if s.last_ns() > ended
+            else "before this receive ended")
+    return (f" ({who(s.rank)}'s trace stops {when}, without final stats: the send may not have "
+            "been flushed)")
 
 
 def unbroken(seqs: set[int]) -> int:

@@ -274,7 +274,7 @@ class _Check:
         self.compare(s, m, r, e)
 
     def unmatched(self, r: Side, e: MessageEvent, s: Side | None = None) -> None:
-        note = across.unflushed(self.holes, s, e)  # its send may be after the sender's last flush
+        note = across.unflushed(self.holes, s, r, e, self.uncertainty)  # sent after its last flush?
         self.add(K.MSG_UNMATCHED_RECV,
                  f"{who(r.rank)} ({place(r.rank)}) received {wanted(e.kind)} ({numbered(e)}) "
                  f"from {who(self.peer_rank(r, e))} that has no send of it to pair with{note}",
