@@ -133,3 +133,41 @@ def spawn_world(rank_main: Callable[[int, str, str, str], None], world: int, tmp
     for r in range(world):
         (out / f"seen{r}.json").unlink()
     return out, seen
+
+
+def sglang_world_rank(rank: int, store: str, world: int, out: str, run_id: str,
+                      **layout: int) -> tuple[Any, Any]:
+    """In a spawned rank: SGLang's real ``parallel_state`` on a gloo world of ``world``
+    (4 s timeout), and a recorder (not started) writing ``out`` with ``layout`` (pp/tp fields
+    of ``RankInfo``). Returns ``(parallel_state, recorder)``."""
+    import datetime
+
+    import torch.distributed as dist
+
+    from pptrace.export.sinks import build_sink
+    from pptrace.model.config import Config
+    from pptrace.model.records import RankInfo
+    from pptrace.record.recorder import Recorder
+    from tests.test_sglang_messages import load_parallel_state
+
+    ps = load_parallel_state()
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=4))
+    info = RankInfo(rank=rank, world_size=world, host="h", pid=os.getpid(), **layout)
+    cfg = Config(trace_dir=out, run_id=run_id, flush_interval=0.2)
+    return ps, Recorder(cfg, sink_factory=lambda r: build_sink(cfg, r),
+                        rank_provider=lambda: (info, True))
+
+
+def sglang_world_group(ps: Any, rank: int, world: int, **attrs: Any) -> Any:
+    """SGLang's real ``GroupCoordinator`` over the whole gloo world, built without its
+    constructor (which wants devices): ``attrs`` set the rest (``pynccl_comm``, ...)."""
+    import torch.distributed as dist
+
+    group = object.__new__(ps.GroupCoordinator)
+    group.rank_in_group, group.world_size, group.ranks = rank, world, list(range(world))
+    group.rank = rank
+    group.device_group = group.cpu_group = dist.group.WORLD
+    for name, value in attrs.items():
+        setattr(group, name, value)
+    return group

@@ -13,9 +13,7 @@ the analyzer says who waited, from whom, and what that source last sent it.
 
 from __future__ import annotations
 
-import datetime
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +23,7 @@ from pptrace.analyze.analyzer import analysis
 from pptrace.load.loader import load_paths
 from pptrace.model.findings import FindingKind, MessageId
 from pptrace.model.messages import MessageOp
-from tests.helpers_startup import spawn_world
+from tests.helpers_startup import sglang_world_group, sglang_world_rank, spawn_world
 
 pytestmark = pytest.mark.slow
 WORLD = 3
@@ -48,31 +46,17 @@ def rank_main(rank: int, store: str, out: str, scenario: str) -> None:
     import torch.distributed as dist
 
     from pptrace.engines.sglang import ENGINE as sglang
-    from pptrace.export.sinks import build_sink
-    from pptrace.model.config import Config
-    from pptrace.model.records import RankInfo
     from pptrace.record.message_patch import patch_class
     from pptrace.record.messages import MessageLog
-    from pptrace.record.recorder import Recorder
-    from tests.test_sglang_messages import describe, load_parallel_state
+    from tests.test_sglang_messages import describe
 
-    ps = load_parallel_state()
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD,
-                            timeout=datetime.timedelta(seconds=4))
-    info = RankInfo(rank=rank, world_size=WORLD, pp_rank=0, pp_size=1, tp_rank=rank,
-                    tp_size=WORLD, host="h", pid=os.getpid())
+    ps, recorder = sglang_world_rank(rank, store, WORLD, out, f"bcast-{scenario}",
+                                     pp_rank=0, pp_size=1, tp_rank=rank, tp_size=WORLD)
 
     def coordinator() -> Any:
-        group = object.__new__(ps.GroupCoordinator)
-        group.rank_in_group, group.world_size, group.ranks = rank, WORLD, list(range(WORLD))
-        group.rank, group.mq_broadcaster = rank, None
-        group.device_group = group.cpu_group = dist.group.WORLD
-        return group
+        return sglang_world_group(ps, rank, WORLD, mq_broadcaster=None)
 
     seen: dict[str, Any] = {}
-    cfg = Config(trace_dir=out, run_id=f"bcast-{scenario}", flush_interval=0.2)
-    recorder = Recorder(cfg, sink_factory=lambda r: build_sink(cfg, r),
-                        rank_provider=lambda: (info, True))
     for run in ("bare", "wrapped"):
         if run == "wrapped":
             recorder.start()

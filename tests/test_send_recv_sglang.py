@@ -14,9 +14,7 @@ makes one more exchange, which fails at gloo's timeout.
 
 from __future__ import annotations
 
-import datetime
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +24,7 @@ from pptrace.analyze.analyzer import analysis
 from pptrace.load.loader import load_paths
 from pptrace.model.findings import FindingKind, Severity
 from pptrace.model.messages import MessageOp
-from tests.helpers_startup import spawn_world
+from tests.helpers_startup import sglang_world_group, sglang_world_rank, spawn_world
 
 pytestmark = pytest.mark.slow
 WORLD = 2
@@ -42,30 +40,15 @@ def _dict(rank: int, step: int) -> dict[str, Any]:
 
 def rank_main(rank: int, store: str, out: str, scenario: str) -> None:
     """One stage: the exchanges bare, then wrapped and traced; what it saw goes to JSON."""
-    import torch.distributed as dist
-
     from pptrace.engines.sglang import ENGINE as sglang
-    from pptrace.export.sinks import build_sink
-    from pptrace.model.config import Config
-    from pptrace.model.records import RankInfo
     from pptrace.record.message_patch import patch_class
     from pptrace.record.messages import MessageLog
-    from pptrace.record.recorder import Recorder
-    from tests.test_sglang_messages import describe, load_parallel_state
+    from tests.test_sglang_messages import describe
 
-    ps = load_parallel_state()
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD,
-                            timeout=datetime.timedelta(seconds=4))
-    info = RankInfo(rank=rank, world_size=WORLD, pp_rank=rank, pp_size=WORLD, tp_rank=0,
-                    tp_size=1, host="h", pid=os.getpid())
-    group = object.__new__(ps.GroupCoordinator)
-    group.rank_in_group, group.world_size, group.ranks = rank, WORLD, list(range(WORLD))
-    group.rank, group.pynccl_comm = rank, None
-    group.device_group = group.cpu_group = dist.group.WORLD
+    ps, recorder = sglang_world_rank(rank, store, WORLD, out, f"send-recv-{scenario}",
+                                     pp_rank=rank, pp_size=WORLD, tp_rank=0, tp_size=1)
+    group = sglang_world_group(ps, rank, WORLD, pynccl_comm=None)
     seen: dict[str, Any] = {}
-    cfg = Config(trace_dir=out, run_id=f"send-recv-{scenario}", flush_interval=0.2)
-    recorder = Recorder(cfg, sink_factory=lambda r: build_sink(cfg, r),
-                        rank_provider=lambda: (info, True))
     for run in ("bare", "wrapped"):
         if run == "wrapped":
             recorder.start()
