@@ -3,9 +3,9 @@
 SGLang's send path sends a tensor whose numel divides by the TP size as this TP rank's slice,
 and the receiver re-assembles the slices with an all-gather. A tensor that is not
 TP-replicated then arrives as a mix of the ranks' tensors: silent corruption. The same message
-is the same send seq and kind on each TP rank (they run in lock step); what must agree is what
-each rank sent as slices, judged by ``pptrace.analyze.tp`` (one finding per name that differs,
-and one when the slices' order does). Pure.
+is the same send seq of the same kind on each TP rank (they run in lock step); what must agree
+is what each rank sent as slices, judged by ``pptrace.analyze.tp`` (one finding per name that
+differs, and one when the slices' order does). Pure.
 
     slices = tp_slices(sides, add)   # (process, send seq) -> the raw finding's index
 """
@@ -13,7 +13,6 @@ and one when the slices' order does). Pure.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from operator import attrgetter
 
 from pptrace.analyze.message_sides import Side
 from pptrace.analyze.payload import NameDiff
@@ -34,11 +33,17 @@ SEND = MessageOp.SEND
 def tp_slices(sides: Sequence[Side], add: AddFn) -> dict[tuple[int, int], int]:
     """Each send whose TP slices differ from another TP rank's: (process, send seq) -> the
     index of the raw finding about it."""
-    ranks = [TpRank(s.index, s.rank, s.run, s.sends) for s in sides
-             if s.rank.pp_rank is not None and s.sends]
+    ranks = []
+    for s in sides:
+        if s.rank.pp_rank is None:
+            continue
+        kinds = {m.kind for m in s.sends}  # most stages send one kind: nothing to split
+        ranks += [TpRank(s.index, s.rank, (s.run, kind),
+                         s.sends if len(kinds) == 1 else [m for m in s.sends if m.kind == kind])
+                  for kind in sorted(kinds)]
     prefixes = {s.index: s.prefix for s in sides}
     slices: dict[tuple[int, int], int] = {}
-    for d in disagreements(ranks, key=attrgetter("seq", "kind"), pick=_sliced):
+    for d in disagreements(ranks, pick=_sliced):
         for key, what in _differences(d):
             index = _finding(d, key, what, prefixes[d.other.process], add)
             slices.setdefault((d.ref.process, d.base.seq), index)

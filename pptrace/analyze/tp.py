@@ -15,7 +15,7 @@ tensors tuple and interned (``is`` compares it); a difference found that way is 
 ``payload.same`` and then compared name by name.
 
     ranks = [TpRank(process, rank, run, attaches), ...]
-    for d in disagreements(ranks):                    # grouped by run and stage
+    for d in disagreements(ranks):                # grouped by group (run) and stage; by seq
         d.ref, d.base, d.other, d.it, d.verdict       # verdict: payload.compare(base, it)
 
 Pure: no I/O.
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass
-from operator import attrgetter
 from typing import Any, Generic, Protocol, TypeVar
 
 from pptrace.analyze.payload import Field, NameDiff, PayloadVerdict, compare, same
@@ -54,16 +53,17 @@ class Transfer(Protocol):
 
 
 T = TypeVar("T", bound=Transfer)
-_SEQ = attrgetter("seq")
 
 
 @dataclass(frozen=True, slots=True)
 class TpRank(Generic[T]):
-    """One process of a stage: its index in the trace, rank, run and transfers in order."""
+    """One process of a stage: its index in the trace, rank, group and transfers in order."""
 
     process: int
     rank: RankInfo
-    run: str
+    #: What else two ranks' transfers must share to be compared, besides the stage: the run
+    #: (and, for messages, the kind: a seq sent as another kind is another check's business).
+    group: Hashable
     transfers: Sequence[T]
 
 
@@ -85,14 +85,19 @@ class TpPayloads:
         self.pick = pick
         self._by_id: dict[int, tuple[Any, ...]] = {}  # id(tensors): the transfers keep them alive
         self._shared: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+        #: The payload of a tensors tuple seen before, by its id, else None (an empty payload
+        #: is falsy too: ``known(i) or make(t)`` then makes it again, cheaply).
+        self.known = self._by_id.get
 
     def of(self, tensors: Tensors) -> tuple[Any, ...]:
         """The interned payload of one tensors tuple."""
         got = self._by_id.get(id(tensors))
-        if got is None:
-            picked = tensors if self.pick is None else self.pick(tensors)
-            value = tuple(tp_key(t) for t in picked)
-            got = self._by_id[id(tensors)] = self._shared.setdefault(value, value)
+        return got if got is not None else self.make(tensors)
+
+    def make(self, tensors: Tensors) -> tuple[Any, ...]:
+        """Compute, intern and remember the payload of a tensors tuple."""
+        value = tuple(map(tp_key, tensors if self.pick is None else self.pick(tensors)))
+        got = self._by_id[id(tensors)] = self._shared.setdefault(value, value)
         return got
 
     def picked(self, tensors: Tensors) -> Tensors:
@@ -100,42 +105,44 @@ class TpPayloads:
         return tensors if self.pick is None else self.pick(tensors)
 
 
-def disagreements(ranks: Sequence[TpRank[T]], key: Callable[[T], Hashable] | None = None,
-                  pick: Pick | None = None) -> Iterator[Disagreement[T]]:
+def disagreements(ranks: Sequence[TpRank[T]], pick: Pick | None = None
+                  ) -> Iterator[Disagreement[T]]:
     """Each transfer on which a TP rank of a stage disagreed with the stage's lowest TP rank.
 
-    Processes are grouped by run and PP stage; the same transfer is the one with the same
-    ``key`` (default: its seq; the reference's last of a repeated key); ``pick`` chooses the
-    tensors that must agree. In stage order, then TP rank, then the other's transfer order."""
-    by_stage: dict[tuple[str, int | None], list[TpRank[T]]] = {}
+    Processes are compared within their group and PP stage; the same transfer is the one with
+    the same seq (the reference's last of a repeated seq); ``pick`` chooses the tensors that
+    must agree. In group and stage order, then TP rank, then the other's transfer order."""
+    by_stage: dict[tuple[Hashable, int | None], list[TpRank[T]]] = {}
     for r in ranks:
-        by_stage.setdefault((r.run, r.rank.pp_rank), []).append(r)
+        by_stage.setdefault((r.group, r.rank.pp_rank), []).append(r)
     payloads = TpPayloads(pick)
-    index: Callable[[T], Hashable] = key if key is not None else _SEQ
     for group in by_stage.values():
         group.sort(key=lambda r: (tp_of(r.rank), r.process))
         ref = group[0]
-        by_key: dict[Hashable, T] | None = None
+        by_seq: dict[int, T] | None = None
         for other in group[1:]:
             if tp_of(other.rank) == tp_of(ref.rank):
                 continue
-            if by_key is None:
-                by_key = {index(t): t for t in ref.transfers}
-                ref_payloads = {k: payloads.of(t.tensors) for k, t in by_key.items()}
-            yield from _differing(payloads, ref, by_key, ref_payloads, other, index)
+            if by_seq is None:
+                by_seq = {t.seq: t for t in ref.transfers}
+            yield from _differing(payloads, ref, by_seq, other)
 
 
-def _differing(payloads: TpPayloads, ref: TpRank[T], by_key: dict[Hashable, T],
-               ref_payloads: dict[Hashable, tuple[Any, ...]], other: TpRank[T],
-               index: Callable[[T], Hashable]) -> Iterator[Disagreement[T]]:
-    find, payload, picked = ref_payloads.get, payloads.of, payloads.picked
+def _differing(payloads: TpPayloads, ref: TpRank[T], by_seq: dict[int, T],
+               other: TpRank[T]) -> Iterator[Disagreement[T]]:
+    find, picked = by_seq.get, payloads.picked
+    known, make = payloads.known, payloads.make  # a lookup first: a method call costs more
     for it in other.transfers:
-        k = index(it)
-        mine = find(k)
-        if mine is None or mine is payload(it.tensors):
+        base = find(it.seq)
+        if base is None:
             continue
-        base = by_key[k]
-        left, right = picked(base.tensors), picked(it.tensors)
+        mine, theirs = base.tensors, it.tensors
+        # Equal tuples are one payload (C's comparison, no key built); so are equal keys,
+        # which ignore what may differ (the device index: attaches on cuda:0 and cuda:1).
+        if mine == theirs or ((known(id(mine)) or make(mine))
+                              is (known(id(theirs)) or make(theirs))):
+            continue
+        left, right = picked(mine), picked(theirs)
         # Unequal keys can still be one payload (a fingerprint against none agrees).
         if not same(left, right):
             yield Disagreement(ref, base, other, it, compare(left, right))
