@@ -13,6 +13,7 @@ differs, and one when the slices' order does). Pure.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import attrgetter
 
 from pptrace.analyze.message_sides import Side
 from pptrace.analyze.payload import NameDiff
@@ -28,6 +29,7 @@ __all__ = ["tp_slices"]
 
 K = FindingKind
 SEND = MessageOp.SEND
+_KIND = attrgetter("kind")
 
 
 def tp_slices(sides: Sequence[Side], add: AddFn) -> dict[tuple[int, int], int]:
@@ -37,7 +39,7 @@ def tp_slices(sides: Sequence[Side], add: AddFn) -> dict[tuple[int, int], int]:
     for s in sides:
         if s.rank.pp_rank is None:
             continue
-        kinds = {m.kind for m in s.sends}  # most stages send one kind: nothing to split
+        kinds = set(map(_KIND, s.sends))  # most stages send one kind: nothing to split
         ranks += [TpRank(s.index, s.rank, (s.run, kind),
                          s.sends if len(kinds) == 1 else [m for m in s.sends if m.kind == kind])
                   for kind in sorted(kinds)]

@@ -53,6 +53,8 @@ class Transfer(Protocol):
 
 
 T = TypeVar("T", bound=Transfer)
+#: The payload of nothing to agree on (no tensor picked): one object, and true unlike ``()``.
+_NONE: tuple[Any, ...] = (None,)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,8 +87,8 @@ class TpPayloads:
         self.pick = pick
         self._by_id: dict[int, tuple[Any, ...]] = {}  # id(tensors): the transfers keep them alive
         self._shared: dict[tuple[Any, ...], tuple[Any, ...]] = {}
-        #: The payload of a tensors tuple seen before, by its id, else None (an empty payload
-        #: is falsy too: ``known(i) or make(t)`` then makes it again, cheaply).
+        #: The payload of a tensors tuple seen before, by its id, else None; never empty, so
+        #: ``known(i) or make(t)`` makes each payload once.
         self.known = self._by_id.get
 
     def of(self, tensors: Tensors) -> tuple[Any, ...]:
@@ -96,7 +98,7 @@ class TpPayloads:
 
     def make(self, tensors: Tensors) -> tuple[Any, ...]:
         """Compute, intern and remember the payload of a tensors tuple."""
-        value = tuple(map(tp_key, tensors if self.pick is None else self.pick(tensors)))
+        value = tuple(map(tp_key, tensors if self.pick is None else self.pick(tensors))) or _NONE
         got = self._by_id[id(tensors)] = self._shared.setdefault(value, value)
         return got
 
