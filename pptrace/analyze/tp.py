@@ -5,8 +5,9 @@ and stage 0 re-assembles it from their slices (``tp-disagree``, per microbatch);
 stage's TP ranks each send their slice of every tensor whose numel divides by the TP size, and
 the receivers re-assemble them with an all-gather (``message-slices-differ``, per send). Ranks
 that disagree give the receiving side a mix that none of them had. Each caller maps its events
-into ``TpRank``s (which transfers, keyed how, which of their tensors must agree) and words its
-own finding; what "the same" is, is the one payload comparison's strictest rule
+into ``TpRank``s (which transfers, grouped how, which of their tensors must agree) and words its
+own finding (``tp_disagree`` below for attaches, ``pptrace.analyze.slices`` for sends); what
+"the same" is, is the one payload comparison's strictest rule
 (``pptrace.analyze.payload``: names, order, shape, dtype, bytes, device type, and content when
 both sides have a fingerprint), and the wording of what differs is here.
 
@@ -14,9 +15,9 @@ A trace holds millions of transfers, so what ranks must agree on is computed onc
 tensors tuple and interned (``is`` compares it); a difference found that way is confirmed by
 ``payload.same`` and then compared name by name.
 
-    ranks = [TpRank(process, rank, run, attaches), ...]
-    for d in disagreements(ranks):                # grouped by group (run) and stage; by seq
-        d.ref, d.base, d.other, d.it, d.verdict       # verdict: payload.compare(base, it)
+    ranks = [TpRank(process, rank, run, attaches), ...]   # group: the run (and kind)
+    for d in disagreements(ranks, pick=None):        # per group and stage, the same seq
+        d.ref, d.base, d.other, d.it, d.verdict      # verdict: payload.compare(base, it)
 
 Pure: no I/O.
 """
@@ -90,11 +91,6 @@ class TpPayloads:
         #: The payload of a tensors tuple seen before, by its id, else None; never empty, so
         #: ``known(i) or make(t)`` makes each payload once.
         self.known = self._by_id.get
-
-    def of(self, tensors: Tensors) -> tuple[Any, ...]:
-        """The interned payload of one tensors tuple."""
-        got = self._by_id.get(id(tensors))
-        return got if got is not None else self.make(tensors)
 
     def make(self, tensors: Tensors) -> tuple[Any, ...]:
         """Compute, intern and remember the payload of a tensors tuple."""
