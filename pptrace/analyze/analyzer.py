@@ -66,7 +66,7 @@ from pptrace.analyze.rules import (
 from pptrace.analyze.runs import join_runs
 from pptrace.analyze.scan import scan
 from pptrace.analyze.summary import Counted, Raw, Ref, link_peer_errors, summarise
-from pptrace.analyze.tp import LastRank, stage_disagreements, tp_message
+from pptrace.analyze.tp import TpRank, tp_disagree
 from pptrace.analyze.unpaired import unpaired
 from pptrace.analyze.window import cut_message, excused, process_window, trim
 from pptrace.model.findings import Category, Finding, FindingKind, MessageId, Severity
@@ -395,19 +395,10 @@ class _Analysis:
         return got
 
     def tensor_parallel(self) -> None:
-        lasts = [LastRank(p.index, p.rank, self.run_ids[p.index], self.attaches[p.index])
+        lasts = [TpRank(p.index, p.rank, self.run_ids[p.index], self.attaches[p.index])
                  for p in self.procs
                  if self.roles.is_last(self.members[p.index]) and self.attaches[p.index]]
-        for ref, base, other, ev in stage_disagreements(lasts):
-            index = self.add(K.TP_DISAGREE, tp_message(ref.rank, base, other.rank, ev),
-                             ranks=[rank_id(ref.rank), rank_id(other.rank)],
-                             microbatch=ev.seq, time_ns=min(base.start_ns, ev.start_ns),
-                             events=[(ref.process, base.direction, base.seq),
-                                     (other.process, ev.direction, ev.seq)],
-                             channel=f"{stage_of(other.rank)}/tp{tp_of(ref.rank)}"
-                             f"~tp{tp_of(other.rank)}")
-            self.tp_causes.setdefault((ref.process, base.seq), index)
-            self.tp_causes.setdefault((other.process, ev.seq), index)
+        self.tp_causes = tp_disagree(lasts, self.add)
 
     def link_tp_causes(self) -> None:
         """A pair difference on an attach whose TP ranks disagreed follows from it: stage 0

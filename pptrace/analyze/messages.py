@@ -11,8 +11,7 @@ dicts. Here they are judged across ranks:
   each key's shape, dtype, bytes and fingerprint, and the all-gather group the receiver
   re-assembled TP slices over against the one the sender sliced over;
 - a send never received (unless the receiver's trace stopped before it), a receive with no send;
-- across a sending stage's TP ranks, per message: a tensor sent as TP slices must be the same
-  tensor on every one (else the receivers re-assemble a mix);
+- across a sending stage's TP ranks, per message: the TP slices agree (``analyze.slices``);
 - a typed receive that got another kind than it asked for; a message whose keys are another
   kind's (mislabelled); a stashed kind no receive took;
 - a stage that forwards the output messages it receives keeps their keys (but the auxiliary
