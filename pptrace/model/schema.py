@@ -8,9 +8,10 @@ tensor, in dict order) rather than span events, so that every backend shows it a
     attrs = event_to_attributes(event)        # -> {"pptrace.direction": "attach", ...}
     event = attributes_to_event(attrs, ...)   # -> the same Event
 
-Version 2 (what the sinks write) keeps the per-process constants on the resource
-(``resource_attributes``) and leaves out of each span what its resource already says and what
-follows from the rest of the span (``event_to_attributes`` lists what):
+Version 2 keeps the per-process constants on the resource (``resource_attributes``) and leaves
+out of each span what its resource already says and what follows from the rest of the span
+(``event_to_attributes`` lists what); version 3 (what the sinks write) is version 2 with its
+string arrays joined (``pptrace.model.joined``):
 
     res = resource_attributes(rank, run_id, main_thread="MainThread")
     attrs = event_to_attributes(event, res)   # only what the resource does not say
@@ -32,21 +33,22 @@ from pptrace.model.derived import (
     tensors_at,
 )
 from pptrace.model.errors import SchemaVersionError
+from pptrace.model.joined import join, split
 from pptrace.model.records import PREFIX, Direction, Event, RankInfo, RecorderStats, TensorMeta
 from pptrace.model.span_reader import SpanReader
 
 __all__ = [
-    "READ_VERSION", "RESOURCE_KEYS", "SCHEMA_VERSION", "SPAN_ATTACH", "SPAN_EXTRACT", "SPAN_STATS",
-    "SPAN_NAMES", "ITEMSIZES", "AttributeValue", "attributes_to_event", "attributes_to_stats",
-    "compact_against", "event_to_attributes", "implied_keys_after", "resource_attributes",
-    "stats_to_attributes",
+    "JOINED", "READ_VERSION", "RESOURCE_KEYS", "SCHEMA_VERSION", "SPAN_ATTACH", "SPAN_EXTRACT",
+    "SPAN_STATS", "SPAN_NAMES", "ITEMSIZES", "AttributeValue", "attributes_to_event",
+    "attributes_to_stats", "compact_against", "event_to_attributes", "implied_keys_after",
+    "joins", "resource_attributes", "stats_to_attributes",
 ]
 
-#: The version the sinks write (``PPTRACE_SCHEMA=1`` keeps writing 1); bumped on any
-#: incompatible change; readers refuse versions above theirs.
-SCHEMA_VERSION = 2
+#: The version the sinks write (``PPTRACE_SCHEMA=1`` or ``2`` keeps writing that one); bumped
+#: on any incompatible change; readers refuse versions above theirs.
+SCHEMA_VERSION = 3
 #: The newest version this pptrace reads (it reads every version from 1 up to it).
-READ_VERSION = 2
+READ_VERSION = 3
 
 SPAN_ATTACH = "pptrace.attach"
 SPAN_EXTRACT = "pptrace.extract"
@@ -148,6 +150,9 @@ RESOURCE_KEYS: Mapping[str, str] = {
     R_INSTANCE: R_INSTANCE,  # on the resource only, in every version
 }
 
+#: The string arrays a version 3 span writes joined (``pptrace.model.joined``).
+JOINED = frozenset({T_NAMES, T_KEYS, T_SHAPES, T_DTYPES, T_DEVICES, T_FINGERPRINTS, KEYS_BEFORE,
+                    KEYS_AFTER, INSERTED_BEFORE_ERROR})
 
 _NAMED = {SPAN_ATTACH: Direction.ATTACH, SPAN_EXTRACT: Direction.EXTRACT}
 
@@ -206,8 +211,13 @@ def _constants(rank: RankInfo, run_id: str, resource: Mapping[str, Any] | None,
 
 
 def compact_against(resource: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
-    """The resource to compact against: one that says version 2, else None (version 1)."""
-    return resource if resource is not None and resource.get(VERSION) == 2 else None
+    """The resource to compact against: one that says version 2 or 3, else None (version 1)."""
+    return resource if resource is not None and resource.get(VERSION) in (2, 3) else None
+
+
+def joins(resource: Mapping[str, Any] | None) -> bool:
+    """Whether spans under ``resource`` join their string arrays (version 3)."""
+    return resource is not None and resource.get(VERSION) == 3
 
 
 def event_to_attributes(event: Event, resource: Mapping[str, Any] | None = None,
@@ -227,6 +237,7 @@ def event_to_attributes(event: Event, resource: Mapping[str, Any] | None = None,
     ``exact_times`` (a trace file, whose span times are nanoseconds wherever it is read, not
     Jaeger's microseconds, and whose span names are read with the spans), ``DURATION_NS`` and
     ``DIRECTION`` (the span's name says it; OTLP spans keep it for Jaeger's tag search).
+    A version 3 ``resource`` also joins the string arrays (``JOINED``, ``pptrace.model.joined``).
     Without a resource it is a version 1 span, complete in itself.
 
     The attributes that change from one call to the next come first, in a fixed order, and
@@ -292,7 +303,7 @@ def event_to_attributes(event: Event, resource: Mapping[str, Any] | None = None,
         out[INSERTED_BEFORE_ERROR] = list(event.inserted_before_error)
     for name, value in event.extra:
         out[EXTRA_PREFIX + name] = value
-    return out
+    return join(out, JOINED) if joins(res) else out
 
 
 def _check_version(r: SpanReader) -> int:
@@ -307,16 +318,10 @@ def _check_version(r: SpanReader) -> int:
 
 def _rank_from(r: SpanReader) -> RankInfo:
     return RankInfo(
-        rank=r.opt_integer(RANK),
-        world_size=r.opt_integer(WORLD_SIZE),
-        pp_rank=r.opt_integer(PP_RANK),
-        pp_size=r.opt_integer(PP_SIZE),
-        tp_rank=r.opt_integer(TP_RANK),
-        tp_size=r.opt_integer(TP_SIZE),
-        host=r.string(HOST, ""),
-        pid=r.integer(PID, 0),
-        instance=r.string(R_INSTANCE, ""),
-    )
+        rank=r.opt_integer(RANK), world_size=r.opt_integer(WORLD_SIZE),
+        pp_rank=r.opt_integer(PP_RANK), pp_size=r.opt_integer(PP_SIZE),
+        tp_rank=r.opt_integer(TP_RANK), tp_size=r.opt_integer(TP_SIZE),
+        host=r.string(HOST, ""), pid=r.integer(PID, 0), instance=r.string(R_INSTANCE, ""))
 
 
 def _devices(r: SpanReader, resource: Mapping[str, Any] | None,
@@ -350,12 +355,17 @@ def attributes_to_event(
 
     ``resource``: the attributes of the span's resource (its process tags in Jaeger), where
     version 2 keeps what every span of a process shares (``RESOURCE_KEYS``). What a version 2
-    span leaves out (``event_to_attributes``) is rebuilt from the rest; a span without
+    span leaves out (``event_to_attributes``) is rebuilt from the rest, and a version 3 span's
+    joined arrays are split; a span without
     ``DURATION_NS`` lasted from ``start_ns`` to ``end_ns``, and one without ``DIRECTION`` is
     what its ``name`` says.
     """
     r = SpanReader(attrs, where, resource, RESOURCE_KEYS)
-    v2 = _check_version(r) >= 2
+    version = _check_version(r)
+    if version >= 3:
+        attrs = split(attrs, JOINED)
+        r = SpanReader(attrs, where, resource, RESOURCE_KEYS)
+    v2 = version >= 2
     try:
         if v2 and DIRECTION not in attrs and name in _NAMED:
             direction = _NAMED[name]
@@ -386,19 +396,10 @@ def attributes_to_event(
     if T_FINGERPRINTS in attrs:
         fps = [f or None for f in r.array(T_FINGERPRINTS, str, n)]
     tensors = tuple(
-        TensorMeta(
-            name=names[i],
-            key=keys[i],
-            shape=shapes[i],
-            dtype=dtypes[i],
-            device=devices[i],
-            nbytes=nbytes[i],
-            contiguous=contig[i],
-            is_tensor=is_tensor[i],
-            fingerprint=fps[i],
-        )
-        for i in range(n)
-    )
+        TensorMeta(name=names[i], key=keys[i], shape=shapes[i], dtype=dtypes[i],
+                   device=devices[i], nbytes=nbytes[i], contiguous=contig[i],
+                   is_tensor=is_tensor[i], fingerprint=fps[i])
+        for i in range(n))
     before = r.array(KEYS_BEFORE, str)
     if v2 and KEYS_TENSORS_AT in attrs:
         at = r.integer(KEYS_TENSORS_AT)
@@ -410,11 +411,8 @@ def attributes_to_event(
     if DURATION_NS not in attrs and end_ns is not None:
         duration = max(0, end_ns - start_ns)
     error_type = r.string(ERROR_TYPE) if ERROR_TYPE in attrs else None
-    extra = tuple(
-        sorted(
-            (k[len(EXTRA_PREFIX) :], str(v)) for k, v in attrs.items() if k.startswith(EXTRA_PREFIX)
-        )
-    )
+    extra = tuple(sorted((k[len(EXTRA_PREFIX):], str(v)) for k, v in attrs.items()
+                         if k.startswith(EXTRA_PREFIX)))
     event = Event(
         direction=direction,
         seq=r.integer(SEQ),
