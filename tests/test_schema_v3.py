@@ -145,6 +145,27 @@ def test_string_arrays_are_joined_where_the_list_comes_back_and_kept_elsewhere()
     assert attrs[M.KEYS] == [] and back == empty
 
 
+@pytest.mark.parametrize("stats", [
+    RecorderStats(rank=RANK, time_ns=9, run_id="run"),
+    RecorderStats(rank=RANK, time_ns=9, recorded=5, exported=3, dropped=2, overwritten=1,
+                  internal_errors=1, export_errors=4, mode="flight", run_id="run", final=True,
+                  messages_recorded=7, messages_exported=7, sink_dropped=(("otlp", 2),)),
+])
+def test_a_stats_span_leaves_out_the_readers_defaults_and_reads_back(
+        stats: RecorderStats) -> None:
+    attrs = schema.stats_to_attributes(stats, V3)
+    defaults = {schema.S_RECORDED, schema.S_EXPORTED, schema.S_DROPPED, schema.S_OVERWRITTEN,
+                schema.S_INTERNAL, schema.S_EXPORT_ERRORS, schema.S_MODE, schema.S_FINAL,
+                schema.S_MSG_DROPPED}
+    if stats.recorded:  # only what differs from a default is written
+        assert not {schema.S_MSG_DROPPED} & set(attrs)
+        assert attrs[schema.S_FINAL] is True and attrs[schema.S_DROPPED] == 2
+    else:
+        assert not defaults & set(attrs)
+    assert schema.attributes_to_stats(attrs, resource=V3) == stats
+    assert schema.attributes_to_stats(schema.stats_to_attributes(stats, V2), resource=V2) == stats
+
+
 def _event(seq: int, **changes: Any) -> Event:
     topk = TensorMeta(name="topk", key=PREFIX + "topk", shape=(4, 4), dtype="float32",
                       device="cuda", nbytes=64, fingerprint=f"b2:{seq:016x}")

@@ -176,7 +176,8 @@ class FileSink:
         # the process as its spans were recorded (a rank learnt late changes them), and the
         # spans leave out what it says. ``_res`` is what they are compacted against.
         self._base = dict(resource.attributes)
-        self._version = self._base.get(schema.VERSION)
+        version = self._base.get(schema.VERSION)
+        self._version = version if type(version) is int else 1
         self._compact = schema.compact_against(self._base) is not None
         # The main thread (its name and id: the first event's; a message, which has no thread
         # name, gives the id first) and the main device (the first tensor's).

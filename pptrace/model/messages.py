@@ -32,8 +32,8 @@ A trace file's spans (schema version 2 and 3, ``to_attributes(ev, resource)``) l
 their name, times and resource say and what follows from the rest, by the rules of
 ``pptrace.model.derived`` (version 3 also the peer's ranks its layout implies, and what a
 receive expected when it got it), and version 3 joins string arrays; ``from_attributes``
-rebuilds it all, given the same name, times and resource. OTLP spans (Jaeger) are written whole: Jaeger keeps microseconds, and its tag search
-wants every attribute.
+rebuilds it all, given the same name, times and resource. OTLP spans (Jaeger) are written
+whole: Jaeger keeps microseconds, and its tag search wants every attribute.
 
 A receive in a trace file is one span when it can be (``fold_begins``): a flush that holds both
 a receive's begin and its end (same process: a flush is one process's; op ``recv``, same
@@ -58,8 +58,8 @@ from typing import Any, NamedTuple
 
 from pptrace import engines
 from pptrace.model.derived import ITEMSIZES, implied_devices, implied_nbytes
-from pptrace.model.records import TensorMeta
 from pptrace.model.joined import join, split
+from pptrace.model.records import TensorMeta
 from pptrace.model.schema import R_MAIN_DEVICE, R_THREAD_MAIN_ID, TP_SIZE, compact_against, joins
 
 __all__ = [
@@ -268,10 +268,9 @@ def to_attributes(event: MessageEvent, resource: Mapping[str, Any] | None = None
         out[THREAD_ID] = event.thread_id
     out[PEER], out[KIND], out[KEYS] = event.peer, event.kind, list(event.keys)
     v3 = joins(res)
-    implied = (None, None) if not v3 or res is None else implied_peer(event.peer, event.group,
-                                                                       res)
-    for key, value, given in ((PEER_PP, event.peer_pp_rank, implied[0]),
-                              (PEER_TP, event.peer_tp_rank, implied[1])):
+    ranks = (None, None) if not v3 or res is None else implied_peer(event.peer, event.group, res)
+    for key, value, given in ((PEER_PP, event.peer_pp_rank, ranks[0]),
+                              (PEER_TP, event.peer_tp_rank, ranks[1])):
         if value != given:
             out[key] = UNKNOWN_RANK if value is None else value
     if v3 and event.op is MessageOp.RECV and event.phase == "end":
@@ -480,9 +479,9 @@ def from_attributes(attrs: Mapping[str, object], name: str,
     peer, group = _int(attrs, PEER, -1), _group(attrs)
     pp, tp = _opt_int(attrs, PEER_PP), _opt_int(attrs, PEER_TP)
     if v3 and res is not None:  # left out: what the layout implies; UNKNOWN_RANK: None
-        implied = implied_peer(peer, group, res)
-        pp = implied[0] if PEER_PP not in attrs else None if pp == UNKNOWN_RANK else pp
-        tp = implied[1] if PEER_TP not in attrs else None if tp == UNKNOWN_RANK else tp
+        ranks = implied_peer(peer, group, res)
+        pp = ranks[0] if PEER_PP not in attrs else None if pp == UNKNOWN_RANK else pp
+        tp = ranks[1] if PEER_TP not in attrs else None if tp == UNKNOWN_RANK else tp
     return MessageEvent(
         op=op, phase=str(phase), seq=_int(attrs, SEQ), wall_ns=wall,
         mono_ns=_int(attrs, MONO_NS, 0), duration_ns=duration,

@@ -89,7 +89,7 @@ TENSOR_COUNT = "pptrace.tensor.count"  # int
 TOTAL_BYTES = "pptrace.tensor.total_bytes"  # int
 KEYS_BEFORE = "pptrace.keys.before"  # str[]
 KEYS_AFTER = "pptrace.keys.after"  # str[]
-#: int, version 2 only: ``KEYS_BEFORE`` lacks the tensor keys (``T_KEYS``, in order), which
+#: int, versions 2 and 3 only: ``KEYS_BEFORE`` lacks the tensor keys (``T_KEYS``, in order), which
 #: stood in it from this index on (an extract's keys before hold the keys it extracts).
 KEYS_TENSORS_AT = "pptrace.keys.tensors_at"
 RETURNED_NONE = "pptrace.returned_none"  # bool
@@ -126,6 +126,11 @@ S_MSG_EXPORTED = "pptrace.stats.messages.exported"
 S_MSG_DROPPED = "pptrace.stats.messages.dropped"
 S_PREFIX = "pptrace.stats.prefix"  # str, the transport's key prefix; absent: PREFIX's
 _SINK_HEAD, _SINK_TAIL = S_SINK_DROPPED.split("{}")
+#: What ``attributes_to_stats`` reads where a version 3 stats span leaves a counter out.
+_STATS_DEFAULTS = {k: (v, type(v)) for k, v in (
+    (S_RECORDED, 0), (S_EXPORTED, 0), (S_DROPPED, 0), (S_OVERWRITTEN, 0), (S_INTERNAL, 0),
+    (S_EXPORT_ERRORS, 0), (S_MODE, "stream"), (S_FINAL, False), (S_MSG_RECORDED, 0),
+    (S_MSG_EXPORTED, 0), (S_MSG_DROPPED, 0))}
 # Resource only. Version 2 writes the per-process constants on the resource alone (VERSION,
 # RUN_ID, the ranks and sizes under their span keys; host and pid under OpenTelemetry's names),
 # with the name of the process's first recording thread, which a span without THREAD_NAME takes.
@@ -193,9 +198,7 @@ def resource_attributes(rank: RankInfo, run_id: str, version: int = SCHEMA_VERSI
         (R_INSTANCE, rank.instance or None), (R_THREAD_MAIN_NAME, main_thread),
         (R_THREAD_MAIN_ID, main_thread_id), (R_MAIN_DEVICE, main_device),
         (R_MAIN_SUBJECT, main_subject))
-    for name, given in known:  # each only when known
-        if given is not None:
-            out[name] = given
+    out.update((name, given) for name, given in known if given is not None)  # each when known
     return out
 
 
@@ -225,19 +228,15 @@ def event_to_attributes(event: Event, resource: Mapping[str, Any] | None = None,
     """Encode an event as span attributes (the inverse of ``attributes_to_event``).
 
     Under a version 2 ``resource`` (``resource_attributes``) the span leaves out what the
-    resource says (the process's constants; the thread's name and id when they are the main
-    thread's; the subject's type when it is the main subject's; the devices when every tensor
-    is on the main device) and what follows from the
-    rest: the tensor count and total bytes; ``T_KEYS`` when each key is ``PREFIX + name``;
-    ``T_NBYTES`` when each is elements times ``ITEMSIZES``; ``T_CONTIG`` and ``T_IS_TENSOR``
-    when all true; the tensor keys in ``KEYS_BEFORE`` (``KEYS_TENSORS_AT`` says where they
-    stood); ``KEYS_AFTER`` when it is ``implied_keys_after``; ``RETURNED_NONE`` when it is
-    true for an attach or a call that raised, false for an extract that returned;
-    ``DROPPED_BEFORE`` when 0; and, with
-    ``exact_times`` (a trace file, whose span times are nanoseconds wherever it is read, not
-    Jaeger's microseconds, and whose span names are read with the spans), ``DURATION_NS`` and
-    ``DIRECTION`` (the span's name says it; OTLP spans keep it for Jaeger's tag search).
-    A version 3 ``resource`` also joins the string arrays (``JOINED``, ``pptrace.model.joined``).
+    resource says (the process's constants; the thread's name and id, the subject's type, the
+    devices when they are the main ones) and what follows from the rest: the tensor count and
+    total bytes; ``T_KEYS`` when each key is ``PREFIX + name``; ``T_NBYTES`` when each is
+    elements times ``ITEMSIZES``; ``T_CONTIG`` and ``T_IS_TENSOR`` when all true; the tensor
+    keys in ``KEYS_BEFORE`` (``KEYS_TENSORS_AT`` says where); ``KEYS_AFTER`` when it is
+    ``implied_keys_after``; ``RETURNED_NONE`` when true for an attach or a call that raised,
+    false for an extract that returned; ``DROPPED_BEFORE`` when 0; with ``exact_times`` (a
+    trace file: nanosecond times, names read with the spans; not Jaeger) ``DURATION_NS`` and
+    ``DIRECTION``. Version 3 also joins string arrays (``JOINED``, ``pptrace.model.joined``).
     Without a resource it is a version 1 span, complete in itself.
 
     The attributes that change from one call to the next come first, in a fixed order, and
@@ -309,10 +308,9 @@ def event_to_attributes(event: Event, resource: Mapping[str, Any] | None = None,
 def _check_version(r: SpanReader) -> int:
     version = r.integer(VERSION)
     if version > READ_VERSION or version < 1:
-        raise SchemaVersionError(
-            f"{r.where}pptrace schema version {version!r:.20} is not supported "
-            f"(this pptrace reads versions 1 to {READ_VERSION}; upgrade pptrace)"
-        )
+        raise SchemaVersionError(f"{r.where}pptrace schema version {version!r:.20} is not "
+                                 f"supported (this pptrace reads versions 1 to {READ_VERSION}; "
+                                 "upgrade pptrace)")
     return version
 
 
@@ -443,8 +441,9 @@ def attributes_to_event(
 
 def stats_to_attributes(stats: RecorderStats,
                         resource: Mapping[str, Any] | None = None) -> dict[str, AttributeValue]:
-    """Encode recorder counters as the stats span's attributes (under a version 2
-    ``resource``, without what it says, as ``event_to_attributes``)."""
+    """Encode recorder counters as the stats span's attributes (under a version 2 or 3
+    ``resource``, without what it says, as ``event_to_attributes``; version 3 also without the
+    counters that are the reader's defaults)."""
     res = compact_against(resource)
     out: dict[str, AttributeValue] = {} if res is not None else {VERSION: 1}
     _constants(stats.rank, stats.run_id, res, out)
@@ -464,6 +463,9 @@ def stats_to_attributes(stats: RecorderStats,
     out.update({S_PREFIX: stats.prefix} if stats.prefix is not None else {})
     for sink, dropped in stats.sink_dropped:
         out[S_SINK_DROPPED.format(sink)] = dropped
+    if joins(res):  # version 3: a count of 0, the stream mode and not final are the defaults
+        return {k: v for k, v in out.items()
+                if k not in _STATS_DEFAULTS or (v, type(v)) != _STATS_DEFAULTS[k]}
     return out
 
 
