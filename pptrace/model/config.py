@@ -37,7 +37,7 @@ ENV_DOC: dict[str, str] = {
     "PPTRACE_MAX_MB": "the most MB a process keeps on disk, its segments together; the oldest are"
                       " deleted first and counted (default 0: no cap; 100 segments when only"
                       " PPTRACE_ROTATE_MB is set)",
-    "PPTRACE_SCHEMA": "trace schema version to write: 2 (compact, default) or 1",
+    "PPTRACE_SCHEMA": "trace schema version to write: 3 (compact, default), 2 or 1",
     "PPTRACE_MODE": "stream (every event exported) or flight (ring dumped on error/signal/exit)",
     "PPTRACE_FLIGHT_SIZE": "events kept per process in flight mode (default 4096)",
     "PPTRACE_BUFFER": "events held before new ones are dropped and counted (default 1000000)",

@@ -405,7 +405,7 @@ def from_attributes(attrs: Mapping[str, object], name: str,
     """
     if name not in SPAN_NAMES:
         raise BadMessageSpan(f"{name!r:.60} is not a message span")
-    # A compact span is one without OP, under a version 2 resource (a whole span always has it).
+    # A compact span is one without OP, under a version 2 or 3 resource (a whole span has it).
     res = compact_against(resource) if OP not in attrs else None
     v3 = joins(res)
     if v3:
