@@ -276,6 +276,26 @@ def test_each_reader_of_a_version_3_file_gives_the_same_trace(
         assert (a.rank, a.events, a.messages, a.stats) == (b.rank, b.events, b.messages, b.stats)
 
 
+def test_the_fast_paths_decode_a_version_3_file_no_more_often_than_version_2(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fingerprints differ from call to call: cut out of a joined string as out of an array,
+    spans of one shape share one template (one decode) in both versions."""
+    decodes: list[str] = []
+    real_event, real_message = schema.attributes_to_event, M.from_attributes
+    monkeypatch.setattr(schema, "attributes_to_event",
+                        lambda *a, **k: decodes.append("event") or real_event(*a, **k))
+    monkeypatch.setattr(M, "from_attributes",
+                        lambda *a, **k: decodes.append("message") or real_message(*a, **k))
+    monkeypatch.setenv("PPTRACE_LOAD_WORKERS", "0")
+    counts = []
+    for version in (2, 3):
+        decodes.clear()
+        load_paths([str(_write(tmp_path / f"v{version}", version))])
+        counts.append((decodes.count("event"), decodes.count("message")))
+    spans = 2 * (len(EVENTS) + len(MESSAGES) - 1)  # (a begin and its end: one span)
+    assert counts[0] == counts[1] and sum(counts[1]) < spans - 10
+
+
 def test_a_reader_refuses_a_newer_version_in_one_line(tmp_path: Path) -> None:
     path = _write(tmp_path / "v3", 3)
     newer = tmp_path / "v4" / path.name
