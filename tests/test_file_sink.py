@@ -47,7 +47,7 @@ class Oracle:
     """A sink writing each chunk with FileSink (from raws and from records) and, as SDK spans,
     to memory, remembering how many spans each call made (FileSink's lines follow calls).
 
-    Under a version 2 resource FileSink writes each line under the resource of its events'
+    Under a version 2 or 3 resource FileSink writes each line under the resource of its events'
     process (the given one, with the rank and run id they were recorded with, the main
     thread's name and id and the main device): the SDK spans go through one provider per such
     resource, and a new line starts where it changes, as FileSink's do. They are made as for a
@@ -59,7 +59,8 @@ class Oracle:
         self.raw = FileSink(str(self.raw_path), resource, scope_version())
         self.records = FileSink(str(self.records_path), resource, scope_version())
         self.resource = resource
-        self.compact = resource.attributes.get(schema.VERSION) == 2
+        self.version = resource.attributes.get(schema.VERSION)
+        self.compact = self.version in (2, 3)
         self.main: tuple[str, int] | None = None
         self.device: str | None = None
         self.subject: str | None = None
@@ -73,8 +74,8 @@ class Oracle:
             resource = self.resource
             if self.compact:  # the events' constants, in place of the given resource's
                 name, ident = self.main or (None, None)
-                own = schema.resource_attributes(rank, run_id, 2, name, ident, self.device,
-                                                 self.subject)
+                own = schema.resource_attributes(rank, run_id, self.version, name, ident,
+                                                 self.device, self.subject)
                 merged = {**resource.attributes, **own}
                 for key in set(schema.RESOURCE_KEYS.values()) - set(own):
                     merged.pop(key, None)

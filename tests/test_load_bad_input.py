@@ -158,12 +158,12 @@ def test_one_unusable_file_among_good_ones_is_a_problem(tmp_path: Path) -> None:
 
 def test_unknown_schema_version_is_fatal_even_among_good_files(tmp_path: Path) -> None:
     (tmp_path / "new.jsonl").write_text(
-        _span_line(**{schema.VERSION: {"intValue": "3"}}) + "\n")
+        _span_line(**{schema.VERSION: {"intValue": "4"}}) + "\n")
     for p in GOLDEN.iterdir():
         (tmp_path / p.name).write_bytes(p.read_bytes())
     with pytest.raises(SchemaVersionError) as info:
         load_paths([str(tmp_path)])
-    assert str(info.value).startswith(f"{tmp_path / 'new.jsonl'}:1: pptrace schema version 3")
+    assert str(info.value).startswith(f"{tmp_path / 'new.jsonl'}:1: pptrace schema version 4")
     assert isinstance(info.value, TraceInputError)
 
 

@@ -40,3 +40,28 @@ def test_put_back_gives_each_value_its_fingerprint_and_none_for_an_empty_one() -
     assert back == (ts[0]._replace(fingerprint="b2:01"), ts[1])
     with pytest.raises(ValueError):
         fingerprints.put_back(ts, ["b2:01"])
+
+
+JOINED = fingerprints.joined_marker("pptrace.msg.tensor.fingerprints")
+
+
+def _joined(value: bytes) -> bytes:
+    return b'{"key":"x","value":{"intValue":"1"}},' + JOINED + value + b'"}},{"key":"y"}'
+
+
+def test_a_version_3_joined_string_cuts_as_the_array_does() -> None:
+    a, fa = fingerprints.cut(_joined(b"b2:00ff "), MARK, JOINED)
+    b, fb = fingerprints.cut(_joined(b"b2:0a0b "), MARK, JOINED)
+    assert a == b and (fa, fb) == (["b2:00ff", ""], ["b2:0a0b", ""])
+    assert fingerprints.cut(_joined(b"b2:00ff"), MARK, JOINED)[0] != a  # one value, not two
+    assert fingerprints.cut(_joined(b"b2:00ff "), MARK) == (_joined(b"b2:00ff "), None)
+
+
+@pytest.mark.parametrize("text", [
+    _joined(b'b2:\\"00'),  # an escape
+    _joined(b"b2:00") + JOINED + b'b2:01"}}',  # two values under the key: the decoder's last
+    _span(b"b2:00") + JOINED + b'b2:01"}}',  # an array and a joined string
+    _joined(b"b2:00").replace(b'"}}', b""),  # not closed
+])
+def test_anything_but_one_plain_joined_string_is_left_in_the_text(text: bytes) -> None:
+    assert fingerprints.cut(text, MARK, JOINED) == (text, None)

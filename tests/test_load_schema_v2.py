@@ -339,7 +339,7 @@ def test_a_span_wins_over_its_resource() -> None:
     ({}, "'pptrace.schema_version' should be an integer, found NoneType"),
     ({schema.VERSION: 2, "host.name": 3}, "resource attribute 'host.name' should be a string, "
                                           "found int"),
-    ({schema.VERSION: 3}, "pptrace schema version 3 is not supported"),
+    ({schema.VERSION: 4}, "pptrace schema version 4 is not supported"),
 ])
 def test_a_version_2_span_without_a_usable_resource_is_one_line(
     resource: dict[str, Any], expected: str

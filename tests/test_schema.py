@@ -117,7 +117,7 @@ def attributes_are_otel_values(attrs: dict[str, Any]) -> bool:
 
 
 def test_schema_constants() -> None:
-    assert schema.SCHEMA_VERSION == 2  # what the sinks write; PPTRACE_SCHEMA=1 keeps 1
+    assert schema.SCHEMA_VERSION == 3  # what the sinks write; PPTRACE_SCHEMA=1 or 2 keeps it
     assert schema.SPAN_NAMES == {"pptrace.attach", "pptrace.extract", "pptrace.recorder"}
     assert schema.span_name(Direction.ATTACH) == schema.SPAN_ATTACH
     assert schema.span_name(Direction.EXTRACT) == schema.SPAN_EXTRACT
@@ -186,8 +186,9 @@ def test_missing_version_is_refused() -> None:
 
 def test_stats_with_a_future_version_is_refused() -> None:
     attrs = schema.stats_to_attributes(RecorderStats(rank=RankInfo(), time_ns=1))
-    attrs[schema.VERSION] = 3
-    with pytest.raises(SchemaVersionError, match="schema version 3 is not supported"):
+    attrs[schema.VERSION] = schema.READ_VERSION + 1
+    with pytest.raises(SchemaVersionError,
+                       match=f"schema version {schema.READ_VERSION + 1} is not supported"):
         schema.attributes_to_stats(attrs)
 
 

@@ -97,12 +97,18 @@ def attrs(kvs: list[dict[str, Any]]) -> dict[str, Any]:
     return {kv["key"]: next(iter(kv["value"].values())) for kv in kvs}
 
 
-def test_v1_and_v2_files_load_to_identical_events(tmp_path: Path) -> None:
+def test_v1_v2_and_v3_files_load_to_identical_events(tmp_path: Path) -> None:
     v1 = write(tmp_path / "v1", schema_version=1)
-    write(tmp_path / "v2")
-    write(tmp_path / "v2gz", compress="gzip")
-    loaded = {name: load_paths([str(tmp_path / name)]).processes for name in ("v1", "v2", "v2gz")}
-    (one,), (two,), (packed,) = loaded.values()
+    write(tmp_path / "v2", schema_version=2)
+    write(tmp_path / "v2gz", schema_version=2, compress="gzip")
+    write(tmp_path / "v3")  # the default: version 2 with its string arrays joined
+    write(tmp_path / "v3gz", compress="gzip")
+    names = ("v1", "v2", "v2gz", "v3", "v3gz")
+    loaded = {name: load_paths([str(tmp_path / name)]).processes for name in names}
+    (one,), (two,), (packed,), (three,), (three_packed,) = loaded.values()
+    assert [documents(tmp_path / n)[0]["resourceSpans"][0]["resource"]["attributes"][1]
+            for n in ("v2", "v3")] == [{"key": schema.VERSION, "value": {"intValue": v}}
+                                       for v in ("2", "3")]
     assert len(one.events) == v1.recorded == 2 * 2 * 12
     times = ("start_ns", "mono_ns", "duration_ns")
 
@@ -114,18 +120,19 @@ def test_v1_and_v2_files_load_to_identical_events(tmp_path: Path) -> None:
 
     # Field by field (Event is a NamedTuple: == compares every field, ranks and tensors too).
     assert untimed(one.events) == untimed(two.events) == untimed(packed.events)
+    assert untimed(one.events) == untimed(three.events) == untimed(three_packed.events)
     assert {e.thread_name for e in two.events} == {threading.current_thread().name, "worker"}
-    assert one.rank == two.rank == packed.rank == RANK
-    assert one.stats is not None and two.stats is not None and packed.stats is not None
-    untimed_stats = [dataclasses.replace(s, time_ns=0) for s in (one.stats, two.stats,
-                                                                 packed.stats)]
-    assert untimed_stats[0] == untimed_stats[1] == untimed_stats[2]
+    assert one.rank == two.rank == packed.rank == three.rank == three_packed.rank == RANK
+    procs = (one, two, packed, three, three_packed)
+    assert all(p.stats is not None for p in procs)
+    untimed_stats = [dataclasses.replace(p.stats, time_ns=0) for p in procs if p.stats]
+    assert all(s == untimed_stats[0] for s in untimed_stats)
     assert untimed_stats[0].final and untimed_stats[0].recorded == len(one.events)
 
 
 def test_v2_lines_keep_the_constants_on_the_resource_only(tmp_path: Path) -> None:
     write(tmp_path / "v1", schema_version=1)
-    write(tmp_path / "v2")
+    write(tmp_path / "v2", schema_version=2)
     for version, docs in ((1, documents(tmp_path / "v1")), (2, documents(tmp_path / "v2"))):
         for doc in docs:
             (rs,) = doc["resourceSpans"]

@@ -166,7 +166,7 @@ def test_each_flush_is_one_whole_zstd_frame_and_loads_as_plain(tmp_path: Path) -
 
 @pytest.mark.parametrize(("env", "message"), [
     ({"PPTRACE_COMPRESS": "lz4"}, "PPTRACE_COMPRESS='lz4': expected none, gzip or zstd"),
-    ({"PPTRACE_SCHEMA": "3"}, "PPTRACE_SCHEMA='3': expected 1 or 2"),
+    ({"PPTRACE_SCHEMA": "4"}, "PPTRACE_SCHEMA='4': expected 1, 2 or 3"),
 ])
 def test_a_bad_value_is_one_line_naming_the_variable(env: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError) as err:

@@ -172,11 +172,13 @@ class FileSink:
             self._tail = ']}],"schemaUrl":' + _esc(resource.schema_url) + "}]}"
         else:
             self._tail = "]}]}]}"
-        # Version 2 (a resource that says so): each line's resource carries the constants of
+        # Version 2 or 3 (a resource that says so): each line's resource carries the constants of
         # the process as its spans were recorded (a rank learnt late changes them), and the
         # spans leave out what it says. ``_res`` is what they are compacted against.
         self._base = dict(resource.attributes)
-        self._compact = self._base.get(schema.VERSION) == 2
+        version = self._base.get(schema.VERSION)
+        self._version = version if type(version) is int else 1
+        self._compact = schema.compact_against(self._base) is not None
         # The main thread (its name and id: the first event's; a message, which has no thread
         # name, gives the id first) and the main device (the first tensor's).
         self._main_name: str | None = None
@@ -236,8 +238,8 @@ class FileSink:
         if found is None:
             if len(self._heads) > 16:
                 self._heads.clear()
-            own = schema.resource_attributes(rank, run_id, 2, self._main_name, self._main_id,
-                                             self._device, self._subject)
+            own = schema.resource_attributes(rank, run_id, self._version, self._main_name,
+                                             self._main_id, self._device, self._subject)
             # The base's own constants give way to the events' (a rank unknown then is absent).
             attrs = {k: v for k, v in {**self._base, **own}.items()
                      if k in own or k not in _RESOURCE_CONSTANTS}

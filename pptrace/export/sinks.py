@@ -117,7 +117,10 @@ def build_sink(
                 raise
             sinks.append(Unavailable(f"{type(exc).__name__}: {exc}"))
     elif "otlp" in config.exporters or not sinks:
-        provider = pptrace_provider(resource)
+        # A collector gets at most version 2, as it always did: version 3's joined arrays and
+        # left-out peer ranks are the trace file's (the shipper re-encodes them as version 1).
+        provider = pptrace_provider(process_resource(rank, config.run_id,
+                                                     min(config.schema_version, 2)))
         sink: Any = SdkSpanSink(provider, owns_provider=True)
         if "otlp" in config.exporters:
             try:

@@ -163,6 +163,7 @@ _NOT_IN_REST = (b'"traceId"', b'"spanId"', b'"name"', b'"kind"', b'"startTimeUni
     ('"' + k + '"').encode() for k in (schema.SEQ, schema.MONO_NS, schema.DURATION_NS))
 
 _FINGERPRINTS = fingerprints.marker(schema.T_FINGERPRINTS)
+_FINGERPRINTS_JOINED = fingerprints.joined_marker(schema.T_FINGERPRINTS)  # schema version 3
 # Where ``_OWN``'s span name goes on after "pptrace." (32 + 12 + 16 + 18 characters in), and the
 # letters a message span's name has there.
 _NAME_AT = len(b'0' * 32 + b'","spanId":"' + b'0' * 16 + b'","name":"pptrace.')
@@ -327,7 +328,7 @@ class FastLines:
                 if item is not True:  # (True: taken as a row, ``MessageShapes.rows``)
                     others.append(self._older(chunk, head, resource) if item is False else item)
                 continue
-            rest, fps = cut_prints(chunk[m.end():], _FINGERPRINTS)
+            rest, fps = cut_prints(chunk[m.end():], _FINGERPRINTS, _FINGERPRINTS_JOINED)
             key = (head, m[1], rest)
             i = own.get(key)
             if i is None:

@@ -57,6 +57,7 @@ _FIELDS = MessageEvent._fields
 _F_SEQ, _F_WALL, _F_MONO, _F_DUR, _F_TENSORS = (_FIELDS.index(f) for f in (
     "seq", "wall_ns", "mono_ns", "duration_ns", "tensors"))
 _FINGERPRINTS = fingerprints.marker(M.T_FINGERPRINTS)
+_FINGERPRINTS_JOINED = fingerprints.joined_marker(M.T_FINGERPRINTS)  # schema version 3
 _MAX_SHAPES = 50_000
 _new = tuple.__new__
 
@@ -145,7 +146,7 @@ class MessageShapes:
         cut = _cut(chunk)
         if cut is None:
             return self._parse(chunk) if _NAME.match(chunk) is not None else False
-        text, fps = fingerprints.cut(cut[0], _FINGERPRINTS)
+        text, fps = fingerprints.cut(cut[0], _FINGERPRINTS, _FINGERPRINTS_JOINED)
         v = cut[1]
         key = (head, text)
         i = self.shapes.get(key)

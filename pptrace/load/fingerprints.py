@@ -6,12 +6,14 @@ call to the next: left in a fast path's template key (``pptrace.load.fast``,
 fingerprints array is cut out of the text like the numbers are, and put back into the template's
 tensors on a hit.
 
-    text, fps = cut(text, MARKER)            # fps: None when there is none to cut (or not safely)
+    text, fps = cut(text, MARKER, JOINED)    # fps: None when there is none to cut (or not safely)
     tensors = put_back(template.tensors, fps)
 
 Why cutting is sound: the array is accepted only when it is exactly a list of
-``{"stringValue":"..."}`` objects whose strings hold no character JSON escapes, so the text
-left is, outside the cut strings, the text of the span the template was learned from.
+``{"stringValue":"..."}`` objects whose strings hold no character JSON escapes (or, in schema
+version 3, one such string of them joined, ``pptrace.model.joined``), and only when the span has
+no other value under the key, so the text left is, outside the cut strings, the text of the
+span the template was learned from.
 """
 
 from __future__ import annotations
@@ -19,11 +21,14 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from pptrace.model.joined import SEPARATOR
 from pptrace.model.records import TensorMeta
 
-__all__ = ["cut", "marker", "put_back"]
+__all__ = ["cut", "joined_marker", "marker", "put_back"]
 
 _VALUE = rb'\{"stringValue":"([0-9A-Za-z:+/=_.-]{0,200})"\}'
+# The characters of _VALUE, and the separator.
+_JOINED = re.compile(rb"[0-9A-Za-z:+/=_." + re.escape(SEPARATOR.encode()) + rb"-]*")
 _ARRAY = re.compile(rb"(?:" + _VALUE + rb",)*" + _VALUE)
 _ONE = re.compile(_VALUE)
 _END = b"]}}}"
@@ -36,11 +41,20 @@ def marker(key: str) -> bytes:
     return ('{"key":"' + key + '","value":{"arrayValue":{"values":[').encode()
 
 
-def cut(text: bytes, mark: bytes) -> tuple[bytes, list[str] | None]:
-    """(``text`` without the strings of the array ``mark`` opens, those strings); the text as
-    it is and None when it has no such array, or one that is not plainly a list of strings."""
+def joined_marker(key: str) -> bytes:
+    """The text that opens a version 3 span's joined string attribute ``key``."""
+    return ('{"key":"' + key + '","value":{"stringValue":"').encode()
+
+
+def cut(text: bytes, mark: bytes, joined: bytes | None = None
+        ) -> tuple[bytes, list[str] | None]:
+    """(``text`` without the strings of the array ``mark`` opens, or of the joined string
+    ``joined`` opens, those strings); the text as it is and None when it has neither, or one
+    that is not plainly a list of strings, or more than one value under the key."""
     at = text.find(mark)
     if at < 0:
+        return (text, None) if joined is None else _cut_joined(text, joined)
+    if joined is not None and text.find(joined) >= 0:
         return text, None
     s = at + len(mark)
     e = text.find(_END, s)
@@ -48,6 +62,18 @@ def cut(text: bytes, mark: bytes) -> tuple[bytes, list[str] | None]:
         return text, None
     fps = _ONE.findall(text, s, e)
     return b"%b%d%b" % (text[:s], len(fps), text[e:]), [f.decode() for f in fps]
+
+
+def _cut_joined(text: bytes, joined: bytes) -> tuple[bytes, list[str] | None]:
+    at = text.find(joined)
+    if at < 0:
+        return text, None
+    s = at + len(joined)
+    e = text.find(b'"', s)
+    if e < 0 or _JOINED.fullmatch(text, s, e) is None or text.find(joined, e) >= 0:
+        return text, None
+    fps = text[s:e].decode().split(SEPARATOR)
+    return b"%b%d%b" % (text[:s], len(fps), text[e:]), fps
 
 
 def put_back(tensors: tuple[TensorMeta, ...], fps: list[str],

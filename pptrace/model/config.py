@@ -37,7 +37,7 @@ ENV_DOC: dict[str, str] = {
     "PPTRACE_MAX_MB": "the most MB a process keeps on disk, its segments together; the oldest are"
                       " deleted first and counted (default 0: no cap; 100 segments when only"
                       " PPTRACE_ROTATE_MB is set)",
-    "PPTRACE_SCHEMA": "trace schema version to write: 2 (compact, default) or 1",
+    "PPTRACE_SCHEMA": "trace schema version to write: 3 (compact, default), 2 or 1",
     "PPTRACE_MODE": "stream (every event exported) or flight (ring dumped on error/signal/exit)",
     "PPTRACE_FLIGHT_SIZE": "events kept per process in flight mode (default 4096)",
     "PPTRACE_BUFFER": "events held before new ones are dropped and counted (default 1000000)",
@@ -125,11 +125,11 @@ def _exporters(env: Mapping[str, str]) -> tuple[str, ...]:
 
 def _schema(env: Mapping[str, str]) -> int:
     raw = env.get("PPTRACE_SCHEMA", "").strip()
-    if raw in ("", "2"):
-        return 2
-    if raw == "1":
-        return 1
-    raise ConfigError(f"PPTRACE_SCHEMA={raw!r}: expected 1 or 2")
+    if raw in ("", "3"):
+        return 3
+    if raw in ("1", "2"):  # for readers of an older pptrace
+        return int(raw)
+    raise ConfigError(f"PPTRACE_SCHEMA={raw!r}: expected 1, 2 or 3")
 
 
 def _targets(env: Mapping[str, str]) -> tuple[Target, ...]:
@@ -166,7 +166,7 @@ class Config:
     compress: str = "none"  # "none" | "gzip" | "zstd" (trace files)
     rotate_mb: float = 0.0  # segment size; 0: see ``segment_bytes``
     max_mb: float = 0.0  # the most a process keeps on disk; 0: see ``max_bytes``
-    schema_version: int = 2  # what the sinks write (pptrace.model.schema)
+    schema_version: int = 3  # what the sinks write (pptrace.model.schema)
     #: Where OTLP over http/json is posted from: "files" (a shipper process reads the trace
     #: files; the engine's process only writes them) or "inline" (the engine's process).
     otlp_ship: str = "files"
@@ -203,8 +203,8 @@ class Config:
                               f"{self.max_mb:g}: a segment must fit in the budget")
         if self.otlp_ship not in ("files", "inline"):
             raise ConfigError(f"PPTRACE_OTLP_SHIP={self.otlp_ship!r}: expected files or inline")
-        if self.schema_version not in (1, 2):
-            raise ConfigError(f"PPTRACE_SCHEMA={self.schema_version!r}: expected 1 or 2")
+        if self.schema_version not in (1, 2, 3):
+            raise ConfigError(f"PPTRACE_SCHEMA={self.schema_version!r}: expected 1, 2 or 3")
 
     @property
     def segment_bytes(self) -> int:

@@ -28,11 +28,12 @@ span codec below is the one place these records become span attributes and back,
     >>> from_attributes(to_attributes(ev), SPAN_SEND) == ev
     True
 
-A trace file's spans (schema version 2, ``to_attributes(ev, resource)``) leave out what their
-name, times and resource say and what follows from the rest, by the rules of
-``pptrace.model.derived``; ``from_attributes`` rebuilds it, given the same name, times and
-resource. OTLP spans (Jaeger) are written whole: Jaeger keeps microseconds, and its tag search
-wants every attribute.
+A trace file's spans (schema version 2 and 3, ``to_attributes(ev, resource)``) leave out what
+their name, times and resource say and what follows from the rest, by the rules of
+``pptrace.model.derived`` (version 3 also the peer's ranks its layout implies, and what a
+receive expected when it got it), and version 3 joins string arrays; ``from_attributes``
+rebuilds it all, given the same name, times and resource. OTLP spans (Jaeger) are written
+whole: Jaeger keeps microseconds, and its tag search wants every attribute.
 
 A receive in a trace file is one span when it can be (``fold_begins``): a flush that holds both
 a receive's begin and its end (same process: a flush is one process's; op ``recv``, same
@@ -57,24 +58,14 @@ from typing import Any, NamedTuple
 
 from pptrace import engines
 from pptrace.model.derived import ITEMSIZES, implied_devices, implied_nbytes
+from pptrace.model.joined import join, split
 from pptrace.model.records import TensorMeta
-from pptrace.model.schema import R_MAIN_DEVICE, R_THREAD_MAIN_ID, compact_against
+from pptrace.model.schema import R_MAIN_DEVICE, R_THREAD_MAIN_ID, TP_SIZE, compact_against, joins
 
 __all__ = [
-    "MSG_TYPE_KEY",
-    "SPAN_NAMES",
-    "SPAN_RECV",
-    "SPAN_RECV_BEGIN",
-    "SPAN_SEND",
-    "WITH_BEGIN",
-    "MessageEvent",
-    "MessageOp",
-    "begin_of",
-    "fold_begins",
-    "from_attributes",
-    "implies_begin",
-    "span_name",
-    "span_times",
+    "JOINED", "MSG_TYPE_KEY", "SPAN_NAMES", "SPAN_RECV", "SPAN_RECV_BEGIN", "SPAN_SEND",
+    "UNKNOWN_RANK", "WITH_BEGIN", "MessageEvent", "MessageOp", "begin_of", "fold_begins",
+    "from_attributes", "implied_peer", "implies_begin", "span_name", "span_times",
     "to_attributes",
 ]
 
@@ -121,6 +112,11 @@ ERROR_TYPE = "pptrace.msg.error.type"  # str, only when the call raised
 ERROR_MESSAGE = "pptrace.msg.error.message"  # str
 #: bool, only ever true: this end span stands for its receive's begin too (``fold_begins``)
 WITH_BEGIN = "pptrace.msg.with_begin"
+
+#: The string arrays a version 3 span writes joined (``pptrace.model.joined``).
+JOINED = frozenset({KEYS, T_KEYS, T_SHAPES, T_DTYPES, T_DEVICES, T_FINGERPRINTS})
+#: Version 3: a peer's PP or TP rank written as this is unknown (where the layout implies one).
+UNKNOWN_RANK = -1
 
 AttributeValue = str | bool | int | float | Sequence[str] | Sequence[bool] | Sequence[int]
 
@@ -223,6 +219,17 @@ def _implied_duration(phase: object, start_ns: int, end_ns: int) -> int:
     return -1 if phase == "begin" else end_ns - start_ns
 
 
+def implied_peer(peer: int, group: Sequence[int],
+                 resource: Mapping[str, Any]) -> tuple[int | None, int | None]:
+    """The peer's PP and TP ranks a version 3 span leaves out: in the usual layout (TP innermost,
+    global rank = PP rank * TP size + TP rank) from the peer's global rank and the resource's
+    TP size; (None, None) for a broadcast, or an unknown peer or TP size."""
+    size = resource.get(TP_SIZE)
+    if peer < 0 or group or type(size) is not int or size < 1:
+        return None, None
+    return divmod(peer, size)
+
+
 def _is_tensor(dtype: str) -> bool:
     """Whether a value of this dtype is a tensor, as compact spans imply it: a dtype of
     ``ITEMSIZES`` is a tensor's, anything else a non-tensor's type name."""
@@ -242,6 +249,9 @@ def to_attributes(event: MessageEvent, resource: Mapping[str, Any] | None = None
     resource's main device; ``T_NBYTES`` when each is elements times ``ITEMSIZES`` (0 for a
     non-tensor); ``T_SLICED`` when none is; ``T_IS_TENSOR`` when a value is a tensor exactly
     when its dtype is in ``ITEMSIZES``. A value is left out only when its rule gives it back.
+    Version 3 also leaves out ``PEER_PP`` and ``PEER_TP`` when ``implied_peer`` gives them
+    back (an unknown one it implies is written ``UNKNOWN_RANK``) and a receive end's
+    ``EXPECTED`` when it is its ``KIND``, and joins its string arrays (``JOINED``).
     """
     res = compact_against(resource)
     out: dict[str, AttributeValue] = {}
@@ -257,11 +267,16 @@ def to_attributes(event: MessageEvent, resource: Mapping[str, Any] | None = None
     if res is None or res.get(R_THREAD_MAIN_ID) != event.thread_id:
         out[THREAD_ID] = event.thread_id
     out[PEER], out[KIND], out[KEYS] = event.peer, event.kind, list(event.keys)
-    if event.peer_pp_rank is not None:
-        out[PEER_PP] = event.peer_pp_rank
-    if event.peer_tp_rank is not None:
-        out[PEER_TP] = event.peer_tp_rank
-    if event.expected_kind:
+    v3 = joins(res)
+    ranks = (None, None) if not v3 or res is None else implied_peer(event.peer, event.group, res)
+    for key, value, given in ((PEER_PP, event.peer_pp_rank, ranks[0]),
+                              (PEER_TP, event.peer_tp_rank, ranks[1])):
+        if value != given:
+            out[key] = UNKNOWN_RANK if value is None else value
+    if v3 and event.op is MessageOp.RECV and event.phase == "end":
+        if event.expected_kind != event.kind:  # a receive's end: left out, it is its kind
+            out[EXPECTED] = event.expected_kind
+    elif event.expected_kind:
         out[EXPECTED] = event.expected_kind
     if event.stashed:
         out[STASHED] = True
@@ -301,7 +316,7 @@ def to_attributes(event: MessageEvent, resource: Mapping[str, Any] | None = None
             raise ValueError(f"only a receive's end stands for its begin, not a {event.op.value} "
                              f"{event.phase}")
         out[WITH_BEGIN] = True
-    return out
+    return join(out, JOINED) if v3 else out
 
 
 def implies_begin(attrs: Mapping[str, object], name: str) -> bool:
@@ -390,8 +405,11 @@ def from_attributes(attrs: Mapping[str, object], name: str,
     """
     if name not in SPAN_NAMES:
         raise BadMessageSpan(f"{name!r:.60} is not a message span")
-    # A compact span is one without OP, under a version 2 resource (a whole span always has it).
+    # A compact span is one without OP, under a version 2 or 3 resource (a whole span has it).
     res = compact_against(resource) if OP not in attrs else None
+    v3 = joins(res)
+    if v3:
+        attrs = split(attrs, JOINED)
     phase: object
     if res is not None and PHASE not in attrs:
         op, phase = _span_of(name)
@@ -445,7 +463,9 @@ def from_attributes(attrs: Mapping[str, object], name: str,
     if error_type is not None and not isinstance(error_type, str):
         raise BadMessageSpan(f"{ERROR_TYPE}: expected a string")
     message = attrs.get(ERROR_MESSAGE)
-    kind, expected = attrs.get(KIND, ""), attrs.get(EXPECTED, "")
+    kind = attrs.get(KIND, "")
+    got = v3 and op is MessageOp.RECV and phase == "end"  # version 3: expected what it got
+    expected = attrs.get(EXPECTED, kind if got else "")
     if not isinstance(kind, str) or not isinstance(expected, str):
         raise BadMessageSpan(f"{KIND} and {EXPECTED}: expected strings")
     if res is not None:  # what a compact span's times and resource say
@@ -456,14 +476,19 @@ def from_attributes(attrs: Mapping[str, object], name: str,
     else:
         wall, duration = _int(attrs, WALL_NS, 0), _int(attrs, DURATION_NS, -1)
         thread = _int(attrs, THREAD_ID, 0)
+    peer, group = _int(attrs, PEER, -1), _group(attrs)
+    pp, tp = _opt_int(attrs, PEER_PP), _opt_int(attrs, PEER_TP)
+    if v3 and res is not None:  # left out: what the layout implies; UNKNOWN_RANK: None
+        ranks = implied_peer(peer, group, res)
+        pp = ranks[0] if PEER_PP not in attrs else None if pp == UNKNOWN_RANK else pp
+        tp = ranks[1] if PEER_TP not in attrs else None if tp == UNKNOWN_RANK else tp
     return MessageEvent(
         op=op, phase=str(phase), seq=_int(attrs, SEQ), wall_ns=wall,
         mono_ns=_int(attrs, MONO_NS, 0), duration_ns=duration,
-        thread_id=thread, peer=_int(attrs, PEER, -1),
-        peer_pp_rank=_opt_int(attrs, PEER_PP), peer_tp_rank=_opt_int(attrs, PEER_TP),
+        thread_id=thread, peer=peer, peer_pp_rank=pp, peer_tp_rank=tp,
         kind=kind, expected_kind=expected, stashed=attrs.get(STASHED) is True,
         from_stash=attrs.get(FROM_STASH) is True, gather_size=_int(attrs, GATHER, 1),
         carries_attach=_opt_int(attrs, CARRIES), keys=tuple(all_keys),
         tensors=tensors, error_type=error_type,
-        error_message=message if isinstance(message, str) else None, group=_group(attrs),
+        error_message=message if isinstance(message, str) else None, group=group,
     )

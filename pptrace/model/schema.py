@@ -8,9 +8,10 @@ tensor, in dict order) rather than span events, so that every backend shows it a
     attrs = event_to_attributes(event)        # -> {"pptrace.direction": "attach", ...}
     event = attributes_to_event(attrs, ...)   # -> the same Event
 
-Version 2 (what the sinks write) keeps the per-process constants on the resource
-(``resource_attributes``) and leaves out of each span what its resource already says and what
-follows from the rest of the span (``event_to_attributes`` lists what):
+Version 2 keeps the per-process constants on the resource (``resource_attributes``) and leaves
+out of each span what its resource already says and what follows from the rest of the span
+(``event_to_attributes`` lists what); version 3 (what the sinks write) is version 2 with its
+string arrays joined (``pptrace.model.joined``):
 
     res = resource_attributes(rank, run_id, main_thread="MainThread")
     attrs = event_to_attributes(event, res)   # only what the resource does not say
@@ -32,21 +33,22 @@ from pptrace.model.derived import (
     tensors_at,
 )
 from pptrace.model.errors import SchemaVersionError
+from pptrace.model.joined import join, split
 from pptrace.model.records import PREFIX, Direction, Event, RankInfo, RecorderStats, TensorMeta
 from pptrace.model.span_reader import SpanReader
 
 __all__ = [
-    "READ_VERSION", "RESOURCE_KEYS", "SCHEMA_VERSION", "SPAN_ATTACH", "SPAN_EXTRACT", "SPAN_STATS",
-    "SPAN_NAMES", "ITEMSIZES", "AttributeValue", "attributes_to_event", "attributes_to_stats",
-    "compact_against", "event_to_attributes", "implied_keys_after", "resource_attributes",
-    "stats_to_attributes",
+    "JOINED", "READ_VERSION", "RESOURCE_KEYS", "SCHEMA_VERSION", "SPAN_ATTACH", "SPAN_EXTRACT",
+    "SPAN_STATS", "SPAN_NAMES", "ITEMSIZES", "AttributeValue", "attributes_to_event",
+    "attributes_to_stats", "compact_against", "event_to_attributes", "implied_keys_after",
+    "joins", "resource_attributes", "stats_to_attributes",
 ]
 
-#: The version the sinks write (``PPTRACE_SCHEMA=1`` keeps writing 1); bumped on any
-#: incompatible change; readers refuse versions above theirs.
-SCHEMA_VERSION = 2
+#: The version the sinks write (``PPTRACE_SCHEMA=1`` or ``2`` keeps writing that one); bumped
+#: on any incompatible change; readers refuse versions above theirs.
+SCHEMA_VERSION = 3
 #: The newest version this pptrace reads (it reads every version from 1 up to it).
-READ_VERSION = 2
+READ_VERSION = 3
 
 SPAN_ATTACH = "pptrace.attach"
 SPAN_EXTRACT = "pptrace.extract"
@@ -87,7 +89,7 @@ TENSOR_COUNT = "pptrace.tensor.count"  # int
 TOTAL_BYTES = "pptrace.tensor.total_bytes"  # int
 KEYS_BEFORE = "pptrace.keys.before"  # str[]
 KEYS_AFTER = "pptrace.keys.after"  # str[]
-#: int, version 2 only: ``KEYS_BEFORE`` lacks the tensor keys (``T_KEYS``, in order), which
+#: int, versions 2 and 3 only: ``KEYS_BEFORE`` lacks the tensor keys (``T_KEYS``, in order), which
 #: stood in it from this index on (an extract's keys before hold the keys it extracts).
 KEYS_TENSORS_AT = "pptrace.keys.tensors_at"
 RETURNED_NONE = "pptrace.returned_none"  # bool
@@ -124,6 +126,11 @@ S_MSG_EXPORTED = "pptrace.stats.messages.exported"
 S_MSG_DROPPED = "pptrace.stats.messages.dropped"
 S_PREFIX = "pptrace.stats.prefix"  # str, the transport's key prefix; absent: PREFIX's
 _SINK_HEAD, _SINK_TAIL = S_SINK_DROPPED.split("{}")
+#: What ``attributes_to_stats`` reads where a version 3 stats span leaves a counter out.
+_STATS_DEFAULTS = {k: (v, type(v)) for k, v in (
+    (S_RECORDED, 0), (S_EXPORTED, 0), (S_DROPPED, 0), (S_OVERWRITTEN, 0), (S_INTERNAL, 0),
+    (S_EXPORT_ERRORS, 0), (S_MODE, "stream"), (S_FINAL, False), (S_MSG_RECORDED, 0),
+    (S_MSG_EXPORTED, 0), (S_MSG_DROPPED, 0))}
 # Resource only. Version 2 writes the per-process constants on the resource alone (VERSION,
 # RUN_ID, the ranks and sizes under their span keys; host and pid under OpenTelemetry's names),
 # with the name of the process's first recording thread, which a span without THREAD_NAME takes.
@@ -148,6 +155,9 @@ RESOURCE_KEYS: Mapping[str, str] = {
     R_INSTANCE: R_INSTANCE,  # on the resource only, in every version
 }
 
+#: The string arrays a version 3 span writes joined (``pptrace.model.joined``).
+JOINED = frozenset({T_NAMES, T_KEYS, T_SHAPES, T_DTYPES, T_DEVICES, T_FINGERPRINTS, KEYS_BEFORE,
+                    KEYS_AFTER, INSERTED_BEFORE_ERROR})
 
 _NAMED = {SPAN_ATTACH: Direction.ATTACH, SPAN_EXTRACT: Direction.EXTRACT}
 
@@ -188,9 +198,7 @@ def resource_attributes(rank: RankInfo, run_id: str, version: int = SCHEMA_VERSI
         (R_INSTANCE, rank.instance or None), (R_THREAD_MAIN_NAME, main_thread),
         (R_THREAD_MAIN_ID, main_thread_id), (R_MAIN_DEVICE, main_device),
         (R_MAIN_SUBJECT, main_subject))
-    for name, given in known:  # each only when known
-        if given is not None:
-            out[name] = given
+    out.update((name, given) for name, given in known if given is not None)  # each when known
     return out
 
 
@@ -206,8 +214,13 @@ def _constants(rank: RankInfo, run_id: str, resource: Mapping[str, Any] | None,
 
 
 def compact_against(resource: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
-    """The resource to compact against: one that says version 2, else None (version 1)."""
-    return resource if resource is not None and resource.get(VERSION) == 2 else None
+    """The resource to compact against: one that says version 2 or 3, else None (version 1)."""
+    return resource if resource is not None and resource.get(VERSION) in (2, 3) else None
+
+
+def joins(resource: Mapping[str, Any] | None) -> bool:
+    """Whether spans under ``resource`` join their string arrays (version 3)."""
+    return resource is not None and resource.get(VERSION) == 3
 
 
 def event_to_attributes(event: Event, resource: Mapping[str, Any] | None = None,
@@ -215,18 +228,15 @@ def event_to_attributes(event: Event, resource: Mapping[str, Any] | None = None,
     """Encode an event as span attributes (the inverse of ``attributes_to_event``).
 
     Under a version 2 ``resource`` (``resource_attributes``) the span leaves out what the
-    resource says (the process's constants; the thread's name and id when they are the main
-    thread's; the subject's type when it is the main subject's; the devices when every tensor
-    is on the main device) and what follows from the
-    rest: the tensor count and total bytes; ``T_KEYS`` when each key is ``PREFIX + name``;
-    ``T_NBYTES`` when each is elements times ``ITEMSIZES``; ``T_CONTIG`` and ``T_IS_TENSOR``
-    when all true; the tensor keys in ``KEYS_BEFORE`` (``KEYS_TENSORS_AT`` says where they
-    stood); ``KEYS_AFTER`` when it is ``implied_keys_after``; ``RETURNED_NONE`` when it is
-    true for an attach or a call that raised, false for an extract that returned;
-    ``DROPPED_BEFORE`` when 0; and, with
-    ``exact_times`` (a trace file, whose span times are nanoseconds wherever it is read, not
-    Jaeger's microseconds, and whose span names are read with the spans), ``DURATION_NS`` and
-    ``DIRECTION`` (the span's name says it; OTLP spans keep it for Jaeger's tag search).
+    resource says (the process's constants; the thread's name and id, the subject's type, the
+    devices when they are the main ones) and what follows from the rest: the tensor count and
+    total bytes; ``T_KEYS`` when each key is ``PREFIX + name``; ``T_NBYTES`` when each is
+    elements times ``ITEMSIZES``; ``T_CONTIG`` and ``T_IS_TENSOR`` when all true; the tensor
+    keys in ``KEYS_BEFORE`` (``KEYS_TENSORS_AT`` says where); ``KEYS_AFTER`` when it is
+    ``implied_keys_after``; ``RETURNED_NONE`` when true for an attach or a call that raised,
+    false for an extract that returned; ``DROPPED_BEFORE`` when 0; with ``exact_times`` (a
+    trace file: nanosecond times, names read with the spans; not Jaeger) ``DURATION_NS`` and
+    ``DIRECTION``. Version 3 also joins string arrays (``JOINED``, ``pptrace.model.joined``).
     Without a resource it is a version 1 span, complete in itself.
 
     The attributes that change from one call to the next come first, in a fixed order, and
@@ -292,31 +302,24 @@ def event_to_attributes(event: Event, resource: Mapping[str, Any] | None = None,
         out[INSERTED_BEFORE_ERROR] = list(event.inserted_before_error)
     for name, value in event.extra:
         out[EXTRA_PREFIX + name] = value
-    return out
+    return join(out, JOINED) if joins(res) else out
 
 
 def _check_version(r: SpanReader) -> int:
     version = r.integer(VERSION)
     if version > READ_VERSION or version < 1:
-        raise SchemaVersionError(
-            f"{r.where}pptrace schema version {version!r:.20} is not supported "
-            f"(this pptrace reads versions 1 to {READ_VERSION}; upgrade pptrace)"
-        )
+        raise SchemaVersionError(f"{r.where}pptrace schema version {version!r:.20} is not "
+                                 f"supported (this pptrace reads versions 1 to {READ_VERSION}; "
+                                 "upgrade pptrace)")
     return version
 
 
 def _rank_from(r: SpanReader) -> RankInfo:
     return RankInfo(
-        rank=r.opt_integer(RANK),
-        world_size=r.opt_integer(WORLD_SIZE),
-        pp_rank=r.opt_integer(PP_RANK),
-        pp_size=r.opt_integer(PP_SIZE),
-        tp_rank=r.opt_integer(TP_RANK),
-        tp_size=r.opt_integer(TP_SIZE),
-        host=r.string(HOST, ""),
-        pid=r.integer(PID, 0),
-        instance=r.string(R_INSTANCE, ""),
-    )
+        rank=r.opt_integer(RANK), world_size=r.opt_integer(WORLD_SIZE),
+        pp_rank=r.opt_integer(PP_RANK), pp_size=r.opt_integer(PP_SIZE),
+        tp_rank=r.opt_integer(TP_RANK), tp_size=r.opt_integer(TP_SIZE),
+        host=r.string(HOST, ""), pid=r.integer(PID, 0), instance=r.string(R_INSTANCE, ""))
 
 
 def _devices(r: SpanReader, resource: Mapping[str, Any] | None,
@@ -350,12 +353,17 @@ def attributes_to_event(
 
     ``resource``: the attributes of the span's resource (its process tags in Jaeger), where
     version 2 keeps what every span of a process shares (``RESOURCE_KEYS``). What a version 2
-    span leaves out (``event_to_attributes``) is rebuilt from the rest; a span without
+    span leaves out (``event_to_attributes``) is rebuilt from the rest, and a version 3 span's
+    joined arrays are split; a span without
     ``DURATION_NS`` lasted from ``start_ns`` to ``end_ns``, and one without ``DIRECTION`` is
     what its ``name`` says.
     """
     r = SpanReader(attrs, where, resource, RESOURCE_KEYS)
-    v2 = _check_version(r) >= 2
+    version = _check_version(r)
+    if version >= 3:
+        attrs = split(attrs, JOINED)
+        r = SpanReader(attrs, where, resource, RESOURCE_KEYS)
+    v2 = version >= 2
     try:
         if v2 and DIRECTION not in attrs and name in _NAMED:
             direction = _NAMED[name]
@@ -386,19 +394,10 @@ def attributes_to_event(
     if T_FINGERPRINTS in attrs:
         fps = [f or None for f in r.array(T_FINGERPRINTS, str, n)]
     tensors = tuple(
-        TensorMeta(
-            name=names[i],
-            key=keys[i],
-            shape=shapes[i],
-            dtype=dtypes[i],
-            device=devices[i],
-            nbytes=nbytes[i],
-            contiguous=contig[i],
-            is_tensor=is_tensor[i],
-            fingerprint=fps[i],
-        )
-        for i in range(n)
-    )
+        TensorMeta(name=names[i], key=keys[i], shape=shapes[i], dtype=dtypes[i],
+                   device=devices[i], nbytes=nbytes[i], contiguous=contig[i],
+                   is_tensor=is_tensor[i], fingerprint=fps[i])
+        for i in range(n))
     before = r.array(KEYS_BEFORE, str)
     if v2 and KEYS_TENSORS_AT in attrs:
         at = r.integer(KEYS_TENSORS_AT)
@@ -410,11 +409,8 @@ def attributes_to_event(
     if DURATION_NS not in attrs and end_ns is not None:
         duration = max(0, end_ns - start_ns)
     error_type = r.string(ERROR_TYPE) if ERROR_TYPE in attrs else None
-    extra = tuple(
-        sorted(
-            (k[len(EXTRA_PREFIX) :], str(v)) for k, v in attrs.items() if k.startswith(EXTRA_PREFIX)
-        )
-    )
+    extra = tuple(sorted((k[len(EXTRA_PREFIX):], str(v)) for k, v in attrs.items()
+                         if k.startswith(EXTRA_PREFIX)))
     event = Event(
         direction=direction,
         seq=r.integer(SEQ),
@@ -445,8 +441,9 @@ def attributes_to_event(
 
 def stats_to_attributes(stats: RecorderStats,
                         resource: Mapping[str, Any] | None = None) -> dict[str, AttributeValue]:
-    """Encode recorder counters as the stats span's attributes (under a version 2
-    ``resource``, without what it says, as ``event_to_attributes``)."""
+    """Encode recorder counters as the stats span's attributes (under a version 2 or 3
+    ``resource``, without what it says, as ``event_to_attributes``; version 3 also without the
+    counters that are the reader's defaults)."""
     res = compact_against(resource)
     out: dict[str, AttributeValue] = {} if res is not None else {VERSION: 1}
     _constants(stats.rank, stats.run_id, res, out)
@@ -466,6 +463,9 @@ def stats_to_attributes(stats: RecorderStats,
     out.update({S_PREFIX: stats.prefix} if stats.prefix is not None else {})
     for sink, dropped in stats.sink_dropped:
         out[S_SINK_DROPPED.format(sink)] = dropped
+    if joins(res):  # version 3: a count of 0, the stream mode and not final are the defaults
+        return {k: v for k, v in out.items()
+                if k not in _STATS_DEFAULTS or (v, type(v)) != _STATS_DEFAULTS[k]}
     return out
 
 
