@@ -238,6 +238,23 @@ async def wait_main(pilot) -> object:  # type: ignore[no-untyped-def]
     raise AssertionError(f"the main screen never came up (screen: {pilot.app.screen!r})")
 
 
+async def settle(pilot, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
+    """Let a key's effects finish: a paint, then every worker the app runs (the command palette
+    gathers its commands in one, which fails if its screen goes away mid-search: leaving a test
+    or pressing the next key before it ends races Textual itself). Bounded: a worker still
+    running after ``timeout`` seconds fails the test by name."""
+    import asyncio
+
+    await pilot.pause()
+    running = [w for w in pilot.app.workers if not w.is_finished]
+    try:
+        await asyncio.wait_for(pilot.app.workers.wait_for_complete(running), timeout)
+    except TimeoutError:
+        names = [w.name for w in running if not w.is_finished]
+        raise AssertionError(f"workers still running after {timeout:g} s: {names}") from None
+    await pilot.pause()
+
+
 def screen_text(app) -> str:  # type: ignore[no-untyped-def]
     """Everything on screen (the top screen and what shows through it), one line per row."""
     strips = app.screen._compositor.render_strips()

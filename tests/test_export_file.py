@@ -117,7 +117,8 @@ def test_a_written_trace_reads_back_with_the_plain_protobuf_parser(tmp_path: Pat
         assert resource["process.pid"] == os.getpid()
         assert resource["pptrace.run_id"] == "run-file"
         assert (resource["pptrace.rank"], resource["pp_rank"], resource["tp_rank"]) == (3, 3, 0)
-        assert resource[schema.VERSION] == 2 and resource[schema.R_THREAD_MAIN_NAME]
+        assert resource[schema.VERSION] == schema.SCHEMA_VERSION
+        assert resource[schema.R_THREAD_MAIN_NAME]
         for scope_spans in resource_spans.scope_spans:
             assert scope_spans.scope.name == "pptrace"
             spans.extend(scope_spans.spans)

@@ -18,7 +18,7 @@ from textual.dom import DOMNode
 from textual.screen import Screen
 from textual.widgets import Input
 
-from tests.helpers_tui import screen_text, sync, viewer, wait_main
+from tests.helpers_tui import screen_text, settle, sync, viewer, wait_main
 
 SIZE = (80, 24)
 #: Actions that end the app or leave files behind: never pressed by the walk.
@@ -55,7 +55,7 @@ async def _reach(pilot, path: tuple[str, ...]) -> Screen[object]:  # type: ignor
     await wait_main(pilot)
     for key in path:
         await pilot.press(key)
-        await pilot.pause()
+        await settle(pilot)
     return pilot.app.screen  # type: ignore[no-any-return]
 
 
@@ -65,7 +65,7 @@ async def _look(pilot, path: tuple[str, ...]) -> Found:  # type: ignore[no-untyp
     descriptions = {b.description for b in _keys_of(app, screen) if b.description}
     palette = {c.title for c in app.get_system_commands(screen)}
     await pilot.press("question_mark")
-    await pilot.pause()
+    await settle(pilot)
     # What the help screen lists (its table scrolls past 24 lines: read its rows, not the
     # screen); none when ? opened nothing on top (on the help screen itself).
     listed = getattr(app.screen, "entries", None) if app.screen is not screen else None
@@ -97,7 +97,7 @@ def _walk(tmp_path: Path, scenario: str) -> dict[str, Found]:
                 while pending:
                     key = pending.pop(0).key
                     await pilot.press(key)
-                    await pilot.pause()
+                    await settle(pilot)
                     after = pilot.app.screen
                     lines = screen_text(pilot.app).splitlines()
                     assert len(lines) == SIZE[1], (name, key)
