@@ -15,7 +15,16 @@ from pptrace_tui.widgets.grid import GridView
 from pptrace_tui.widgets.pair_detail import PairDetail
 
 from pptrace.model.findings import FindingKind
-from tests.helpers_tui import notes, pipeline, scenario, screen_text, sync, viewer, wait_main
+from tests.helpers_tui import (
+    notes,
+    pipeline,
+    scenario,
+    screen_text,
+    settle,
+    sync,
+    viewer,
+    wait_main,
+)
 
 SIZE = (140, 40)
 
@@ -314,9 +323,9 @@ async def test_command_palette_runs_the_actions() -> None:
         await pilot.press("home")
         await pilot.press("ctrl+p")
         await pilot.press(*"Next finding")
-        await pilot.pause(0.3)
+        await settle(pilot)  # the palette's search has listed its hits (no fixed pause)
         await pilot.press("enter")
-        await pilot.pause(0.2)
+        await settle(pilot)
         assert isinstance(app.screen, MainScreen)
         assert screen.grid.cursor == (1, 5)
 

@@ -129,3 +129,39 @@ def test_each_screen_s_help_and_palette_list_its_own_keys(tmp_path: Path) -> Non
             continue
         assert here.helped == here.descriptions, (name, here.path,
                                                    here.helped ^ here.descriptions)
+
+
+def test_settle_waits_for_a_late_palette_search(monkeypatch: pytest.MonkeyPatch,
+                                                tmp_path: Path) -> None:
+    """On a loaded machine the palette's search worker can still be running when the next key
+    (or the test's exit) takes its screen away; it then fails with NoMatches: the walk's flake.
+    Here the search waits on a gate opened 0.2 s after the key: a bare pause returns with it
+    running, ``settle`` returns only once it has finished, and the app exits cleanly."""
+    import asyncio
+
+    from textual import work
+    from textual.command import CommandPalette
+
+    search = CommandPalette._gather_commands.__wrapped__  # type: ignore[attr-defined]
+    gate = asyncio.Event()
+
+    async def late(self: CommandPalette, value: str) -> None:
+        await gate.wait()
+        await search(self, value)
+
+    monkeypatch.setattr(CommandPalette, "_gather_commands", work(
+        exclusive=True, group=CommandPalette._GATHER_COMMANDS_GROUP)(late))
+
+    async def run() -> tuple[bool, bool]:
+        gate.clear()  # made in this test's loop: Event binds to the loop on first wait
+        async with viewer("dtype-mismatch", export_dir=tmp_path).run_test(size=SIZE) as pilot:
+            await wait_main(pilot)
+            await pilot.press("ctrl+p")
+            await pilot.pause()
+            paused = all(w.is_finished for w in pilot.app.workers)
+            asyncio.get_running_loop().call_later(0.2, gate.set)
+            await settle(pilot)
+            settled = all(w.is_finished for w in pilot.app.workers)
+        return paused, settled
+
+    assert sync(run)() == (False, True)
