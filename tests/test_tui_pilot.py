@@ -273,7 +273,7 @@ async def test_footer_lists_the_bindings_without_overflowing() -> None:
     app = viewer()
     async with app.run_test(size=(220, 40)) as pilot:
         await wait_main(pilot)
-        await pilot.pause(0.1)
+        await settle(pilot)
         footer = screen_text(app).splitlines()[-1]
         for description in ("Help", "Quit", "Move", "Step", "Finding", "1st divergence",
                             "Filter", "Search", "Play/pause", "Zoom panel", "Light theme",
@@ -284,7 +284,7 @@ async def test_footer_lists_the_bindings_without_overflowing() -> None:
         app = viewer()
         async with app.run_test(size=(width, 30)) as pilot:
             await wait_main(pilot)
-            await pilot.pause(0.1)
+            await settle(pilot)
             footer = screen_text(app).splitlines()[-1]
             assert "? Help" in footer and "q Quit" in footer, (width, footer)
             # Cut at a key's end, never a stray letter of a key hidden under another (the
@@ -302,10 +302,10 @@ async def test_the_theme_key_says_the_theme_it_switches_to() -> None:
     app = viewer()
     async with app.run_test(size=(180, 30)) as pilot:
         await wait_main(pilot)
-        await pilot.pause(0.1)
+        await settle(pilot)
         assert "t Light theme" in screen_text(app).splitlines()[-1]
         await pilot.press("t")
-        await pilot.pause(0.1)
+        await settle(pilot)
         footer = screen_text(app).splitlines()[-1]
         assert app.theme == "textual-light"
         assert "t Dark theme" in footer and "Light theme" not in footer
@@ -439,7 +439,7 @@ async def test_an_empty_trace_opens_and_every_key_is_harmless() -> None:
     async with app.run_test(size=SIZE) as pilot:
         screen = await wait_main(pilot)
         await pilot.press("right", "down", "end", "n", "p", "right_square_bracket", "d", "space")
-        await pilot.pause(0.1)
+        await settle(pilot)
         assert isinstance(app.screen, MainScreen) and screen.grid.visible_rows == []
         assert "no findings" in screen_text(app)
         assert "no more events" in notes(app)
