@@ -106,3 +106,23 @@ def test_recording_calls_no_syncing_method(mode: str, monkeypatch: pytest.Monkey
         rec.shutdown(timeout=5.0)
     assert bg_spy.calls == [] and bg_direct == []
     assert len(sink.events) == 2
+
+
+@pytest.mark.slow  # a subprocess that may build the native reader (about 20 s)
+def test_the_gpu_check_runs_its_own_code_on_the_cpu() -> None:
+    """``scripts/gpu_sync_check.py`` runs only where a GPU is lent: ``--cpu`` runs its checks'
+    code here, so that a moved import or a changed record breaks a test, not the next GPU run
+    (it once imported a module that had moved)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "scripts" / "gpu_sync_check.py"
+    done = subprocess.run([sys.executable, str(script), "--cpu"], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    verdicts = [line for line in done.stdout.splitlines() if line.startswith("  ")]
+    assert any(line.split()[:2] == ["python", "stream"] for line in verdicts), done.stdout
+    assert any(line.split()[:2] == ["messages", "send+recv"] for line in verdicts), done.stdout
+    assert all(line.endswith("no device synchronisation") or "native reader" in line
+               for line in verdicts), done.stdout
