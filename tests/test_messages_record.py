@@ -266,3 +266,24 @@ def messages_events(log: MessageLog) -> list[Any]:
     from pptrace.record.messages import iter_events
 
     return list(iter_events(log, RANK))
+
+
+def test_a_message_s_device_reads_as_an_attach_s(tmp_path: Any) -> None:
+    """One tensor record: a message names a tensor's device as the attach/extract converter
+    does (``cuda:1``, not the type alone), so that a rank's tensors on the wrong GPU show in
+    both layers. Seen on a GPU, where messages said ``cuda`` and attaches ``cuda:0``; here the
+    real raw of a send, with its device object set to cuda:1 (torch makes one without CUDA)."""
+    from pptrace.record.convert import _tensor_meta
+    from pptrace.record.messages import convert
+
+    log = MessageLog(recorder(tmp_path))
+    send = wrap_send(lambda d, dst: None, log, lambda a, k: (0, 0, 1))
+    send({"hidden_states": torch.zeros(2, 3)}, 0)
+    (raw,) = log.take()
+    at = raw.index(torch.device("cpu"))  # the value's device slot: (key, shape, dtype, device)
+    cuda1 = torch.device("cuda", 1)
+    moved = (*raw[:at], cuda1, *raw[at + 1:])
+    (tensor,) = convert(moved, RANK, lambda fp: None).tensors
+    attach = _tensor_meta("hidden_states", ((2, 3), torch.float32, cuda1, True), "", None)
+    assert tensor.device == attach.device == "cuda:1"
+    assert tensor.device_type == "cuda"

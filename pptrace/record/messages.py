@@ -10,7 +10,7 @@ receive inside it records expected vs arrived (and ``stashed`` when they differ)
 that returns without a wire receive is recorded as one ``from_stash`` receive.
 
 The guarantees are the attach wrapper's (``pptrace.record.wrapper``): the same return object, the
-same exception object (bare ``raise``), no device synchronisation (shapes, dtypes, device types,
+same exception object (bare ``raise``), no device synchronisation (shapes, dtypes, devices,
 element counts: no values; a fingerprint only when ``Config.fingerprint`` asks for it), and a
 failure inside pptrace counted by the recorder (``internal_error``), never raised. A receive's
 ``begin`` is appended *before* the call blocks: the recorder thread writes it within a flush
@@ -234,7 +234,7 @@ def convert(raw: tuple[Any, ...], rank: RankInfo,
         fp = resolve(fps[i]) if fps is not None and fps[i] is not None else None
         tensors.append(TensorMeta.of_key(
             key=name, shape=tuple(int(d) for d in shape),
-            dtype=str(dtype).removeprefix("torch."), device=str(device.type),
+            dtype=str(dtype).removeprefix("torch."), device=str(device),
             nbytes=numel * int(dtype.itemsize),
             sliced=gather > 1 and numel > 0 and numel % gather == 0, is_tensor=True,
             fingerprint=fp))
