@@ -576,6 +576,8 @@ def test_storage_helper_reads_without_calls() -> None:
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+# torch warns that its sync debug mode is a prototype; the suite turns warnings into errors.
+@pytest.mark.filterwarnings("ignore:Synchronization debug mode is a prototype")
 @pytest.mark.parametrize("fingerprint", [False, True], ids=["plain", "fingerprint"])
 def test_no_device_sync_on_the_callers_path(fingerprint: bool) -> None:
     """With CUDA tensors, the wrapped calls never synchronize with the device (CUDA's sync debug
@@ -671,3 +673,16 @@ def test_recording_keeps_no_engine_object_alive() -> None:
     assert [r() for r in refs] == [None] * len(refs)
     rec.flush()
     assert [e.error_message for e in sink.events] == [None, "observer failed"]
+
+
+@pytest.mark.parametrize("word", [5, -(2**63) + 5, -1], ids=["low", "top-bit", "all-ones"])
+def test_a_device_fingerprint_reads_every_64_bit_digest(word: int) -> None:
+    """A CUDA tensor's fingerprint is ``torch.hash_tensor``'s uint64 digest, read back on the
+    recorder's thread. Read through int64, every digest with its top bit set (half of them)
+    raised and its event was lost: seen on a GPU (test above), shown here on the CPU with the
+    digest's own dtype."""
+    from pptrace.record.fingerprint import resolve
+
+    digest = torch.tensor(word, dtype=torch.int64).view(torch.uint64)
+    assert digest.dtype == torch.hash_tensor(torch.zeros(2)).dtype  # what a device hash gives
+    assert resolve((digest, None)) == f"x64:{word & ((1 << 64) - 1):016x}"

@@ -15,6 +15,8 @@ import torch
 
 __all__ = ["resolve", "start"]
 
+_U64 = (1 << 64) - 1
+
 
 def start(tensor: torch.Tensor) -> Any:
     """Begin a fingerprint of ``tensor`` as it is now; return a pending value for ``resolve``."""
@@ -50,4 +52,6 @@ def resolve(pending: Any) -> str | None:
     digest, done = pending
     if done is not None:
         done.synchronize()  # waits on this thread only, for work already queued
-    return f"x64:{int(digest.to('cpu')):016x}"
+    # hash_tensor's digest is a uint64, which int() reads through int64: half of all digests
+    # (the top bit set) overflowed, and their events were lost. Read the same 8 bytes as int64.
+    return f"x64:{int(digest.to('cpu').view(torch.int64)) & _U64:016x}"
