@@ -221,7 +221,7 @@ def measure_in_process(directory: str) -> dict[str, float]:
     result = analysis(trace)
     out["analyze_s"] = time.perf_counter() - t
     t = time.perf_counter()
-    TraceIndex.build(trace, result.findings, pairs=result.pairs, verify=False)
+    TraceIndex.build(trace, result.findings, pairs=result.pairs)
     out["index_s"] = time.perf_counter() - t
     return out
 
