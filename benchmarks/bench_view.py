@@ -18,6 +18,8 @@ keeps the keypress ratio near 1.
         # write per-rank files, then time loading and analyzing before the viewer
     python benchmarks/bench_view.py --wide-pair 10000 100000   # one pair of N tensors: first
         # paint, and a key that moves to the next such pair (the pair detail drawn again)
+    python benchmarks/bench_view.py --index --sizes 1000000   # the index build alone: the
+        # synthetic trace analyzed once, then indexed 7 times with the analyzer's pairs
     python benchmarks/bench_view.py --tmux-files 1000000   # the real command in a real
         # terminal: 1M events over 8 ranks as trace files, `pptrace view DIR` in tmux, seconds
         # to the first painted grid and where they went (target: 5 s)
@@ -221,9 +223,27 @@ def measure_in_process(directory: str) -> dict[str, float]:
     result = analysis(trace)
     out["analyze_s"] = time.perf_counter() - t
     t = time.perf_counter()
-    TraceIndex.build(trace, result.findings, pairs=result.pairs, verify=False)
+    TraceIndex.build(trace, result.findings, pairs=result.pairs)
     out["index_s"] = time.perf_counter() - t
     return out
+
+
+def measure_index(events: int, rounds: int = 7) -> list[float]:
+    """Seconds of each of ``rounds`` index builds of the synthetic trace, from the analyzer's
+    pairs and verdicts (the analysis made once, before)."""
+    from pptrace_tui.index import TraceIndex
+
+    from pptrace.analyze.analyzer import analysis
+
+    trace, findings = synthetic(events)
+    result = analysis(trace)
+    times = []
+    for _ in range(rounds):
+        gc.collect()
+        t = time.perf_counter()
+        TraceIndex.build(result.trace, findings, pairs=result.pairs)
+        times.append(time.perf_counter() - t)
+    return times
 
 
 def run_tmux(events: int, fmt: str, runs: int, keep: str | None) -> None:
@@ -272,6 +292,8 @@ def main() -> int:
                         help="write OTLP files first and time loading and analyzing them")
     parser.add_argument("--wide-pair", type=int, nargs="*", default=None, metavar="N",
                         help="instead: one pair of N tensors per cell (e.g. 10000 100000)")
+    parser.add_argument("--index", action="store_true",
+                        help="instead: the index build alone, 7 times at each size")
     parser.add_argument("--tmux-files", type=int, default=None, metavar="N",
                         help="instead: N events as trace files, `pptrace view DIR` in tmux")
     parser.add_argument("--format", default="v2", choices=("v1", "v1.gz", "v2", "v2.gz"),
@@ -284,6 +306,13 @@ def main() -> int:
     args = parser.parse_args()
     if args.tmux_files:
         run_tmux(args.tmux_files, args.format, args.runs, args.keep)
+        return 0
+    if args.index:
+        for n in args.sizes:
+            times = measure_index(n)
+            print(f"== index build, {n:,} events ==  best {min(times):.3f} s, median "
+                  f"{statistics.median(times):.3f} s of {len(times)} (load average "
+                  f"{os.getloadavg()[0]:.1f})")
         return 0
     if args.wide_pair:
         for n in args.wide_pair:

@@ -5,7 +5,7 @@ analyzer's pairs and walk nothing themselves."""
 from __future__ import annotations
 
 from pptrace.analyze.analyzer import analysis
-from pptrace.analyze.pairing import align
+from pptrace.analyze.pairing import Alignment, align
 from pptrace.analyze.pairs import PairBook, PairRun
 from pptrace.model.findings import FindingKind
 from pptrace.model.records import Direction
@@ -65,3 +65,33 @@ def test_the_book_keeps_what_align_paired_as_runs_of_seqs() -> None:
         (7, 0), (7, 2), None, (7, 3), (7, 4)]
     assert [p for r in pairs.runs for p in r.seqs()] == [
         (0, 0), (1, 1), (2, 2), (3, 4), (4, 5)]
+
+
+def test_the_book_splits_a_run_where_the_verdict_changes() -> None:
+    run = Run(pp_size=2)
+    for _ in range(8):
+        run.step([meta("scores")])
+    trace = run.trace()
+    attaches = [e for e in trace.processes[_process(trace, 1)].events]
+    extracts = [e for e in trace.processes[_process(trace, 0)].events]
+    kept = extracts[:3] + extracts[4:]  # extract 3 lost: a gap in the seqs from attach 3 on
+    found = Alignment(runs=((0, 0, 7),), unshared=(), orphans=(), unmatched=())  # one walk run
+    book = PairBook()
+    # Pairs 1 and 2 differ (a stretch), and pair 4, after the gap (attach 4 with extract 5).
+    book.add(7, 9, attaches[:7], kept, found, (), (), differing=[1, 2, 4])
+    assert [(r.attach_seq, r.extract_seq, r.length, r.differs) for r in book.pairs().runs] == [
+        (0, 0, 1, False), (1, 1, 2, True), (3, 4, 1, False), (4, 5, 1, True),
+        (5, 6, 2, False)]
+
+
+def test_the_analyzer_hands_over_a_verdict_per_pair_as_it_reports_them() -> None:
+    run = Run(pp_size=2)
+    for rows in (8, 8, 9, 9, 8, 8):  # the extract's shape differs at pairs 2 and 3
+        run.attach([meta("scores", (8, 5))])
+        run.extract([meta("scores", (rows, 5))])
+    trace = run.trace()
+    result = analysis(trace)
+    assert [(r.attach_seq, r.length, r.differs) for r in result.pairs.runs] == [
+        (0, 2, False), (2, 2, True), (4, 2, False)]
+    (shape,) = [f for f in result.findings if f.kind is FindingKind.SHAPE_MISMATCH]
+    assert shape.microbatch == 2 and shape.cascade == 1

@@ -107,6 +107,8 @@ WRONG_IMPORTS = [
     ("pptrace/export/spans.py", "import pptrace_tui.app", "pptrace never imports the viewer"),
     ("pptrace_tui/index.py", "from pptrace.load import loader",
      "the viewer reads model, analyze and report only"),
+    ("pptrace_tui/index.py", "from pptrace.analyze.payload import same",
+     "the grid paints the analyzer's verdicts: it imports no payload comparison"),
     ("pptrace/export/spans.py", "import pptrace_samples.faults",
      "samples are imported only by the demo command"),
     ("pptrace/report/text.py", "import argparse", "only the command line uses argparse"),
@@ -462,6 +464,53 @@ def test_the_viewer_rule_detects_an_import(tmp_path: Path) -> None:
                       "importlib.import_module('pptrace_tui.widgets')\nimport tuition\n", "utf-8")
     assert tui_imports_in(sample, tmp_path) == [
         "sample.py:1: pptrace_tui.app", "sample.py:2: tui", "sample.py:4: pptrace_tui.widgets"]
+
+
+#: The payload comparison's verdicts on a pair. The viewer paints the analyzer's
+#: (``PairRun.differs``) and makes none (issue 21); ``compare_events`` may still describe a
+#: pair's fields in the detail pane.
+VERDICTS = frozenset({"same", "FAST_KEY"})
+PAYLOAD = "pptrace.analyze.payload"
+
+
+def verdict_uses_in(path: Path, root: Path = ROOT) -> list[str]:
+    """Every place a source file imports a payload verdict by name (or ``*``) or reads one
+    off the payload module (``payload.same``)."""
+    tree = ast.parse(path.read_text("utf-8"), str(path))
+    modules = set()  # the names the payload module is bound to here
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            modules |= {a.asname or a.name for a in node.names if a.name == PAYLOAD}
+        elif isinstance(node, ast.ImportFrom) and node.module == "pptrace.analyze":
+            modules |= {a.asname or a.name for a in node.names if a.name == "payload"}
+    found: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == PAYLOAD:
+            found += [f"{node.lineno}: {a.name}" for a in node.names
+                      if a.name in VERDICTS or a.name == "*"]
+        elif isinstance(node, ast.Attribute) and node.attr in VERDICTS:
+            base = ast.unparse(node.value)
+            if base in modules:
+                found.append(f"{node.lineno}: {base}.{node.attr}")
+    return [f"{path.relative_to(root)}:{hit}" for hit in found]
+
+
+def test_the_viewer_judges_no_pair_it_paints() -> None:
+    sources = sorted(PACKAGES["pptrace_tui"].rglob("*.py"))
+    assert len(sources) > 10
+    assert [hit for path in sources for hit in verdict_uses_in(path)] == []
+
+
+def test_the_verdict_rule_detects_each_use(tmp_path: Path) -> None:
+    """The scanner above is not vacuous: it finds each way to reach a verdict."""
+    sample = tmp_path / "sample.py"
+    sample.write_text("from pptrace.analyze.payload import FAST_KEY, compare_events, same\n"
+                      "from pptrace.analyze import payload as p\nimport pptrace.analyze.payload\n"
+                      "p.same(a, b)\npptrace.analyze.payload.FAST_KEY(t)\np.compare(a, b)\n"
+                      "from pptrace.analyze.payload import *\n", "utf-8")
+    assert verdict_uses_in(sample, tmp_path) == [
+        "sample.py:1: FAST_KEY", "sample.py:1: same", "sample.py:7: *", "sample.py:4: p.same",
+        "sample.py:5: pptrace.analyze.payload.FAST_KEY"]
 
 
 NETWORK_EXPORTERS = ("grpc", "requests", "urllib3", "opentelemetry.exporter.otlp.proto.grpc",

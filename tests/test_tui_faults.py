@@ -10,6 +10,9 @@ is checked against the findings the report lists:
   finding counts in its cascade on that row (never more of them than the cascade counts);
 - where the grid sees each occurrence in the trace itself (pair payloads, absences, engine
   errors), it marks at least as many cells as the finding has occurrences;
+- the grid draws ``≠`` on exactly the pairs whose payloads differ (worked out from the payload
+  comparison and the findings, not from the verdicts the analyzer hands over and the grid
+  paints: ``tests.helpers_verdicts``), and the events disagreeing findings name;
 - a healthy run has no finding and no marked cell.
 """
 
@@ -27,6 +30,7 @@ from pptrace.load.loader import load_paths
 from pptrace.model.findings import Category, Finding, FindingKind
 from pptrace.report.groups import first_divergence
 from tests.helpers_samples import run_sample
+from tests.helpers_verdicts import expected_mismatch, mismatch_cells
 
 pytestmark = pytest.mark.slow
 
@@ -79,6 +83,8 @@ def _check_marks(index: TraceIndex, findings: list[Finding], fault: str) -> None
     for cell, fs in named.items():
         if any(f.kind.category is not Category.RECORDER_LOSS for f in fs):
             assert cell in marked, (fault, cell, index.state(*cell), [f.kind.value for f in fs])
+    # 4. The pairs drawn differing are the pairs whose payloads differ, no more, no fewer.
+    assert mismatch_cells(index) == expected_mismatch(index), fault
     first = first_divergence(findings)
     assert first is not None and index.first_divergence == first
     # The grid's cell of it: its first event's (none when it names only PP messages, which
@@ -107,6 +113,7 @@ def _check_marks(index: TraceIndex, findings: list[Finding], fault: str) -> None
 def test_a_healthy_run_marks_nothing(tmp_path: Path) -> None:
     index, findings = _traced(tmp_path, None)
     assert findings == [] and _marked(index) == set()
+    assert expected_mismatch(index) == set()
     assert index.first_divergence is None and index.first_divergence_cell is None
     assert all(state in (Cell.PAIRED,) for row in index.rows for state in row.cells)
 

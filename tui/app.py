@@ -224,9 +224,9 @@ class PptraceViewer(App[None]):
 
 
 def _index(trace: Trace, result: Analysis | Sequence[Finding]) -> TraceIndex:
-    """The index of a loaded trace, with the analyzer's pairs (verified after first paint)."""
+    """The index of a loaded trace, with the analyzer's pairs and its verdict on each."""
     if isinstance(result, Analysis):  # its trace is the one the findings were judged on
-        return TraceIndex.build(result.trace, result.findings, pairs=result.pairs, verify=False,
+        return TraceIndex.build(result.trace, result.findings, pairs=result.pairs,
                                 message_pairs=result.message_pairs,
                                 broadcast_pairs=result.broadcast_pairs)
-    return TraceIndex.build(trace, result, verify=False)
+    return TraceIndex.build(trace, result)

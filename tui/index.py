@@ -1,10 +1,12 @@
 """The viewer's index over a trace: grid rows and cells, pairs, finding locations, the timeline.
 
 Built once per loaded trace (and again when ``--follow`` sees it grow); every widget reads it and
-none of it imports Textual. Cells are addressed as (row, column): a row is one process and one
-direction ("pp 3 tp 0 attach"), a column is that direction's sequence number (the microbatch on
-the last stage). At 1M events the per-cell state is one byte in a ``bytearray``; the time-ordered
-timeline is built on demand (``timeline()``), since first paint does not need it.
+none of it imports Textual. It judges nothing: which attach went with which extract, and whether
+their payloads agree, are the analyzer's (``analysis(trace).pairs``), painted as handed over.
+Cells are addressed as (row, column): a row is one process and one direction ("pp 3 tp 0
+attach"), a column is that direction's sequence number (the microbatch on the last stage). At 1M
+events the per-cell state is one byte in a ``bytearray``; the time-ordered timeline is built on
+demand (``timeline()``), since first paint does not need it.
 
     index = TraceIndex.build(trace, findings)
     index.rows[0].label, index.state(0, 12), index.partner(0, 12)
@@ -15,16 +17,14 @@ from __future__ import annotations
 import enum
 import threading
 from array import array
-from bisect import bisect_right
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import accumulate, chain, compress, count, repeat
-from operator import attrgetter, is_not, ne
+from itertools import chain, compress, count, repeat
+from operator import attrgetter, is_not
 
 from pptrace.analyze.analyzer import analysis
 from pptrace.analyze.pairs import Pairs
-from pptrace.analyze.payload import FAST_KEY, same
 from pptrace.model.findings import Category, Finding, FindingKind, MessageId
 from pptrace.model.records import Direction, Event, RankInfo
 from pptrace.model.trace import EventId, Trace
@@ -44,7 +44,8 @@ class Cell(enum.IntEnum):
     PAIRED = 3  # paired with the other side, both returned, and the two payloads agree
     FAILED = 4  # paired, but the other side raised: the payload never arrived as sent
     ORPHAN = 5  # an attach never extracted, or an extract with no attach
-    MISMATCH = 6  # a finding says the two sides (or the namespace) disagree
+    MISMATCH = 6  # the analyzer judged the pair's payloads to differ, or a finding says the two
+    # sides (or the namespace) disagree
     ERROR = 7  # the engine raised in this call
 
 
@@ -115,44 +116,10 @@ _SEQ = attrgetter("seq")
 _DIRECTION = attrgetter("direction")
 _ERROR_TYPE = attrgetter("error_type")
 #: Byte tables for ``bytes.translate``: 1 -> a row's plain state (0 stays EMPTY); each state
-#: -> at least PAIRED.
+#: -> at least PAIRED, or at least MISMATCH (a pair whose payloads the analyzer found to differ).
 _PLAIN = {c: bytes([0, c]) + bytes(254) for c in (Cell.ATTACH, Cell.EXTRACT)}
-_AT_LEAST_PAIRED = bytes(max(i, Cell.PAIRED) for i in range(256))
+_AT_LEAST = {c: bytes(max(i, c) for i in range(256)) for c in (Cell.PAIRED, Cell.MISMATCH)}
 _STATES = tuple(c for c in Cell if c is not Cell.EMPTY)
-
-
-def _same_events(a: Event | None, e: Event | None) -> bool:
-    return a is None or e is None or same(a.tensors, e.tensors)
-
-
-_TENSORS = attrgetter("tensors")
-
-
-def _pair_states(attaches: list[Event | None], extracts: list[Event | None]) -> bytes:
-    """PAIRED or MISMATCH per pair of a run. At 1M events this must not be a Python loop per
-    pair: flatten both sides' tensors, compare them in C, and look closer only where they differ."""
-    n = len(attaches)
-    if None in attaches or None in extracts:
-        return bytes(Cell.PAIRED if ok else Cell.MISMATCH
-                     for ok in map(_same_events, attaches, extracts))
-    ta = list(map(_TENSORS, attaches))
-    te = list(map(_TENSORS, extracts))
-    counts = list(map(len, ta))
-    if counts != list(map(len, te)):
-        return bytes(Cell.PAIRED if ok else Cell.MISMATCH for ok in map(same, ta, te))
-    states = bytearray([Cell.PAIRED]) * n
-    # Equal keys mean equal payloads (the analyzer's own rule, ``payload.FAST_KEY``); only the
-    # pairs with a differing key are asked ``same``, which knows cuda:1 agrees with cuda:0.
-    fa = list(map(FAST_KEY, chain.from_iterable(ta)))
-    fe = list(map(FAST_KEY, chain.from_iterable(te)))
-    if fa == fe:
-        return bytes(states)
-    ends = list(accumulate(counts))
-    for pos in compress(count(), map(ne, fa, fe)):
-        i = bisect_right(ends, pos)
-        if states[i] == Cell.PAIRED and not same(ta[i], te[i]):
-            states[i] = Cell.MISMATCH
-    return bytes(states)
 
 
 class TraceIndex:
@@ -188,29 +155,23 @@ class TraceIndex:
         #: the finding the report names first (``pptrace.report.groups``), and its cell.
         self.first_divergence: int | None = None
         self.first_divergence_cell: tuple[int, int] | None = None
-        self._runs: list[tuple[Row, int, Row, int, int]] = []
-        self._verified = False
         self._timeline: array[int] | None = None
         self._positions: list[array[int]] = []
         self._lock = threading.Lock()
 
     @classmethod
     def build(cls, trace: Trace, findings: Sequence[Finding], *,
-              pairs: Pairs | None = None, verify: bool = True,
+              pairs: Pairs | None = None,
               message_pairs: Mapping[MessageId, MessageId] | None = None,
               broadcast_pairs: Mapping[MessageId, tuple[MessageId, ...]] | None = None
               ) -> TraceIndex:
         """Index a trace, its findings and the attach/extract pairs the analyzer judged them
-        on (``analysis(trace).pairs``; None: asked of the analyzer here, for findings made by
-        hand). With ``verify=False`` paired cells show as equal until ``verify_pairs()`` has
-        compared both sides (the viewer does that after first paint: at 1M events it is the
-        slowest part of indexing)."""
+        on, with its verdict on each (``analysis(trace).pairs``; None: asked of the analyzer
+        here, for findings made by hand)."""
         index = cls(trace, findings, pairs, message_pairs, broadcast_pairs)
         index._build_rows()
         index._build_pairs()
         index._build_findings()
-        if verify:
-            index.verify_pairs()
         index._count()
         return index
 
@@ -218,30 +179,6 @@ class TraceIndex:
         for row in self.rows:
             cells = row.cells
             row.counts = Counter({c: n for c in _STATES if (n := cells.count(c))})
-
-    @property
-    def verified(self) -> bool:
-        """True once every pair's two sides have been compared."""
-        return self._verified
-
-    def verify_pairs(self) -> int:
-        """Compare both sides of every pair; mark the differing ones MISMATCH (the analyzer
-        summarises a cascade of equal findings into one, so the grid cannot rely on findings
-        alone). Returns how many cells changed; safe to call from a worker thread."""
-        changed = 0
-        for a_row, a0, e_row, e0, n in self._runs:
-            states = _pair_states(a_row.events[a0 : a0 + n], e_row.events[e0 : e0 + n])
-            if Cell.MISMATCH not in states:
-                continue
-            for row, start in ((a_row, a0), (e_row, e0)):
-                old = row.cells[start : start + n]
-                new = bytes(map(max, old, states))
-                changed += sum(map(ne, old, new))
-                row.cells[start : start + n] = new
-        self._verified = True
-        if changed:
-            self._count()
-        return changed
 
     # --- building ------------------------------------------------------------------------
     def _build_rows(self) -> None:
@@ -317,10 +254,11 @@ class TraceIndex:
                 a_row.partners[a0 : a0 + n] = array(
                     "q", range((re_ << 32) | e0, (re_ << 32) | e0 + n))
             e_row.partners[e0 : e0 + n] = array("q", range((ra << 32) | a0, (ra << 32) | a0 + n))
-            self._runs.append((a_row, a0, e_row, e0, n))
-            for row, start in ((a_row, a0), (e_row, e0)):  # each cell: at least PAIRED
-                row.cells[start : start + n] = row.cells[start : start + n].translate(
-                    _AT_LEAST_PAIRED)
+            # Each cell: at least PAIRED, or MISMATCH where the analyzer found the payloads to
+            # differ (it compared every pair: a cascade of equal findings counts them in one).
+            floor = _AT_LEAST[Cell.MISMATCH if run.differs else Cell.PAIRED]
+            for row, start in ((a_row, a0), (e_row, e0)):
+                row.cells[start : start + n] = row.cells[start : start + n].translate(floor)
         self._mark_failed_pairs()
         # What the walk left unpaired is an orphan (or an unmatched extract) whether or not a
         # finding names it: the analyzer counts the later ones into the first's cascade.

@@ -11,6 +11,8 @@ second) then name the pairs the analyzer made on top.
     for run in pairing.runs:
         run.attach_process, run.attach_seq, run.extract_process, run.extract_seq, run.length
         run.broadcast   # the attach also went to other stage-0 TP ranks (TP broadcast)
+        run.differs     # the analyzer's verdict: the pairs' payloads differ (a finding's
+                        # own pairs added here carry none: the finding marks its cells)
     for process, direction, seq in pairing.unpaired: ...   # what the walk left unpaired
 """
 

@@ -51,6 +51,7 @@ from pptrace.analyze.losses import Accounts
 from pptrace.analyze.messages import carried_by, check_messages
 from pptrace.analyze.pairing import Alignment, align
 from pptrace.analyze.pairs import PairBook
+from pptrace.analyze.payload import same
 from pptrace.analyze.result import Analysis
 from pptrace.analyze.rules import (
     ENGINE_KEYS,
@@ -273,13 +274,13 @@ class _Analysis:
         # The same-host hint compares times only on a clock the pairs showed shared.
         clocks = self.clocks
         result = align(attaches, extracts, clocks is None or clocks.shared(s.index, r.index))
-        self.compare(s, r, attaches, extracts, result.unshared, name)
+        differing = self.compare(s, r, attaches, extracts, result.unshared, name)
         orphans: Sequence[int] = result.orphans
         unmatched: Sequence[int] = result.unmatched
         if start:
             orphans, unmatched = self.cut(s, r, name, start, result, attaches, extracts)
         self.book.add(s.index, r.index, attaches, extracts, result, orphans, unmatched,
-                      ch.broadcast)
+                      ch.broadcast, differing)
         for ia in orphans:
             a = attaches[ia]
             self.add(K.ORPHAN_ATTACH,
@@ -334,12 +335,14 @@ class _Analysis:
 
     def compare(self, s: _Proc, r: _Proc, attaches: Sequence[Event],
                 extracts: Sequence[Event], pairs: Iterable[tuple[int, int]],
-                channel: str) -> None:
-        """Compare the tensors of the pairs whose ends are not one tensors tuple, in order."""
+                channel: str) -> list[int]:
+        """Compare the tensors of the pairs whose ends are not one tensors tuple, in order;
+        return the attach indexes of the pairs whose payloads differ (their verdicts)."""
         # A pair whose ends share one tensors tuple (the loader shares equal ones) agrees by
         # construction; the others are compared once per distinct pair of shapes.
         ls, rs = who(s.rank), who(r.rank)
-        compared: dict[tuple[int, int, int], tuple[Any, Any]] = {}  # -> (specs, their kinds)
+        compared: dict[tuple[int, int, int], tuple[Any, Any, bool]] = {}  # -> specs, kinds, differ
+        differing: list[int] = []
         canonical, known = self.canonical, self._equal_tensors.get
         streaks = self._streak
         for ia, ie in pairs:
@@ -357,9 +360,13 @@ class _Analysis:
             if cached is None:
                 specs = compare_specs(ls, rs, a, e, transport_prefix(s.trace))
                 kinds = tuple((kind, subject) for kind, _, subject in specs)
-                cached = compared[key] = (specs, kinds)
+                # (no specs, yet differing: a name only a foreign key carried, a hygiene finding)
+                cached = compared[key] = (specs, kinds, not same(mine, theirs))
+            if cached[2]:
+                differing.append(ia)
             if cached[0] or channel in streaks:
-                self.differences(s, a, r, e, channel, *cached)
+                self.differences(s, a, r, e, channel, cached[0], cached[1])
+        return differing
 
     def differences(self, s: _Proc, a: Event, r: _Proc, e: Event, channel: str,
                     specs: tuple[tuple[FindingKind, str, str], ...], kinds: Any) -> None:

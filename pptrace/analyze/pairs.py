@@ -1,16 +1,27 @@
-"""The analyzer's pairing, handed over: which attach went with which extract on each channel.
+"""The analyzer's pairing, handed over: which attach went with which extract on each channel,
+and whether the two payloads agree.
 
 The analyzer walks every channel once (``pptrace.analyze.pairing.align`` on the trimmed,
-payload-carrying calls of both ends) and keeps what it found here: the pairs as runs of
-consecutive sequence numbers (a healthy channel is one run, so 1M events cost a handful), and
-the calls the walk left unpaired (its orphans and unmatched extracts, those excused at a window
-cut left out). The viewer's grid and the Perfetto export draw these pairs; they walk nothing.
+payload-carrying calls of both ends), compares each pair's payloads there for its findings
+(``pptrace.analyze.payload``, the one comparison), and keeps what it found here: the pairs as
+runs of consecutive sequence numbers with one verdict each, and the calls the walk left
+unpaired (its orphans and unmatched extracts, those excused at a window cut left out). The
+viewer's grid and the Perfetto export draw these pairs and paint these verdicts; they walk and
+judge nothing.
+
+A run is split where the verdict changes (``PairRun.differs``), rather than carrying the
+offsets of its differing pairs: a healthy channel is still one run, a payload changed for good
+is two (a list of offsets would hold one number per pair after the change), and a consumer
+paints a run with one slice, never looks a pair up. An isolated difference costs two runs
+more; a channel whose every other pair differs costs one run a pair, no more than offsets.
 
     book = PairBook()
-    book.add(sender, receiver, attaches, extracts, alignment, orphans, unmatched, broadcast)
+    book.add(sender, receiver, attaches, extracts, alignment, orphans, unmatched, broadcast,
+             differing)          # differing: attach indexes of the pairs whose payloads differ
     pairs = book.pairs()        # in Analysis.pairs
     for run in pairs.runs:
         run.attach_process, run.attach_seq, run.extract_process, run.extract_seq, run.length
+        run.differs             # every pair of the run: the two payloads differ (or none does)
     for process, direction, seq in pairs.unpaired: ...
 
 Pure: no I/O.
@@ -18,6 +29,7 @@ Pure: no I/O.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -34,7 +46,9 @@ class PairRun:
     ``extract_seq + k``.
 
     ``broadcast``: the channel reached its stage-0 TP rank by broadcast from another TP rank's
-    attach, which has a partner of its own TP rank besides."""
+    attach, which has a partner of its own TP rank besides. ``differs``: the analyzer's verdict
+    on every pair of the run, that the extract's payload differs from the attach's
+    (``pptrace.analyze.payload.same`` is False; False: they agree)."""
 
     attach_process: int
     attach_seq: int
@@ -42,6 +56,7 @@ class PairRun:
     extract_seq: int
     length: int = 1
     broadcast: bool = False
+    differs: bool = False
 
     def seqs(self) -> Iterator[tuple[int, int]]:
         """(attach seq, extract seq) of each pair of the run."""
@@ -59,7 +74,7 @@ class Pairs:
 
 
 def _runs(pairs: Iterable[tuple[int, int]], sender: int, receiver: int,
-          broadcast: bool) -> Iterator[PairRun]:
+          broadcast: bool, differs: bool) -> Iterator[PairRun]:
     """(attach seq, extract seq) pairs, consecutive ones joined into runs."""
     run: list[int] | None = None
     for a, e in pairs:
@@ -67,10 +82,35 @@ def _runs(pairs: Iterable[tuple[int, int]], sender: int, receiver: int,
             run[2] += 1
             continue
         if run is not None:
-            yield PairRun(sender, run[0], receiver, run[1], run[2], broadcast)
+            yield PairRun(sender, run[0], receiver, run[1], run[2], broadcast, differs)
         run = [a, e, 1]
     if run is not None:
-        yield PairRun(sender, run[0], receiver, run[1], run[2], broadcast)
+        yield PairRun(sender, run[0], receiver, run[1], run[2], broadcast, differs)
+
+
+def _by_verdict(i: int, n: int, differing: Sequence[int]) -> Iterator[tuple[int, int, bool]]:
+    """(start, length, differs) of the stretches of attach indexes ``i .. i + n - 1`` with one
+    verdict each; ``differing``: the sorted, distinct attach indexes of the pairs that differ."""
+    end = i + n
+    at = bisect_left(differing, i)
+    while i < end:
+        if at < len(differing) and differing[at] == i:
+            # The longest stretch of consecutive differing indexes from here, by bisection (a
+            # payload changed for good is one stretch of a million, not a million steps).
+            lo, hi = 1, min(len(differing) - at, end - i)
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if differing[at + mid - 1] - i == mid - 1:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            yield i, lo, True
+            at += lo
+            i += lo
+        else:  # agreeing pairs up to the next differing one, or the run's end
+            stop = min(differing[at], end) if at < len(differing) else end
+            yield i, stop - i, False
+            i = stop
 
 
 class PairBook:
@@ -85,20 +125,27 @@ class PairBook:
 
     def add(self, sender: int, receiver: int, attaches: Sequence[Event],
             extracts: Sequence[Event], found: Alignment, orphans: Iterable[int],
-            unmatched: Iterable[int], broadcast: bool = False) -> None:
+            unmatched: Iterable[int], broadcast: bool = False,
+            differing: Sequence[int] = ()) -> None:
         """One channel's walk: ``found`` over ``attaches`` and ``extracts`` (indices into
-        them), with the orphans and unmatched extracts that are judged as such."""
+        them), with the orphans and unmatched extracts that are judged as such, and the
+        attach indexes (sorted) of the pairs whose payloads the analyzer found to differ."""
         self._unpaired += [(sender, Direction.ATTACH, attaches[i].seq) for i in orphans]
         self._unpaired += [(receiver, Direction.EXTRACT, extracts[j].seq) for j in unmatched]
-        for i, j, n in found.runs:
-            # A run of the walk is a run of seqs when neither side has a gap inside it.
-            if (attaches[i + n - 1].seq - attaches[i].seq == n - 1
-                    and extracts[j + n - 1].seq - extracts[j].seq == n - 1):
-                self._runs.append(PairRun(sender, attaches[i].seq, receiver, extracts[j].seq,
-                                          n, broadcast))
-            else:
-                self._runs += _runs(((attaches[i + k].seq, extracts[j + k].seq)
-                                     for k in range(n)), sender, receiver, broadcast)
+        for run_i, run_j, run_n in found.runs:
+            stretches = (_by_verdict(run_i, run_n, differing) if differing
+                         else ((run_i, run_n, False),))
+            for i, n, differs in stretches:
+                j = run_j + i - run_i
+                # A stretch of the walk is a run of seqs when neither side has a gap inside it.
+                if (attaches[i + n - 1].seq - attaches[i].seq == n - 1
+                        and extracts[j + n - 1].seq - extracts[j].seq == n - 1):
+                    self._runs.append(PairRun(sender, attaches[i].seq, receiver,
+                                              extracts[j].seq, n, broadcast, differs))
+                else:
+                    self._runs += _runs(((attaches[i + k].seq, extracts[j + k].seq)
+                                         for k in range(n)), sender, receiver, broadcast,
+                                        differs)
 
     def attach_of(self, process: int, extract_seq: int) -> tuple[int, int] | None:
         """(process, seq) of the attach that extract ``extract_seq`` of ``process`` paired

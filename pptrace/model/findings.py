@@ -221,7 +221,7 @@ class Finding:
     # so that every place a report's count stands for can be shown, not the first alone. An
     # identical difference on the following pairs of a channel is counted without a record of
     # its own (at 1M pairs building one costs more than the walk): those pairs are the ones
-    # whose two sides differ, which the viewer finds by comparing them. Where to look, not what
+    # the analyzer's verdicts call differing (``PairRun.differs``). Where to look, not what
     # was found: two findings that say the same are equal whichever of these they list.
     more_events: tuple[EventId, ...] = field(default=(), compare=False)
     more_messages: tuple[MessageId, ...] = field(default=(), compare=False)

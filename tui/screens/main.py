@@ -140,18 +140,9 @@ class MainScreen(Screen[None]):
 
     def _order_events(self) -> None:
         index = self.index
-        changed = 0 if index.verified else index.verify_pairs()
-        if changed and index is self.index:
-            self.app.call_from_thread(self._pairs_verified)
         index.timeline()
         if index is self.index:
             self.app.call_from_thread(self._refresh_replay)
-
-    def _pairs_verified(self) -> None:
-        """Both sides of every pair compared: redraw the cells that turned out to differ."""
-        self.grid.set_index(self.index)  # the problem counts (so the gutter) may have grown
-        self._update_subtitle()
-        self._show_cell(*self.grid.cursor)
 
     # --- parts ---------------------------------------------------------------------------
     @property
