@@ -346,3 +346,26 @@ def test_the_first_divergence_says_when_the_clocks_cannot_tell_it_came_first(
               f"rank {other.ranks[0]}: which came first is not known")
     head = f"First divergence (error, {first.kind.value}{unsure if tie else ''}):"
     assert head in report, report
+
+
+@pytest.mark.parametrize("skew", [0, 20 * MS, -250 * MS])
+def test_a_send_just_after_the_receiver_stopped_is_said_within_the_clocks_uncertainty(
+        skew: int) -> None:
+    """Stage 0 sends a proxy 0.8 µs after stage 1's trace stopped. One clock orders them (in
+    flight: no finding). Two hosts' clocks, bound to ±2.3 µs, cannot: a warning says it may have
+    been in flight, as for one just before. Dropped as in flight before, so that a send the one
+    host saw *before* the stop (an error there) could vanish on two hosts."""
+    run = _exchange()
+    run.clock -= 1500  # 0.8 µs after stage 1's last record (its records end 2.3 µs before)
+    run.send("proxy", [mt("hidden")], pp=0, to=1)
+    trace = run.trace()
+    assert analysis(trace).findings == ()
+    result = analysis(skewed(_two_hosts(trace), {1}, skew))
+    (lost,) = result.findings
+    assert lost.kind is FindingKind.MSG_NEVER_RECEIVED and lost.severity is Severity.WARNING
+    assert ("(its trace stops within the clocks' uncertainty (±0.002 ms) of when the send "
+            "began: it may have been in flight)") in lost.message, lost.message
+    far = _exchange()
+    far.clock += 2 * MS  # surely after the stop: in flight on both
+    far.send("proxy", [mt("hidden")], pp=0, to=1)
+    assert analysis(skewed(_two_hosts(far.trace()), {1}, skew)).findings == ()

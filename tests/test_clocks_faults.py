@@ -19,6 +19,7 @@ from pptrace_samples.faults import ALL_FAULTS, MESSAGE_FAULTS
 
 from pptrace.analyze.analyzer import analysis
 from pptrace.load.loader import load_paths
+from pptrace.model.findings import Severity
 from pptrace.model.trace import Trace
 from pptrace.report.perfetto import MESSAGE_FLOW, to_chrome_trace
 from tests.helpers_clocks import MS, arrows_back, backwards, first, on_hosts, said, skewed
@@ -63,8 +64,14 @@ def test_a_hosts_clock_skew_changes_no_finding(fault: str) -> None:
     base = analysis(trace)
     # Two hosts' clocks are aligned within the pairs' bounds (a few ms on a loaded machine):
     # two times closer than that are "within the clocks' uncertainty", the same whatever the
-    # skew; on one host they have an order (its kinds are the same).
-    assert {f.kind for f in base.findings} == {f.kind for f in analysis(one_host).findings}
+    # skew; on one host they have an order. So the two hosts name every kind the one host
+    # names, and any other they name is a warning that says the clocks cannot order it (a send
+    # the one host saw just after a receiver stopped, say). Never an error the one host lacks.
+    single = {f.kind for f in analysis(one_host).findings}
+    assert single <= {f.kind for f in base.findings}, (said(base), single)
+    for f in base.findings:
+        assert f.kind in single or (f.severity <= Severity.WARNING
+                                    and "the clocks' uncertainty" in f.message), f
     assert ALL_FAULTS[fault].finding in {f.kind.value for f in base.findings}, said(base)
     moved = _last_stage(trace)
     for skew in SKEWS:

@@ -110,7 +110,9 @@ def test_a_rank_with_no_call_in_the_tp_broadcast_layout_leaves_its_final_stats(
     assert stats[schema.S_FINAL] == {"boolValue": True}
     assert (stats[schema.RANK], stats[schema.PP_RANK], stats[schema.TP_RANK]) == (
         {"intValue": "3"}, {"intValue": "1"}, {"intValue": "1"})
-    assert stats[schema.S_RECORDED] == {"intValue": "0"}
+    # Zero events, as the reader reads the span (schema 3 leaves a zero counter out).
+    (process,) = load_paths([str(files[3])]).processes
+    assert process.stats is not None and process.stats.recorded == 0
 
     # The analyzer takes it as traced and complete: the TP-broadcast layout, no missing rank.
     assert [f.kind.value for f in analyze(load_paths([str(traces)]))] == []

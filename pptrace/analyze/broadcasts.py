@@ -40,7 +40,7 @@ from pptrace.analyze.holes import Holes
 from pptrace.analyze.message_payload import differences
 from pptrace.analyze.message_sides import Pair, Side
 from pptrace.analyze.rules import rank_id, who
-from pptrace.analyze.waits import Uncertainty, goes_on, members, numbered, place, wanted
+from pptrace.analyze.waits import Uncertainty, goes_on, in_flight, members, numbered, place, wanted
 from pptrace.model.findings import FindingKind, MessageId, Severity
 from pptrace.model.messages import MessageEvent
 from pptrace.model.records import RankInfo
@@ -175,14 +175,15 @@ def _waiting(r: Side, src: int, group: tuple[int, ...]) -> bool:
 def _never_received(chk: Check, left: _Calls, r: Side | None, member: int) -> None:
     if r is not None and _waiting(r, rank_id(left[0][0].rank), left[0][1].group):
         return
-    # A broadcast after the member's trace stopped was in flight: it never had the chance.
+    # A broadcast surely after the member's trace stopped was in flight: it never had the chance.
     stop = r.last_ns() if r is not None else 0
     for side, m in left:
-        if r is not None and m.wall_ns > stop:
+        bound = chk.uncertainty(side.index, r.index) if r is not None else 0.0
+        if r is not None and in_flight(stop, m.wall_ns, bound):
             continue
         dst = r.rank if r is not None else chk.ranks[(side.run, member)]
         why, severity = ("(it recorded no message at all)", None) if r is None else goes_on(
-            stop, m.wall_ns, chk.uncertainty(side.index, r.index), "broadcast")
+            stop, m.wall_ns, bound, "broadcast")
         chk.add(K.MSG_NEVER_RECEIVED,
                 f"{who(side.rank)} ({place(side.rank)}) broadcast {wanted(m.kind)} "
                 f"({numbered(m)}) to its group {members(m.group)}; {who(dst)} ({place(dst)}) never "

@@ -384,15 +384,15 @@ class _Check:
 
     def never_received(self, left: Sequence[tuple[Side, MessageEvent]],
                        r: Side | None) -> None:
-        # A send after the receiver's trace stopped was in flight: the receiver never had the
-        # chance (a receiver that waits is the hang's finding).
+        # A send surely after the receiver's trace stopped was in flight (waiting: a hang's).
         stop = r.last_ns() if r is not None else 0
         for side, m in left:
-            if r is not None and m.wall_ns > stop:
+            bound = self.uncertainty(side.index, r.index) if r is not None else 0.0
+            if r is not None and waiting.in_flight(stop, m.wall_ns, bound):
                 continue
             dst = self.peer_rank(side, m)
             why, severity = ("(it recorded no message at all)", None) if r is None else (
-                waiting.goes_on(stop, m.wall_ns, self.uncertainty(side.index, r.index), "send"))
+                waiting.goes_on(stop, m.wall_ns, bound, "send"))
             self.add(K.MSG_NEVER_RECEIVED,
                      f"{who(side.rank)} ({place(side.rank)}) sent {wanted(m.kind)} (send "
                      f"#{m.seq}) to {who(dst)} ({place(dst)}), which never received it {why}",

@@ -98,6 +98,14 @@ class Trail:
 Uncertainty = Callable[[int, int], float]
 
 
+def in_flight(stop_ns: int, sent_ns: int, uncertainty_ns: float) -> bool:
+    """Whether a message sent at ``sent_ns`` was surely still in flight when the receiver's
+    trace stopped at ``stop_ns``: sent after it by more than the clocks' uncertainty (on
+    unaligned clocks, sent after it at all). Within the uncertainty it may have been either,
+    and ``goes_on`` words it so: dropping it there made two hosts' run say less than one's."""
+    return sent_ns - stop_ns > (0.0 if uncertainty_ns == _INF else uncertainty_ns)
+
+
 def goes_on(stop_ns: int, sent_ns: int, uncertainty_ns: float,
             what: str) -> tuple[str, Severity | None]:
     """Why a message the receiver's trace outlived was no message in flight (``(its trace goes
