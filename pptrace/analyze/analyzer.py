@@ -38,7 +38,6 @@ slower path to the same findings.
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
@@ -71,6 +70,7 @@ from pptrace.analyze.tp import TpRank, tp_disagree
 from pptrace.analyze.unpaired import unpaired
 from pptrace.analyze.window import cut_message, excused, process_window, trim
 from pptrace.model.findings import Category, Finding, FindingKind, MessageId, Severity
+from pptrace.model.heap import bulk
 from pptrace.model.records import Direction, Event, RankInfo, TensorMeta
 from pptrace.model.text import clip, plural
 from pptrace.model.trace import ProcessTrace, Trace
@@ -466,13 +466,8 @@ def analysis(trace: Trace, *, align: bool = True) -> Analysis:
     and the aligned trace."""
     # Millions of records are made here (the shifted trace, the pairs) and few cycles: the
     # collector re-scanning the growing heap took half the time (benchmarks/bench_clocks.py).
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with bulk():
         return _analysis(trace, align)
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _analysis(trace: Trace, align: bool) -> Analysis:
