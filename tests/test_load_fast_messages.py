@@ -141,6 +141,53 @@ def test_the_worker_sends_cached_message_spans_as_int64_rows(tmp_path: Path,
     assert len(result["message_prints"]) == (as_rows if fingerprints else 0)
 
 
+def test_a_process_is_found_once_per_shape_not_once_per_span(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fast path's shapes of one process share one rank object, so the builder finds the
+    process by identity; the worker's rows find theirs once per shape, not per row."""
+    import json
+
+    from pptrace.load.builder import TraceBuilder
+    from pptrace.load.files import read_files
+
+    events = _events(300)
+    path = tmp_path / "pptrace-rank1-pid41.otlp.jsonl"
+    _write(path, 2, events)
+    interned = 0
+    real_intern = TraceBuilder.intern_rank
+
+    def intern(self: TraceBuilder, rank: RankInfo) -> RankInfo:
+        nonlocal interned
+        interned += 1
+        return real_intern(self, rank)
+
+    monkeypatch.setattr(TraceBuilder, "intern_rank", intern)
+    monkeypatch.setenv("PPTRACE_LOAD_WORKERS", "0")
+    (proc,) = load_paths([str(path)]).processes
+    assert proc.messages == load_messages.in_call_order(events)
+    assert interned <= 20  # 9 shapes (their spans read the ordinary way) against 450 spans
+    builder = TraceBuilder()  # the worker's side: rows
+    builder.fast.rows = array("q")
+    builder.fast.messages.rows = array("q")
+    assert read_files([str(path)], {str(path): path.stat().st_size}, builder, None) == []
+    data, rows = worker._encode(builder, [], None)
+    hashed = 0
+    real_hash = RankInfo.__hash__
+
+    def hash_rank(self: RankInfo) -> int:
+        nonlocal hashed
+        hashed += 1
+        return real_hash(self)
+
+    monkeypatch.setattr(RankInfo, "__hash__", hash_rank)
+    here = TraceBuilder()
+    assert worker.take(here, json.loads(data), rows) == ([], None)
+    assert hashed <= 30  # about 430 rows
+    monkeypatch.undo()
+    (proc,) = here.build([str(path)]).processes
+    assert proc.messages == load_messages.in_call_order(events)
+
+
 def test_a_span_that_breaks_its_shape_is_read_exactly(tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """A span of a cached shape whose duration its times cannot give back writes the duration

@@ -38,9 +38,9 @@ slower path to the same findings.
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 from pptrace.analyze.aligned import Clocks, shifted
@@ -71,6 +71,7 @@ from pptrace.analyze.tp import TpRank, tp_disagree
 from pptrace.analyze.unpaired import unpaired
 from pptrace.analyze.window import cut_message, excused, process_window, trim
 from pptrace.model.findings import Category, Finding, FindingKind, MessageId, Severity
+from pptrace.model.heap import bulk
 from pptrace.model.records import Direction, Event, RankInfo, TensorMeta
 from pptrace.model.text import clip, plural
 from pptrace.model.trace import ProcessTrace, Trace
@@ -82,6 +83,15 @@ K = FindingKind
 _NAME_LIMIT = 200
 
 # --- the analysis ----------------------------------------------------------------------------
+
+
+def _add(raws: list[Raw], kind: FindingKind, message: str, *, ranks: Iterable[int] = (),
+         microbatch: int | None = None, time_ns: int | None = None, events: Iterable[Ref] = (),
+         channel: str = "", subject: str = "", severity: Severity | None = None) -> int:
+    """Append a raw finding to ``raws``; return its index."""
+    raws.append(Raw(kind, message, tuple(ranks), microbatch, time_ns, tuple(events), channel,
+                    subject, severity))
+    return len(raws) - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +136,9 @@ class _Analysis:
         self.windows = [process_window(found, p.trace.stats)
                         for found, p in zip(self.scans, self.procs, strict=True)]
         self.holes = find_holes(trace) if holes is None else holes
-        self.accounts = Accounts(self.scans, self.windows, self.holes, self.add)
+        # (``self.add`` kept there would be a cycle through ``self``: the analysis, a million
+        # message pairs, would wait for the collector instead of going when dropped)
+        self.accounts = Accounts(self.scans, self.windows, self.holes, partial(_add, self.raws))
         self.lost = self.accounts.lost  # process index -> "rank 2 lost 5 events"
         self.attaches = {p.index: self.scans[p.index].attaches for p in self.procs}
         self.extracts = {p.index: self.scans[p.index].extracts for p in self.procs}
@@ -144,13 +156,8 @@ class _Analysis:
         # (process, direction) that ends a channel: its payload calls were paired or named
         self.ends: set[tuple[int, Direction]] = set()
 
-    def add(self, kind: FindingKind, message: str, *, ranks: Iterable[int] = (),
-            microbatch: int | None = None, time_ns: int | None = None,
-            events: Iterable[Ref] = (), channel: str = "", subject: str = "",
-            severity: Severity | None = None) -> int:
-        self.raws.append(Raw(kind, message, tuple(ranks), microbatch, time_ns,
-                              tuple(events), channel, subject, severity))
-        return len(self.raws) - 1
+    def add(self, kind: FindingKind, message: str, **where: Any) -> int:
+        return _add(self.raws, kind, message, **where)
 
     # --- per process --------------------------------------------------------------------------
 
@@ -466,13 +473,8 @@ def analysis(trace: Trace, *, align: bool = True) -> Analysis:
     and the aligned trace."""
     # Millions of records are made here (the shifted trace, the pairs) and few cycles: the
     # collector re-scanning the growing heap took half the time (benchmarks/bench_clocks.py).
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with bulk():
         return _analysis(trace, align)
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _analysis(trace: Trace, align: bool) -> Analysis:

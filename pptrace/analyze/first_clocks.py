@@ -46,7 +46,8 @@ def message_clocks(trace: Trace, runs: Sequence[str], holes: Sequence[Holes]) ->
     # constraint object per pair costs more than the pairing).
     tightest: dict[tuple[int, int], int] = {}
     for (s, m), (r, e) in matches:
-        key, weight = (s.index, r.index), e.wall_ns + max(e.duration_ns, 0) - m.wall_ns
+        d = e.duration_ns  # (-1 for a begin: it ends where it starts; no max() per pair)
+        key, weight = (s.index, r.index), e.wall_ns + (d if d > 0 else 0) - m.wall_ns
         if weight < tightest.get(key, weight + 1):
             tightest[key] = weight
     return clocks_from(trace, [Before(a, 0, b, w) for (a, b), w in tightest.items()],

@@ -9,6 +9,7 @@ returns ``Carried``, which ``carried_by`` writes into the payload findings. Pure
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from operator import itemgetter
 
 from pptrace.analyze.rules import who
 from pptrace.analyze.summary import Raw
@@ -18,10 +19,11 @@ from pptrace.model.messages import MessageEvent, MessageOp
 from pptrace.model.records import Direction, RankInfo
 from pptrace.model.trace import ProcessTrace
 
-__all__ = ["Carried", "Pair", "Side", "carried_by", "numel"]
+__all__ = ["Carried", "Pair", "Side", "carried_by", "cut_at_start", "numel", "sort_out"]
 
 #: (sending process index, attach seq) -> "output message #12 pp3->pp0"
 Carried = dict[tuple[int, int], str]
+_SEQ = itemgetter(MessageEvent._fields.index("seq"))
 
 
 def cut_at_start(proc: ProcessTrace) -> bool:
@@ -29,13 +31,35 @@ def cut_at_start(proc: ProcessTrace) -> bool:
     counters (sends, receives, broadcast sends, broadcast receives) says so; so do segments
     deleted or a ring overwritten, also when one side kept none at all (every send rotated
     away while the receives stayed leaves no seq above 0 to say it)."""
-    first: dict[tuple[MessageOp, bool], int] = {}
+    return sort_out(0, proc, "", "").cut
+
+
+def sort_out(index: int, proc: ProcessTrace, run: str, prefix: str) -> Side:
+    """Process ``index``'s ``Side``: its records sorted out, each list in seq order, and
+    whether its oldest were cut away (``cut_at_start``)."""
+    side = Side(index, proc, run, prefix)
+    sends, ends, begins = side.sends, side.ends, side.begins
+    bsends, bends, bbegins = side.bsends, side.bends, side.bbegins
+    send = MessageOp.SEND
     for m in proc.messages:
-        counter = (m.op, m.broadcast)
-        if m.seq < first.get(counter, m.seq + 1):
-            first[counter] = m.seq
-    return any(seq > 0 for seq in first.values()) or (
-        proc.stats is not None and bool(proc.stats.rotated_segments or proc.stats.overwritten))
+        if m.op is send:
+            (bsends if m.group else sends).append(m)
+        elif m.phase == "begin":
+            (bbegins if m.group else begins)[m.seq] = m
+        else:
+            (bends if m.group else ends).append(m)
+    for calls in (sends, ends, bsends, bends):
+        calls.sort(key=_SEQ)  # (in C: a Python key per message costs more than the sort)
+    # Each counter's first seq: the first of its sorted sends, or of its receives' begins and
+    # ends (a receive's two phases share one seq).
+    firsts = [calls[0].seq for calls in (sends, bsends) if calls]
+    for calls, began in ((ends, begins), (bends, bbegins)):
+        if calls or began:
+            firsts.append(min(([calls[0].seq] if calls else []) + ([min(began)] if began else [])))
+    stats = proc.stats
+    side.cut = any(seq > 0 for seq in firsts) or (
+        stats is not None and bool(stats.rotated_segments or stats.overwritten))
+    return side
 
 
 def numel(shape: tuple[int, ...]) -> int:
@@ -68,7 +92,10 @@ class Side:
 
     def last_ns(self) -> int:
         """When this process's trace stops (its latest record's end, wall clock)."""
-        ends = [m.wall_ns + max(m.duration_ns, 0) for m in self.trace.messages]
+        # (a begin's duration is -1: it ends where it starts)
+        messages = self.trace.messages
+        ends = [max(m.wall_ns + m.duration_ns if m.duration_ns > 0 else m.wall_ns
+                    for m in messages)] if messages else []
         ends += [ev.end_ns for ev in self.trace.events[-1:]]
         if self.trace.stats is not None:
             ends.append(self.trace.stats.time_ns)

@@ -49,7 +49,7 @@ from pptrace.analyze import waits as waiting
 from pptrace.analyze.broadcasts import check_broadcasts
 from pptrace.analyze.holes import Holes
 from pptrace.analyze.message_payload import differences
-from pptrace.analyze.message_sides import Carried, Pair, Side, carried_by, cut_at_start
+from pptrace.analyze.message_sides import Carried, Pair, Side, carried_by, sort_out
 from pptrace.analyze.rules import listed, rank_id, who
 from pptrace.analyze.slices import tp_slices
 from pptrace.analyze.summary import Raw
@@ -94,25 +94,13 @@ class _Check:
         self.quiet: list[Side] = []
         self.sides_by_index: dict[int, Side] = {}
         for i, proc in enumerate(trace.processes):
-            side = Side(i, proc, runs[i], prefixes[i])
+            side = sort_out(i, proc, runs[i], prefixes[i])
             if not proc.messages:
                 self.quiet.append(side)
                 # It kept no message while segments were deleted: judged as a cut end is.
-                if proc.stats is not None and (proc.stats.rotated_segments
-                                               or proc.stats.overwritten):
-                    side.cut = True
+                if side.cut:
                     self.by_rank.setdefault((side.run, rank_id(proc.rank)), side)
                 continue
-            for m in proc.messages:
-                if m.op is SEND:
-                    (side.bsends if m.group else side.sends).append(m)
-                elif m.phase == "begin":
-                    (side.bbegins if m.group else side.begins)[m.seq] = m
-                else:
-                    (side.bends if m.group else side.ends).append(m)
-            for calls in (side.sends, side.ends, side.bsends, side.bends):
-                calls.sort(key=lambda m: m.seq)
-            side.cut = cut_at_start(proc)
             self.sides.append(side)
             self.sides_by_index[i] = side
             self.by_rank.setdefault((side.run, rank_id(proc.rank)), side)
@@ -215,13 +203,14 @@ class _Check:
         sends: dict[_Key, list[tuple[Side, MessageEvent]]] = defaultdict(list)
         recvs: dict[_Key, list[tuple[Side, MessageEvent]]] = defaultdict(list)
         for side in self.sides:
-            me = rank_id(side.rank)
+            run, me = side.run, rank_id(side.rank)
+            # (``m.ok`` read as its field: a property call per message of a long run)
             for m in side.sends:
-                if m.ok and m.peer >= 0:
-                    sends[(side.run, me, m.peer, m.kind)].append((side, m))
+                if m.error_type is None and m.peer >= 0:
+                    sends[(run, me, m.peer, m.kind)].append((side, m))
             for m in side.ends:
-                if m.ok and not m.from_stash and m.peer >= 0:
-                    recvs[(side.run, m.peer, me, m.kind)].append((side, m))
+                if m.error_type is None and not m.from_stash and m.peer >= 0:
+                    recvs[(run, m.peer, me, m.kind)].append((side, m))
         cut: set[tuple[str, int, int]] = set()
         for key in sorted(set(sends) | set(recvs)):
             run, src, dst, _ = key
@@ -270,7 +259,8 @@ class _Check:
         if m.carries_attach is not None:
             self.carried[(s.index, m.carries_attach)] = (
                 f"{m.kind or 'untyped'} message #{m.seq} {self.channel(s, m)}")
-        self.compare(s, m, r, e)
+        if m.keys != e.keys or m.tensors != e.tensors or m.gather_size != e.gather_size:
+            self.compare(s, m, r, e)  # (most pairs agree: no call for those)
 
     def unmatched(self, r: Side, e: MessageEvent, s: Side | None = None) -> None:
         note = across.unflushed(self.holes, s, r, e, self.uncertainty)  # sent after its last flush?
@@ -352,10 +342,16 @@ class _Check:
         for (index, _), sends in channels.items():
             usual: dict[str, frozenset[str]] = {}
             for kind in {m.kind for m in sends}:
-                counts = Counter(frozenset(m.keys) for m in sends if m.kind == kind)
+                # Counted by keys tuple first (a shape's messages share one), then by set: the
+                # same counts, each set first met where its first message is.
+                counts: Counter[frozenset[str]] = Counter()
+                for names, n in Counter(m.keys for m in sends if m.kind == kind).items():
+                    counts[frozenset(names)] += n
                 keys, n = counts.most_common(1)[0]
                 if n > 1:
                     usual[kind] = keys
+            if len(usual) < 2:
+                continue  # a message carries another kind's keys only where two kinds have some
             owner = {keys: kind for kind, keys in usual.items()}
             for m in sends:
                 keys = frozenset(m.keys)
@@ -411,9 +407,7 @@ class _Check:
                  messages=[MessageId.of(side.index, e)])
 
     def compare(self, s: Side, m: MessageEvent, r: Side, e: MessageEvent) -> None:
-        """What differs between one send and the receive it paired with."""
-        if m.keys == e.keys and m.tensors == e.tensors and m.gather_size == e.gather_size:
-            return
+        """What differs between one send and the receive it paired with (they differ)."""
         pair = Pair(s, m, r, e, self.channel(s, m))
         for kind, message, subject in differences(pair):
             cause = self.slices.get((s.index, m.seq)) if kind is K.MSG_CONTENT_MISMATCH else None

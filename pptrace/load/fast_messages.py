@@ -21,7 +21,7 @@ import json
 import re
 from array import array
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from pptrace.load import fingerprints
 from pptrace.load import messages as load_messages
@@ -54,16 +54,48 @@ _ONCE = (b'"spanId"', b'"name"', b'"startTimeUnixNano"', b'"endTimeUnixNano"',
          b'"attributes"') + tuple(('"' + k + '"').encode() for k in (
              M.SEQ, M.WALL_NS, M.MONO_NS, M.DURATION_NS, M.OP, M.PHASE))
 _FIELDS = MessageEvent._fields
-_F_SEQ, _F_WALL, _F_MONO, _F_DUR, _F_TENSORS = (_FIELDS.index(f) for f in (
-    "seq", "wall_ns", "mono_ns", "duration_ns", "tensors"))
+_F_SEQ, _F_DUR = _FIELDS.index("seq"), _FIELDS.index("duration_ns")
 _FINGERPRINTS = fingerprints.marker(M.T_FINGERPRINTS)
 _FINGERPRINTS_JOINED = fingerprints.joined_marker(M.T_FINGERPRINTS)  # schema version 3
 _MAX_SHAPES = 50_000
 _new = tuple.__new__
 
+# The numbers a span gives are four fields in a row, so an event is (its template's fields
+# before them, the numbers, its template's fields after them): one tuple built per event.
+if _FIELDS[_F_SEQ:_F_DUR + 1] != ("seq", "wall_ns", "mono_ns", "duration_ns"):
+    raise ImportError("MessageEvent's seq, wall_ns, mono_ns and duration_ns must be adjacent")
+_RECV, _BEGIN = M.MessageOp.RECV, "begin"
+
 # (rank, template event, compact: version 2 rebuilds the wall clock and duration from the times,
-# with_begin: the span stands for its receive's begin too)
-_Shape = tuple[RankInfo, MessageEvent, bool, bool]
+# with_begin: the span stands for its receive's begin too, the template's ``Parts``)
+_Shape = tuple[RankInfo, MessageEvent, bool, bool, "Parts"]
+
+
+class Parts(NamedTuple):
+    """What a shape's events share, taken apart once per shape: an event is the template's
+    ``head`` fields, its four numbers, the template's ``tail``; its begin (when the span stands
+    for one) is op and phase, seq, wall and monotonic clock, -1, ``begin_tail``."""
+
+    head: tuple[Any, ...]
+    tail: tuple[Any, ...]
+    begin_tail: tuple[Any, ...] | None
+
+    @classmethod
+    def of(cls, template: MessageEvent, with_begin: bool) -> Parts:
+        """The parts of ``template`` (and of its begin, ``model.messages.begin_of``)."""
+        begin = M.begin_of(template)[_F_DUR + 1:] if with_begin else None
+        return cls(template[:_F_SEQ], template[_F_DUR + 1:], begin)
+
+    def events(self, seq: int, wall: int, mono: int, duration: int
+               ) -> tuple[MessageEvent, ...]:
+        """The events of one span of this shape: its begin first, when it stands for one."""
+        event: MessageEvent = _new(MessageEvent, (*self.head, seq, wall, mono, duration,
+                                                  *self.tail))
+        if self.begin_tail is None:
+            return (event,)
+        begin: MessageEvent = _new(MessageEvent, (_RECV, _BEGIN, seq, wall, mono, -1,
+                                                  *self.begin_tail))
+        return begin, event
 
 
 def _number(v: bytes) -> bool:
@@ -134,6 +166,7 @@ class MessageShapes:
         # (resource number, shape text) -> index into ``templates`` (None: not cacheable)
         self.shapes: dict[tuple[int, bytes], int] = {}
         self.templates: list[_Shape | None] = []
+        self.ranks: dict[RankInfo, RankInfo] = {}  # each process's one rank object
         self.rows: array[int] | None = None
         self.prints: list[list[Any]] = []  # [row number, its fingerprints] per fingerprinted row
         self.decodes = 0  # spans decoded the ordinary way (one per shape, and what is not cut)
@@ -164,10 +197,7 @@ class MessageShapes:
                 return True
             except OverflowError:  # beyond int64: as events
                 pass
-        event = _rebuild(shape, v, fps, self.shared)
-        if shape[3]:
-            return shape[0], M.begin_of(event), event
-        return shape[0], event
+        return (shape[0], *_rebuild(shape, v, fps, self.shared))
 
     def _parse(self, chunk: bytes) -> dict[str, Any] | None:
         self.decodes += 1
@@ -196,10 +226,12 @@ class MessageShapes:
         except (BadShape, BadMessageSpan, RecursionError, KeyError, TypeError):
             return span  # the ordinary path reports it
         compact = M.OP not in attrs and compact_against(resource) is not None
-        ev = events[-1]
-        shape = (rank, ev, compact, len(events) == 2)
+        ev, with_begin = events[-1], len(events) == 2
+        # One rank object per process, so the builder sees its last process again by identity.
+        rank = self.ranks.setdefault(rank, rank)
+        shape = (rank, ev, compact, with_begin, Parts.of(ev, with_begin))
         try:
-            same = _rebuild(shape, v, fps) == ev
+            same = _rebuild(shape, v, fps) == tuple(events)
         except ValueError:  # not one fingerprint per value
             same = False
         if same:
@@ -210,7 +242,7 @@ class MessageShapes:
 def _numbers(shape: _Shape, v: list[bytes | None]) -> tuple[int, int, int, int]:
     """(seq, wall clock, monotonic clock, duration) of one span of ``shape``, as
     ``from_attributes`` derives them."""
-    _, t, compact, _ = shape
+    t, compact = shape[1], shape[2]
     start = int(v[_START])  # type: ignore[arg-type]
     wall, mono, dur = v[_WALL], v[_MONO], v[_DUR]
     if dur is not None:
@@ -224,16 +256,14 @@ def _numbers(shape: _Shape, v: list[bytes | None]) -> tuple[int, int, int, int]:
 
 
 def _rebuild(shape: _Shape, v: list[bytes | None], fps: list[str] | None,
-             shared: dict[Any, Any] | None = None) -> MessageEvent:
-    """The template with the numbers (and fingerprints) of one span, as ``from_attributes``
-    derives them."""
-    t = shape[1]
-    values = list(t)
-    values[_F_SEQ], values[_F_WALL], values[_F_MONO], values[_F_DUR] = _numbers(shape, v)
-    if fps is not None:
-        values[_F_TENSORS] = fingerprints.put_back(t.tensors, fps, shared)
-    event: MessageEvent = _new(MessageEvent, values)
-    return event
+             shared: dict[Any, Any] | None = None) -> tuple[MessageEvent, ...]:
+    """The events of one span (its receive's begin first, where it stands for one): the
+    template with the span's numbers (and fingerprints), as ``from_attributes`` derives them."""
+    events = shape[4].events(*_numbers(shape, v))
+    if fps is None:
+        return events
+    *begin, event = events  # (a begin carries no tensors)
+    return (*begin, event._replace(tensors=fingerprints.put_back(event.tensors, fps, shared)))
 
 
 def rebuild_rows(templates: Sequence[tuple[MessageEvent, bool] | None], rows: Sequence[int],
@@ -242,17 +272,15 @@ def rebuild_rows(templates: Sequence[tuple[MessageEvent, bool] | None], rows: Se
     """The events ``MessageShapes`` rows stand for, one tuple per row (a receive's begin before
     its end where the span stood for both); ``templates``: per shape index, its template and
     whether it stands for its begin too. ValueError, IndexError or TypeError when malformed."""
+    parts = [None if t is None else Parts.of(*t) for t in templates]  # once per shape
     out: list[tuple[MessageEvent, ...]] = []
-    new, begin_of = _new, M.begin_of
+    append = out.append
     it = iter(rows)
     for i, seq, wall, mono, dur in zip(it, it, it, it, it, strict=True):
-        shape = templates[i]
+        shape = parts[i]
         if shape is None:
             raise ValueError("a row names a message shape that was not cached")
-        values = list(shape[0])
-        values[_F_SEQ], values[_F_WALL], values[_F_MONO], values[_F_DUR] = seq, wall, mono, dur
-        event: MessageEvent = new(MessageEvent, values)
-        out.append((begin_of(event), event) if shape[1] else (event,))
+        append(shape.events(seq, wall, mono, dur))
     for row, fps in prints:
         *before, event = out[row]
         out[row] = (*before, event._replace(

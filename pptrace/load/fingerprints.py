@@ -34,6 +34,7 @@ _ONE = re.compile(_VALUE)
 _END = b"]}}}"
 _new = tuple.__new__
 _AT = TensorMeta._fields.index("fingerprint")
+_EITHER: dict[tuple[bytes, bytes], bytes] = {}  # (array marker, joined marker) -> their start
 
 
 def marker(key: str) -> bytes:
@@ -51,6 +52,16 @@ def cut(text: bytes, mark: bytes, joined: bytes | None = None
     """(``text`` without the strings of the array ``mark`` opens, or of the joined string
     ``joined`` opens, those strings); the text as it is and None when it has neither, or one
     that is not plainly a list of strings, or more than one value under the key."""
+    if joined is not None:
+        # Both open with the attribute's key: one pass over a span without any (most spans)
+        # rather than one per marker.
+        either = _EITHER.get((mark, joined))
+        if either is None:
+            n = next((i for i, (x, y) in enumerate(zip(mark, joined, strict=False)) if x != y),
+                     min(len(mark), len(joined)))
+            either = _EITHER[(mark, joined)] = mark[:n]
+        if text.find(either) < 0:
+            return text, None
     at = text.find(mark)
     if at < 0:
         return (text, None) if joined is None else _cut_joined(text, joined)

@@ -38,7 +38,6 @@ The parts: ``files`` (which files, each file's format), ``builder`` (spans into 
 
 from __future__ import annotations
 
-import gc
 import os
 from collections.abc import Iterable, Sequence
 
@@ -47,6 +46,7 @@ from pptrace.load.builder import TraceBuilder
 from pptrace.load.files import TRACE_SUFFIXES, error_detail, expand_paths, read_files
 from pptrace.load.segments import is_segment, missing_segments, order_segments
 from pptrace.model.errors import SchemaVersionError, TraceInputError
+from pptrace.model.heap import bulk
 from pptrace.model.progress import Progress
 from pptrace.model.trace import InputProblem, Trace
 
@@ -63,13 +63,8 @@ def load_paths(paths: Iterable[str], progress: Progress | None = None, *,
     """
     # Loading allocates millions of objects and no reference cycles: without this, the
     # collector re-scans the growing heap over and over (a third of the time at 1M events).
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with bulk():
         return _load(paths, progress, allow_empty)
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _gone(path: str) -> bool:

@@ -25,6 +25,7 @@ import struct
 import subprocess
 import sys
 from array import array
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, fields
 from typing import IO, Any
@@ -429,19 +430,22 @@ def take(builder: TraceBuilder, result: dict[str, Any], rows: bytes
     at = result.get("message_rows_at", len(packed) // _ROW) * _ROW
     templates = [None if s is None else (from_json(s[1]), bool(s[2]))
                  for s in result.get("message_shapes", ())]
-    msg_ranks = [None if s is None else RankInfo(**s[0])
-                 for s in result.get("message_shapes", ())]
-    msg_rows = packed[at:]
+    # Each shape's process and its list, found once per shape (not hashed once per row).
     by_rank: dict[RankInfo, list[MessageEvent]] = {}
-    spans: dict[RankInfo, int] = {}
+    buckets = [None if s is None else by_rank.setdefault(RankInfo(**s[0]), [])
+               for s in result.get("message_shapes", ())]
+    msg_rows = packed[at:]
     made_rows = rebuild_rows(templates, msg_rows, result.get("message_prints", ()),
                              builder.fast.shared)
-    for shape, made in zip(msg_rows[::_ROW], made_rows, strict=True):
-        rank = msg_ranks[shape]
-        if rank is None:  # (rebuild_rows raises first)
+    shape_of = msg_rows[::_ROW]
+    for shape, made in zip(shape_of, made_rows, strict=True):
+        bucket = buckets[shape]
+        if bucket is None:  # (rebuild_rows raises first)
             raise ValueError("a row names a message shape that was not cached")
-        by_rank.setdefault(rank, []).extend(made)
-        spans[rank] = spans.get(rank, 0) + 1
+        bucket.extend(made)
+    spans = {id(bucket): 0 for bucket in by_rank.values()}
+    for shape, n in Counter(shape_of).items():
+        spans[id(buckets[shape])] += n
     del packed[at:]
     it = iter(packed)
     first = len(events)
@@ -479,7 +483,8 @@ def take(builder: TraceBuilder, result: dict[str, Any], rows: bytes
         for m in ms:
             builder.add_message(rank, m)
     for rank, ms in by_rank.items():
-        builder.add_messages(rank, ms, spans[rank])
+        if ms:  # (a shape that no row names: its one span was read the ordinary way)
+            builder.add_messages(rank, ms, spans[id(ms)])
     builder.problems.extend(problems)
     return errors, fatal_error
 

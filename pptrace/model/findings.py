@@ -199,7 +199,9 @@ class MessageId(NamedTuple):
     @classmethod
     def of(cls, process: int, event: MessageEvent) -> MessageId:
         """The reference to ``event`` of process ``process``."""
-        return cls(process, event.op, event.seq, event.group != ())
+        # (tuple.__new__ in C: a NamedTuple's own __new__ is a Python function, and the
+        # analyzer makes one of these per message of a long run)
+        return tuple.__new__(cls, (process, event.op, event.seq, event.group != ()))
 
 
 @dataclass(frozen=True, slots=True)

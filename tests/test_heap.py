@@ -1,0 +1,115 @@
+"""The collector is held off while a trace or an analysis is made, and always put back.
+
+``pptrace.model.heap.bulk`` disables the cyclic collector for its body and, at the end, moves
+what is tracked into the oldest generation without a pass; it never leaves anything frozen,
+never thaws a caller's frozen objects, and puts the collector back even when the body raises.
+``load_paths`` and ``analysis`` run inside it; an analysis holds no reference cycle, so
+dropping it frees it without the collector.
+"""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import pptrace.analyze.analyzer as analyzer
+import pptrace.load.loader as loader
+from pptrace.model.heap import bulk
+from tests.helpers_analyze import Run, mt
+
+
+@pytest.fixture(autouse=True)
+def _collector() -> Iterator[None]:
+    """Each test starts with the collector on and nothing frozen, and leaves it so."""
+    gc.enable()
+    yield
+    gc.unfreeze()
+    gc.enable()
+
+
+class _Node:
+    def __init__(self) -> None:
+        self.me = self  # a reference cycle: only the collector frees it
+
+
+def test_the_collector_is_off_inside_and_back_on_after_a_raise() -> None:
+    seen = []
+    with pytest.raises(RuntimeError), bulk():
+        seen.append(gc.isenabled())
+        raise RuntimeError("boom")
+    assert seen == [False] and gc.isenabled()
+
+
+def test_a_caller_that_turned_it_off_keeps_it_off() -> None:
+    gc.disable()
+    with bulk():
+        pass
+    assert not gc.isenabled()
+
+
+def test_what_was_made_inside_goes_to_the_oldest_generation_and_nothing_stays_frozen() -> None:
+    with bulk():
+        made = [[i] for i in range(1000)]  # (lists are always tracked)
+    assert gc.get_freeze_count() == 0
+    oldest = {id(o) for o in gc.get_objects(generation=2)}
+    assert all(id(d) in oldest for d in made)
+
+
+def test_cyclic_garbage_made_inside_is_still_collected() -> None:
+    with bulk():
+        ref = weakref.ref(_Node())
+    assert ref() is not None  # held off: nothing collected it
+    gc.collect()
+    assert ref() is None
+
+
+def test_a_callers_frozen_objects_stay_frozen() -> None:
+    kept = [{"n": i} for i in range(100)]
+    gc.freeze()
+    frozen = gc.get_freeze_count()
+    with bulk():
+        made = [{"n": i} for i in range(100)]
+    assert gc.get_freeze_count() == frozen > 0
+    assert kept and made
+
+
+@pytest.mark.parametrize("where", ["load", "analyze"])
+def test_loading_and_analysing_put_the_collector_back_when_they_raise(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, where: str) -> None:
+    seen = []
+
+    def fail(*_: object) -> None:
+        seen.append(gc.isenabled())
+        raise RuntimeError("boom")
+
+    if where == "load":
+        monkeypatch.setattr(loader, "_load", fail)
+        call = lambda: loader.load_paths([str(tmp_path)])  # noqa: E731
+    else:
+        monkeypatch.setattr(analyzer, "_analysis", fail)
+        call = lambda: analyzer.analysis(Run(pp_size=2).trace())  # noqa: E731
+    with pytest.raises(RuntimeError):
+        call()
+    assert seen == [False] and gc.isenabled() and gc.get_freeze_count() == 0
+
+
+def test_an_analysis_is_freed_when_dropped_without_the_collector() -> None:
+    run = Run(pp_size=2)
+    for k in range(3):
+        run.message("proxy", [mt("hidden_states", (8, 16))], frm=0, to=1)
+        run.message("output", [mt("next_token_ids", (8,), "int64")], frm=1, to=0, carries=k)
+    trace = run.trace()
+    analyzer.analysis(trace)  # (first use: whatever is cached stays)
+    gc.collect()
+    gc.disable()
+    try:
+        result = analyzer.analysis(trace)
+        assert result.message_pairs  # the pairs a cycle would keep alive
+        del result
+        assert gc.collect() == 0  # nothing was left for the collector to find
+    finally:
+        gc.enable()
