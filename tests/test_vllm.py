@@ -58,8 +58,9 @@ def run_pipeline(tmp_path: Path, scenario: str, fingerprint: bool) -> list[str]:
             for p in receivers:
                 assert p.exitcode is None, "a receiver returned from a receive never sent"
                 os.kill(p.pid, signal.SIGTERM)
-            for p in receivers:
-                p.join(120)
+            # A receiver blocked inside gloo's receive runs its SIGTERM handler only once the
+            # receive returns, which it does when the senders exit and close the connections:
+            # released at once (waiting for the receivers first cost a 120 s join timeout).
         # The senders stay alive until released (see helpers_vllm.rank_main): released here in
         # every scenario, not left to their own 120 s wait racing this join's.
         release.set()
