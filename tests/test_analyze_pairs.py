@@ -8,13 +8,24 @@ from pptrace.analyze.analyzer import analysis
 from pptrace.analyze.pairing import Alignment, align
 from pptrace.analyze.pairs import PairBook, PairRun
 from pptrace.model.findings import FindingKind
-from pptrace.model.records import Direction
+from pptrace.model.records import Direction, Event
 from tests.helpers_analyze import Run, meta
 
 
 def _process(trace, pp: int, tp: int = 0) -> int:  # type: ignore[no-untyped-def]
     return next(i for i, p in enumerate(trace.processes)
                 if p.rank.pp_rank == pp and p.rank.tp_rank == tp)
+
+
+def _ends_with_a_lost_extract(steps: int) -> tuple[list[Event], list[Event]]:
+    """A healthy channel of ``steps`` pairs: its attaches, and its extracts but the fourth (the
+    recorder lost extract 3: a gap in the seqs from attach 3 on)."""
+    run = Run(pp_size=2)
+    for _ in range(steps):
+        run.step([meta("scores")])
+    trace = run.trace()
+    extracts = list(trace.processes[_process(trace, 0)].events)
+    return list(trace.processes[_process(trace, 1)].events), extracts[:3] + extracts[4:]
 
 
 def test_a_healthy_channel_is_one_run_per_tp_rank() -> None:
@@ -47,14 +58,8 @@ def test_a_skipped_send_splits_the_run_and_leaves_its_attach_unpaired() -> None:
 
 
 def test_the_book_keeps_what_align_paired_as_runs_of_seqs() -> None:
-    run = Run(pp_size=2)
-    for _ in range(6):
-        run.step([meta("scores")])
-    trace = run.trace()
-    attaches = [e for e in trace.processes[_process(trace, 1)].events]
-    extracts = [e for e in trace.processes[_process(trace, 0)].events]
     # A gap in the seqs inside one run of the walk (the recorder lost extract 3): two runs.
-    kept = extracts[:3] + extracts[4:]
+    attaches, kept = _ends_with_a_lost_extract(6)
     found = align(attaches[:5], kept)
     book = PairBook()
     book.add(7, 9, attaches[:5], kept, found, found.orphans, found.unmatched, broadcast=True)
@@ -68,13 +73,7 @@ def test_the_book_keeps_what_align_paired_as_runs_of_seqs() -> None:
 
 
 def test_the_book_splits_a_run_where_the_verdict_changes() -> None:
-    run = Run(pp_size=2)
-    for _ in range(8):
-        run.step([meta("scores")])
-    trace = run.trace()
-    attaches = [e for e in trace.processes[_process(trace, 1)].events]
-    extracts = [e for e in trace.processes[_process(trace, 0)].events]
-    kept = extracts[:3] + extracts[4:]  # extract 3 lost: a gap in the seqs from attach 3 on
+    attaches, kept = _ends_with_a_lost_extract(8)
     found = Alignment(runs=((0, 0, 7),), unshared=(), orphans=(), unmatched=())  # one walk run
     book = PairBook()
     # Pairs 1 and 2 differ (a stretch), and pair 4, after the gap (attach 4 with extract 5).
