@@ -16,8 +16,9 @@ What it checks (see ``pptrace.model.findings.FindingKind`` for the list):
 - namespace hygiene: prefixed keys the attach did not write, names equal to engine keys, empty
   names, names carrying the prefix; prefixed keys left after an extract; extracts off stage 0;
   stage 0 without a PP-capable observer;
-- the PP message layer (``pptrace.analyze.messages``): each send with its receive, TP slices,
-  kinds, stashes, and the waits a hang leaves; a payload finding names its output message;
+- the PP message layer (``pptrace.analyze.messages``): each send with its receive (the same
+  pairing walk), TP slices, kinds, stashes, the waits a hang leaves; a payload finding names
+  its output message;
 - recorder losses and a missing final stats span, which lower the severity of absence findings
   on the channels they touch (another sink's losses do not: the trace still has those events);
   a cut window (rotated away, a flight ring) is an info finding and weakens nothing.
@@ -29,11 +30,10 @@ Findings become one per distinct problem, each consequence after its cause, in
     result = analysis(trace)      # result.findings; result.channels and .pairs they were judged on
     result.trace, result.clocks   # the trace on one clock, and the offsets applied to it
 
-A trace may hold millions of events, so the work per event is small and linear: one pass per
-process (``pptrace.analyze.scan``) feeds the per-process checks; a shape's checks run once per
-distinct shape; a pair whose ends share one tensors tuple (the loader shares equal ones) is not
-compared, healthy pairs are kept as runs (``pairing.align``); equal unshared tuples take the
-slower path to the same findings.
+Work per event is small and linear (a trace may hold millions): one pass per process
+(``pptrace.analyze.scan``) feeds the per-process checks; a shape's checks run once per shape; a
+pair whose ends share one tensors tuple (the loader shares equal ones) is not compared, healthy
+pairs are kept as runs (``pairing.align``), equal unshared tuples take a slower path.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from pptrace.analyze.channels import Channel, Member, Roles, plan
 from pptrace.analyze.first_clocks import ChannelCalls, channel_clocks, message_clocks
 from pptrace.analyze.holes import Holes, find_holes
 from pptrace.analyze.losses import Accounts
-from pptrace.analyze.messages import carried_by, check_messages
+from pptrace.analyze.messages import Paired, carried_by, check_messages
 from pptrace.analyze.pairing import Alignment, align
 from pptrace.analyze.pairs import PairBook
 from pptrace.analyze.payload import same
@@ -109,8 +109,9 @@ class _Proc:
 
 class _Analysis:
     def __init__(self, trace: Trace, clocks: Clocks | None = None, *,
-                 holes: Sequence[Holes] | None = None) -> None:
+                 holes: Sequence[Holes] | None = None, paired: Paired | None = None) -> None:
         self.trace, self.clocks = trace, clocks  # clocks: which processes share one
+        self.paired = paired  # the message channels' alignments, if the clocks' pass made them
         self.procs = [_Proc(i, p) for i, p in enumerate(trace.processes)]
         self.raws: list[Raw] = []
         self.message_pairs: dict[MessageId, MessageId] = {}
@@ -282,10 +283,8 @@ class _Analysis:
         clocks = self.clocks
         result = align(attaches, extracts, clocks is None or clocks.shared(s.index, r.index))
         differing = self.compare(s, r, attaches, extracts, result.unshared, name)
-        orphans: Sequence[int] = result.orphans
-        unmatched: Sequence[int] = result.unmatched
-        if start:
-            orphans, unmatched = self.cut(s, r, name, start, result, attaches, extracts)
+        orphans, unmatched = (self.cut(s, r, name, start, result, attaches, extracts) if start
+                              else (result.orphans, result.unmatched))
         self.book.add(s.index, r.index, attaches, extracts, result, orphans, unmatched,
                       ch.broadcast, differing)
         for ia in orphans:
@@ -449,7 +448,7 @@ class _Analysis:
             self.link_tp_causes()
         verdict = check_messages(self.trace, self.raws, self.run_ids, self.run_prefix,
                                  self.complete, self.holes,
-                                 (self.clocks or Clocks(())).uncertainty_ns)
+                                 (self.clocks or Clocks(())).uncertainty_ns, self.paired)
         carried_by(self.raws, verdict.carried)
         link_peer_errors(self.raws)
         self.message_pairs = verdict.pairs
@@ -478,17 +477,18 @@ def analysis(trace: Trace, *, align: bool = True) -> Analysis:
 
 
 def _analysis(trace: Trace, align: bool) -> Analysis:
-    clocks, work = None, None
-    # Holes are read from counts and seqs, never times: the shift leaves them as they are.
+    clocks, work, paired = None, None, Paired()
+    # Holes (and the message channels' alignments) come from counts, seqs and order, never
+    # times: the shift leaves them as they are.
     holes = find_holes(trace)
     if align:  # Pairs by order alone give the clocks first (pptrace.analyze.first_clocks).
-        clocks = message_clocks(trace, join_runs(trace.processes).job_of, holes)
+        clocks = message_clocks(trace, join_runs(trace.processes).job_of, holes, paired)
         if clocks is None:
             work = _Analysis(trace, holes=holes)
             clocks = channel_clocks(trace, work.calls())
         if any(clocks.offsets):
             trace, work = shifted(trace, clocks), None
-    work = work or _Analysis(trace, holes=holes)
+    work = work or _Analysis(trace, holes=holes, paired=paired)
     work.clocks = clocks
     findings = work.run()
     return Analysis(tuple(findings), tuple(work.plan), work.message_pairs, work.book.pairs(),

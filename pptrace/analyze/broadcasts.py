@@ -105,13 +105,14 @@ def check_broadcasts(chk: Check) -> dict[MessageId, tuple[MessageId, ...]]:
                         chk.unaligned.setdefault(end.index, why)
                 chk.hole = ""
                 continue
-            for (side, m), (rside, e) in zip(out, got, strict=False):
+            matched, left, extra, _ = across.pair_channel(out, got)
+            for (side, m), (rside, e) in matched:
                 reached[MessageId.of(side.index, m)].append(MessageId.of(rside.index, e))
                 _compare(chk, side, m, rside, e)
-            if len(out) > len(got) and (r is not None or (run, member) in chk.ranks):
-                _never_received(chk, out[len(got):], r, member)
-            if len(got) > len(out) and (run, src) in chk.ranks:
-                for rside, e in got[len(out):]:
+            if left and (r is not None or (run, member) in chk.ranks):
+                _never_received(chk, left, r, member)
+            if extra and (run, src) in chk.ranks:
+                for rside, e in extra:
                     chk.unmatched(rside, e, s)
             chk.hole = ""
     return {send: tuple(got) for send, got in reached.items()}
@@ -130,28 +131,14 @@ def _by_seq(chk: Check, s: Side, r: Side, group: tuple[int, ...],
             m.group == group for m in r.bsends):
         return (f"rank {dst} receives broadcasts from more than one source or group: where the "
                 "channel starts in its broadcast seqs cannot be told")
-    got = {e.seq: e for e in r.bends if e.ok}
-    out = {m.seq for m in s.bsends}
-    # As for a cut point-to-point channel (messages.aligned): absences are judged where each
-    # end's kept seqs run without a gap to its last one; an end that kept none of its calls
-    # has no window to judge the other end's calls against.
-    kept = {e.seq for e in r.bends} | set(r.bbegins)
-    first_recv = None if not kept and r.cut else across.unbroken(kept)
-    first_send = None if not out and s.cut else across.unbroken(out)
-    left: _Calls = []
-    for m in s.bsends:
-        e = got.get(m.seq)
-        if e is not None and m.ok:
-            reached[MessageId.of(s.index, m)].append(MessageId.of(r.index, e))
-            _compare(chk, s, m, r, e)
-        elif (e is None and m.ok and first_recv is not None and m.seq >= first_recv
-              and m.seq not in r.bbegins):
-            left.append((s, m))
+    pairs, left, extra = across.by_seq(s, r, s.bsends, r.bends, r.bbegins, same_kind=False)
+    for m, e in pairs:
+        reached[MessageId.of(s.index, m)].append(MessageId.of(r.index, e))
+        _compare(chk, s, m, r, e)
     if left:
-        _never_received(chk, left, r, dst)
-    for seq, e in got.items():
-        if seq not in out and first_send is not None and seq >= first_send:
-            chk.unmatched(r, e, s)
+        _never_received(chk, [(s, m) for m in left], r, dst)
+    for e in extra:
+        chk.unmatched(r, e, s)
     return ""
 
 

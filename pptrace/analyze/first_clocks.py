@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 from pptrace.analyze.aligned import Clocks, clocks_from
 from pptrace.analyze.clocks import Before
 from pptrace.analyze.holes import Holes
-from pptrace.analyze.messages import message_pairs
+from pptrace.analyze.messages import Paired, message_pairs
 from pptrace.analyze.pairing import Alignment, align
 from pptrace.model.records import Event
 from pptrace.model.trace import Trace
@@ -36,10 +36,11 @@ __all__ = ["ChannelCalls", "channel_clocks", "message_clocks"]
 ChannelCalls = tuple[int, int, Sequence[Event], Sequence[Event]]
 
 
-def message_clocks(trace: Trace, runs: Sequence[str], holes: Sequence[Holes]) -> Clocks | None:
+def message_clocks(trace: Trace, runs: Sequence[str], holes: Sequence[Holes],
+                   paired: Paired | None = None) -> Clocks | None:
     """The clocks from the message pairs (a send begins before its receive ends); None when
-    no send reached a receive."""
-    matches = message_pairs(trace, runs, holes)
+    no send reached a receive. Each channel's alignment goes into ``paired``."""
+    matches = message_pairs(trace, runs, holes, paired)
     if not matches:
         return None
     # Only the tightest constraint between two processes counts: kept as a weight (a

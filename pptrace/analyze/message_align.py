@@ -1,14 +1,15 @@
-"""The message checks across a hole in a trace: pairing one channel's sends with its receives
-across it, the findings it weakens, a failed receive's retry, a send made after its sender's
-last flush.
+"""Pairing a message channel (point-to-point or one member of a broadcast), and the message
+checks across a hole in a trace: the findings it weakens, a failed receive's retry, a send made
+after its sender's last flush.
 
 In order, the n-th send of a kind on a channel pairs with the n-th receive; a record lost from
-either list (``pptrace.analyze.holes``) shifts every pair after it. Where a channel is known to
-have a hole, ``align_across`` skips the fewest records after which the next send and receive
-agree again (keys, and each key's shape and dtype), so one lost send is one receive with no send,
-not a cascade of false mismatches.
+either list (``pptrace.analyze.holes``) shifts every pair after it. ``pair_channel`` pairs a
+channel with the analyzer's one pairing walk (``pptrace.analyze.pairing.align``, as attaches
+pair with extracts): where the next send and receive disagree (keys, each key's shape and dtype)
+or their seqs leave their step, it skips the records whose skipping best explains what follows,
+so one lost send is one receive with no send, not a cascade of false mismatches.
 
-    pairs, unreceived, unmatched = align_across(sends, receives)
+    pairs, unreceived, unmatched = pair_channel(sends, receives)
     hole = channel_hole(holes, sender, receiver)   # "" when neither end has one
     severity, message = weakened(hole, kind, severity, message)
 
@@ -22,15 +23,13 @@ from collections.abc import Callable, Iterable, Sequence
 from pptrace.analyze.aligned import order
 from pptrace.analyze.holes import Holes
 from pptrace.analyze.message_sides import Side
+from pptrace.analyze.pairing import Alignment, align
 from pptrace.analyze.rules import who
 from pptrace.model.findings import Category, FindingKind, Severity
 from pptrace.model.messages import MessageEvent
 
-__all__ = ["MAX_SKIP", "align_across", "channel_hole", "retry_of", "unbroken", "unflushed",
+__all__ = ["by_seq", "channel_hole", "pair_channel", "retry_of", "unbroken", "unflushed",
            "weakened"]
-
-#: How many records a side may skip to find the partner of a message across a hole.
-MAX_SKIP = 8
 
 
 def retry_of(begins: Iterable[MessageEvent], b: MessageEvent) -> MessageEvent | None:
@@ -42,42 +41,49 @@ def retry_of(begins: Iterable[MessageEvent], b: MessageEvent) -> MessageEvent | 
 _Ends = list[tuple[Side, MessageEvent]]
 
 
-def _shape(m: MessageEvent) -> tuple[object, ...]:
-    """What a send and its receive agree on in a healthy run: keys, and each key's shape."""
-    return (m.keys, tuple((t.key, t.shape, t.dtype, t.is_tensor) for t in m.tensors))
+def pair_channel(out: _Ends, got: _Ends, found: Alignment | None = None
+                 ) -> tuple[list[tuple[tuple[Side, MessageEvent], tuple[Side, MessageEvent]]],
+                            _Ends, _Ends, Alignment]:
+    """Pair a channel's sends with its receives, both in call order: ``pairing.align`` on the
+    messages' shapes (or ``found``, the channel's alignment from an earlier pass over the same
+    calls). Neither time nor seqs hint: a receive may begin before its send, and a process
+    numbers its sends (and its receives) across peers, kinds, failed calls and stashes, so a
+    step between the numbers says nothing of this channel. Return the pairs, the sends left
+    unreceived, the receives left unmatched and the alignment."""
+    if found is None:
+        found = align([m for _, m in out], [e for _, e in got], False, keyed=True,
+                      stepped=False)
+    pairs = [(out[i], got[j]) for i, j in found.pairs()]
+    return pairs, [out[i] for i in found.orphans], [got[j] for j in found.unmatched], found
 
 
-def align_across(out: _Ends, got: _Ends) -> tuple[list[tuple[tuple[Side, MessageEvent],
-                                                     tuple[Side, MessageEvent]]], _Ends, _Ends]:
-    """Pair a channel's sends with its receives across a hole in either list: where the next
-    two differ, skip the fewest records (up to ``MAX_SKIP``, on either side) after which they
-    agree; where no skip helps, pair them (a real difference). Return the pairs, the sends
-    left unreceived and the receives left unmatched."""
-    pairs, left, extra = [], [], []
-    i = j = 0
-    while i < len(out) and j < len(got):
-        a, b = _shape(out[i][1]), _shape(got[j][1])
-        if a != b:
-            skip = _skip(out, got, i, j)
-            if skip is not None:
-                si, sj = skip
-                left += out[i:i + si]
-                extra += got[j:j + sj]
-                i, j = i + si, j + sj
-                continue
-        pairs.append((out[i], got[j]))
-        i, j = i + 1, j + 1
-    return pairs, left + out[i:], extra + got[j:]
-
-
-def _skip(out: _Ends, got: _Ends, i: int, j: int) -> tuple[int, int] | None:
-    """The fewest sends or receives to skip at (i, j) so that the next pair agrees."""
-    for k in range(1, MAX_SKIP + 1):
-        if j + k < len(got) and _shape(got[j + k][1]) == _shape(out[i][1]):
-            return 0, k  # receives whose sends were lost
-        if i + k < len(out) and _shape(out[i + k][1]) == _shape(got[j][1]):
-            return k, 0  # sends whose receives were lost
-    return None
+def by_seq(s: Side, r: Side, sends: Sequence[MessageEvent], ends: Sequence[MessageEvent],
+           begins: Iterable[int], same_kind: bool = True
+           ) -> tuple[list[tuple[MessageEvent, MessageEvent]], list[MessageEvent],
+                      list[MessageEvent]]:
+    """Pair a channel one of whose ends was cut, whose seqs are the channel's own (send #n is
+    receive #n; the caller checked): ``s``'s ``sends`` with ``r``'s ``ends`` (``begins``: the
+    seqs of its receives that began). Absences are judged only where each end's kept seqs run
+    without a gap to its last one (a batch written late can sit in a segment rotated away
+    before older ones), and not at all against an end cut so that it kept none of its calls.
+    Return the pairs, the sends never received and the receives with no send."""
+    got = {e.seq: e for e in ends if e.ok}
+    out = {m.seq for m in sends}
+    begun = set(begins)
+    kept = {e.seq for e in ends} | begun
+    first_recv = None if not kept and r.cut else unbroken(kept)
+    first_send = None if not out and s.cut else unbroken(out)
+    pairs, left = [], []
+    for m in sends:
+        e = got.get(m.seq)
+        if e is not None and m.ok and (not same_kind or e.kind == m.kind):
+            pairs.append((m, e))
+        elif (e is None and m.ok and first_recv is not None and m.seq >= first_recv
+              and m.seq not in begun):
+            left.append(m)
+    extra = [e for seq, e in got.items()
+             if seq not in out and first_send is not None and seq >= first_send]
+    return pairs, left, extra
 
 
 def channel_hole(holes: Sequence[Holes], s: Side | None, r: Side | None) -> str:

@@ -50,6 +50,7 @@ from pptrace.analyze.broadcasts import check_broadcasts
 from pptrace.analyze.holes import Holes
 from pptrace.analyze.message_payload import differences
 from pptrace.analyze.message_sides import Carried, Pair, Side, carried_by, sort_out
+from pptrace.analyze.pairing import Alignment
 from pptrace.analyze.rules import listed, rank_id, who
 from pptrace.analyze.slices import tp_slices
 from pptrace.analyze.summary import Raw
@@ -60,7 +61,8 @@ from pptrace.model.records import PREFIX, RankInfo
 from pptrace.model.text import clip, plural
 from pptrace.model.trace import Trace
 
-__all__ = ["Carried", "Matched", "MessageVerdict", "carried_by", "check_messages", "message_pairs"]
+__all__ = ["Carried", "Matched", "MessageVerdict", "Paired", "carried_by", "check_messages",
+           "message_pairs"]
 
 K = FindingKind
 SEND, RECV = MessageOp.SEND, MessageOp.RECV
@@ -71,6 +73,8 @@ FORWARDED = engines.forwarded_kinds()
 _Key = tuple[str, int, int, str]
 #: A send and the receive it reached, each with its process's side
 Matched = tuple[tuple[Side, MessageEvent], tuple[Side, MessageEvent]]
+#: Each point-to-point channel's alignment, by (run, sender, receiver, kind).
+Paired = dict[_Key, Alignment]
 
 
 class MessageVerdict(NamedTuple):
@@ -85,8 +89,12 @@ class MessageVerdict(NamedTuple):
 class _Check:
     def __init__(self, trace: Trace, raws: list[Raw], runs: Sequence[str],
                  prefixes: Sequence[str], complete: Callable[[int], bool], holes: Sequence[Holes],
-                 uncertainty: waiting.Uncertainty = lambda a, b: 0.0) -> None:
+                 uncertainty: waiting.Uncertainty = lambda a, b: 0.0,
+                 paired: Paired | None = None) -> None:
         self.raws, self.complete, self.holes, self.uncertainty = raws, complete, holes, uncertainty
+        # Each point-to-point channel's alignment: one walk per channel for the clocks' pass
+        # and the judging one (both see the same calls in the same order).
+        self.paired: Paired = {} if paired is None else paired
         self.hole = ""  # why the channel being paired has a hole: its findings are weakened
         self.unaligned: dict[int, str] = {}  # cut process -> why a channel of it is not paired
         self.sides: list[Side] = []
@@ -220,8 +228,8 @@ class _Check:
                 continue
             out, got = sends.get(key, []), recvs.get(key, [])
             self.hole = across.channel_hole(self.holes, s, r)
-            matched, left, extra = across.align_across(out, got) if self.hole else (
-                list(zip(out, got, strict=False)), out[len(got):], got[len(out):])
+            matched, left, extra, self.paired[key] = across.pair_channel(
+                out, got, self.paired.get(key))
             if not self.judge:
                 self.matches += matched
             for (side, m), (rside, e) in matched if self.judge else ():
@@ -283,25 +291,13 @@ class _Check:
             return "more than one peer: where the channel starts in its seqs cannot be told"
         if any(e.stashed or e.from_stash for e in r.ends):
             return f"rank {dst} stashed: its seqs are not the channel's"
-        got = {e.seq: e for e in r.ends if e.ok}
-        out = {m.seq for m in s.sends}
-        # Absences are judged where each end's kept seqs run without a gap to its last one
-        # (a batch written late can sit in a segment rotated away before older ones).
-        # An end cut so that it kept none of its side's calls (every send rotated away, say)
-        # has no window to judge the other end's calls against.
-        kept = {e.seq for e in r.ends} | set(r.begins)
-        first_recv = None if not kept and r.cut else across.unbroken(kept)
-        first_send = None if not out and s.cut else across.unbroken(out)
-        for m in s.sends:
-            e = got.get(m.seq)
-            if e is not None and e.kind == m.kind and m.ok:
-                self.matched(s, m, r, e)
-            elif (e is None and m.ok and first_recv is not None and m.seq >= first_recv
-                  and m.seq not in r.begins):
-                self.never_received([(s, m)], r)
-        for seq, e in got.items():
-            if seq not in out and first_send is not None and seq >= first_send:
-                self.unmatched(r, e, s)
+        pairs, left, extra = across.by_seq(s, r, s.sends, r.ends, r.begins)
+        for m, e in pairs:
+            self.matched(s, m, r, e)
+        for m in left:
+            self.never_received([(s, m)], r)
+        for e in extra:
+            self.unmatched(r, e, s)
         return ""
 
     def hops(self, side: Side) -> None:
@@ -468,26 +464,30 @@ class _Check:
 
 def check_messages(trace: Trace, raws: list[Raw], runs: Sequence[str], prefixes: Sequence[str],
                    complete: Callable[[int], bool], holes: Sequence[Holes],
-                   uncertainty: waiting.Uncertainty = lambda a, b: 0.0) -> MessageVerdict:
+                   uncertainty: waiting.Uncertainty = lambda a, b: 0.0,
+                   paired: Paired | None = None) -> MessageVerdict:
     """Judge the message layer; append its raw findings to ``raws``; return what carried what,
     and which receive each send reached.
 
     ``runs`` and ``prefixes``: each process's run id and channel-name prefix (the run, when
     traces of several runs are analysed together); ``complete(i)``: process i's trace is whole
     (final stats, nothing lost); ``holes``: what each one's is known to lack; ``uncertainty``:
-    how far two processes' times may be off each other (``Clocks.uncertainty_ns``)."""
+    how far two processes' times may be off each other (``Clocks.uncertainty_ns``); ``paired``:
+    the channels' alignments from ``message_pairs`` on the same trace (or its shifted copy)."""
     if not any(p.messages for p in trace.processes):
         return MessageVerdict({}, {})
-    return _Check(trace, raws, runs, prefixes, complete, holes, uncertainty).run()
+    return _Check(trace, raws, runs, prefixes, complete, holes, uncertainty, paired).run()
 
 
 
-def message_pairs(trace: Trace, runs: Sequence[str], holes: Sequence[Holes]) -> list[Matched]:
+def message_pairs(trace: Trace, runs: Sequence[str], holes: Sequence[Holes],
+                  paired: Paired | None = None) -> list[Matched]:
     """Each send with the receive it reached, paired as ``check_messages`` pairs them (by order,
-    across holes, by seq on a cut channel of its own), comparing and judging nothing."""
+    across holes, by seq on a cut channel of its own), comparing and judging nothing; each
+    channel's alignment goes into ``paired``, for ``check_messages`` to pair no channel again."""
     if not any(p.messages for p in trace.processes):
         return []
-    check = _Check(trace, [], runs, [""] * len(runs), lambda _: False, holes)
+    check = _Check(trace, [], runs, [""] * len(runs), lambda _: False, holes, paired=paired)
     check.judge = False
     check.pairs()
     return check.matches
