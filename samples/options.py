@@ -78,6 +78,9 @@ class PipelineOptions:
     trace: bool = True  # False: the engine's bare functions, no pptrace at all
     transport: str = "auto"  # "auto" (SGLang's module if loadable), "sglang" or "pptrace"
     store_path: str = ""  # the FileStore used for rendezvous (set by the launcher)
+    # Seconds between the recorder's background writes: what a kill may lose, and how long a
+    # write may wait for a CPU before what it holds is counted as dropped.
+    flush_interval: float = 0.5
 
     @property
     def pp(self) -> int:

@@ -366,7 +366,8 @@ def run_rank(opts: PipelineOptions, rank: int, progress: Progress) -> RankReport
     # The same PPTRACE_* / OTEL_* variables as an engine under pptrace run (export, mode...);
     # what the demo's own options decide wins.
     cfg = Config.from_env(trace_dir=opts.out_dir, run_id=opts.run_id,
-                          fingerprint=opts.fingerprint, flush_interval=0.5, enabled=opts.trace)
+                          fingerprint=opts.fingerprint, flush_interval=opts.flush_interval,
+                          enabled=opts.trace)
     # OTLP's own losses (a collector down) are counted as OTLP's, in the trace's stats spans.
     recorder = Recorder(cfg, sink_factory=lambda r: build_sink(
         cfg, r, on_drop=lambda n, cause: recorder.exporter_dropped(n, cause),

@@ -231,3 +231,23 @@ def test_binding_reads_the_signature_once() -> None:
     assert bind(varargs).pick((1, 2, 3), {}) == (1, 2)
     assert bind(varargs).pick((1,), {}) is None
     assert bind(len).subject.default is MISSING  # a builtin: positional, no names
+
+
+def test_rewrapping_a_transport_makes_no_new_wrapper_code() -> None:
+    # A transport whose parameters are named otherwise gets the wrapper body's code with its
+    # names, made once per (body, names): pptrace tells its own wrappers by their code, for
+    # every module global it looks at when patching, so a code per wrap (as before) made every
+    # later patch and restore slower with each instrument/uninstrument cycle.
+    from pptrace.record import wrapper
+
+    def put_aux(outputs: dict[str, Any], holder: Any) -> None:
+        return None
+
+    rec = make_recorder(ListSink())
+    first = wrap_attach(put_aux, rec)
+    known = len(wrapper._OWN_CODES)
+    again = [wrap_attach(put_aux, rec) for _ in range(50)]
+    assert len(wrapper._OWN_CODES) == known
+    assert all(w.__code__ is first.__code__ for w in again)
+    assert all(wrapper.is_wrapped(w) for w in [first, *again])
+    assert first.__code__.co_varnames[:2] == ("outputs", "holder")

@@ -74,8 +74,14 @@ F = TypeVar("F", bound=Callable[..., Any])
 # What pptrace made, by identity: the code of its Python wrappers and the type of its C wrapper.
 # Never an attribute: functools.wraps copies a wrapper's attributes onto whoever wraps it next
 # (SGLang's plugin HookRegistry does), and that wrapper is not pptrace's to replace or unwrap.
+# Kept alive here, so that their ids (the sets, for a lookup per module global when patching)
+# stay theirs.
 _OWN_CODES: list[types.CodeType] = []
+_OWN_CODE_IDS: set[int] = set()
 _OWN_TYPES: list[type] = []
+_OWN_TYPE_IDS: set[int] = set()
+#: A body's code with a transport's parameter names, made once per (body, names).
+_RENAMED: dict[tuple[int, tuple[str, str]], types.CodeType] = {}
 _Function = types.FunctionType
 
 _Tensor = torch.Tensor
@@ -172,9 +178,12 @@ def _renamed(body: Any, names: tuple[str, str]) -> Any:
     code = body.__code__
     if code.co_varnames[:2] == names:
         return body
-    renamed = code.replace(co_varnames=names + code.co_varnames[2:])
-    if not any(renamed is c for c in _OWN_CODES):
+    renamed = _RENAMED.get((id(code), names))
+    if renamed is None:  # (the body's code lives as long as the module: its id stays its own)
+        renamed = _RENAMED[(id(code), names)] = code.replace(
+            co_varnames=names + code.co_varnames[2:])
         _OWN_CODES.append(renamed)
+        _OWN_CODE_IDS.add(id(renamed))
     return _Function(renamed, body.__globals__, body.__name__, None, body.__closure__)
 
 
@@ -203,17 +212,17 @@ def _entry(fn: Any, slots: Slots, exact: tuple[str, str] | None, body: Any,
 
 def _own(made: type) -> None:
     """Note the type of a wrapper pptrace made (by identity; once)."""
-    if not any(t is made for t in _OWN_TYPES):
+    if id(made) not in _OWN_TYPE_IDS:
         _OWN_TYPES.append(made)
+        _OWN_TYPE_IDS.add(id(made))
 
 
 def is_wrapped(fn: Any) -> bool:
     """True when ``fn`` is a wrapper pptrace made (someone else's wrapper around one is not)."""
     tp = type(fn)  # type(), not isinstance(): no user __class__ or metaclass code runs here
     if tp is _Function:
-        code = fn.__code__
-        return any(code is c for c in _OWN_CODES)
-    return any(tp is t for t in _OWN_TYPES)
+        return id(fn.__code__) in _OWN_CODE_IDS
+    return id(tp) in _OWN_TYPE_IDS
 
 
 def _inner(wrapper: Any) -> Any:
@@ -458,3 +467,4 @@ _OWN_CODES += [c for maker in (wrap_attach, wrap_extract, _entry)
                if isinstance(c, types.CodeType) and c.co_name in ("pptrace_attach",
                                                                   "pptrace_extract",
                                                                   "pptrace_call")]
+_OWN_CODE_IDS.update(map(id, _OWN_CODES))
