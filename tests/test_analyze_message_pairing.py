@@ -61,7 +61,7 @@ def test_a_real_difference_on_one_message_still_pairs_straight() -> None:
 
 
 def test_a_broadcast_member_s_lost_receive_record_is_one_warning_not_a_cascade() -> None:
-    # Member TP rank 1 lost one receive record to a hole its stats count (dropped=1); the rest
+    # Member TP rank 1 lost one receive (its begin and end) to a hole its stats count; the rest
     # of its receives agree with the source's broadcasts once the walk skips the gap.
     b = Bcast()
     for k in range(8):
@@ -69,7 +69,8 @@ def test_a_broadcast_member_s_lost_receive_record_is_one_warning_not_a_cascade()
     member = b.run.msgs[(1, 1)]
     lost = [m for m in member if m.phase == "end"][3]
     b.run.msgs[(1, 1)] = [m for m in member if m.seq != lost.seq]
-    b.run.set_stats(1, 1, recorded=len(member), exported=len(member) - 2, dropped=2)
+    b.run.set_stats(1, 1, messages_recorded=len(member), messages_exported=len(member) - 2,
+                    messages_dropped=2)
     result = analysis(b.run.trace())
     messages = [f for f in result.findings if f.kind.category.value == "message"]
     assert [(f.kind, f.severity) for f in messages] == [
