@@ -120,3 +120,18 @@ def test_each_message_channel_is_walked_once_per_analysis(monkeypatch) -> None:
     assert result.findings == ()
     assert walked == [4, 4, 4]  # three channels, one walk each
     assert len(result.message_pairs) == 12
+
+
+def test_a_receiver_that_lists_the_keys_in_another_order_is_still_realigned() -> None:
+    # SGLang's send_recv_tensor_dict hands the receiver the non-tensor values first: a healthy
+    # receive may list the sender's keys in another order, which the payload comparison allows.
+    # The walk compares shapes in key order too, so a lost message is still one finding.
+    run = Run(pp_size=2)
+    for k in range(8):
+        sent = [*_out(k), mt("step", (), "int", is_tensor=False)]
+        run.send("output", sent, pp=1, to=0)
+        if k != 3:
+            run.recv("output", sent[::-1], pp=0, frm=1)
+    result = analysis(run.trace())
+    assert [(f.kind, f.messages) for f in result.findings] == [
+        (K.MSG_NEVER_RECEIVED, (MessageId(1, SEND, 3),))]

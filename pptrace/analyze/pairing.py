@@ -46,8 +46,12 @@ def _signature(tensors: tuple[TensorMeta, ...]) -> Signature:
 
 def message_shape(m: Any) -> Hashable:
     """A message's shape: its keys, and each value's key, shape, dtype and whether a tensor
-    (what a send and its receive agree on in a healthy run)."""
-    return (m.keys, tuple((t.key, t.shape, t.dtype, t.is_tensor) for t in m.tensors))
+    (what a send and its receive agree on in a healthy run), in key order: a receiver reads
+    the dict by key, and may list it in another order than its sender (SGLang's
+    ``send_recv_tensor_dict`` hands it the non-tensor values first), as the payload comparison
+    allows."""
+    return (tuple(sorted(m.keys)),
+            tuple(sorted((t.key, t.shape, t.dtype, t.is_tensor) for t in m.tensors)))
 
 
 class _Signatures:
