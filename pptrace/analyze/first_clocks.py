@@ -45,12 +45,22 @@ def message_clocks(trace: Trace, runs: Sequence[str], holes: Sequence[Holes],
         return None
     # Only the tightest constraint between two processes counts: kept as a weight (a
     # constraint object per pair costs more than the pairing).
+    # The matches come channel by channel: the two processes change only between channels.
     tightest: dict[tuple[int, int], int] = {}
+    ends: tuple[object, object] = (None, None)
+    key, best = (-1, -1), None
     for (s, m), (r, e) in matches:
+        if s is not ends[0] or r is not ends[1]:
+            if best is not None:
+                tightest[key] = best
+            ends, key = (s, r), (s.index, r.index)
+            best = tightest.get(key)
         d = e.duration_ns  # (-1 for a begin: it ends where it starts; no max() per pair)
-        key, weight = (s.index, r.index), e.wall_ns + (d if d > 0 else 0) - m.wall_ns
-        if weight < tightest.get(key, weight + 1):
-            tightest[key] = weight
+        weight = e.wall_ns + (d if d > 0 else 0) - m.wall_ns
+        if best is None or weight < best:
+            best = weight
+    if best is not None:
+        tightest[key] = best
     return clocks_from(trace, [Before(a, 0, b, w) for (a, b), w in tightest.items()],
                        "message pair", len(matches))
 

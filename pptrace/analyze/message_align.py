@@ -53,7 +53,9 @@ def pair_channel(out: _Ends, got: _Ends, found: Alignment | None = None
     if found is None:
         found = align([m for _, m in out], [e for _, e in got], False, keyed=True,
                       stepped=False)
-    pairs = [(out[i], got[j]) for i, j in found.pairs()]
+    pairs: list[tuple[tuple[Side, MessageEvent], tuple[Side, MessageEvent]]] = []
+    for i, j, n in found.runs:  # (a healthy channel is one run)
+        pairs += zip(out[i:i + n], got[j:j + n], strict=True)
     return pairs, [out[i] for i in found.orphans], [got[j] for j in found.unmatched], found
 
 

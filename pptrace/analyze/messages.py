@@ -152,7 +152,7 @@ class _Check:
         # A receive that raised is a wait that ended (pptrace.waits); a broadcast's source
         # that raised is a send that raised.
         for m in side.sends + side.bsends:
-            if m.ok:
+            if m.error_type is None:  # (``m.ok``, as a field: a property call per message)
                 continue
             to = (f"its group {members(m.group)}" if m.group
                   else who(self.peer_rank(side, m)))
@@ -184,9 +184,11 @@ class _Check:
         stashed: dict[str, list[MessageEvent]] = defaultdict(list)
         taken: dict[str, int] = defaultdict(int)
         for m in side.ends:
-            if m.ok and m.from_stash:
+            if not (m.from_stash or m.stashed) or m.error_type is not None:
+                continue
+            if m.from_stash:
                 taken[m.kind] += 1
-            elif m.ok and m.stashed:
+            else:
                 stashed[m.kind].append(m)
         if side.cut:
             return  # a stash taken before the cut, or one stashed there, cannot be told apart
@@ -255,8 +257,8 @@ class _Check:
                 self.cut_info(side, self.unaligned[side.index])
         for side in self.sides if self.judge else ():
             for e in side.ends:
-                if (e.ok and not e.stashed and not e.from_stash and e.expected_kind
-                        and e.kind != e.expected_kind):
+                if (e.kind != e.expected_kind and e.expected_kind and e.ok and not e.stashed
+                        and not e.from_stash):
                     self.wrong_kind(side, e)
 
     def matched(self, s: Side, m: MessageEvent, r: Side, e: MessageEvent) -> None:
@@ -333,7 +335,7 @@ class _Check:
         channels: dict[tuple[int, int], list[MessageEvent]] = defaultdict(list)
         for side in self.sides:
             for m in side.sends:
-                if m.ok:
+                if m.error_type is None:
                     channels[(side.index, m.peer)].append(m)
         for (index, _), sends in channels.items():
             usual: dict[str, frozenset[str]] = {}
@@ -457,7 +459,8 @@ class _Check:
             self.hops(side)
         self.hole = ""
         self.waits()
-        pairs = {MessageId(s, SEND, seq): MessageId.of(r.index, e)
+        new = tuple.__new__  # (MessageId's own __new__ is Python: one call per pair)
+        pairs = {new(MessageId, (s, SEND, seq, False)): MessageId.of(r.index, e)
                  for (s, seq), (r, e) in self.received.items()}
         return MessageVerdict(self.carried, pairs, self.broadcasts)
 

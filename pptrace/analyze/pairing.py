@@ -165,7 +165,8 @@ def align(attaches: Sequence[Any], extracts: Sequence[Any], shared: bool = True,
     is not its partner (False: order alone, where one host name may hide two clocks, and for
     messages, whose receive waits before its send). Two calls pair straight when their tensors
     agree in names, shapes and dtypes; ``keyed``: the calls are messages, whose dict's keys
-    (``message_shape``) must agree too. ``stepped``: the two ends number their calls on
+    (``message_shape``) must agree too (``unshared`` is then left empty: their caller compares
+    every pair). ``stepped``: the two ends number their calls on
     this channel alone, so a pair that leaves the step between the numbers of the pairs before
     it hints at a gap (False: the numbers count other calls too and say nothing here)."""
     runs: list[tuple[int, int, int]] = []
@@ -214,7 +215,7 @@ def align(attaches: Sequence[Any], extracts: Sequence[Any], shared: bool = True,
                 if sig_a is None or sig_e is None:
                     sig_a, sig_e = walk.sigs(i, j)
             if sig_a is sig_e:
-                if tensors_a is not tensors_e:
+                if not keyed:
                     unshared.append((i, j))
                 offset = step
                 i += 1
@@ -226,7 +227,7 @@ def align(attaches: Sequence[Any], extracts: Sequence[Any], shared: bool = True,
         sig_a, sig_e = walk.sigs(i, j)
         known = (id(sig_a), id(sig_e))
         if known in diverged and walk.in_step(i, j):
-            if a.tensors is not e.tensors:
+            if not keyed and a.tensors is not e.tensors:
                 unshared.append((i, j))
             i += 1
             j += 1
@@ -254,7 +255,7 @@ def align(attaches: Sequence[Any], extracts: Sequence[Any], shared: bool = True,
             continue
         if walk.in_step(i, j):
             diverged.add(known)
-        if a.tensors is not e.tensors:
+        if not keyed and a.tensors is not e.tensors:
             unshared.append((i, j))
         offset = step
         i += 1
