@@ -3,8 +3,10 @@
 A broadcast (``MessageEvent.group`` set) is a send on its source and a receive on each other
 member of the group. Per (source, group) the source's broadcasts and each member's receives
 from that source are taken in order, first in first out (a group broadcasts in lock step, so
-the n-th broadcast of the source is the n-th receive of every member), and per pair the payload
-is compared by the one payload comparison (``pptrace.analyze.message_payload``, which rests on
+the n-th broadcast of the source is the n-th receive of every member), paired by the walk
+every channel gets (``message_align.pair_channel``: a gap is skipped, not a cascade), and per
+pair the payload is compared by the one payload comparison (``pptrace.analyze.message_payload``,
+which rests on
 ``pptrace.analyze.payload.differs``). Named:
 
 - a member whose receive differs from what the source sent (keys, shape, dtype, bytes, device,
