@@ -6,8 +6,7 @@ from that source are taken in order, first in first out (a group broadcasts in l
 the n-th broadcast of the source is the n-th receive of every member), paired by the walk
 every channel gets (``message_align.pair_channel``: a gap is skipped, not a cascade), and per
 pair the payload is compared by the one payload comparison (``pptrace.analyze.message_payload``,
-which rests on
-``pptrace.analyze.payload.differs``). Named:
+which rests on ``pptrace.analyze.payload.differs``). Named:
 
 - a member whose receive differs from what the source sent (keys, shape, dtype, bytes, device,
   content where both ends fingerprinted): the ``message-*-mismatch`` kinds of a point-to-point
