@@ -32,7 +32,7 @@ from pptrace.model.findings import Finding, FindingKind, MessageId
 from pptrace.model.messages import MessageEvent, MessageOp
 from pptrace.model.records import RankInfo, RecorderStats, TensorMeta
 from pptrace.model.trace import ProcessTrace, Trace
-from tests.helpers_tui import T0, screen_text, wait_main
+from tests.helpers_tui import T0, screen_text, wait_main, wait_messages_built
 
 SEND, RECV = MessageOp.SEND, MessageOp.RECV
 MS = 1_000_000
@@ -266,6 +266,7 @@ def test_pilot_moves_between_ranks_and_back_to_the_main_screen() -> None:
         async with app.run_test(size=(80, 24)) as pilot:
             await wait_main(pilot)
             await pilot.press("M")
+            await wait_messages_built(pilot)
             for _ in range(5):
                 await pilot.pause()
             screen = app.screen
@@ -298,6 +299,7 @@ def _viewer_on(trace: Trace) -> PptraceViewer:
 async def _messages(pilot: Any) -> None:
     await wait_main(pilot)
     await pilot.press("M")
+    await wait_messages_built(pilot)
     for _ in range(5):
         await pilot.pause()
 
