@@ -157,15 +157,24 @@ class MessageIndex:
         for row, pi in enumerate(procs):
             self._row_of_process[pi] = row
             msgs = processes[pi].messages
-            ended = {(bool(group), seq) for op, phase, seq, *_, group in map(_FIELDS, msgs)
-                     if op is recv and phase == "end"}
+            last = len(msgs) - 1
+            ended: set[tuple[bool, int]] | None = None  # the row's receive ends, if needed
             for k, (op, phase, seq, wall, duration, kind, expected, error, group) in enumerate(
                     map(_FIELDS, msgs)):
                 if op is send:
                     at, state = wall, Glyph.SEND | bits(kind, 0)
                 elif phase == "begin":
+                    # Its end is the column. That end is nearly always the next record (the
+                    # wrapper records the two around one call): look there before the set.
+                    after = _END_KEY(msgs[k + 1]) if k < last else None
+                    if after is not None and after[:3] == (recv, "end", seq) and (
+                            bool(after[3]) is bool(group)):
+                        continue
+                    if ended is None:
+                        ended = {(bool(g), q) for o, p, q, g in map(_END_KEY, msgs)
+                                 if o is recv and p == "end"}
                     if (bool(group), seq) in ended:
-                        continue  # its end is the column
+                        continue
                     # it never returned: the wait is its only record
                     at, state = wall, Glyph.WAIT | bits(expected, 0)
                     wait_ends.append((row, wall, -1))
@@ -360,6 +369,9 @@ _KIND_BITS = {kind: (KINDS.index(kind) + 1) << _KIND_SHIFT for kind in KINDS}
 _FIELDS = itemgetter(*(MessageEvent._fields.index(name) for name in (
     "op", "phase", "seq", "wall_ns", "duration_ns", "kind", "expected_kind", "error_type",
     "group")))
+#: What says that a record is a given receive's end.
+_END_KEY = itemgetter(*(MessageEvent._fields.index(name) for name in (
+    "op", "phase", "seq", "group")))
 
 
 def _order(rank: RankInfo, process: int) -> tuple[int, int, int, int]:
