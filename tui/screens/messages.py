@@ -153,7 +153,7 @@ class MessagesScreen(Screen[None]):
 class MessagesWaiting(LoadingScreen):
     """Progress while the message screen's index is built; Esc goes back, the build goes on."""
 
-    HELP_GROUP = "Messages"
+    HELP_GROUP = "Messages, while their index is built"
     BINDINGS = [Binding("escape", "app.pop_screen", "Back", key_display="Esc")]
 
     def __init__(self, messages: int) -> None:
