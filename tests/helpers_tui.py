@@ -233,9 +233,23 @@ async def wait_main(pilot) -> object:  # type: ignore[no-untyped-def]
         if main is not None and main.painted_at is not None:
             await pilot.pause()
             await pilot.pause()
+            await wait_messages_built(pilot)
             return main
         await pilot.pause(0.02)
     raise AssertionError(f"the main screen never came up (screen: {pilot.app.screen!r})")
+
+
+async def wait_messages_built(pilot) -> None:  # type: ignore[no-untyped-def]
+    """Wait (bounded) until no screen waits for the message index (it is built off the UI
+    thread; the message screen then takes the waiting screen's place)."""
+    from pptrace_tui.screens.messages import MessagesWaiting
+
+    for _ in range(1500):
+        if not any(isinstance(s, MessagesWaiting) for s in pilot.app.screen_stack):
+            await pilot.pause()
+            return
+        await pilot.pause(0.02)
+    raise AssertionError("the message index was not built within 30 s")
 
 
 async def settle(pilot, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]

@@ -4,7 +4,8 @@
 what is tracked into the oldest generation without a pass; it never leaves anything frozen,
 never thaws a caller's frozen objects, and puts the collector back even when the body raises.
 ``load_paths`` and ``analysis`` run inside it; an analysis holds no reference cycle, so
-dropping it frees it without the collector.
+dropping it frees it without the collector. ``kept`` freezes what is tracked for its body (the
+viewer's life) and thaws it after, unless a caller had frozen things itself.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import pytest
 
 import pptrace.analyze.analyzer as analyzer
 import pptrace.load.loader as loader
-from pptrace.model.heap import bulk
+from pptrace.model.heap import bulk, kept
 from tests.helpers_analyze import Run, mt
 
 
@@ -113,3 +114,24 @@ def test_an_analysis_is_freed_when_dropped_without_the_collector() -> None:
         assert gc.collect() == 0  # nothing was left for the collector to find
     finally:
         gc.enable()
+
+
+def test_kept_leaves_what_is_tracked_out_of_the_passes_and_thaws_it_after_a_raise() -> None:
+    held = [[i] for i in range(100)]
+    with pytest.raises(RuntimeError), kept():
+        assert gc.get_freeze_count() >= len(held)
+        tracked = {id(o) for o in gc.get_objects()}
+        assert not any(id(o) in tracked for o in held)
+        raise RuntimeError("boom")
+    assert gc.get_freeze_count() == 0
+    tracked = {id(o) for o in gc.get_objects()}
+    assert all(id(o) in tracked for o in held)
+
+
+def test_kept_leaves_a_callers_freeze_as_it_was() -> None:
+    gc.freeze()
+    frozen = gc.get_freeze_count()
+    with kept():
+        made = [[0]]
+    assert gc.get_freeze_count() == frozen  # not thawed by kept()
+    assert id(made[0]) in {id(o) for o in gc.get_objects()}  # made after: not frozen

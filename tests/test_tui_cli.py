@@ -5,6 +5,7 @@ calls re-read the files)."""
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
@@ -105,6 +106,28 @@ def test_view_reads_pptrace_traces_by_default(
     monkeypatch.chdir(tmp_path)
     assert cli.main(["view"]) == 0
     assert fake_viewer[0].event_count == 6
+
+
+def test_the_viewer_runs_with_the_loaded_trace_out_of_the_collectors_passes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, terminal: None
+) -> None:
+    seen: list[tuple[int, bool]] = []
+
+    def viewer(loader: Callable[..., Any], *, follow: bool, theme: str) -> None:
+        trace, _ = loader(lambda phase: None)
+        tracked = {id(o) for o in gc.get_objects()}  # (the frozen are in no generation)
+        seen.append((gc.get_freeze_count(), id(trace.processes) in tracked))
+        return None
+
+    monkeypatch.setattr(cli_view, "_viewer", lambda: viewer)
+    write(tmp_path, 3)
+    try:
+        assert cli.main(["view", str(tmp_path)]) == 0
+        [(frozen, trace_tracked)] = seen
+        assert frozen > 0 and not trace_tracked
+        assert gc.get_freeze_count() == 0  # thawed when the viewer closed
+    finally:
+        gc.unfreeze()
 
 
 def test_view_on_a_missing_path_is_a_one_line_error(

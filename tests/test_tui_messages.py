@@ -8,7 +8,9 @@ Hand-built traces (a small factory below) for the index, the drawing and two sna
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
+import itertools
 import os
 import shutil
 import subprocess
@@ -32,7 +34,7 @@ from pptrace.model.findings import Finding, FindingKind, MessageId
 from pptrace.model.messages import MessageEvent, MessageOp
 from pptrace.model.records import RankInfo, RecorderStats, TensorMeta
 from pptrace.model.trace import ProcessTrace, Trace
-from tests.helpers_tui import T0, screen_text, wait_main
+from tests.helpers_tui import T0, screen_text, wait_main, wait_messages_built
 
 SEND, RECV = MessageOp.SEND, MessageOp.RECV
 MS = 1_000_000
@@ -119,6 +121,30 @@ def test_rows_are_stages_and_columns_run_in_time_with_sends_before_their_receive
     assert glyphs == [(0, Glyph.SEND, "proxy"), (1, Glyph.RECV, "proxy"),
                       (1, Glyph.SEND, "output"), (0, Glyph.RECV, "output")]
     assert not any(b & FINDING for b in index.state)  # healthy: nothing marked
+
+
+def test_a_receive_whose_begin_another_record_parts_from_its_end_is_one_column() -> None:
+    # The begin is nearly always followed by its end (the build looks there first); another
+    # thread's send may come between them, and the receive is still one column, not a wait.
+    trace = pipeline(3, hang=True)
+    msgs = list(trace.processes[0].messages)
+    ends = [i for i, m in enumerate(msgs) if m.op is MessageOp.RECV and m.phase == "end"]
+    for i in ends:  # each receive's end after the record that followed it
+        if i + 1 < len(msgs):
+            msgs[i], msgs[i + 1] = msgs[i + 1], msgs[i]
+    assert any(m.op is MessageOp.RECV and m.phase == "begin" and n.phase != "end"
+               for m, n in itertools.pairwise(msgs))
+    parted = Trace((dataclasses.replace(trace.processes[0], messages=tuple(msgs)),
+                    trace.processes[1]))
+    before, after = MessageIndex.build(trace, []), MessageIndex.build(parted, [])
+
+    def columns(index: MessageIndex) -> list[tuple[int, int, Glyph]]:
+        return sorted((index.times[c], index.row_of[c], index.glyph(c))
+                      for c in range(index.width))
+
+    assert after.width == before.width
+    assert columns(after) == columns(before)  # the two waits of the hang, and no more
+    assert sum(after.glyph(c) is Glyph.WAIT for c in range(after.width)) == 2
 
 
 def test_a_deadlock_is_two_waits_running_to_the_end_and_the_first_one_is_selected() -> None:
@@ -266,6 +292,7 @@ def test_pilot_moves_between_ranks_and_back_to_the_main_screen() -> None:
         async with app.run_test(size=(80, 24)) as pilot:
             await wait_main(pilot)
             await pilot.press("M")
+            await wait_messages_built(pilot)
             for _ in range(5):
                 await pilot.pause()
             screen = app.screen
@@ -298,6 +325,7 @@ def _viewer_on(trace: Trace) -> PptraceViewer:
 async def _messages(pilot: Any) -> None:
     await wait_main(pilot)
     await pilot.press("M")
+    await wait_messages_built(pilot)
     for _ in range(5):
         await pilot.pause()
 

@@ -6,7 +6,8 @@ their payloads agree, are the analyzer's (``analysis(trace).pairs``), painted as
 Cells are addressed as (row, column): a row is one process and one direction ("pp 3 tp 0
 attach"), a column is that direction's sequence number (the microbatch on the last stage). At 1M
 events the per-cell state is one byte in a ``bytearray``; the time-ordered timeline is built on
-demand (``timeline()``), since first paint does not need it.
+demand (``timeline()``), since first paint does not need it, and so is the message screen's
+index (``messages()``).
 
     index = TraceIndex.build(trace, findings)
     index.rows[0].label, index.state(0, 12), index.partner(0, 12)
@@ -30,6 +31,7 @@ from pptrace.model.records import Direction, Event, RankInfo
 from pptrace.model.trace import EventId, Trace
 from pptrace.report.groups import first_divergence
 
+from .message_index import MessageIndex
 from .pairing import pair_runs
 
 __all__ = ["Cell", "Row", "TraceIndex", "cell_for_finding"]
@@ -158,6 +160,8 @@ class TraceIndex:
         self._timeline: array[int] | None = None
         self._positions: list[array[int]] = []
         self._lock = threading.Lock()
+        self._messages: MessageIndex | None = None
+        self._messages_lock = threading.Lock()
 
     @classmethod
     def build(cls, trace: Trace, findings: Sequence[Finding], *,
@@ -392,3 +396,21 @@ class TraceIndex:
             positions[packed >> 32][packed & 0xFFFFFFFF] = i
         self._positions = positions
         self._timeline = timeline
+
+    # --- the message layer -------------------------------------------------------------------
+    @property
+    def messages_ready(self) -> bool:
+        """True once ``messages()`` has been built."""
+        return self._messages is not None
+
+    def messages(self) -> MessageIndex:
+        """The message screen's index of this trace and its findings (built once; a second
+        caller waits for the first one's build)."""
+        with self._messages_lock:
+            if self._messages is None:
+                pairs, broadcasts = self.message_pairs, self.broadcast_pairs
+                if pairs is None or broadcasts is None:  # findings made by hand: the
+                    judged = analysis(self.trace)        # analyzer's pairing, never the viewer's
+                    pairs, broadcasts = judged.message_pairs, judged.broadcast_pairs
+                self._messages = MessageIndex.build(self.trace, self.findings, pairs, broadcasts)
+            return self._messages

@@ -1,4 +1,5 @@
-"""Shown while the trace loads and is indexed: a spinner, the current phase and the time spent."""
+"""Shown while the trace loads and is indexed (or, later, while the message screen's index is
+built): a spinner, the current phase and the time spent."""
 
 from __future__ import annotations
 
@@ -16,14 +17,15 @@ __all__ = ["LoadingScreen"]
 class LoadingScreen(Screen[None]):
     """Progress while a worker thread loads; the app swaps in the main screen when done."""
 
-    def __init__(self) -> None:
+    def __init__(self, phase: str = "starting", title: str = "pptrace view") -> None:
         super().__init__()
         self.started = time.monotonic()
-        self.phase = "starting"
+        self.phase = phase
+        self.heading = title
 
     def compose(self) -> ComposeResult:
         with Vertical(id="loading-box"):
-            yield Label("pptrace view", id="loading-title")
+            yield Label(self.heading, id="loading-title")
             yield LoadingIndicator()
             yield Label(self.phase, id="loading-phase")
 

@@ -18,16 +18,15 @@ from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Footer, Header, Input
 
-from pptrace.analyze.analyzer import analysis
-
 from ..compare import PairView
 from ..export import ExportDoc, render
 from ..filters import FilterSpec
 from ..index import TraceIndex
 from ..literal import counted, literal
+from ..message_index import MessageIndex
 from ..messages import CellSelected, ExportWritten, FilterChanged, FindingChosen
 from ..screens.filter import FilterScreen
-from ..screens.messages import MessagesScreen
+from ..screens.messages import MessagesScreen, MessagesWaiting
 from ..widgets.findings_panel import FindingsPanel
 from ..widgets.grid import GridView
 from ..widgets.pair_detail import PairDetail
@@ -130,13 +129,17 @@ class MainScreen(Screen[None]):
             self.pair_detail.empty_hint = ("The first divergence is in the PP message layer: "
                                            "M shows it.")
             self.call_after_refresh(self.action_messages, first)
-        # Time order is only needed for replay: build it off the UI thread after first paint.
+        # Time order is only needed for replay, the message index only for M: build them off
+        # the UI thread after first paint.
         self.call_after_refresh(self._start_ordering)
 
     def _start_ordering(self) -> None:
         if self.painted_at is None:
             self.painted_at = time.perf_counter()  # after the first refresh: first paint
         self.run_worker(self._order_events, thread=True, group="timeline", exit_on_error=False)
+        # A failed build is not lost: M builds again, and says why it failed.
+        self.run_worker(self.index.messages, thread=True, group="message-index",
+                        exit_on_error=False)
 
     def _order_events(self) -> None:
         index = self.index
@@ -367,16 +370,38 @@ class MainScreen(Screen[None]):
 
     def action_messages(self, finding: int | None = None) -> None:
         """Open the message layer's stage x time view (pptrace_tui.screens.messages), on a
-        finding's first message (None: on the first divergence's)."""
+        finding's first message (None: on the first divergence's); until its index is built,
+        its progress."""
         if self.app.screen is not self:
             return  # already on top (the first divergence opened it), or another screen is
         index = self.index
-        pairs, broadcasts = index.message_pairs, index.broadcast_pairs
-        if pairs is None or broadcasts is None:  # findings made by hand: the analyzer's
-            judged = analysis(index.trace)       # pairing, never the viewer's
-            pairs, broadcasts = judged.message_pairs, judged.broadcast_pairs
-        self.app.push_screen(MessagesScreen.of(index.trace, index.findings, pairs,
-                                               finding=finding, broadcasts=broadcasts))
+        if index.messages_ready:
+            self.app.push_screen(MessagesScreen(index.messages(), finding))
+            return
+        waiting = MessagesWaiting(sum(len(p.messages) for p in index.trace.processes))
+        self.app.push_screen(waiting)
+        self.run_worker(lambda: self._wait_for_messages(index, waiting, finding), thread=True,
+                        group="messages", exit_on_error=False)
+
+    def _wait_for_messages(self, index: TraceIndex, waiting: MessagesWaiting,
+                           finding: int | None) -> None:
+        """(A worker thread) wait for the message index, then show it instead of the progress."""
+        try:
+            built = index.messages()
+        except Exception as exc:  # say why, and go back: never a progress screen that waits on
+            self.app.call_from_thread(self._messages_failed, waiting, exc)
+            return
+        self.app.call_from_thread(self._messages_built, waiting, built, finding)
+
+    def _messages_built(self, waiting: MessagesWaiting, built: MessageIndex,
+                        finding: int | None) -> None:
+        if waiting in self.app.screen_stack:  # still waiting: the user did not go back
+            waiting.give_way(MessagesScreen(built, finding))
+
+    def _messages_failed(self, waiting: MessagesWaiting, exc: Exception) -> None:
+        if self.app.screen is waiting:
+            self.app.pop_screen()  # (under the help: Esc leaves it, as it would anyway)
+        self.notify(f"the message index failed: {exc}", severity="error", markup=False)
 
     def action_zoom(self) -> None:
         """Give the focused panel (grid, findings, pair detail) the whole screen, or undo it."""

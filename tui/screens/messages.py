@@ -3,6 +3,8 @@
 Pushed from the main screen (``M``) with the trace and the analyzer's findings; it owns the
 finding cursor (``]``/``[`` step through the messages that findings name, in time order) and
 starts on the message the report's first divergence names (a hang's wait, where there is one).
+Its index is built off the UI thread (``TraceIndex.messages``); until it is, ``M`` shows
+``MessagesWaiting`` (progress; Esc goes back to the grid), which gives way to the screen.
 
     app.push_screen(MessagesScreen.of(trace, findings))
 """
@@ -26,8 +28,9 @@ from ..literal import counted
 from ..message_index import MessageIndex
 from ..widgets.message_detail import MessageDetail
 from ..widgets.message_timeline import GLYPHS, WAIT_LINE, MessageTimeline
+from .loading import LoadingScreen
 
-__all__ = ["MessagesScreen", "legend"]
+__all__ = ["MessagesScreen", "MessagesWaiting", "legend"]
 
 
 def legend() -> Content:
@@ -145,3 +148,26 @@ class MessagesScreen(Screen[None]):
         else:
             self.maximize(self.detail)
             self.detail.focus()
+
+
+class MessagesWaiting(LoadingScreen):
+    """Progress while the message screen's index is built; Esc goes back, the build goes on."""
+
+    HELP_GROUP = "Messages, while their index is built"
+    BINDINGS = [Binding("escape", "app.pop_screen", "Back", key_display="Esc")]
+
+    def __init__(self, messages: int) -> None:
+        super().__init__(f"indexing {messages:,} messages",
+                         title="pptrace view · messages (Esc: back to the grid)")
+        self._ready: MessagesScreen | None = None
+
+    def give_way(self, screen: MessagesScreen) -> None:
+        """Show ``screen`` in this one's place now, or when this one is on top again (the help
+        may be over it)."""
+        self._ready = screen
+        if self.app.screen is self:  # (not ``is_current``: that holds under a modal help too)
+            self.app.switch_screen(screen)
+
+    def on_screen_resume(self) -> None:
+        if self._ready is not None and self.app.screen is self:
+            self.app.switch_screen(self._ready)
