@@ -3,6 +3,8 @@
     python benchmarks/bench_engine_cost.py                     # 1000 and 200 pairs/s, 12 rounds
     python benchmarks/bench_engine_cost.py --rates 1000 --rounds 20 --variants files
     python benchmarks/bench_engine_cost.py --profile files     # cProfile of the recorder thread
+    git archive main | tar -x -C /tmp/base                     # A/B, in the same rounds:
+    python benchmarks/bench_engine_cost.py --base /tmp/base    # each traced variant twice
 
 An engine's scheduler is a Python loop: whatever GIL time pptrace's threads take (the recorder
 encoding events, an exporter building SDK spans or posting them) is work the scheduler does not
@@ -285,12 +287,16 @@ def _env(variant: str, endpoint: str) -> dict[str, str]:
 class Proc:
     """A variant's process, driven over its stdin and stdout."""
 
-    def __init__(self, variant: str, rate: float, endpoint: str, trace_dir: str) -> None:
+    def __init__(self, variant: str, rate: float, endpoint: str, trace_dir: str,
+                 base: str | None = None) -> None:
         self.variant = variant
+        env = _env(variant, endpoint)
+        if base is not None:  # pptrace from there (its shipper too: it inherits the path)
+            env["PYTHONPATH"] = os.pathsep.join([base, env.get("PYTHONPATH", "")]).rstrip(
+                os.pathsep)
         self.proc = subprocess.Popen(
             [sys.executable, __file__, "--child", variant, str(rate), trace_dir],
-            env=_env(variant, endpoint), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            text=True)
+            env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
     def ask(self, command: str | None) -> dict[str, Any]:
         assert self.proc.stdin is not None and self.proc.stdout is not None
@@ -342,7 +348,7 @@ def report(rate: float, variants: list[str], slices: dict[str, list[dict[str, An
     rounds = len(slices["bare"])
     print(f"\n{rate:g} pairs/s, {rounds} rounds of {args.warm:g} s warm + {args.seconds:g} s "
           "measured a variant: median of the per-round ratios to bare [95% bootstrap] (min-max)")
-    print(f"  {'variant':<28} {'wall':<30} {'free core':<30} {'loop µs/unit':>12} "
+    print(f"  {'variant':<34} {'wall':<30} {'free core':<30} {'loop µs/unit':>12} "
           f"{'GIL ms/s':>8} {'waits/s':>7} {'pptrace ms/s':>12} {'shipper ms/s':>12} "
           f"{'runq ms/s':>9}")
     bare = slices["bare"]
@@ -351,7 +357,7 @@ def report(rate: float, variants: list[str], slices: dict[str, list[dict[str, An
         wall = _ratios(mine, bare, lambda s: s["units"] / s["wall"])
         free = _ratios(mine, bare, lambda s: s["units"] / (s["run"] + s["blocked"]))
         loop = _ratios(mine, bare, lambda s: s["run"] / s["units"])
-        print(f"  {variant:<28} {_ratio_cell(wall):<30} {_ratio_cell(free):<30} "
+        print(f"  {variant:<34} {_ratio_cell(wall):<30} {_ratio_cell(free):<30} "
               f"{statistics.median(loop):>11.3f}x {_per_second(mine, 'blocked'):>8.1f} "
               f"{statistics.median(m['waits'] / m['wall'] for m in mine):>7.0f} "
               f"{_per_second(mine, 'others'):>12.1f} {_per_second(mine, 'shipper'):>12.1f} "
@@ -398,6 +404,9 @@ def main() -> None:
     parser.add_argument("--warm", type=float, default=0.6,
                         help="seconds of the loop before each measured part (default 0.6)")
     parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--base", metavar="DIR",
+                        help="also run each traced variant with the pptrace of DIR (a `git "
+                        "archive` of another commit), as 'base: VARIANT', in the same rounds")
     parser.add_argument("--profile", metavar="VARIANT",
                         help="cProfile the recorder thread of VARIANT (first rate, --seconds)")
     parser.add_argument("--child", nargs=3, metavar=("VARIANT", "RATE", "DIR"),
@@ -413,7 +422,7 @@ def main() -> None:
     rates = [float(r) for r in args.rates.split(",")]
     ctx = multiprocessing.get_context("spawn")
     port_q: Any = ctx.Queue()
-    counts: Any = ctx.Array("q", len(VARIANTS))
+    counts: Any = ctx.Array("q", 2 * len(VARIANTS))
     server = ctx.Process(target=_serve, args=(port_q, counts), daemon=True)
     server.start()
     endpoint = f"http://127.0.0.1:{port_q.get(timeout=30)}"
@@ -431,33 +440,36 @@ def main() -> None:
 
 def run_rate(rate: float, variants: list[str], args: argparse.Namespace, endpoint: str,
              counts: Any) -> None:
+    labels = list(variants)
+    if args.base:
+        labels += [f"base: {v}" for v in variants if v != "bare"]
     with tempfile.TemporaryDirectory(prefix="pptrace-bench-cost-") as tmp:
-        slot = {v: VARIANTS.index(v) for v in variants}
-        before = {v: counts[slot[v]] for v in variants}
-        procs = {v: Proc(v, rate, f"{endpoint}/{slot[v]}", os.path.join(tmp, str(i)))
-                 for i, v in enumerate(variants)}
+        before = list(counts)
+        procs = {}
+        for slot, label in enumerate(labels):  # the collector counts each slot's spans apart
+            variant = label.removeprefix("base: ")
+            procs[label] = Proc(variant, rate, f"{endpoint}/{slot}", os.path.join(tmp, str(slot)),
+                                args.base if label.startswith("base: ") else None)
         try:
             for p in procs.values():
                 p.ask(None)  # ready
-            slices: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
+            slices: dict[str, list[dict[str, Any]]] = {v: [] for v in labels}
             for rnd in range(args.rounds):
-                order = variants[rnd % len(variants):] + variants[:rnd % len(variants)]
-                for variant in order:
-                    slices[variant].append(
-                        procs[variant].ask(f"slice {args.warm} {args.seconds}"))
-            report(rate, variants, slices, args)
-            for variant in variants:
-                got = procs[variant].ask("end")
-                if variant not in PROTOCOL:
+                order = labels[rnd % len(labels):] + labels[:rnd % len(labels)]
+                for label in order:
+                    slices[label].append(procs[label].ask(f"slice {args.warm} {args.seconds}"))
+            report(rate, labels, slices, args)
+            for slot, label in enumerate(labels):
+                got = procs[label].ask("end")
+                if label.removeprefix("base: ") not in PROTOCOL:
                     continue
-                received = counts[slot[variant]] - before[variant]  # counted before answering
-                print(f"  {variant}: recorded {got['recorded']}, dropped {got['dropped']}, "
+                received = counts[slot] - before[slot]  # counted before the post was answered
+                print(f"  {label}: recorded {got['recorded']}, dropped {got['dropped']}, "
                       f"otlp lost {got['otlp_lost']}, confirmed {got['otlp_confirmed']}, "
                       f"collector got {received} spans")
         finally:
             for p in procs.values():
                 p.close()
-
 
 if __name__ == "__main__":
     main()
