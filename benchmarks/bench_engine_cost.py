@@ -187,10 +187,12 @@ class Worker:
         self.token = torch.zeros(4, dtype=torch.long)
         self.tid = threading.get_native_id()
 
-    def loop(self, duration: float) -> tuple[int, int]:
-        """Work units and pairs done in ``duration`` seconds."""
+    def loop(self, duration: float) -> tuple[int, int, float]:
+        """Work units and pairs done in ``duration`` seconds, and the loop thread's CPU seconds
+        inside the pairs' calls (the wrappers' hot path, when traced)."""
         attach, extract, output, observer = self.attach, self.extract, self.output, self.observer
-        token, units, pairs = self.token, 0, 0
+        token, units, pairs, in_calls = self.token, 0, 0, 0
+        cpu = time.thread_time_ns
         start = time.perf_counter()
         due, end, period = start, start + duration, 1.0 / self.rate
         now = start
@@ -200,11 +202,13 @@ class Worker:
             now = time.perf_counter()
             if now >= due:
                 tensors = {"next_token_ids": token}
+                began = cpu()
                 attach(tensors, output)
                 extract(tensors, observer)
+                in_calls += cpu() - began
                 pairs += 1
                 due += period
-        return units, pairs
+        return units, pairs, in_calls / 1e9
 
     def shippers(self) -> list[int]:
         from pptrace.export import ship_launch
@@ -221,14 +225,15 @@ class Worker:
         others0 = _cpu_ns("self", skip=self.tid)
         ship0 = sum(_cpu_ns(pid) for pid in shippers)
         began = time.perf_counter()
-        units, pairs = self.loop(seconds)
+        units, pairs, in_calls = self.loop(seconds)
         wall = time.perf_counter() - began
         run = time.thread_time() - run0
         _, wait1, vol1 = _sched(me)
         others1 = _cpu_ns("self", skip=self.tid)
         ship1 = sum(_cpu_ns(pid) for pid in shippers)
         runq = (wait1 - wait0) / 1e9
-        return {"units": units, "pairs": pairs, "wall": wall, "run": run, "runq": runq,
+        return {"units": units, "pairs": pairs, "in_calls": in_calls, "wall": wall, "run": run,
+                "runq": runq,
                 "blocked": max(0.0, wall - run - runq), "waits": vol1 - vol0,
                 "others": (others1 - others0) / 1e9, "shipper": (ship1 - ship0) / 1e9}
 
@@ -245,17 +250,22 @@ class Worker:
         if sent is None and processor is not None:  # the SDK path counts spans, stats included
             sent = processor.sent
         lost = dict(stats.sink_dropped).get("otlp", 0)
+        shipper_cpu = 0.0
         if self.variant.startswith("files+otlp shipped"):  # the shipper's counts, once done
             from pptrace.export.ship_launch import STATE_NAME, wait_for_shipper
             from pptrace.ship.state import ShipState
 
             wait_for_shipper(self.trace_dir, 120)
-            for pid in self.shippers():  # this process started it: reap it
-                os.waitpid(pid, 0)
+            for pid in self.shippers():  # this process started it: its rusage once it exits
+                _, _, usage = os.wait4(pid, 0)
+                shipper_cpu += usage.ru_utime + usage.ru_stime
             totals = ShipState.load(os.path.join(self.trace_dir, STATE_NAME)).totals()
             sent, lost = totals["events_sent"], totals["events_lost"]
-        return {"recorded": stats.recorded, "dropped": stats.dropped, "otlp_lost": lost,
-                "otlp_confirmed": sent}
+        out = {"recorded": stats.recorded, "dropped": stats.dropped, "otlp_lost": lost,
+               "otlp_confirmed": sent}
+        if self.variant.startswith("files+otlp shipped"):
+            out["shipper_cpu"] = shipper_cpu
+        return out
 
 
 def child(variant: str, rate: float, trace_dir: str) -> None:
@@ -348,20 +358,29 @@ def report(rate: float, variants: list[str], slices: dict[str, list[dict[str, An
     rounds = len(slices["bare"])
     print(f"\n{rate:g} pairs/s, {rounds} rounds of {args.warm:g} s warm + {args.seconds:g} s "
           "measured a variant: median of the per-round ratios to bare [95% bootstrap] (min-max)")
-    print(f"  {'variant':<34} {'wall':<30} {'free core':<30} {'loop µs/unit':>12} "
-          f"{'GIL ms/s':>8} {'waits/s':>7} {'pptrace ms/s':>12} {'shipper ms/s':>12} "
-          f"{'runq ms/s':>9}")
+    print(f"  {'variant':<34} {'wall':<30} {'free core':<30} {'GIL + calls':<30}")
     bare = slices["bare"]
     for variant in variants:
         mine = slices[variant]
         wall = _ratios(mine, bare, lambda s: s["units"] / s["wall"])
         free = _ratios(mine, bare, lambda s: s["units"] / (s["run"] + s["blocked"]))
-        loop = _ratios(mine, bare, lambda s: s["run"] / s["units"])
+        # The loop thread's loss to pptrace alone: its GIL waits, and its CPU in the calls
+        # beyond the bare calls' for as many pairs.
+        kept = [1 - (m["blocked"] + m["in_calls"] - b["in_calls"] / b["pairs"] * m["pairs"])
+                / m["wall"] for m, b in zip(mine, bare, strict=True)]
         print(f"  {variant:<34} {_ratio_cell(wall):<30} {_ratio_cell(free):<30} "
-              f"{statistics.median(loop):>11.3f}x {_per_second(mine, 'blocked'):>8.1f} "
+              f"{_ratio_cell(kept):<30}")
+    print(f"\n  {'variant':<34} {'calls µs/pair':>13} {'GIL ms/s':>8} {'waits/s':>7} "
+          f"{'pptrace ms/s':>12} {'shipper ms/s':>12} {'runq ms/s':>9} {'loop µs/unit':>12}")
+    for variant in variants:
+        mine = slices[variant]
+        loop = _ratios(mine, bare, lambda s: s["run"] / s["units"])
+        print(f"  {variant:<34} "
+              f"{statistics.median(m['in_calls'] / m['pairs'] for m in mine) * 1e6:>13.1f} "
+              f"{_per_second(mine, 'blocked'):>8.1f} "
               f"{statistics.median(m['waits'] / m['wall'] for m in mine):>7.0f} "
               f"{_per_second(mine, 'others'):>12.1f} {_per_second(mine, 'shipper'):>12.1f} "
-              f"{_per_second(mine, 'runq'):>9.1f}")
+              f"{_per_second(mine, 'runq'):>9.1f} {statistics.median(loop):>11.3f}x")
 
 
 def _load() -> str:
@@ -466,7 +485,10 @@ def run_rate(rate: float, variants: list[str], args: argparse.Namespace, endpoin
                 received = counts[slot] - before[slot]  # counted before the post was answered
                 print(f"  {label}: recorded {got['recorded']}, dropped {got['dropped']}, "
                       f"otlp lost {got['otlp_lost']}, confirmed {got['otlp_confirmed']}, "
-                      f"collector got {received} spans")
+                      f"collector got {received} spans" + (
+                          f"; the shipper's CPU, start-up included: {got['shipper_cpu']:.2f} s, "
+                          f"{got['shipper_cpu'] / max(1, got['otlp_confirmed']) * 1e6:.0f} µs "
+                          "an event" if "shipper_cpu" in got else ""))
         finally:
             for p in procs.values():
                 p.close()
