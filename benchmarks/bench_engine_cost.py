@@ -304,9 +304,12 @@ class Proc:
         if base is not None:  # pptrace from there (its shipper too: it inherits the path)
             env["PYTHONPATH"] = os.pathsep.join([base, env.get("PYTHONPATH", "")]).rstrip(
                 os.pathsep)
+        # Run from elsewhere than a checkout: the shipper is ``python -m pptrace ship``, and
+        # ``-m`` puts the working directory first on the path, before PYTHONPATH.
         self.proc = subprocess.Popen(
-            [sys.executable, __file__, "--child", variant, str(rate), trace_dir],
-            env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            [sys.executable, os.path.abspath(__file__), "--child", variant, str(rate),
+             trace_dir], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            cwd=os.path.dirname(trace_dir))
 
     def ask(self, command: str | None) -> dict[str, Any]:
         assert self.proc.stdin is not None and self.proc.stdout is not None

@@ -13,7 +13,7 @@ Decoding and encoding a span the long way costs about 85 µs; the shipper would 
 core at 2,000 events a second. Step after step the engine makes the same calls, so a file's
 spans repeat but for their ids, times, ``seq``, ``mono_ns``, ``duration_ns`` and
 ``dropped_before`` (what the writer's own templates leave as holes: ``pptrace.export.
-span_templates``). A line of attach/extract spans is cut at those values (``_VALUES``); what is
+span_templates``). A line of attach/extract spans is cut at those values (``cut_span``); what is
 left of each span (and the line's resource) is the key of a version 1 template, made at the
 key's first sighting from the event the long way decoded, and kept only when the values cut
 out are the event's own and the template renders the event exactly as the long way does. A
@@ -29,12 +29,12 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 from opentelemetry.sdk.resources import Resource
 
 from pptrace.export.file_sink import FileSink
-from pptrace.export.span_templates import Render
+from pptrace.export.span_templates import Cut, Render, cut_span, line_spans
 from pptrace.export.spans import scope_version
 from pptrace.load.messages import decode_span
 from pptrace.load.otlp import for_each_otlp_span
@@ -50,16 +50,6 @@ _V2_ONLY = frozenset({*schema.RESOURCE_KEYS.values(), schema.R_MAIN_DEVICE,
                       schema.R_THREAD_MAIN_NAME, schema.R_THREAD_MAIN_ID, schema.R_MAIN_SUBJECT})
 _EVENT_SPANS = (schema.SPAN_ATTACH, schema.SPAN_EXTRACT)
 
-# A trace-file line (``FileSink``'s): one resource, one scope, its spans, this tail.
-_SPANS, _TAIL, _FIRST, _NEXT = '"spans":[', "]}]}]}", '{"traceId":"', '},{"traceId":"'
-#: The values a span's template leaves as holes, found by the text before each (a quote inside
-#: a JSON string is escaped, so none of these can be found inside one), and the hole each fills
-#: (a span's trace id, which opens it, is hole 0).
-_MARKS = (('","spanId":"', 1), ('"startTimeUnixNano":"', 2), ('"endTimeUnixNano":"', 3),
-          (f'{{"key":"{schema.SEQ}","value":{{"intValue":"', 4),
-          (f'{{"key":"{schema.MONO_NS}","value":{{"intValue":"', 5),
-          (f'{{"key":"{schema.DURATION_NS}","value":{{"intValue":"', 6),
-          (f'{{"key":"{schema.DROPPED_BEFORE}","value":{{"intValue":"', 7))
 #: Keys remembered (a template is a few kB); past it the reencoder starts again with none.
 _KEY_LIMIT = 1024
 
@@ -171,37 +161,6 @@ class _Template:
     render: Render
 
 
-class _Cut(NamedTuple):
-    """A span (less its opening ``{"traceId":"``) cut at its values."""
-
-    texts: tuple[str, ...]  # what is left, its key: the marks (and the holes they name) in it
-    holes: tuple[int, ...]  # the hole each value fills, in order
-    values: list[str]
-
-
-def _cut(span: str) -> _Cut | None:
-    """``span`` cut at its values (None when one is there twice)."""
-    cuts = []
-    for mark, hole in _MARKS:
-        at = span.find(mark)
-        if at >= 0:
-            start = at + len(mark)
-            end = span.find('"', start)
-            if end < 0 or span.find(mark, end) >= 0:
-                return None
-            cuts.append((start, end, hole))
-    cuts.sort()
-    prev = span.find('"')
-    texts, holes, values = [], [0], [span[:prev]]
-    for start, end, hole in cuts:
-        texts.append(span[prev:start])
-        holes.append(hole)
-        values.append(span[start:end])
-        prev = end
-    texts.append(span[prev:])
-    return _Cut(tuple(texts), tuple(holes), values)
-
-
 class Reencoder:
     """Re-encode trace-file lines as version 1 OTLP/JSON lines (one encoder per resource)."""
 
@@ -262,20 +221,17 @@ class Reencoder:
             result.stats += len(group.stats)
         return result
 
-    def _spans(self, text: str) -> tuple[str, list[_Cut | None]] | None:
+    def _spans(self, text: str) -> tuple[str, list[Cut | None]] | None:
         """The line's resource text and its spans cut at their values; None when the line is
         not one resource's and one scope's spans, or templates are off."""
         if self._templates is None:
             return None
-        at = text.find(_SPANS)
-        if at < 0 or not text.endswith(_TAIL) or text.find(_SPANS, at + 1) >= 0:
+        found = line_spans(text)
+        if found is None:
             return None
-        body = text[at + len(_SPANS):-len(_TAIL)]
-        if not body.startswith(_FIRST) or not body.endswith("}"):
-            return None
-        return text[:at], [_cut(span) for span in body[len(_FIRST):-1].split(_NEXT)]
+        return found[0], [cut_span(span) for span in found[1]]
 
-    def _fast(self, head: str, spans: list[_Cut | None]) -> Reencoded | None:
+    def _fast(self, head: str, spans: list[Cut | None]) -> Reencoded | None:
         """The line written from its spans' templates; None unless every span has one (and
         the same encoder)."""
         templates = self._templates
@@ -305,7 +261,7 @@ class Reencoder:
             return None
         return Reencoded(lines=sink.lines_of(out), events=len(out))
 
-    def _learn(self, head: str, spans: list[_Cut | None], events: list[Event],
+    def _learn(self, head: str, spans: list[Cut | None], events: list[Event],
                sink: FileSink) -> None:
         """Make the templates of these spans' keys not known yet, from their events (see the
         module docstring)."""
