@@ -37,20 +37,26 @@ rounds and the min-max:
   processes' load moves it);
 - ``free core``: work units per second the loop thread ran or waited for the GIL, leaving out
   the time it was runnable but waited for a CPU (the kernel's ``schedstat``): the work kept on a
-  machine with a free core for the engine's process; what pptrace does to the engine's thread,
-  robust to other processes;
+  machine with a free core for the engine's process (other processes still move it: on a
+  shared machine the loop's CPU per unit swings by 10-20% from slice to slice);
+- ``GIL + calls``: the work kept once the loop thread's GIL waits and its CPU inside the
+  pairs' calls beyond the bare calls' (for as many pairs) are taken out: what pptrace's threads
+  and wrappers take from the engine's thread, which other processes' load hardly moves (it
+  leaves out what the recorder and shipper do to the loop's caches, and a core they take when
+  none is free); ``calls µs/pair``: the loop thread's CPU inside one pair's calls;
 - ``GIL ms/s``, ``waits/s``: the time the loop thread was blocked (neither running nor waiting
   for a CPU: it does nothing else that blocks, so it is the GIL) and how many times it blocked
   (its voluntary context switches), a second;
-- ``loop µs/unit``: the loop thread's own CPU per work unit, as a ratio (the wrappers' hot path
-  and whatever the recorder thread does to its caches);
+- ``loop µs/unit``: the loop thread's own CPU per work unit, as a ratio (the wrappers' hot path,
+  whatever the recorder thread does to its caches, and the machine's swings);
 - ``pptrace ms/s``: CPU a second of the process's other threads (the recorder, an exporter);
   ``shipper ms/s``: CPU a second of the shipper process (its threads together), during the
   measured seconds; ``runq ms/s``: the loop thread's wait for a CPU (the machine's load).
 
 The collector is a local HTTP server in its own process that counts the spans it receives (no
 parsing beyond that); the delivery lines compare them with the events the run recorded and the
-OTLP sink confirmed (delivered once each: neither lost nor duplicated, stats spans aside).
+OTLP sink confirmed (delivered once each: neither lost nor duplicated, stats spans aside), and
+the shipper's CPU over the run (its rusage, start-up included) per event.
 ``--profile VARIANT`` runs that variant alone and prints the recorder thread's cProfile.
 """
 
@@ -420,12 +426,14 @@ print(out.getvalue())
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rates", default="1000,200", help="pairs a second (default 1000,200)")
-    parser.add_argument("--rounds", type=int, default=12)
+    parser.add_argument("--rounds", type=int, default=12,
+                        help="rounds, each one slice of every variant (default 12)")
     parser.add_argument("--seconds", type=float, default=1.5,
                         help="measured seconds of a slice (default 1.5)")
     parser.add_argument("--warm", type=float, default=0.6,
                         help="seconds of the loop before each measured part (default 0.6)")
-    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--variants", default=",".join(VARIANTS),
+                        help=f"comma-separated, of {', '.join(VARIANTS)} (default all)")
     parser.add_argument("--base", metavar="DIR",
                         help="also run each traced variant with the pptrace of DIR (a `git "
                         "archive` of another commit), as 'base: VARIANT', in the same rounds")
