@@ -15,7 +15,7 @@ from pptrace.model import schema
 from pptrace.model.config import Config
 from pptrace.model.records import Direction
 from tests.doubles import Observer, Output
-from tests.helpers_recorder import RANK, MemorySink, drive, recorder, wait_for, wrapped
+from tests.helpers_recorder import RANK, MemorySink, drive, recorder, wrapped
 
 
 def test_every_event_is_exported_with_gap_free_sequence_numbers() -> None:
@@ -155,32 +155,3 @@ def test_disabled_recorder_records_nothing() -> None:
     assert extract(tensors, Observer()) == {"t0": output.named["t0"]}
     rec.shutdown(timeout=2.0)
     assert rec.recorded == 0 and sink.events == []
-
-
-def test_the_stream_thread_sleeps_until_its_next_take() -> None:
-    """Each look of the recorder thread takes the GIL from the engine's thread: a stream
-    recorder looks at its takes (every half flush interval), at most ``_STREAM_TICK`` apart,
-    never at the flight recorder's ``_TICK``."""
-    import pptrace.record.recorder as recorder_module
-
-    rec = recorder(Config(flush_interval=1.0), MemorySink())
-    rec._pace.begin(100.0)  # the thread's start: the first take is due half an interval on
-    assert rec._wait(100.0) == 0.5 and abs(rec._wait(100.4) - 0.1) < 1e-9
-    assert rec._wait(100.6) < 0  # overdue: the take at once
-    slow = recorder(Config(flush_interval=3600.0), MemorySink())
-    slow._pace.begin(100.0)
-    assert slow._wait(100.0) == recorder_module._STREAM_TICK  # a dump request is looked at
-    flight = recorder(Config(mode="flight"), MemorySink())
-    assert flight._wait(100.0) == recorder_module._TICK < recorder_module._STREAM_TICK
-
-
-def test_a_dump_request_in_stream_mode_is_served_before_the_next_take() -> None:
-    """What the SIGTERM handler asks (a flag, safe in a handler) is written within
-    ``_STREAM_TICK``, not at a take an hour away."""
-    sink = MemorySink()
-    rec = recorder(Config(flush_interval=3600.0), sink).start()
-    attach, extract = wrapped(rec)
-    drive(attach, extract, pairs=3)
-    rec.request_dump()
-    assert wait_for(lambda: len(sink.events) == 6)
-    rec.shutdown(timeout=10.0)

@@ -141,8 +141,7 @@ class Recorder(Accounts):
         """Ask the background thread to write the buffer (the flight ring) out now.
 
         Safe in a signal handler: it only sets a flag, which the thread polls every
-        ``_TICK`` seconds in flight mode, at each take in stream mode (at most
-        ``_STREAM_TICK``) (``Event.set`` takes a lock the interrupted thread may hold).
+        ``_TICK`` seconds (``Event.set`` takes a lock the interrupted thread may hold).
         """
         self._dump_requested = True
 
@@ -211,7 +210,7 @@ class Recorder(Accounts):
         pace = self._pace
         pace.begin(time.monotonic())
         while not self._stop:
-            wait = self._wait(time.monotonic())
+            wait = _TICK if self.flight else min(_TICK, pace.due() - time.monotonic())
             if wait > 0:
                 self._wake.wait(wait)
                 self._wake.clear()
@@ -230,16 +229,6 @@ class Recorder(Accounts):
                 self.flush(deadline=deadline, background=True)
             except BaseException as exc:  # the thread must survive anything a sink raises
                 self.internal_error("background flush", exc)
-
-    def _wait(self, now: float) -> float:
-        """Seconds the thread sleeps before it looks again. Each look takes the GIL from the
-        engine's thread (a wake and two switches: about 0.1 ms of its time each, measured by
-        ``benchmarks/bench_engine_cost.py``), so a stream recorder looks at its next take, at
-        most ``_STREAM_TICK`` later (a dump request waits that long at most); a flight recorder
-        every ``_TICK`` (its ring is trimmed, a dump request served, that often)."""
-        if self.flight:
-            return _TICK
-        return min(_STREAM_TICK, self._pace.due() - now)
 
     def _drain(self) -> list[Raw]:
         return drain(self._buf)
@@ -473,11 +462,8 @@ class Recorder(Accounts):
 
 
 
-#: How often a flight recorder's thread looks at the dump flag and trims its ring (seconds).
+#: How often the background thread looks at the dump flag (seconds).
 _TICK = 0.05
-#: The longest a stream recorder's thread sleeps between two looks at the dump flag (it looks
-#: at each take too: every half flush interval).
-_STREAM_TICK = 0.5
 #: Events per sink call: bounds one export's memory and lets the exit flush keep its deadline.
 _CHUNK = 512
 #: Flight mode: room beyond ``flight_size`` for the events of one ``_TICK`` (and more) before the
