@@ -201,6 +201,36 @@ def test_a_batch_the_collector_may_have_got_is_never_sent_again_and_counted_lost
     assert t["causes"] == {"export raised ReadTimeout": t["events_lost"]}
 
 
+_PRIORITY = ("from pptrace.ship.shipper import lower_priority; lower_priority(); import os; "
+             "print(os.getpriority(os.PRIO_PROCESS, 0)); "
+             "print(open('/proc/self/autogroup').read())")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/autogroup"), reason="no autogroups here")
+def test_the_shipper_in_a_session_of_its_own_lowers_its_session_group_too() -> None:
+    """Linux's autogroups weigh a nice value against the process's own session only: the
+    shipper ``ensure_shipper`` starts leads a session of its own, so nice alone would leave it
+    the engine's equal; its session's group is lowered as well."""
+    out = subprocess.run([sys.executable, "-c", _PRIORITY], capture_output=True, text=True,
+                         check=True, start_new_session=True, env={**os.environ,
+                         "PYTHONPATH": str(REPO)}).stdout.split("\n")
+    assert int(out[0]) == min(19, os.getpriority(os.PRIO_PROCESS, 0) + NICENESS)
+    assert out[1].endswith(f" nice {NICENESS}")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/autogroup"), reason="no autogroups here")
+def test_a_shipper_in_its_starters_session_leaves_that_session_group_alone() -> None:
+    """``pptrace ship DIR`` typed in a shell shares the shell's group: lowering it would lower
+    the shell and all it runs, so only the shipper's own nice value changes. (The "shell" is a
+    session made for the test: were the group lowered, it is not the one pytest runs in.)"""
+    shell = ['"$1" -c "$2"; cat /proc/self/autogroup', "sh", sys.executable, _PRIORITY]
+    out = subprocess.run(["sh", "-c", *shell], capture_output=True, text=True, check=True,
+                         start_new_session=True, env={**os.environ, "PYTHONPATH": str(REPO)},
+                         ).stdout.split("\n")
+    assert int(out[0]) == min(19, os.getpriority(os.PRIO_PROCESS, 0) + NICENESS)
+    assert out[1].endswith(" nice 0") and out[3].endswith(" nice 0")  # the shell's group
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])

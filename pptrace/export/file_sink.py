@@ -406,18 +406,38 @@ class FileSink:
                 seen.clear()
             seen[key] = True
             return
+        render = self._verified(event, text, ids)
+        if render is None:
+            seen[key] = False
+            return
+        self._templates[key] = render
+        self.templates_built += 1
+
+    def _verified(self, event: Event, text: str, ids: tuple[int, int]) -> Render | None:
+        """The template of ``event``'s shape if it renders ``event`` (with ``ids``) as ``text``."""
         render = self._template(event)
         if render is not None:
             out: list[str] = []
             render(out, f"{ids[0]:032x}", f"{ids[1]:016x}", event.start_ns, event.end_ns,
                    event.seq, event.mono_ns, event.duration_ns, event.dropped_before)
             if "".join(out) != text:
-                render = None
-        if render is None:
-            seen[key] = False
-            return
-        self._templates[key] = render
-        self.templates_built += 1
+                return None
+        return render
+
+    def template_of(self, event: Event) -> Render | None:
+        """A template of ``event``'s shape that renders it exactly as ``export`` would (None
+        when none does), for a caller that knows the shape of what it renders next."""
+        ids = self._ids()
+        return self._verified(event, self._event_span(event, ids), ids)
+
+    def span_ids(self) -> tuple[str, str]:
+        """A new span's trace id and span id, in hex, as ``export`` draws them."""
+        trace, span = self._ids()
+        return f"{trace:032x}", f"{span:016x}"
+
+    def lines_of(self, spans: Sequence[str]) -> list[str]:
+        """The lines ``export`` writes for these span texts (``SPANS_PER_LINE`` a line)."""
+        return self._lines(spans)
 
     def _template(self, event: Event) -> Render | None:
         probe = event._replace(seq=P_SEQ, start_ns=P_START, mono_ns=P_MONO, duration_ns=P_DUR,

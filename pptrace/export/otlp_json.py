@@ -150,9 +150,9 @@ class Poster:
     def body(self, lines: Sequence[str]) -> bytes:
         """One request's body: the lines' resourceSpans together, compressed as configured."""
         if self.target.protocol == "http/protobuf":
-            from pptrace.export.otlp_proto import request
+            from pptrace.export.proto_templates import encode_request
 
-            data: bytes = request(lines).SerializeToString()
+            data = encode_request(lines)
         else:
             # Each line is one ExportTraceServiceRequest: their resourceSpans make one request.
             inner = ",".join(line[len(_HEAD):-2] for line in lines)

@@ -7,6 +7,13 @@ call each, with no record built.
 
     parts, order = PROBE_RE.split(text), [PROBES[m] for m in PROBE_RE.findall(text)]
     render = renderer(parts, order)     # render(out, trace_hex, span_hex, start, end, ...)
+
+A reader of such spans cuts them at the same values (``cut_span``): what is left is the same
+from one span of a shape to the next (the shipper's re-encoding and its protobuf encoding key
+their own templates by it).
+
+    head, spans = line_spans(line)      # a FileSink line: its resource text, its spans' texts
+    cut = cut_span(spans[0])            # Cut(texts, holes, values)
 """
 
 from __future__ import annotations
@@ -15,11 +22,13 @@ import operator
 import re
 from collections.abc import Callable
 from itertools import chain
-from typing import Any
+from typing import Any, NamedTuple
+
+from pptrace.model import schema
 
 __all__ = [
-    "PROBES", "PROBE_RE", "P_DROPPED", "P_DUR", "P_MONO", "P_SEQ", "P_SPAN", "P_START", "P_TRACE",
-    "Render", "renderer",
+    "HOLE_KEYS", "PROBES", "PROBE_RE", "P_DROPPED", "P_DUR", "P_MONO", "P_SEQ", "P_SPAN", "P_START",
+    "P_TRACE", "Cut", "Render", "cut_span", "line_spans", "renderer",
 ]
 
 #: A template: ``render(out, *values)`` extends the list ``out`` with the span's text, in pieces
@@ -78,3 +87,57 @@ def renderer(parts: list[str], order: list[int]) -> Render | None:
         out.append(last)
 
     return render
+
+
+# A trace-file line (``FileSink``'s): one resource, one scope, its spans, this tail.
+_SPANS, _TAIL, _FIRST, _NEXT = '"spans":[', "]}]}]}", '{"traceId":"', '},{"traceId":"'
+#: The attribute whose integer value each hole past the times is.
+HOLE_KEYS = {4: schema.SEQ, 5: schema.MONO_NS, 6: schema.DURATION_NS, 7: schema.DROPPED_BEFORE}
+#: The values a span's template leaves as holes, found by the text before each (a quote inside
+#: a JSON string is escaped, so none of these can be found inside one), and the hole each fills
+#: (a span's trace id, which opens it, is hole 0).
+_MARKS = (('","spanId":"', 1), ('"startTimeUnixNano":"', 2), ('"endTimeUnixNano":"', 3),
+          *((f'{{"key":"{key}","value":{{"intValue":"', hole) for hole, key in HOLE_KEYS.items()))
+
+
+class Cut(NamedTuple):
+    """A span (less its opening ``{"traceId":"``) cut at its values."""
+
+    texts: tuple[str, ...]  # what is left, its key: the marks (and the holes they name) in it
+    holes: tuple[int, ...]  # the hole each value fills, in order
+    values: list[str]
+
+
+def cut_span(span: str) -> Cut | None:
+    """``span`` cut at its values (None when one is there twice)."""
+    cuts = []
+    for mark, hole in _MARKS:
+        at = span.find(mark)
+        if at >= 0:
+            start = at + len(mark)
+            end = span.find('"', start)
+            if end < 0 or span.find(mark, end) >= 0:
+                return None
+            cuts.append((start, end, hole))
+    cuts.sort()
+    prev = span.find('"')
+    texts, holes, values = [], [0], [span[:prev]]
+    for start, end, hole in cuts:
+        texts.append(span[prev:start])
+        holes.append(hole)
+        values.append(span[start:end])
+        prev = end
+    texts.append(span[prev:])
+    return Cut(tuple(texts), tuple(holes), values)
+
+
+def line_spans(line: str) -> tuple[str, list[str]] | None:
+    """A ``FileSink`` line's resource text (up to its spans) and its spans, each less its
+    opening ``{"traceId":"``; None when the line is not one resource's and one scope's spans."""
+    at = line.find(_SPANS)
+    if at < 0 or not line.endswith(_TAIL) or line.find(_SPANS, at + 1) >= 0:
+        return None
+    body = line[at + len(_SPANS):-len(_TAIL)]
+    if not body.startswith(_FIRST) or not body.endswith("}"):
+        return None
+    return line[:at], body[len(_FIRST):-1].split(_NEXT)

@@ -45,7 +45,7 @@ import grpc
 
 from pptrace.export.otlp import MAX_RESPONSE_BYTES
 from pptrace.export.otlp_json import DEFAULT_TIMEOUT
-from pptrace.export.otlp_proto import request
+from pptrace.export.proto_templates import encode_request
 
 __all__ = ["EXPORT_METHOD", "GrpcPoster", "GrpcTarget", "grpc_target"]
 
@@ -150,7 +150,7 @@ class GrpcPoster:
         """Make one call; "" when the collector took it, else why not ("retry: " first when the
         request's call was never started)."""
         try:
-            body = request(lines).SerializeToString()
+            body = encode_request(lines)
             self._open()
             try:
                 self._call(b"")  # an empty request: the connection, and an answer, first

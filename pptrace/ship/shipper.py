@@ -54,12 +54,26 @@ def lower_priority() -> None:
     The files are the queue: a shipper that waits for a core only lags behind the run (and a
     collector that takes its requests gets all the time it needs at the end), while an engine
     that waits for one loses its work, and its recorder may shed events past its flush deadline
-    (measured on 2 cores: ``docs/otlp-shipping.md``).
+    (measured on 2 cores: ``docs/otlp-shipping.md``). Where Linux groups a session's processes
+    for the scheduler (``/proc/sys/kernel/sched_autogroup_enabled``), a process's nice value
+    weighs only against its own session's: the shipper started by ``ensure_shipper`` leads a
+    session of its own, so its session's group is lowered too (``/proc/self/autogroup``),
+    never a session it merely joined (a user's shell).
     """
     try:
         os.nice(NICENESS)
     except (OSError, AttributeError):  # not permitted, or no nice here: the same priority
         pass
+    try:
+        own = os.getsid(0) == os.getpid()  # the started shipper's session: its group its own
+    except (OSError, AttributeError):
+        own = False
+    if own:
+        try:
+            with open("/proc/self/autogroup", "w") as f:
+                f.write(str(NICENESS))
+        except OSError:  # no autogroups here (or not permitted): the nice value is all
+            pass
 
 
 def pid_alive(pid: int) -> bool:
