@@ -135,3 +135,20 @@ def test_a_receiver_that_lists_the_keys_in_another_order_is_still_realigned() ->
     result = analysis(run.trace())
     assert [(f.kind, f.messages) for f in result.findings] == [
         (K.MSG_NEVER_RECEIVED, (MessageId(1, SEND, 3),))]
+
+
+def test_an_earlier_alignment_is_reused_only_for_lists_it_covers() -> None:
+    # The judging pass takes the clocks' pass's alignment of a channel by its key; should the key
+    # name other lists there (runs joined on one side of the shift, apart on the other), the
+    # alignment does not cover them and the channel is walked again.
+    from pptrace.analyze.message_align import pair_channel
+    from pptrace.analyze.pairing import Alignment
+
+    ends = [(None, _m(k, _out(k))) for k in range(4)]
+    got = [(None, _m(k, _out(k), RECV)) for k in range(4)]
+    kept = Alignment(((0, 0, 4),), (), (), ())
+    pairs, left, extra, found = pair_channel(ends, got, kept)  # type: ignore[arg-type]
+    assert found is kept and len(pairs) == 4 and not left and not extra
+    stale = Alignment(((0, 0, 2),), (), (), ())  # two calls of each: not these lists
+    pairs, left, extra, found = pair_channel(ends, got, stale)  # type: ignore[arg-type]
+    assert found is not stale and found.runs == ((0, 0, 4),) and len(pairs) == 4

@@ -50,6 +50,10 @@ def pair_channel(out: _Ends, got: _Ends, found: Alignment | None = None
     numbers its sends (and its receives) across peers, kinds, failed calls and stashes, so a
     step between the numbers says nothing of this channel. Return the pairs, the sends left
     unreceived, the receives left unmatched and the alignment."""
+    if found is not None:  # an earlier pass's, kept only if it covers these very lists
+        paired = sum(n for _, _, n in found.runs)
+        if (paired + len(found.orphans), paired + len(found.unmatched)) != (len(out), len(got)):
+            found = None
     if found is None:
         found = align([m for _, m in out], [e for _, e in got], False, keyed=True,
                       stepped=False)
