@@ -152,3 +152,29 @@ def test_an_earlier_alignment_is_reused_only_for_lists_it_covers() -> None:
     stale = Alignment(((0, 0, 2),), (), (), ())  # two calls of each: not these lists
     pairs, left, extra, found = pair_channel(ends, got, stale)  # type: ignore[arg-type]
     assert found is not stale and found.runs == ((0, 0, 4),) and len(pairs) == 4
+
+
+def test_one_trace_s_messages_are_sorted_out_once_per_analysis(monkeypatch) -> None:
+    # Where the clocks shift nothing the judging pass reads the very trace the clocks' pass
+    # read: it takes that pass's sorted records and channel lists instead of making them again.
+    from pptrace.analyze import message_sides
+
+    sorted_out: list[int] = []
+    real = message_sides.sort_out
+
+    def counting(index, *args, **kwargs):  # type: ignore[no-untyped-def]
+        sorted_out.append(index)
+        return real(index, *args, **kwargs)
+
+    monkeypatch.setattr(message_sides, "sort_out", counting)
+    from pptrace.analyze import messages  # (where it once imported sort_out by name)
+    monkeypatch.setattr(messages, "sort_out", counting, raising=False)
+    run = Run(pp_size=3)
+    for k in range(4):
+        run.message("proxy", _out(k), frm=0, to=1)
+        run.message("proxy", _out(k), frm=1, to=2)
+        run.message("output", _out(k), frm=2, to=0)
+    result = analysis(run.trace())
+    assert result.findings == () and not any(result.clocks.offsets)
+    assert sorted(sorted_out) == [0, 1, 2]  # once per process (twice each before)
+    assert len(result.message_pairs) == 12

@@ -3,23 +3,30 @@ link from attach/extract findings to the output message that carried them.
 
 ``pptrace.analyze.messages`` builds a ``Side`` per process once (its sends, its receives'
 begins and ends, whether its oldest messages were cut away), compares each ``Pair``, and
-returns ``Carried``, which ``carried_by`` writes into the payload findings. Pure.
+returns ``Carried``, which ``carried_by`` writes into the payload findings. ``Paired`` is what
+the clocks' pass over the messages leaves the judging pass: each channel's alignment, and the
+sorting out itself where both read one trace. Pure.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from operator import itemgetter
+from typing import NamedTuple
 
-from pptrace.analyze.rules import who
+from pptrace.analyze.pairing import Alignment
+from pptrace.analyze.rules import rank_id, who
 from pptrace.analyze.summary import Raw
 from pptrace.analyze.waits import labelled, numbered, place, wanted
 from pptrace.model.findings import Category
 from pptrace.model.messages import MessageEvent, MessageOp
 from pptrace.model.records import Direction, RankInfo
-from pptrace.model.trace import ProcessTrace
+from pptrace.model.trace import ProcessTrace, Trace
 
-__all__ = ["Carried", "Pair", "Side", "carried_by", "cut_at_start", "numel", "sort_out"]
+__all__ = ["Calls", "Carried", "Pair", "Paired", "Side", "Sides", "carried_by", "cut_at_start",
+           "numel", "sort_out"]
 
 #: (sending process index, attach seq) -> "output message #12 pp3->pp0"
 Carried = dict[tuple[int, int], str]
@@ -128,3 +135,76 @@ def carried_by(raws: list[Raw], carried: Carried) -> None:
         text = carried.get((process, seq)) if direction is Direction.ATTACH else None
         if text is not None:
             raws[i] = replace(raw, message=f"{raw.message} (carried by {text})")
+
+
+class Sides(NamedTuple):
+    """Every process's ``Side``, sorted out once."""
+
+    sides: list[Side]  # the processes that recorded messages
+    by_rank: dict[tuple[str, int], Side]  # (run, global rank) -> its side (a cut quiet one too)
+    quiet: list[Side]  # traced, but no message recorded
+    by_index: dict[int, Side]  # process index -> its side (those with messages)
+
+
+#: A point-to-point channel's calls, in order, by (run, sender, receiver, kind).
+Calls = dict[tuple[str, int, int, str], list[tuple[Side, MessageEvent]]]
+
+
+def _sort_all(trace: Trace, runs: Sequence[str], prefixes: Sequence[str]) -> Sides:
+    found = Sides([], {}, [], {})
+    for i, proc in enumerate(trace.processes):
+        side = sort_out(i, proc, runs[i], prefixes[i])
+        if not proc.messages:
+            found.quiet.append(side)
+            # It kept no message while segments were deleted: judged as a cut end is.
+            if side.cut:
+                found.by_rank.setdefault((side.run, rank_id(proc.rank)), side)
+            continue
+        found.sides.append(side)
+        found.by_index[i] = side
+        found.by_rank.setdefault((side.run, rank_id(proc.rank)), side)
+    return found
+
+
+def _channel_calls(sides: Sequence[Side]) -> tuple[Calls, Calls]:
+    sends: Calls = defaultdict(list)
+    recvs: Calls = defaultdict(list)
+    for side in sides:
+        run, me = side.run, rank_id(side.rank)
+        # (``m.ok`` read as its field: a property call per message of a long run)
+        for m in side.sends:
+            if m.error_type is None and m.peer >= 0:
+                sends[(run, me, m.peer, m.kind)].append((side, m))
+        for m in side.ends:
+            if m.error_type is None and not m.from_stash and m.peer >= 0:
+                recvs[(run, m.peer, me, m.kind)].append((side, m))
+    return sends, recvs
+
+
+class Paired:
+    """What the clocks' pass over the messages leaves the judging pass: each point-to-point
+    channel's alignment (checked against the lists at hand before use:
+    ``message_align.pair_channel``), and, where the judging pass reads the very same trace (the
+    clocks shifted nothing) with the same runs and prefixes, the processes' sorted records and
+    each channel's calls, sorted out once (no check mutates them)."""
+
+    def __init__(self) -> None:
+        self.alignments: dict[tuple[str, int, int, str], Alignment] = {}
+        self._made: tuple[Trace, tuple[str, ...], tuple[str, ...]] | None = None
+        self._sides: Sides | None = None
+        self._calls: tuple[Calls, Calls] | None = None
+
+    def sides(self, trace: Trace, runs: Sequence[str], prefixes: Sequence[str]) -> Sides:
+        """Every process's side of ``trace``: those of the pass before when it read the same."""
+        made = (trace, tuple(runs), tuple(prefixes))
+        if (self._sides is None or self._made is None or self._made[0] is not trace
+                or self._made[1:] != made[1:]):
+            self._made, self._sides, self._calls = made, _sort_all(trace, runs, prefixes), None
+        return self._sides
+
+    def calls(self, sides: Sides) -> tuple[Calls, Calls]:
+        """Each point-to-point channel's sends and receives, in order, of ``sides`` (what
+        ``sides`` last returned)."""
+        if self._calls is None or sides is not self._sides:
+            self._calls = _channel_calls(sides.sides)
+        return self._calls

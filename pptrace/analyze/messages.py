@@ -49,8 +49,7 @@ from pptrace.analyze import waits as waiting
 from pptrace.analyze.broadcasts import check_broadcasts
 from pptrace.analyze.holes import Holes
 from pptrace.analyze.message_payload import differences
-from pptrace.analyze.message_sides import Carried, Pair, Side, carried_by, sort_out
-from pptrace.analyze.pairing import Alignment
+from pptrace.analyze.message_sides import Carried, Pair, Paired, Side, carried_by
 from pptrace.analyze.rules import listed, rank_id, who
 from pptrace.analyze.slices import tp_slices
 from pptrace.analyze.summary import Raw
@@ -70,11 +69,8 @@ SEND, RECV = MessageOp.SEND, MessageOp.RECV
 #: engine adapters' ``forwarded_kind``, SGLang's "output").
 FORWARDED = engines.forwarded_kinds()
 # (run, sender global rank, receiver global rank, kind)
-_Key = tuple[str, int, int, str]
 #: A send and the receive it reached, each with its process's side
 Matched = tuple[tuple[Side, MessageEvent], tuple[Side, MessageEvent]]
-#: Each point-to-point channel's alignment, by (run, sender, receiver, kind).
-Paired = dict[_Key, Alignment]
 
 
 class MessageVerdict(NamedTuple):
@@ -92,26 +88,13 @@ class _Check:
                  uncertainty: waiting.Uncertainty = lambda a, b: 0.0,
                  paired: Paired | None = None) -> None:
         self.raws, self.complete, self.holes, self.uncertainty = raws, complete, holes, uncertainty
-        # Each point-to-point channel's alignment: one walk per channel for the clocks' pass
-        # and the judging one (both see the same calls in the same order).
-        self.paired: Paired = {} if paired is None else paired
+        # One walk per channel for the clocks' pass and the judging one (both see the same
+        # calls in the same order), and one sorting out where they read one trace.
+        self.paired = Paired() if paired is None else paired
         self.hole = ""  # why the channel being paired has a hole: its findings are weakened
         self.unaligned: dict[int, str] = {}  # cut process -> why a channel of it is not paired
-        self.sides: list[Side] = []
-        self.by_rank: dict[tuple[str, int], Side] = {}
-        self.quiet: list[Side] = []
-        self.sides_by_index: dict[int, Side] = {}
-        for i, proc in enumerate(trace.processes):
-            side = sort_out(i, proc, runs[i], prefixes[i])
-            if not proc.messages:
-                self.quiet.append(side)
-                # It kept no message while segments were deleted: judged as a cut end is.
-                if side.cut:
-                    self.by_rank.setdefault((side.run, rank_id(proc.rank)), side)
-                continue
-            self.sides.append(side)
-            self.sides_by_index[i] = side
-            self.by_rank.setdefault((side.run, rank_id(proc.rank)), side)
+        self.found = self.paired.sides(trace, runs, prefixes)
+        self.sides, self.by_rank, self.quiet, self.sides_by_index = self.found
         # Every process's ranks, also those that recorded no message (a peer that sent nothing).
         self.ranks = {(runs[i], rank_id(p.rank)): p.rank for i, p in enumerate(trace.processes)}
         self.carried: Carried = {}
@@ -210,17 +193,7 @@ class _Check:
     # --- pairs ------------------------------------------------------------------------------
 
     def pairs(self) -> None:
-        sends: dict[_Key, list[tuple[Side, MessageEvent]]] = defaultdict(list)
-        recvs: dict[_Key, list[tuple[Side, MessageEvent]]] = defaultdict(list)
-        for side in self.sides:
-            run, me = side.run, rank_id(side.rank)
-            # (``m.ok`` read as its field: a property call per message of a long run)
-            for m in side.sends:
-                if m.error_type is None and m.peer >= 0:
-                    sends[(run, me, m.peer, m.kind)].append((side, m))
-            for m in side.ends:
-                if m.error_type is None and not m.from_stash and m.peer >= 0:
-                    recvs[(run, m.peer, me, m.kind)].append((side, m))
+        sends, recvs = self.paired.calls(self.found)
         cut: set[tuple[str, int, int]] = set()
         for key in sorted(set(sends) | set(recvs)):
             run, src, dst, _ = key
@@ -230,8 +203,9 @@ class _Check:
                 continue
             out, got = sends.get(key, []), recvs.get(key, [])
             self.hole = across.channel_hole(self.holes, s, r)
-            matched, left, extra, self.paired[key] = across.pair_channel(
-                out, got, self.paired.get(key))
+            alignments = self.paired.alignments
+            matched, left, extra, alignments[key] = across.pair_channel(out, got,
+                                                                        alignments.get(key))
             if not self.judge:
                 self.matches += matched
             for (side, m), (rside, e) in matched if self.judge else ():
