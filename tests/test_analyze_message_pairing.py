@@ -25,6 +25,16 @@ def _out(k: int) -> list[TensorMeta]:
     return [mt("next_token_ids", (n,), "int64"), mt("scores", (n, 5))]
 
 
+def _ring() -> Run:
+    """A healthy three-stage run: four steps of proxies stage to stage and outputs to stage 0."""
+    run = Run(pp_size=3)
+    for k in range(4):
+        run.message("proxy", _out(k), frm=0, to=1)
+        run.message("proxy", _out(k), frm=1, to=2)
+        run.message("output", _out(k), frm=2, to=0)
+    return run
+
+
 def test_a_message_that_never_arrived_mid_run_is_one_finding_not_a_cascade() -> None:
     # The last stage sends 8 outputs; stage 0 receives all but #3 (sent, never delivered: a
     # misrouted or lost send), and goes on receiving the later ones.
@@ -111,12 +121,7 @@ def test_each_message_channel_is_walked_once_per_analysis(monkeypatch) -> None:
         return real(out, got, *args, **kwargs)
 
     monkeypatch.setattr(message_align, "align", counting)
-    run = Run(pp_size=3)
-    for k in range(4):
-        run.message("proxy", _out(k), frm=0, to=1)
-        run.message("proxy", _out(k), frm=1, to=2)
-        run.message("output", _out(k), frm=2, to=0)
-    result = analysis(run.trace())
+    result = analysis(_ring().trace())
     assert result.findings == ()
     assert walked == [4, 4, 4]  # three channels, one walk each
     assert len(result.message_pairs) == 12
@@ -169,12 +174,7 @@ def test_one_trace_s_messages_are_sorted_out_once_per_analysis(monkeypatch) -> N
     monkeypatch.setattr(message_sides, "sort_out", counting)
     from pptrace.analyze import messages  # (where it once imported sort_out by name)
     monkeypatch.setattr(messages, "sort_out", counting, raising=False)
-    run = Run(pp_size=3)
-    for k in range(4):
-        run.message("proxy", _out(k), frm=0, to=1)
-        run.message("proxy", _out(k), frm=1, to=2)
-        run.message("output", _out(k), frm=2, to=0)
-    result = analysis(run.trace())
+    result = analysis(_ring().trace())
     assert result.findings == () and not any(result.clocks.offsets)
     assert sorted(sorted_out) == [0, 1, 2]  # once per process (twice each before)
     assert len(result.message_pairs) == 12
