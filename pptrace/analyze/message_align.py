@@ -6,10 +6,10 @@ In order, the n-th send of a kind on a channel pairs with the n-th receive; a re
 either list (``pptrace.analyze.holes``) shifts every pair after it. ``pair_channel`` pairs a
 channel with the analyzer's one pairing walk (``pptrace.analyze.pairing.align``, as attaches
 pair with extracts): where the next send and receive disagree (keys, each key's shape and dtype)
-or their seqs leave their step, it skips the records whose skipping best explains what follows,
-so one lost send is one receive with no send, not a cascade of false mismatches.
+it skips the records whose skipping best explains what follows, so one lost send is one receive
+with no send, not a cascade of false mismatches.
 
-    pairs, unreceived, unmatched = pair_channel(sends, receives)
+    pairs, unreceived, unmatched, alignment = pair_channel(sends, receives)
     hole = channel_hole(holes, sender, receiver)   # "" when neither end has one
     severity, message = weakened(hole, kind, severity, message)
 

@@ -190,21 +190,22 @@ class Paired:
 
     def __init__(self) -> None:
         self.alignments: dict[tuple[str, int, int, str], Alignment] = {}
-        self._made: tuple[Trace, tuple[str, ...], tuple[str, ...]] | None = None
-        self._sides: Sides | None = None
+        # The trace, runs and prefixes last sorted out, and what they gave.
+        self._sorted: tuple[tuple[Trace, tuple[str, ...], tuple[str, ...]], Sides] | None = None
         self._calls: tuple[Calls, Calls] | None = None
 
     def sides(self, trace: Trace, runs: Sequence[str], prefixes: Sequence[str]) -> Sides:
         """Every process's side of ``trace``: those of the pass before when it read the same."""
         made = (trace, tuple(runs), tuple(prefixes))
-        if (self._sides is None or self._made is None or self._made[0] is not trace
-                or self._made[1:] != made[1:]):
-            self._made, self._sides, self._calls = made, _sort_all(trace, runs, prefixes), None
-        return self._sides
+        last = self._sorted
+        if last is None or last[0][0] is not trace or last[0][1:] != made[1:]:
+            last = self._sorted = (made, _sort_all(trace, runs, prefixes))
+            self._calls = None
+        return last[1]
 
     def calls(self, sides: Sides) -> tuple[Calls, Calls]:
         """Each point-to-point channel's sends and receives, in order, of ``sides`` (what
         ``sides`` last returned)."""
-        if self._calls is None or sides is not self._sides:
+        if self._calls is None or self._sorted is None or sides is not self._sorted[1]:
             self._calls = _channel_calls(sides.sides)
         return self._calls

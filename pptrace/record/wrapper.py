@@ -74,12 +74,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 # What pptrace made, by identity: the code of its Python wrappers and the type of its C wrapper.
 # Never an attribute: functools.wraps copies a wrapper's attributes onto whoever wraps it next
 # (SGLang's plugin HookRegistry does), and that wrapper is not pptrace's to replace or unwrap.
-# Kept alive here, so that their ids (the sets, for a lookup per module global when patching)
-# stay theirs.
-_OWN_CODES: list[types.CodeType] = []
-_OWN_CODE_IDS: set[int] = set()
-_OWN_TYPES: list[type] = []
-_OWN_TYPE_IDS: set[int] = set()
+# By id (a lookup per module global when patching), each kept alive here so its id stays its own.
+_OWN_CODES: dict[int, types.CodeType] = {}
+_OWN_TYPES: dict[int, type] = {}
 #: A body's code with a transport's parameter names, made once per (body, names).
 _RENAMED: dict[tuple[int, tuple[str, str]], types.CodeType] = {}
 _Function = types.FunctionType
@@ -182,8 +179,7 @@ def _renamed(body: Any, names: tuple[str, str]) -> Any:
     if renamed is None:  # (the body's code lives as long as the module: its id stays its own)
         renamed = _RENAMED[(id(code), names)] = code.replace(
             co_varnames=names + code.co_varnames[2:])
-        _OWN_CODES.append(renamed)
-        _OWN_CODE_IDS.add(id(renamed))
+        _OWN_CODES[id(renamed)] = renamed
     return _Function(renamed, body.__globals__, body.__name__, None, body.__closure__)
 
 
@@ -212,17 +208,15 @@ def _entry(fn: Any, slots: Slots, exact: tuple[str, str] | None, body: Any,
 
 def _own(made: type) -> None:
     """Note the type of a wrapper pptrace made (by identity; once)."""
-    if id(made) not in _OWN_TYPE_IDS:
-        _OWN_TYPES.append(made)
-        _OWN_TYPE_IDS.add(id(made))
+    _OWN_TYPES.setdefault(id(made), made)
 
 
 def is_wrapped(fn: Any) -> bool:
     """True when ``fn`` is a wrapper pptrace made (someone else's wrapper around one is not)."""
     tp = type(fn)  # type(), not isinstance(): no user __class__ or metaclass code runs here
     if tp is _Function:
-        return id(fn.__code__) in _OWN_CODE_IDS
-    return id(tp) in _OWN_TYPE_IDS
+        return id(fn.__code__) in _OWN_CODES
+    return id(tp) in _OWN_TYPES
 
 
 def _inner(wrapper: Any) -> Any:
@@ -462,9 +456,8 @@ def wrap_transport(attach: F, extract: Callable[..., Any], recorder: Recorder,
 
 
 # The code objects every Python wrapper made by wrap_attach and wrap_extract runs.
-_OWN_CODES += [c for maker in (wrap_attach, wrap_extract, _entry)
-               for c in maker.__code__.co_consts
-               if isinstance(c, types.CodeType) and c.co_name in ("pptrace_attach",
-                                                                  "pptrace_extract",
-                                                                  "pptrace_call")]
-_OWN_CODE_IDS.update(map(id, _OWN_CODES))
+_OWN_CODES.update((id(c), c) for maker in (wrap_attach, wrap_extract, _entry)
+                  for c in maker.__code__.co_consts
+                  if isinstance(c, types.CodeType) and c.co_name in ("pptrace_attach",
+                                                                     "pptrace_extract",
+                                                                     "pptrace_call"))
