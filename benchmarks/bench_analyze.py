@@ -43,6 +43,9 @@ PP, TP = 2, 4
 BATCHES = (1, 3, 8, 16)  # batch sizes cycle, so shapes vary like a real run's
 FORMATS = ("v1", "v1.gz", "v2", "v2.gz")
 FLUSH_LINES = 16  # lines a gzip member holds
+# Events of a rank a flush writes before its stats span: one every millisecond, the recorder's
+# flush every half second (a multiple of the file sink's spans a line).
+FLUSH_EVENTS = 512
 
 
 def _rank(pp: int, tp: int) -> Any:
@@ -107,13 +110,15 @@ def _templates(pp: int, tp: int, direction: str, batch: int, dtype: str, version
     return text
 
 
-def _stats_span(pp: int, tp: int, version: int, events: int, time_ns: int) -> str:
-    """The final stats span of a clean exit, as every traced rank writes one."""
+def _stats_span(pp: int, tp: int, version: int, events: int, time_ns: int,
+                final: bool = True) -> str:
+    """A stats span, as the recorder writes one at the end of every flush (``final``: the last
+    one, of a clean exit)."""
     from pptrace.model import schema
     from pptrace.model.records import RecorderStats
 
     stats = RecorderStats(rank=_rank(pp, tp), time_ns=time_ns, recorded=events,
-                          exported=events, run_id="bench", final=True)
+                          exported=events, run_id="bench", final=final)
     attrs = schema.stats_to_attributes(stats, _resource_attrs(pp, tp, version))
     return json.dumps({
         "traceId": f"{time_ns:032x}", "spanId": f"{time_ns % 2**64:016x}",
@@ -163,6 +168,9 @@ def generate(directory: str, total: int, fmt: str = "v1") -> int:
             with open(path, "wb") as f:
                 lines: list[str] = []
                 for start in range(0, per_rank, PER_LINE):
+                    if start and start % FLUSH_EVENTS == 0:  # a flush ends: its stats span
+                        lines.append(head + _stats_span(pp, tp, version, start,
+                                                        t0 + start * 1_000_000, False) + tail)
                     spans = []
                     for seq in range(start, min(per_rank, start + PER_LINE)):
                         b = BATCHES[seq % len(BATCHES)]

@@ -34,6 +34,8 @@ import time
 from typing import Any
 
 TP = 4
+_START = 1_700_000_000_000_000_000  # the run's wall clock at its first record
+FLUSH_NS = 500_000_000  # the recorder's flush interval
 BATCH = (1, 4, 8, 16)  # batch sizes cycle, so shapes vary like a real run's
 
 
@@ -95,7 +97,7 @@ def _messages(index: int, procs: int, count: int, fingerprints: bool = False) ->
             if fingerprints:  # the send's and its receive's agree: one message, one content
                 tag = (min(index, peer) * 7919 + seq[op]) * 4 + (kind == "output")
                 ts = _fingerprinted(ts, tag)
-            common = dict(seq=seq[op], wall_ns=1_700_000_000_000_000_000 + mono, mono_ns=mono,
+            common = dict(seq=seq[op], wall_ns=_START + mono, mono_ns=mono,
                           thread_id=7, peer=peer, peer_pp_rank=peer // tp,
                           peer_tp_rank=peer % tp, kind=kind, keys=keys, tensors=ts)
             if op is MessageOp.RECV:
@@ -135,7 +137,7 @@ def _events(index: int, procs: int, count: int, fingerprints: bool = False) -> l
         after = keys + tuple(m.key for m in metas)
         t = i * 1_000_000 + (900_000 if direction is Direction.EXTRACT else 0)
         out.append(Event(
-            rank=r, direction=direction, seq=i, start_ns=1_700_000_000_000_000_000 + t,
+            rank=r, direction=direction, seq=i, start_ns=_START + t,
             mono_ns=1_000_000 + t, duration_ns=3_000 + i % 13, thread_id=7,
             thread_name="MainThread", subject_type="GenerationBatchResult", tensors=metas,
             keys_before=keys if direction is Direction.ATTACH else after,
@@ -156,11 +158,26 @@ def generate(directory: str, messages: int, events: int, procs: int,
         sink = FileSink(path, process_resource(r, "bench-run", 2))
         ends = 2 * min(TP, procs) if procs > TP else procs  # the ranks of stage 0 and the last
         evs = _events(index, procs, events // ends, fingerprints)
-        for i in range(0, len(evs), 512):
-            sink.export(evs[i:i + 512])
         msgs = _messages(index, procs, messages // procs, fingerprints)
-        for i in range(0, len(msgs), 512):
-            sink.export_messages(msgs[i:i + 512], r, "bench-run")
+        # As the recorder writes: flush by flush (every FLUSH_NS of the run), its messages,
+        # then its events, then a stats span taken after the flush took its records.
+        e = m = 0
+        flush = _START + FLUSH_NS
+        while e < len(evs) or m < len(msgs):
+            e0, m0 = e, m
+            while e < len(evs) and evs[e].start_ns < flush:
+                e += 1
+            while m < len(msgs) and msgs[m].wall_ns < flush:
+                m += 1
+            for i in range(m0, m, 512):
+                sink.export_messages(msgs[i:min(m, i + 512)], r, "bench-run")
+            for i in range(e0, e, 512):
+                sink.export(evs[i:min(e, i + 512)])
+            if (e < len(evs) or m < len(msgs)) and (e > e0 or m > m0):
+                sink.export_stats(RecorderStats(
+                    rank=r, time_ns=flush, recorded=e, exported=e, run_id="bench-run",
+                    messages_recorded=m, messages_exported=m))
+            flush += FLUSH_NS
         sink.export_stats(RecorderStats(
             rank=r, time_ns=1_800_000_000_000_000_000, recorded=len(evs), exported=len(evs),
             run_id="bench-run", final=True, messages_recorded=len(msgs),

@@ -6,7 +6,10 @@ and the attach/extract pairs the grid draws (the CLI builds one on ``pptrace.loa
 tests build traces from records, and may hand findings alone, the pairs then asked of the
 analyzer),
 calls it in a worker thread behind a loading screen, and with ``follow=True`` calls it again
-every second to watch a running engine.
+every second to watch a running engine. With ``partial`` (what the first load holds: "the first
+4% of 1.5 GB of trace files") the first call gave only the start of the trace: the grid is
+drawn from it, and the loader is called once more at once, in the background, for the whole
+trace, which then takes its place (the subtitle says which is shown, and how far the reading is).
 
     app = PptraceViewer(loader=lambda status: (trace, analysis(trace)))
     app = PptraceViewer.of(trace, findings)
@@ -34,6 +37,7 @@ from .messages import ExportWritten
 from .screens.help import HelpScreen
 from .screens.loading import LoadingScreen
 from .screens.main import MainScreen
+from .screens.messages import MessagesScreen, MessagesWaiting
 
 __all__ = ["Loaded", "Loader", "PptraceViewer", "THEMES"]
 
@@ -70,9 +74,12 @@ class PptraceViewer(App[None]):
         follow_interval: float = 1.0,
         theme: str = "dark",
         export_dir: Path | None = None,
+        partial: str | None = None,
     ) -> None:
         super().__init__()
         self.loader = loader
+        self.partial = partial
+        self._reading = ""
         self.follow = follow
         self.follow_interval = follow_interval
         self.theme = THEMES.get(theme, theme)
@@ -106,17 +113,64 @@ class PptraceViewer(App[None]):
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         """Swap in the main screen when the first load finishes (or say why it failed)."""
         worker = event.worker
+        if worker.group == "whole":
+            self._whole_read(event)
+            return
         if worker.group != "load":
             return
         if event.state is WorkerState.SUCCESS and isinstance(worker.result, TraceIndex):
             self.index = worker.result
             live = self.follow_interval if self.follow else None
-            self.switch_screen(MainScreen(self.index, export_dir=self.export_dir, live=live))
-            if self.follow:
+            self.switch_screen(MainScreen(self.index, export_dir=self.export_dir, live=live,
+                                          partial=self.partial))
+            if self.partial is not None:
+                self.run_worker(self._read_whole, thread=True, group="whole",
+                                exit_on_error=False)
+            elif self.follow:
                 self.set_interval(self.follow_interval, self._poll)
         elif event.state is WorkerState.ERROR:
             self.load_error = str(worker.error)
             self.exit(message=f"pptrace: error: {worker.error}")
+
+    # --- the whole trace, after its start ------------------------------------------------
+    def _read_whole(self) -> TraceIndex:
+        trace, result = self.loader(self._whole_phase)
+        self._whole_phase(f"indexing {trace.event_count:,} events")
+        return _index(trace, result)
+
+    def _whole_phase(self, text: str) -> None:
+        if text != self._reading:  # (the loader reports every megabyte; the text, every percent)
+            self._reading = text
+            self.call_from_thread(self._show_reading, text)
+
+    def _show_reading(self, text: str) -> None:
+        screen = self.main_screen
+        if screen is not None:
+            screen.reading(text)
+
+    def _whole_read(self, event: Worker.StateChanged) -> None:
+        """Put the whole trace in the start's place (or say why it could not be read)."""
+        worker = event.worker
+        screen = self.main_screen
+        if event.state is WorkerState.SUCCESS and isinstance(worker.result, TraceIndex):
+            self.partial = None
+            if screen is not None:
+                # A message screen drawn from the start is opened again on the whole trace.
+                again = self.screen is not screen and isinstance(
+                    self.screen, (MessagesScreen, MessagesWaiting))
+                while again and self.screen is not screen:
+                    self.pop_screen()
+                self.index = worker.result
+                screen.replace_index(worker.result, whole=True)
+                if again and self.screen is screen:
+                    screen.action_messages()
+            if self.follow:
+                self.set_interval(self.follow_interval, self._poll)
+        elif event.state is WorkerState.ERROR:
+            if screen is not None:
+                screen.reading(f"the rest could not be read: {worker.error}")
+            self.notify(f"reading the whole trace failed: {worker.error}", severity="error",
+                        markup=False)
 
     # --- follow --------------------------------------------------------------------------
     def _poll(self) -> None:

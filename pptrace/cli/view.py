@@ -13,6 +13,7 @@ Textual) to record, load or analyze.
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 from collections.abc import Callable, Sequence
@@ -26,6 +27,7 @@ from pptrace.model.heap import kept
 
 if TYPE_CHECKING:
     from pptrace.analyze.analyzer import Analysis
+    from pptrace.load.head import Head
     from pptrace.model.findings import Finding
     from pptrace.model.trace import Trace
 
@@ -36,6 +38,10 @@ keys (the footer shows them; ? lists every one; ctrl+p searches the actions):
   arrows move in the grid    n/p next/previous event    ]/[ next/previous finding
   space play/pause, +/- speed    d first divergence    f filter    / search
   e/m export what is on screen as JSON/Markdown    t light/dark    q quit
+
+large traces: over 96 MB of trace files, the viewer draws the start of the trace at once
+(the header marks it: "◐ the first 2% of 1.4 GB of trace files, reading 40% ...") and puts the
+whole trace in its place when it is read; PPTRACE_VIEW_START_MB sets the size (0: off).
 
 examples:
   pptrace view                               # reads ./pptrace-traces
@@ -80,12 +86,48 @@ def _reloader(paths: Sequence[str], follow: bool) -> Loader:
         from pptrace.load.loader import load_paths
 
         status(f"reading {len(paths)} input(s)")
-        trace = load_paths(paths, allow_empty=follow)
+
+        def progress(done: int, total: int, source: str) -> None:
+            status(f"reading {_percent(done / total if total else 1.0)} of the trace files")
+
+        trace = load_paths(paths, progress, allow_empty=follow)
         status(f"analyzing {trace.event_count:,} events")
         result = analysis(trace)  # the viewer pairs on the analyzer's channels
         return result.trace, result  # its times aligned, as the findings were judged
 
     return load
+
+
+START_ENV = "PPTRACE_VIEW_START_MB"
+
+
+def _start_mb() -> float:
+    """Above how many MB of trace files the viewer draws a trace's start first (0: never)."""
+    from pptrace.load.head import MIN_TOTAL
+
+    raw = os.environ.get(START_ENV, "").strip()
+    if not raw:
+        return MIN_TOTAL / (1 << 20)
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise ConfigError(f"{START_ENV}={raw!r}: expected a number of MB, at least 0 "
+                          "(0: always read the whole trace first)")
+    return value
+
+
+def _percent(fraction: float) -> str:
+    """A fraction as a percentage that is never rounded to 0 or 100 when it is not."""
+    pct = 100 * fraction
+    if 0 < pct < 1:
+        return f"{pct:.1f}%"
+    return f"{min(99, int(pct)) if fraction < 1 else 100}%"
+
+
+def _size(n: int) -> str:
+    return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
 
 
 def _viewer() -> Callable[..., str | None]:
@@ -112,6 +154,7 @@ def has_terminal() -> bool:
 def run(args: argparse.Namespace) -> int:
     """Load and analyze the inputs, then run the viewer until the user quits."""
     from pptrace.analyze.analyzer import analysis
+    from pptrace.load.head import load_head
 
     if not has_terminal():
         named = " ".join(shlex.quote(p) for p in args.paths or ())
@@ -119,27 +162,38 @@ def run(args: argparse.Namespace) -> int:
             "pptrace view needs a terminal on stdin and stdout; for a report instead, run: "
             f"pptrace analyze{' ' + named if named else ''}")
     _viewer()  # before reading anything: a viewer that cannot start says so at once
+    start_mb = _start_mb()
     inputs = inputs_from_args(args, follow=args.follow)
     status = Status(None if inputs.quiet else sys.stderr)
     # --follow re-reads the same paths (a directory gains files as ranks start); a Jaeger
     # fetch is not re-fetched: its temporary file is read again until the viewer closes.
     with input_paths(inputs) as paths:
-        trace = load_trace(paths, status, allow_empty=args.follow)
+        # A large trace: its start first, drawn while the viewer reads the whole of it.
+        status.stage("pptrace: reading the start of the trace")
+        head = load_head(paths, min_total=int(start_mb * (1 << 20))) if start_mb else None
+        trace = head.trace if head is not None else load_trace(
+            paths, status, allow_empty=args.follow)
         status.stage(f"pptrace: analyzing {trace.event_count:,} events")
         result = analysis(trace)
         status.end()
-        return view(result.trace, result, paths, follow=args.follow, theme=args.theme)
+        return view(result.trace, result, paths, follow=args.follow, theme=args.theme,
+                    head=head)
 
 
 def view(trace: Trace, findings: Analysis | list[Finding], paths: Sequence[str], *,
-         follow: bool = False, theme: str = "dark") -> int:
+         follow: bool = False, theme: str = "dark", head: Head | None = None) -> int:
     """Open the viewer on a loaded, analyzed trace (``pptrace demo`` calls this too);
     ``findings``: the analyzer's ``analysis(trace)`` (its channels are what the grid pairs on),
     or its findings alone (the viewer then asks the analyzer for the channels); ``paths`` are
-    re-read for ``follow``. Returns the exit status."""
+    re-read for ``follow``, and read whole at once when ``trace`` is their ``head``. Returns
+    the exit status."""
     open_viewer = _viewer()
     first = [True]
     reload = _reloader(paths, follow)
+    extra: dict[str, str] = {}
+    if head is not None:
+        extra["partial"] = (f"the first {_percent(head.fraction)} of "
+                            f"{_size(head.on_disk)} of trace files")
 
     def loader(status: Callable[[str], None]) -> tuple[Trace, Analysis | list[Finding]]:
         if first[0]:  # the first call gets what was just loaded; later calls re-read
@@ -150,7 +204,7 @@ def view(trace: Trace, findings: Analysis | list[Finding], paths: Sequence[str],
     # The trace lives as long as the viewer: no collector pass over it (a full one took 0.6 s
     # at 1M messages, in the middle of opening the message screen).
     with kept():
-        error = open_viewer(loader, follow=follow, theme=theme)
+        error = open_viewer(loader, follow=follow, theme=theme, **extra)
     if error is not None:
         print(f"pptrace: error: {error}", file=sys.stderr)
         return 2

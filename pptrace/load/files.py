@@ -22,7 +22,7 @@ import glob
 import json
 import os
 import stat
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import IO, Any, NamedTuple
 
 from pptrace.load.builder import TraceBuilder
@@ -36,7 +36,8 @@ from pptrace.model.errors import SchemaVersionError, TraceInputError
 from pptrace.model.progress import Progress
 from pptrace.model.trace import InputProblem
 
-__all__ = ["TRACE_SUFFIXES", "Found", "error_detail", "expand_paths", "open_regular", "read_files"]
+__all__ = ["TRACE_SUFFIXES", "Found", "Head", "error_detail", "expand_paths", "open_regular",
+           "read_files"]
 
 TRACE_SUFFIXES = (".json", ".jsonl", ".ndjson", ".jsonl.gz", ".jsonl.zst")
 _LINE_SUFFIXES = (".jsonl", ".ndjson")
@@ -50,6 +51,21 @@ class Found(NamedTuple):
 
     files: list[str]
     skipped: list[InputProblem]
+
+
+class Head:
+    """How much of one file's lines to read first (``pptrace.load.head``), a whole line at a
+    time: ``budget`` bytes, and past it on until ``ready()`` says enough is read, or ``over``
+    more bytes were; ``cut`` once lines were left unread."""
+
+    __slots__ = ("cut", "left", "over", "ready")
+
+    def __init__(self, budget: int, over: int = 0,
+                 ready: Callable[[], bool] = lambda: True) -> None:
+        self.left = budget
+        self.over = over
+        self.ready = ready
+        self.cut = False
 
 
 def _kind(mode: int) -> str:
@@ -218,13 +234,19 @@ def _stop(builder: TraceBuilder, path: str, line: int, message: str, spans: bool
 
 
 def _read_lines(path: str, lines: Lines, builder: TraceBuilder, tick: Callable[[int], None],
-                first_can_switch: bool, limits: ReadLimits) -> bool | None:
-    """Read JSON lines; return whether they gave spans, or None when the first line shows the
-    file is one multi-line document."""
+                first_can_switch: bool, limits: ReadLimits, head: Head | None = None
+                ) -> bool | None:
+    """Read JSON lines (with ``head``, only the first of them); return whether they gave
+    spans, or None when the first line shows the file is one multi-line document."""
     fast = builder.fast
     count = 0
     whole = 0  # lines counted in builder.accepted (which also counts the spans they gave)
     for lineno, raw in lines:
+        if head is not None:
+            if head.left <= 0 and (head.left <= -head.over or head.ready()):
+                head.cut = True  # a line is left: this file was not read to its end
+                break
+            head.left -= len(raw) if isinstance(raw, bytes) else 0
         builder.line = lineno
         if not isinstance(raw, bytes):
             if raw is OVERLONG:
@@ -337,14 +359,14 @@ def _check_text(path: str, head: bytes) -> None:
 
 
 def _read_compressed(path: str, f: IO[bytes], kind: str, builder: TraceBuilder,
-                     tick: Callable[[int], None], limits: ReadLimits) -> None:
+                     tick: Callable[[int], None], limits: ReadLimits, part: Head | None) -> None:
     """Read a compressed file's lines (or, not being lines, its one document) as a plain
     file's; a cut, damaged or over-expanding end is one problem."""
     as_lines = strip_compression(path).endswith(_LINE_SUFFIXES)
     reader = CompressedLines(f, kind, path, tick, first=lambda head: _check_text(path, head),
                              limits=limits)
     lines = reader.lines()
-    spans = _read_lines(path, lines, builder, lambda n: None, not as_lines, limits)
+    spans = _read_lines(path, lines, builder, lambda n: None, not as_lines, limits, part)
     if spans is not None:
         if reader.capped and not spans:
             raise TraceInputError(reader.problem or "", path=path, line=lines.next_line)
@@ -377,7 +399,7 @@ def _plain_pieces(f: IO[bytes]) -> Iterator[bytes]:
 
 
 def _read_file(path: str, builder: TraceBuilder, tick: Callable[[int], None],
-               limits: ReadLimits) -> None:
+               limits: ReadLimits, part: Head | None) -> None:
     builder.start_file(path)
     try:
         with open_regular(path) as f:
@@ -387,12 +409,12 @@ def _read_file(path: str, builder: TraceBuilder, tick: Callable[[int], None],
             kind = compression_of(head)
             f.seek(0)
             if kind is not None:
-                _read_compressed(path, f, kind, builder, tick, limits)
+                _read_compressed(path, f, kind, builder, tick, limits, part)
             else:
                 _check_text(path, head)
                 as_lines = path.endswith(_LINE_SUFFIXES)
                 lines = Lines(_plain_pieces(f), limits.line_bytes)
-                if _read_lines(path, lines, builder, tick, not as_lines, limits) is None:
+                if _read_lines(path, lines, builder, tick, not as_lines, limits, part) is None:
                     if os.fstat(f.fileno()).st_size > limits.line_bytes:
                         raise _too_big_document(path, limits)
                     f.seek(0)
@@ -422,9 +444,11 @@ class _Ticker:
 
 
 def read_files(files: Sequence[str], sizes: dict[str, int], builder: TraceBuilder,
-               progress: Progress | None, base: int = 0) -> list[TraceInputError]:
+               progress: Progress | None, base: int = 0,
+               heads: Mapping[str, Head] | None = None) -> list[TraceInputError]:
     """Read files in order into ``builder``; return the errors of files that were skipped.
 
+    ``heads``: read only so much of each file's lines (a whole-document file is read whole).
     A ``SchemaVersionError`` (a span this pptrace cannot read) is raised at once.
     """
     limits = ReadLimits.from_env()
@@ -435,7 +459,7 @@ def read_files(files: Sequence[str], sizes: dict[str, int], builder: TraceBuilde
         tick = _Ticker(progress, done, total, path)
         kept_problems = len(builder.problems)
         try:
-            _read_file(path, builder, tick, limits)
+            _read_file(path, builder, tick, limits, heads.get(path) if heads else None)
         except SchemaVersionError:
             raise
         except TraceInputError as exc:

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Sequence
+from typing import NamedTuple
 
 from pptrace.load import worker as load_worker
 from pptrace.load.builder import TraceBuilder
@@ -50,7 +51,7 @@ from pptrace.model.heap import bulk
 from pptrace.model.progress import Progress
 from pptrace.model.trace import InputProblem, Trace
 
-__all__ = ["TRACE_SUFFIXES", "expand_paths", "load_paths"]
+__all__ = ["TRACE_SUFFIXES", "Listed", "expand_paths", "finish", "list_files", "load_paths"]
 
 
 def load_paths(paths: Iterable[str], progress: Progress | None = None, *,
@@ -72,7 +73,18 @@ def _gone(path: str) -> bool:
     return is_segment(path) and not os.path.lexists(path)
 
 
-def _load(paths: Iterable[str], progress: Progress | None, allow_empty: bool) -> Trace:
+class Listed(NamedTuple):
+    """The files some paths name, in reading order, with their sizes on disk."""
+
+    files: list[str]
+    sizes: dict[str, int]
+    skipped: list[InputProblem]  # entries left out (not regular files, a segment named twice)
+    named: bool  # whether the paths named any file at all (before sizes were read)
+
+
+def list_files(paths: Iterable[str], allow_empty: bool = False) -> Listed:
+    """The files the paths name, segments in order, each with its size (TraceInputError when
+    a named one cannot be read)."""
     found, skipped = expand_paths(paths, allow_missing=allow_empty)
     found, twice = order_segments(found)
     skipped += twice
@@ -86,8 +98,13 @@ def _load(paths: Iterable[str], progress: Progress | None, allow_empty: bool) ->
                 continue  # deleted by rotation since it was listed
             raise TraceInputError(f"cannot read: {exc.strerror or exc}", path=f) from None
         files.append(f)
+    return Listed(files, sizes, skipped, bool(found))
+
+
+def _load(paths: Iterable[str], progress: Progress | None, allow_empty: bool) -> Trace:
+    files, sizes, skipped, named = list_files(paths, allow_empty)
     if not files:
-        if allow_empty or found:
+        if allow_empty or named:
             return Trace(processes=(), problems=tuple(skipped))
         raise TraceInputError("no input files given")
     total = sum(sizes.values())
@@ -107,6 +124,12 @@ def _load(paths: Iterable[str], progress: Progress | None, allow_empty: bool) ->
             errors = _read_with_worker(files, split, sizes, total, builder, progress, worker)
         finally:
             worker.close()
+    return finish(builder, files, errors)
+
+
+def finish(builder: TraceBuilder, files: list[str], errors: list[TraceInputError]) -> Trace:
+    """The ``Trace`` of what the files gave, each file that had to be skipped a problem (the
+    error itself when every file was)."""
     gone = {err.path for err in errors if err.path is not None and _gone(err.path)}
     if gone:  # rotated away while this loader read the others: never there, as above
         errors = [err for err in errors if err.path not in gone]

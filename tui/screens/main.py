@@ -75,12 +75,17 @@ class MainScreen(Screen[None]):
     ]
 
     def __init__(self, index: TraceIndex, *, export_dir: Path,
-                 live: float | None = None) -> None:
+                 live: float | None = None, partial: str | None = None) -> None:
         super().__init__()
         self.index = index
         self.export_dir = export_dir
         #: ``--follow``: the files are re-read every ``live`` seconds (the subtitle says so).
         self.live = live
+        #: What the index holds while the whole trace is being read ("the first 4% of
+        #: 1.5 GB of trace files"), and how far that reading is; None once it is whole.
+        self.partial = partial
+        self._reading = "reading the rest"
+        self._opened_at: tuple[int, int] | None = None
         self._checked_at: str | None = None
         self.spec = FilterSpec()
         self.playing = False
@@ -115,11 +120,21 @@ class MainScreen(Screen[None]):
         self.findings_panel.border_title = "findings"
         self.pair_detail.border_title = "pair detail"
         self.grid.focus()
+        self._open_at_first_divergence()
+        # Time order is only needed for replay, the message index only for M: build them off
+        # the UI thread after first paint.
+        self.call_after_refresh(self._start_ordering)
+
+    def _open_at_first_divergence(self) -> None:
+        """Put the cursor on the first divergence (or the first cell); where that is in the
+        message layer, open the message screen on it."""
         cell = self.index.first_divergence_cell
         if cell is None and self.grid.visible_rows:
             cell = (self.grid.visible_rows[0], 0)
         if cell is not None:
             self.grid.goto(*cell)
+        #: Where the cursor was put: while it is still there, the user has not moved it.
+        self._opened_at = self.grid.cursor
         index = self.index
         first = index.first_divergence
         if first is not None and index.first_divergence_cell is None \
@@ -129,9 +144,6 @@ class MainScreen(Screen[None]):
             self.pair_detail.empty_hint = ("The first divergence is in the PP message layer: "
                                            "M shows it.")
             self.call_after_refresh(self.action_messages, first)
-        # Time order is only needed for replay, the message index only for M: build them off
-        # the UI thread after first paint.
-        self.call_after_refresh(self._start_ordering)
 
     def _start_ordering(self) -> None:
         if self.painted_at is None:
@@ -184,20 +196,33 @@ class MainScreen(Screen[None]):
         if index.unplaced:
             sub += (f" · {counted(index.unplaced, 'event')} with an impossible sequence number "
                     "not drawn")
+        if self.partial is not None:
+            sub = f"◐ {self.partial}, {self._reading} · {sub}"
         self.sub_title = sub
+
+    def reading(self, text: str) -> None:
+        """How far the reading of the whole trace is (shown while the start is)."""
+        self._reading = text
+        self._update_subtitle()
 
     def checked(self) -> None:
         """``--follow`` re-read the files (whether or not they changed): show when."""
         self._checked_at = time.strftime("%H:%M:%S")
         self._update_subtitle()
 
-    def replace_index(self, index: TraceIndex) -> None:
-        """Show a fresh index (``--follow``), keeping the cursor and the filter."""
+    def replace_index(self, index: TraceIndex, whole: bool = False) -> None:
+        """Show a fresh index (``--follow``; ``whole``: the whole trace after its start),
+        keeping the cursor and the filter."""
+        untouched = whole and self.grid.cursor == self._opened_at
+        if whole:
+            self.partial = None
         self.index = index
         self.grid.set_index(index)
         self.grid.set_filter(self.spec)
         self.findings_panel.populate(index, self.spec)
         self._update_subtitle()
+        if untouched and self.app.screen is self:
+            self._open_at_first_divergence()  # where a fresh start would have opened
         self._show_cell(*self.grid.cursor)
         self._start_ordering()
 
@@ -344,7 +369,9 @@ class MainScreen(Screen[None]):
     def action_first_divergence(self) -> None:
         """Jump to the finding the report names first (the first divergence)."""
         if self.index.first_divergence is None:
-            self.notify("no divergence: the trace has no findings", timeout=3)
+            self.notify("no divergence in the part read so far: its findings are none"
+                        if self.partial is not None else
+                        "no divergence: the trace has no findings", timeout=3)
             return
         self.findings_panel.select_finding(self.index.first_divergence)
         self._goto_finding(self.index.first_divergence)
@@ -376,7 +403,7 @@ class MainScreen(Screen[None]):
             return  # already on top (the first divergence opened it), or another screen is
         index = self.index
         if index.messages_ready:
-            self.app.push_screen(MessagesScreen(index.messages(), finding))
+            self.app.push_screen(MessagesScreen(index.messages(), finding, self.partial))
             return
         waiting = MessagesWaiting(sum(len(p.messages) for p in index.trace.processes))
         self.app.push_screen(waiting)
@@ -396,7 +423,7 @@ class MainScreen(Screen[None]):
     def _messages_built(self, waiting: MessagesWaiting, built: MessageIndex,
                         finding: int | None) -> None:
         if waiting in self.app.screen_stack:  # still waiting: the user did not go back
-            waiting.give_way(MessagesScreen(built, finding))
+            waiting.give_way(MessagesScreen(built, finding, self.partial))
 
     def _messages_failed(self, waiting: MessagesWaiting, exc: Exception) -> None:
         if self.app.screen is waiting:
@@ -435,6 +462,10 @@ class MainScreen(Screen[None]):
 
     def action_export(self, fmt: Literal["json", "markdown"]) -> None:
         """Write the visible findings and the shown pair to a file; say where."""
+        if self.partial is not None:  # an export says what the trace holds: all of it
+            self.notify(f"the whole trace is still being read ({self._reading}): export once "
+                        "it is shown", severity="warning", markup=False)
+            return
         suffix = "json" if fmt == "json" else "md"
         stamp = time.strftime("%Y%m%d-%H%M%S")
         directory = self.export_dir

@@ -60,9 +60,13 @@ class MessagesScreen(Screen[None]):
         Binding("enter", "detail", "Detail", key_display="⏎"),
     ]
 
-    def __init__(self, index: MessageIndex, finding: int | None = None) -> None:
+    def __init__(self, index: MessageIndex, finding: int | None = None,
+                 partial: str | None = None) -> None:
         super().__init__()
         self.index = index
+        #: What the index holds while the whole trace is read (``PptraceViewer``'s
+        #: ``partial``); the whole trace's screen replaces this one when it is.
+        self.partial = partial
         #: the finding (its index in the findings) to open on; None: the first divergence
         self.start_finding = finding
         self.finding_cursor = -1  # position in index.finding_order
@@ -100,6 +104,8 @@ class MessagesScreen(Screen[None]):
         self.sub_title = " · ".join([
             counted(index.width, "message"), counted(len(index.rows), "rank"),
             counted(len(index.finding_order), "message finding")])
+        if self.partial is not None:
+            self.sub_title = f"◐ {self.partial}, the rest being read · {self.sub_title}"
         self.timeline.border_title = "messages · stage × time"
         self.detail.border_title = "message detail"
         self.timeline.focus()
