@@ -182,7 +182,8 @@ def test_the_loader_hands_over_the_first_load_then_rereads_for_follow(
     assert cli.main(["view", str(tmp_path), "--follow", "--theme", "light"]) == 0
     assert seen["first"] == 6 and seen["second"] == 10
     assert seen["follow"] is True and seen["theme"] == "light"
-    assert seen["phases"] == ["reading 1 input(s)", "analyzing 10 events"]
+    assert seen["phases"] == ["reading 1 input(s)", "reading 50% of the trace files",
+                              "reading 100% of the trace files", "analyzing 10 events"]
     # The analyzer's analysis of what it re-read: its findings, and the channels the grid
     # pairs on.
     assert seen["result"] == analysis(load_paths([str(tmp_path)]))
@@ -228,3 +229,59 @@ def test_view_without_textual_says_so_in_one_line_and_exits_2(tmp_path: Path) ->
     assert "Traceback" not in done.stderr
     assert "textual" in lines[0] and "pip install 'pptrace[view]'" in lines[0]
     assert done.stdout == ""
+
+
+def test_a_large_trace_is_handed_over_as_its_start_then_read_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, terminal: None
+) -> None:
+    from tests.test_load_head import healthy, write_flushed
+
+    directory = write_flushed(healthy().trace(), tmp_path / "t")
+    monkeypatch.setenv("PPTRACE_VIEW_START_MB", "0.5")  # the trace is about 4 MB
+    seen: dict[str, Any] = {}
+
+    def fake_viewer(loader: Callable[..., Any], *, follow: bool, theme: str,
+                    partial: str) -> None:
+        first, first_result = loader(lambda phase: None)
+        phases: list[str] = []
+        second, _ = loader(phases.append)
+        seen.update(first=first, first_result=first_result, second=second, partial=partial,
+                    phases=phases)
+        return None
+
+    monkeypatch.setattr(cli_view, "_viewer", lambda: fake_viewer)
+    assert cli.main(["view", str(directory)]) == 0
+    whole = load_paths([str(directory)])
+    assert 0 < seen["first"].event_count < whole.event_count == seen["second"].event_count
+    assert seen["partial"].startswith("the first ") and seen["partial"].endswith(
+        " of 4 MB of trace files")
+    # The start's analysis is of the start (what the grid draws first).
+    assert seen["first_result"] == analysis(seen["first"])
+    # Reading the whole trace says how far it is.
+    assert seen["phases"][0] == "reading 1 input(s)"
+    assert "reading 100% of the trace files" in seen["phases"]
+    assert seen["phases"][-1] == f"analyzing {whole.event_count:,} events"
+
+
+@pytest.mark.parametrize("value", ["0", "5000"])
+def test_a_trace_under_the_size_or_with_the_start_off_is_read_whole_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_viewer: list[Any], value: str
+) -> None:
+    from tests.test_load_head import healthy, write_flushed
+
+    directory = write_flushed(healthy().trace(), tmp_path / "t")
+    monkeypatch.setenv("PPTRACE_VIEW_START_MB", value)
+    assert cli.main(["view", str(directory)]) == 0  # (the fake viewer takes no ``partial``)
+    assert fake_viewer[0].event_count == load_paths([str(directory)]).event_count
+
+
+def test_a_bad_start_size_is_a_one_line_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    fake_viewer: list[Any]
+) -> None:
+    write(tmp_path, 2)
+    monkeypatch.setenv("PPTRACE_VIEW_START_MB", "lots")
+    assert cli.main(["view", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "PPTRACE_VIEW_START_MB='lots'" in err
+    assert fake_viewer == []

@@ -101,12 +101,12 @@ class _Builder(TraceBuilder):
         return max(taken, key=lambda s: s.time_ns) if taken else None
 
 
-def load_head(paths: Iterable[str], budget: int = BUDGET, min_total: int = MIN_TOTAL
-              ) -> Head | None:
+def load_head(paths: Iterable[str], budget: int = BUDGET, min_total: int = MIN_TOTAL, *,
+              allow_empty: bool = False) -> Head | None:
     """About the first ``budget`` bytes (at most an eighth) of the trace the paths name, every
     process cut at one moment; None when it is under ``min_total`` bytes, not all JSON lines,
-    or has no such moment (TraceInputError as ``load_paths``)."""
-    files, sizes, skipped, _ = list_files(paths)
+    or has no such moment (TraceInputError as ``load_paths``; ``allow_empty`` as there)."""
+    files, sizes, skipped, _ = list_files(paths, allow_empty)
     if not files or sum(sizes.values()) < min_total:
         return None
     if not all(strip_compression(f).endswith(_LINE_FILES) for f in files):
