@@ -43,23 +43,36 @@ def healthy(steps: int = 300, pp: int = 3) -> Run:
 
 
 def write_flushed(trace: Trace, directory: Path, flush_ns: int = 40_000,
-                  stats_each_flush: bool = True) -> Path:
+                  stats_each_flush: bool = True, segments: int = 0) -> Path:
     """Each process's file as its recorder writes it: every ``flush_ns`` its messages, its
-    events, then a stats span (``stats_each_flush``; else only the last, final one)."""
+    events, then a stats span (``stats_each_flush``; else only the last, final one);
+    ``segments``: rotated into that many numbered segment files, a third of the flushes each."""
     from pptrace.export.file_sink import FileSink
     from pptrace.export.spans import process_resource
 
     directory.mkdir(parents=True, exist_ok=True)
     start = min([e.start_ns for p in trace.processes for e in p.events]
                 + [m.wall_ns for p in trace.processes for m in p.messages])
+    end = max([e.start_ns for p in trace.processes for e in p.events]
+              + [m.wall_ns for p in trace.processes for m in p.messages])
     for p in trace.processes:
         r = p.rank
-        sink = FileSink(str(directory / f"pptrace-rank{r.rank}-pid{r.pid}.otlp.jsonl"),
-                        process_resource(r, "run-1", 2))
+        resource = process_resource(r, "run-1", 2)
+
+        def name(segment: int) -> str:
+            number = f".{segment:06d}" if segments else ""
+            return str(directory / f"pptrace-rank{r.rank}-pid{r.pid}{number}.otlp.jsonl")
+
+        segment = 1
+        sink = FileSink(name(segment), resource)
         evs, msgs = list(p.events), list(p.messages)
         flush = start + flush_ns
         e = m = 0
         while e < len(evs) or m < len(msgs):
+            if segment < segments and flush - start > segment * (end - start) / segments:
+                sink.shutdown(5.0)  # rotated: the next flushes go to the next segment
+                segment += 1
+                sink = FileSink(name(segment), resource)
             e0, m0 = e, m
             while e < len(evs) and evs[e].start_ns < flush:
                 e += 1
@@ -139,6 +152,16 @@ def test_compressed_files_give_the_same_start(tmp_path: Path) -> None:
     assert a is not None and b is not None and b.horizon_ns is not None
     assert_whole_up_to_the_moment(load_paths([str(packed)]), b.trace, b.horizon_ns)
     assert b.trace.event_count > 0
+
+
+def test_a_rotated_traces_segments_each_cut_where_they_were_read(tmp_path: Path) -> None:
+    # Every segment gets its share: an early segment's cut is an early moment, whatever later
+    # segments of the same process were read.
+    d = write_flushed(healthy().trace(), tmp_path / "t", segments=3)
+    assert len(list(d.iterdir())) == 9
+    head = load_head([str(d)], budget=90_000, min_total=0)
+    assert head is not None and head.horizon_ns is not None
+    assert_whole_up_to_the_moment(load_paths([str(d)]), head.trace, head.horizon_ns)
 
 
 def test_files_without_a_stats_span_each_flush_are_read_whole(tmp_path: Path) -> None:

@@ -76,24 +76,33 @@ class Head:
 
 
 class _Builder(TraceBuilder):
-    """A builder that also keeps, for each process, the times of its stats spans and the
-    files it was found in."""
+    """A builder that also keeps every stats span of each process, and the times of those
+    each file held."""
 
     def __init__(self) -> None:
         super().__init__()
         self.all_stats: dict[ProcessKey, list[RecorderStats]] = {}
-        self.file_keys: dict[str, set[ProcessKey]] = {}
+        self.file_stats: dict[tuple[str, ProcessKey], list[int]] = {}
 
     def add_stats(self, stats: RecorderStats) -> ProcessKey:
         key = super().add_stats(stats)
         self.all_stats.setdefault(key, []).append(stats)
-        self.file_keys.setdefault(self.source, set()).add(key)
+        self.file_stats.setdefault((self.source, key), []).append(stats.time_ns)
         return key
 
+    def _keys_in(self, source: str) -> list[ProcessKey]:
+        """The processes this file held records or stats of (so far)."""
+        return [k for k, found in self.proc_sources.items() if source in found]
+
     def ready(self, source: str) -> bool:
-        """Whether every process of this file has two stats spans read."""
-        keys = self.file_keys.get(source, set())
-        return bool(keys) and all(len(self.all_stats[k]) >= 2 for k in keys)
+        """Whether this file held two stats spans of every process it held anything of."""
+        keys = self._keys_in(source)
+        return bool(keys) and all(len(self.file_stats.get((source, k), ())) >= 2 for k in keys)
+
+    def moment(self, source: str) -> int:
+        """The latest moment before which everything of this file's processes that this file
+        holds was read: the earliest of its processes' second-latest stats times in it."""
+        return min(sorted(self.file_stats[(source, k)])[-2] for k in self._keys_in(source))
 
     def stats_at(self, key: ProcessKey, moment: int) -> RecorderStats | None:
         """The process's last stats span taken at or before ``moment``."""
@@ -128,8 +137,9 @@ def load_head(paths: Iterable[str], budget: int = BUDGET, min_total: int = MIN_T
             return None  # every file was read whole: that is the trace, not a head of it
         if not all(builder.ready(f) for f in cut):
             return None  # a cut file without two stats spans: no moment is safe
-        horizon = min(sorted(s.time_ns for s in builder.all_stats[k])[-2]
-                      for f in cut for k in builder.file_keys[f])
+        # (per file: a rotated trace's earlier segment, cut, holds an earlier moment than the
+        # process's later segments)
+        horizon = min(builder.moment(f) for f in cut)
         trace = _cut_at(finish(builder, files, errors), horizon, builder)
     read = sum(budget * work[f] // total - h.left if h.cut else work[f]
                for f, h in heads.items())
