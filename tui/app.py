@@ -18,6 +18,7 @@ trace, which then takes its place (the subtitle says which is shown, and how far
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from pathlib import Path
@@ -80,6 +81,7 @@ class PptraceViewer(App[None]):
         self.loader = loader
         self.partial = partial
         self._reading = ""
+        self._reading_at = 0.0
         self.follow = follow
         self.follow_interval = follow_interval
         self.theme = THEMES.get(theme, theme)
@@ -139,9 +141,14 @@ class PptraceViewer(App[None]):
         return _index(trace, result)
 
     def _whole_phase(self, text: str) -> None:
-        if text != self._reading:  # (the loader reports every megabyte; the text, every percent)
-            self._reading = text
-            self.call_from_thread(self._show_reading, text)
+        # The loader reports every megabyte: show a new phase at once, the progress within one
+        # twice a second (each update waits for the UI thread, and the header redraws).
+        now = time.monotonic()
+        same_phase = text.split(" ", 1)[0] == self._reading.split(" ", 1)[0]
+        if text == self._reading or (same_phase and now - self._reading_at < 0.5):
+            return
+        self._reading, self._reading_at = text, now
+        self.call_from_thread(self._show_reading, text)
 
     def _show_reading(self, text: str) -> None:
         screen = self.main_screen
