@@ -59,9 +59,10 @@ def write_flushed(trace: Trace, directory: Path, flush_ns: int = 40_000,
         r = p.rank
         resource = process_resource(r, "run-1", 2)
 
-        def name(segment: int) -> str:
-            number = f".{segment:06d}" if segments else ""
-            return str(directory / f"pptrace-rank{r.rank}-pid{r.pid}{number}.otlp.jsonl")
+        stem = str(directory / f"pptrace-rank{r.rank}-pid{r.pid}")
+
+        def name(segment: int, stem: str = stem) -> str:
+            return stem + (f".{segment:06d}" if segments else "") + ".otlp.jsonl"
 
         segment = 1
         sink = FileSink(name(segment), resource)
