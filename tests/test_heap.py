@@ -135,3 +135,32 @@ def test_kept_leaves_a_callers_freeze_as_it_was() -> None:
         made = [[0]]
     assert gc.get_freeze_count() == frozen  # not thawed by kept()
     assert id(made[0]) in {id(o) for o in gc.get_objects()}  # made after: not frozen
+
+
+def test_keep_too_leaves_what_was_made_inside_kept_out_too_and_thaws_it_after() -> None:
+    from pptrace.model.heap import keep_too
+
+    with kept():
+        later = [[i] for i in range(100)]  # a trace read while the viewer runs
+        assert all(id(o) in {id(t) for t in gc.get_objects()} for o in later)
+        assert keep_too()
+        tracked = {id(o) for o in gc.get_objects()}
+        assert not any(id(o) in tracked for o in later)
+    assert gc.get_freeze_count() == 0
+    tracked = {id(o) for o in gc.get_objects()}
+    assert all(id(o) in tracked for o in later)
+
+
+def test_keep_too_outside_kept_or_under_a_callers_freeze_does_nothing() -> None:
+    from pptrace.model.heap import keep_too
+
+    made = [[0]]
+    assert not keep_too()
+    assert gc.get_freeze_count() == 0 and id(made[0]) in {id(o) for o in gc.get_objects()}
+    gc.freeze()
+    frozen = gc.get_freeze_count()
+    with kept():
+        more = [[1]]
+        assert not keep_too()  # kept() did not freeze: the caller's freeze is the caller's
+    assert gc.get_freeze_count() == frozen
+    assert id(more[0]) in {id(o) for o in gc.get_objects()}

@@ -245,6 +245,9 @@ def test_a_large_trace_is_handed_over_as_its_start_then_read_whole(
         first, first_result = loader(lambda phase: None)
         phases: list[str] = []
         second, _ = loader(phases.append)
+        # The whole trace lives as long as the viewer, as the first load does: out of the
+        # collector's passes (its indexes are built next, with the collector on).
+        seen["kept"] = id(second) not in {id(o) for o in gc.get_objects()}
         seen.update(first=first, first_result=first_result, second=second, partial=partial,
                     phases=phases)
         return None
@@ -253,6 +256,7 @@ def test_a_large_trace_is_handed_over_as_its_start_then_read_whole(
     assert cli.main(["view", str(directory)]) == 0
     whole = load_paths([str(directory)])
     assert 0 < seen["first"].event_count < whole.event_count == seen["second"].event_count
+    assert seen["kept"]
     assert seen["partial"].startswith("the first ") and seen["partial"].endswith(
         " of 4 MB of trace files")
     # The start's analysis is of the start (what the grid draws first).

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from pptrace.cli.inputs import add_input_arguments, input_paths, inputs_from_args, load_trace
 from pptrace.cli.progress import Status
 from pptrace.model.errors import ConfigError
-from pptrace.model.heap import kept
+from pptrace.model.heap import keep_too, kept
 
 if TYPE_CHECKING:
     from pptrace.analyze.analyzer import Analysis
@@ -192,6 +192,7 @@ def view(trace: Trace, findings: Analysis | list[Finding], paths: Sequence[str],
     first = [True]
     reload = _reloader(paths, follow)
     extra: dict[str, str] = {}
+    whole_pending = [head is not None]  # the next call reads the whole trace after its start
     if head is not None:
         extra["partial"] = (f"the first {_percent(head.fraction)} of "
                             f"{_size(head.on_disk)} of trace files")
@@ -200,7 +201,13 @@ def view(trace: Trace, findings: Analysis | list[Finding], paths: Sequence[str],
         if first[0]:  # the first call gets what was just loaded; later calls re-read
             first[0] = False
             return trace, findings
-        return reload(status)
+        loaded = reload(status)
+        if whole_pending[0]:
+            whole_pending[0] = False
+            # The whole trace, after its start: it lives as long as the viewer, as the first
+            # load does (its index and message index are built next, with the collector on).
+            keep_too()
+        return loaded
 
     # The trace lives as long as the viewer: no collector pass over it (a full one took 0.6 s
     # at 1M messages, in the middle of opening the message screen).

@@ -17,7 +17,7 @@ collector's passes altogether with ``kept()``: the next full pass would otherwis
 record again (0.6 to 1 s at 1M messages), at a moment nobody chose, such as a key press.
 
     with kept():
-        open_viewer(...)
+        open_viewer(...)        # and keep_too() for a trace it reads meanwhile
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["bulk", "kept"]
+__all__ = ["bulk", "keep_too", "kept"]
 
 
 @contextmanager
@@ -45,15 +45,30 @@ def bulk() -> Iterator[None]:
             gc.enable()
 
 
+_keeping = 0  # kept() bodies running that froze the heap (and will put it back)
+
+
 @contextmanager
 def kept() -> Iterator[None]:
     """Leave every object tracked now out of the collector's passes while the body runs
     (``gc.freeze``), and put them back after; a caller's own freeze is left as it is."""
+    global _keeping
     if gc.get_freeze_count():  # frozen on purpose by a caller: thawing would undo it
         yield
         return
     gc.freeze()
+    _keeping += 1
     try:
         yield
     finally:
+        _keeping -= 1
         gc.unfreeze()
+
+
+def keep_too() -> bool:
+    """Inside ``kept()``: leave what was made since out of the passes too (a trace read while
+    the body runs: the viewer's whole trace after its start); False (nothing done) outside."""
+    if not _keeping:
+        return False
+    gc.freeze()
+    return True
