@@ -28,11 +28,14 @@ class TwoLoads:
         self.start, self.whole = start, whole
         self.release = threading.Event()
         self.calls = 0
+        self.early: list[int] = []
 
     def __call__(self, status):  # type: ignore[no-untyped-def]
         self.calls += 1
         if self.calls == 1:
             return self.start
+        if self.calls > 2 and not self.release.is_set():
+            self.early.append(self.calls)  # a --follow poll while the whole trace was read
         status("reading 40% of the trace files")
         assert self.release.wait(30), "the test never released the whole trace"
         return self.whole
@@ -138,3 +141,17 @@ async def test_a_whole_trace_that_cannot_be_read_leaves_the_start_marked() -> No
         assert str(screen.sub_title).startswith(
             f"◐ {PARTIAL}, the rest could not be read: rank3.jsonl vanished")
         assert "reading the whole trace failed: rank3.jsonl vanished" in notes(app)
+
+
+@sync
+async def test_follow_starts_polling_once_the_whole_trace_is_read() -> None:
+    loads = TwoLoads((pipeline(3), []), (pipeline(6), []))
+    app = PptraceViewer(loads, partial=PARTIAL, follow=True, follow_interval=0.05)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await wait_main(pilot)
+        await until(pilot, lambda: loads.calls == 2, "the whole trace being read")
+        loads.release.set()
+        await until(pilot, lambda: loads.calls >= 4, "polls after the whole trace")
+        assert loads.early == []  # polling began once the whole trace was read
+        assert screen.partial is None and screen.index.width == 6
+        assert str(screen.sub_title).startswith("● live")
