@@ -542,7 +542,7 @@ def test_unfinished_stats_lower_absence_findings_and_say_why() -> None:
     kinds = {f.kind: f for f in analyze(run.trace())}
     assert set(kinds) == {K.ORPHAN_ATTACH, K.STATS_NOT_FINAL}
     assert kinds[K.STATS_NOT_FINAL].message.startswith(
-        "rank 0 wrote no stats at all (killed, or out of time at exit)")
+        "rank 0 wrote no stats at all (still running, killed, or out of time at exit)")
     assert kinds[K.ORPHAN_ATTACH].severity is Severity.INFO
     assert "rank 0 wrote no stats at all: this may be a recording gap" in (
         kinds[K.ORPHAN_ATTACH].message)

@@ -87,8 +87,9 @@ class Accounts:
         last = proc.events[-1:]  # a process may have recorded messages only
         self.note_loss(index, f"{label} wrote {what}")
         self.add(K.STATS_NOT_FINAL,
-                 f"{label} wrote {what} (killed, or out of time at exit): what it recorded "
-                 "after its last flush is neither in the trace nor counted, so findings about "
-                 "missing events on its channels are less certain", ranks=[rank_id(proc.rank)],
+                 f"{label} wrote {what} (still running, killed, or out of time at exit): what "
+                 "it recorded after its last flush is neither in the trace nor counted, so "
+                 "findings about missing events on its channels are less certain",
+                 ranks=[rank_id(proc.rank)],
                  time_ns=last[0].start_ns if last else proc.messages[-1].wall_ns,
                  events=[(index, e.direction, e.seq) for e in last], channel=channel)
