@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import re
 from array import array
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from pptrace.load import fingerprints
@@ -31,7 +31,7 @@ from pptrace.model.messages import BadMessageSpan, MessageEvent
 from pptrace.model.records import RankInfo
 from pptrace.model.schema import compact_against
 
-__all__ = ["MessageShapes", "rebuild_rows"]
+__all__ = ["OWN_SPAN", "Learned", "MessageShapes", "Parts", "rebuild_rows"]
 
 _HEAD = b'{"traceId":"'
 # A message span of pptrace's writer: hex ids, then its name.
@@ -69,6 +69,9 @@ _RECV, _BEGIN = M.MessageOp.RECV, "begin"
 # (rank, template event, compact: version 2 rebuilds the wall clock and duration from the times,
 # with_begin: the span stands for its receive's begin too, the template's ``Parts``)
 _Shape = tuple[RankInfo, MessageEvent, bool, bool, "Parts"]
+#: Told of each shape cached: (resource number, key text, learned with fingerprints, index in
+#: ``templates``, rank, template, compact, with_begin) (``pptrace.load.fast_line``).
+Learned = Callable[[int, bytes, bool, int, RankInfo, MessageEvent, bool, bool], None]
 
 
 class Parts(NamedTuple):
@@ -114,6 +117,7 @@ _OWN = re.compile(
     rb'"kind":(?:\d{1,3}|"[A-Z_]{1,40}"),"startTimeUnixNano":")(\d{1,20})","endTimeUnixNano":"'
     rb'(\d{1,20})","attributes":\[' + _int_re(M.SEQ) + b"(?:" + _int_re(M.WALL_NS) + b")?"
     + _int_re(M.MONO_NS) + b"(?:" + _int_re(M.DURATION_NS, b"-?") + b")?")
+OWN_SPAN = _OWN  # (``pptrace.load.fast_line`` reads whole lines of known shapes with it)
 
 
 def _cut(chunk: bytes) -> tuple[bytes, list[bytes | None]] | None:
@@ -161,8 +165,10 @@ class MessageShapes:
     the rows builds the events (``rebuild_rows``).
     """
 
-    def __init__(self, shared: dict[Any, Any] | None = None) -> None:
-        self.shared = shared  # the loader's tuples by value (``fingerprints.put_back``)
+    def __init__(self, shared: dict[Any, Any] | None = None,
+                 learned: Learned | None = None) -> None:
+        self.shared = shared
+        self.learned = learned
         # (resource number, shape text) -> index into ``templates`` (None: not cacheable)
         self.shapes: dict[tuple[int, bytes], int] = {}
         self.templates: list[_Shape | None] = []
@@ -236,6 +242,9 @@ class MessageShapes:
             same = False
         if same:
             self.templates[-1] = shape
+            if self.learned is not None:
+                self.learned(key[0], key[1], fps is not None, len(self.templates) - 1, rank, ev,
+                             compact, with_begin)
         return span  # (read the ordinary way once: its version checked, its process noted)
 
 
