@@ -43,6 +43,7 @@ _MAX_SHAPES = 50_000
 _new = tuple.__new__
 _EVENT_GROUPS = 6  # name and kind, start, end, seq, mono, duration (``fast._OWN``)
 _MESSAGE_GROUPS = 7  # name and kind, start, end, seq, wall, mono, duration
+_RECV, _BEGIN = M.MessageOp.RECV, "begin"
 
 
 def spans_pattern(event: re.Pattern[bytes], message: re.Pattern[bytes]) -> re.Pattern[bytes]:
@@ -132,10 +133,10 @@ class KnownShapes:
         parts = self.split(text)
         if len(parts[0]) != body_start:
             return None
-        tail = len(text) - tail_start
-        if len(parts[-1]) <= tail:
+        tail_len = len(text) - tail_start
+        if len(parts[-1]) <= tail_len:
             return None
-        parts[-1] = parts[-1][:-tail] + b","
+        parts[-1] = parts[-1][:-tail_len] + b","
         events: list[Event] = []
         messages: list[tuple[RankInfo, list[MessageEvent], int]] = []
         batch: list[MessageEvent] = []
@@ -201,16 +202,21 @@ class KnownShapes:
                     msg_prints.append([len(msg_rows) // 5, fps])
                 msg_rows += (m.at, int(m_seq), wall, int(m_mono), duration)
                 continue
-            made = m.parts.events(int(m_seq), wall, int(m_mono), duration)
-            if fps is not None:
-                *before, last = made  # (a begin carries no tensors)
-                made = (*before, last._replace(tensors=put_back(last.tensors, fps, shared)))
             if m.rank is not rank:
                 if batch:
                     messages.append((rank, batch, spans))  # type: ignore[arg-type]
                 batch, rank, spans = [], m.rank, 0
-            batch += made
             spans += 1
+            op, phase, tail, begin_tail = m.parts
+            sq, mo = int(m_seq), int(m_mono)
+            msg: MessageEvent = _new(MessageEvent, (op, phase, sq, wall, mo, duration, *tail))
+            if fps is not None:
+                msg = msg._replace(tensors=put_back(msg.tensors, fps, shared))
+            if begin_tail is None:
+                batch.append(msg)
+            else:  # (a begin carries no tensors)
+                batch += (_new(MessageEvent, (_RECV, _BEGIN, sq, wall, mo, -1, *begin_tail)),
+                          msg)
         if batch:
             messages.append((rank, batch, spans))  # type: ignore[arg-type]
         hits = len(events) + len(event_rows) // 5 + len(msg_rows) // 5

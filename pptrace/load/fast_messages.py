@@ -60,10 +60,12 @@ _FINGERPRINTS_JOINED = fingerprints.joined_marker(M.T_FINGERPRINTS)  # schema ve
 _MAX_SHAPES = 50_000
 _new = tuple.__new__
 
-# The numbers a span gives are four fields in a row, so an event is (its template's fields
-# before them, the numbers, its template's fields after them): one tuple built per event.
-if _FIELDS[_F_SEQ:_F_DUR + 1] != ("seq", "wall_ns", "mono_ns", "duration_ns"):
-    raise ImportError("MessageEvent's seq, wall_ns, mono_ns and duration_ns must be adjacent")
+# The numbers a span gives are four fields in a row after the op and phase, so an event is
+# (its template's op and phase, the numbers, its template's fields after them): one tuple
+# built per event.
+if _FIELDS[:_F_DUR + 1] != ("op", "phase", "seq", "wall_ns", "mono_ns", "duration_ns"):
+    raise ImportError("MessageEvent must begin with op, phase, seq, wall_ns, mono_ns and "
+                      f"duration_ns; it begins with {_FIELDS[:_F_DUR + 1]}")
 _RECV, _BEGIN = M.MessageOp.RECV, "begin"
 
 # (rank, template event, compact: version 2 rebuilds the wall clock and duration from the times,
@@ -76,10 +78,11 @@ Learned = Callable[[int, bytes, bool, int, RankInfo, MessageEvent, bool, bool], 
 
 class Parts(NamedTuple):
     """What a shape's events share, taken apart once per shape: an event is the template's
-    ``head`` fields, its four numbers, the template's ``tail``; its begin (when the span stands
-    for one) is op and phase, seq, wall and monotonic clock, -1, ``begin_tail``."""
+    ``op`` and ``phase``, its four numbers, the template's ``tail``; its begin (when the span
+    stands for one) is a receive's begin, seq, wall and monotonic clock, -1, ``begin_tail``."""
 
-    head: tuple[Any, ...]
+    op: M.MessageOp
+    phase: str
     tail: tuple[Any, ...]
     begin_tail: tuple[Any, ...] | None
 
@@ -87,12 +90,12 @@ class Parts(NamedTuple):
     def of(cls, template: MessageEvent, with_begin: bool) -> Parts:
         """The parts of ``template`` (and of its begin, ``model.messages.begin_of``)."""
         begin = M.begin_of(template)[_F_DUR + 1:] if with_begin else None
-        return cls(template[:_F_SEQ], template[_F_DUR + 1:], begin)
+        return cls(template.op, template.phase, template[_F_DUR + 1:], begin)
 
     def events(self, seq: int, wall: int, mono: int, duration: int
                ) -> tuple[MessageEvent, ...]:
         """The events of one span of this shape: its begin first, when it stands for one."""
-        event: MessageEvent = _new(MessageEvent, (*self.head, seq, wall, mono, duration,
+        event: MessageEvent = _new(MessageEvent, (self.op, self.phase, seq, wall, mono, duration,
                                                   *self.tail))
         if self.begin_tail is None:
             return (event,)
@@ -276,22 +279,32 @@ def _rebuild(shape: _Shape, v: list[bytes | None], fps: list[str] | None,
 
 
 def rebuild_rows(templates: Sequence[tuple[MessageEvent, bool] | None], rows: Sequence[int],
-                 prints: Sequence[list[Any]], shared: dict[Any, Any] | None = None
-                 ) -> list[tuple[MessageEvent, ...]]:
-    """The events ``MessageShapes`` rows stand for, one tuple per row (a receive's begin before
-    its end where the span stood for both); ``templates``: per shape index, its template and
-    whether it stands for its begin too. ValueError, IndexError or TypeError when malformed."""
+                 prints: Sequence[list[Any]], lists: Sequence[list[MessageEvent] | None],
+                 shared: dict[Any, Any] | None = None) -> None:
+    """Add the events ``MessageShapes`` rows stand for to ``lists`` (per shape index, the list
+    of its process), in row order, a receive's begin before its end where the span stood for
+    both; ``templates``: per shape index, its template and whether it stands for its begin
+    too. ValueError, IndexError or TypeError when malformed."""
     parts = [None if t is None else Parts.of(*t) for t in templates]  # once per shape
-    out: list[tuple[MessageEvent, ...]] = []
-    append = out.append
+    printed = dict(prints)  # row -> its fingerprints
+    if printed and not 0 <= max(printed) < len(rows) // 5:
+        raise IndexError("a fingerprint names a row that was not sent")
     it = iter(rows)
+    row = -1
     for i, seq, wall, mono, dur in zip(it, it, it, it, it, strict=True):
-        shape = parts[i]
-        if shape is None:
+        shape, bucket = parts[i], lists[i]
+        if shape is None or bucket is None:
             raise ValueError("a row names a message shape that was not cached")
-        append(shape.events(seq, wall, mono, dur))
-    for row, fps in prints:
-        *before, event = out[row]
-        out[row] = (*before, event._replace(
-            tensors=fingerprints.put_back(event.tensors, fps, shared)))
-    return out
+        op, phase, tail, begin_tail = shape
+        event: MessageEvent = _new(MessageEvent, (op, phase, seq, wall, mono, dur, *tail))
+        if printed:
+            row += 1
+            fps = printed.get(row)
+            if fps is not None:
+                event = event._replace(tensors=fingerprints.put_back(event.tensors, fps,
+                                                                      shared))
+        if begin_tail is None:
+            bucket.append(event)
+        else:
+            bucket += (_new(MessageEvent, (_RECV, _BEGIN, seq, wall, mono, -1, *begin_tail)),
+                       event)

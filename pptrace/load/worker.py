@@ -307,14 +307,9 @@ def take(builder: TraceBuilder, result: dict[str, Any], rows: bytes
     buckets = [None if s is None else by_rank.setdefault(RankInfo(**s[0]), [])
                for s in result.get("message_shapes", ())]
     msg_rows = packed[at:]
-    made_rows = rebuild_rows(templates, msg_rows, result.get("message_prints", ()),
-                             builder.fast.shared)
+    rebuild_rows(templates, msg_rows, result.get("message_prints", ()), buckets,
+                 builder.fast.shared)
     shape_of = msg_rows[::_ROW]
-    for shape, made in zip(shape_of, made_rows, strict=True):
-        bucket = buckets[shape]
-        if bucket is None:  # (rebuild_rows raises first)
-            raise ValueError("a row names a message shape that was not cached")
-        bucket.extend(made)
     spans = {id(bucket): 0 for bucket in by_rank.values()}
     for shape, n in Counter(shape_of).items():
         spans[id(buckets[shape])] += n
