@@ -26,7 +26,6 @@ import struct
 import subprocess
 import sys
 from array import array
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import IO, Any
@@ -309,10 +308,6 @@ def take(builder: TraceBuilder, result: dict[str, Any], rows: bytes
     msg_rows = packed[at:]
     rebuild_rows(templates, msg_rows, result.get("message_prints", ()), buckets,
                  builder.fast.shared)
-    shape_of = msg_rows[::_ROW]
-    spans = {id(bucket): 0 for bucket in by_rank.values()}
-    for shape, n in Counter(shape_of).items():
-        spans[id(buckets[shape])] += n
     del packed[at:]
     rows_by_process = _event_rows(shapes, packed, result.get("prints", ()), builder.fast.shared)
     taken_stats = [stats(values) for values in result["stats"]]
@@ -338,12 +333,13 @@ def take(builder: TraceBuilder, result: dict[str, Any], rows: bytes
     for key, found in sources:
         builder.merge_sources(key, found)
     builder.foreign.extend(foreign)
+    # (their processes' ranks and files came in ``ranks`` and ``sources`` above: the file this
+    # process read last is none of theirs)
     for rank, ms in messages:
-        for m in ms:
-            builder.add_message(rank, m)
+        builder.add_process_messages(rank, ms)
     for rank, ms in by_rank.items():
         if ms:  # (a shape that no row names: its one span was read the ordinary way)
-            builder.add_messages(rank, ms, spans[id(ms)])
+            builder.add_process_messages(rank, ms)
     builder.problems.extend(problems)
     return errors, fatal_error
 
