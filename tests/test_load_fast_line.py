@@ -221,15 +221,18 @@ def test_a_worker_line_beyond_int64_is_read_span_by_span_with_its_rows(
     assert given_back >= 1
 
 
-def test_a_rank_per_message_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Two processes' message spans in one line (two resources are never one line in a
-    # pptrace file; one resource whose spans name different ranks, in version 1, is).
-    paths = _write(tmp_path, 1, fingerprints=False)
-    one, two = (p.read_bytes().splitlines(keepends=True) for p in paths)
+@pytest.mark.parametrize("version", [1, 2])
+def test_two_processes_lines_in_one_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                         version: int) -> None:
+    # Each line's spans are one process's (its resource), and its messages go to that
+    # process's list: the lines of two processes, taken in turn, must not be mixed up.
+    one, two = (p.read_bytes().splitlines(keepends=True)
+                for p in _write(tmp_path, version, fingerprints=False))
     mixed = tmp_path / "mixed.jsonl"
-    mixed.write_bytes(b"".join(one + two))
-    trace, _ = _three_ways(monkeypatch, [str(mixed)])
+    mixed.write_bytes(b"".join(x for pair in zip(one, two, strict=True) for x in pair))
+    trace, read = _three_ways(monkeypatch, [str(mixed)])
     assert [len(p.messages) for p in trace.processes] == [360, 360]
+    assert read == (26 - 4 if version >= 2 else 2 * 3)
 
 
 def test_the_pattern_reads_each_span_as_the_per_span_patterns_do() -> None:
