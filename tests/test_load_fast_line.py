@@ -238,31 +238,8 @@ def test_two_processes_lines_in_one_file(tmp_path: Path, monkeypatch: pytest.Mon
 def test_the_pattern_reads_each_span_as_the_per_span_patterns_do() -> None:
     from pptrace.load import fast, fast_messages
 
-    pattern = fast._LINE_SPANS.pattern
-    assert pattern.endswith(fast._OWN.pattern + b"|" + fast_messages.OWN_SPAN.pattern + b")")
-    assert pattern.startswith(re.escape(b'{"traceId":"'))
-
-
-@pytest.mark.slow  # starts a loader worker
-def test_a_worker_leaves_each_process_its_own_files(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # The worker's message spans were added as if read from the file this process read last:
-    # that file became one of their process's sources.
-    files = [str(p) for p in _write(tmp_path, 2, fingerprints=False)]
-    taken: list[int] = []
-    real_take = worker.take
-
-    def take_spy(builder: Any, result: Any, rows: bytes) -> Any:
-        taken.append(len(rows) // 40)
-        return real_take(builder, result, rows)
-
-    monkeypatch.setattr(worker, "take", take_spy)
-    monkeypatch.setattr(worker, "MIN_PARALLEL_BYTES", 0)
-    monkeypatch.setattr(worker, "_cpus", lambda: 2)
-    monkeypatch.delenv("PPTRACE_LOAD_WORKERS", raising=False)
-    assert worker.split_files(files, {f: 1 for f in files}) == 1
-    parallel = load_paths(files)
-    assert taken and taken[0] > 200  # the second file came back as rows
-    monkeypatch.setenv("PPTRACE_LOAD_WORKERS", "0")
-    assert parallel == load_paths(files)
-    assert [p.sources for p in parallel.processes] == [(files[0],), (files[1],)]
+    ids = rb'[0-9a-f]{32}","spanId":"[0-9a-f]{16}'
+    event, message = fast._OWN.pattern, fast_messages.OWN_SPAN.pattern
+    assert event.startswith(ids) and message.startswith(ids)
+    assert fast._LINE_SPANS.pattern == (re.escape(b'{"traceId":"') + ids + b"(?:"
+                                        + event[len(ids):] + b"|" + message[len(ids):] + b")")

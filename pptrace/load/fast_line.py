@@ -39,6 +39,7 @@ from pptrace.model.records import Event, RankInfo
 __all__ = ["KnownShapes", "Read", "spans_pattern"]
 
 _HEAD = b'{"traceId":"'
+_IDS = rb'[0-9a-f]{32}","spanId":"[0-9a-f]{16}'  # (how both span patterns begin)
 _MAX_SHAPES = 50_000
 _new = tuple.__new__
 _EVENT_GROUPS = 6  # name and kind, start, end, seq, mono, duration (``fast._OWN``)
@@ -48,10 +49,16 @@ _RECV, _BEGIN = M.MessageOp.RECV, "begin"
 
 def spans_pattern(event: re.Pattern[bytes], message: re.Pattern[bytes]) -> re.Pattern[bytes]:
     """The pattern that splits a line into spans: a span's opening, then ``event`` (pptrace's
-    attach/extract spans) or ``message`` (its message spans), as the per-span path tries them."""
+    attach/extract spans) or ``message`` (its message spans), as the per-span path tries them
+    (ValueError when they no longer have the groups and beginning this module reads)."""
     if (event.groups, message.groups) != (_EVENT_GROUPS, _MESSAGE_GROUPS):
         raise ValueError("the span patterns' groups changed: update pptrace.load.fast_line")
-    return re.compile(re.escape(_HEAD) + b"(?:" + event.pattern + b"|" + message.pattern + b")")
+    # Both begin with the same ids (fixed lengths, one way to match them): matched once, not
+    # again for a message span after the attach/extract branch fails on its name.
+    if not (event.pattern.startswith(_IDS) and message.pattern.startswith(_IDS)):
+        raise ValueError("the span patterns no longer begin with the ids")
+    return re.compile(re.escape(_HEAD) + _IDS + b"(?:" + event.pattern[len(_IDS):] + b"|"
+                      + message.pattern[len(_IDS):] + b")")
 
 
 class Read(NamedTuple):
