@@ -5,7 +5,9 @@ number, monotonic clock, duration). Parsing every span's JSON and attributes cos
 microseconds in CPython; this path cuts those numbers out of the span's text with ``str.find``,
 and uses the rest of the text as a key into a cache of decoded template events. A hit builds the
 event from the template and the numbers; a miss parses the span the ordinary way, checks that
-the numbers it cut out are exactly the ones the decoder read, and caches the result.
+the numbers it cut out are exactly the ones the decoder read, and caches the result. A line
+whose every span is of a cached shape is read in one pass instead (``pptrace.load.fast_line``,
+told of each shape cached here); a line with any other span is read span by span, here.
 
 It is only an accelerator: a line it does not recognise (several resources or scopes, a span it
 cannot split, base64 ids, anything unusual) returns False and is read by the ordinary path.
