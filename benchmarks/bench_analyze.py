@@ -6,6 +6,8 @@ plain and gzip-compressed, in schema version 1 and 2, side by side.
     python benchmarks/bench_analyze.py --keep DIR      # keep the generated files in DIR
     python benchmarks/bench_analyze.py --serial        # also load in one process: the ratio
     python benchmarks/bench_analyze.py --repeat 5      # the best of 5 rounds (default 3)
+    python benchmarks/bench_analyze.py --sizes 1000000 --formats v2 --keep DIR --reuse \
+        --baseline /tmp/base                           # beside main (git archive main | tar -x)
 
 The layout is pp=2 x tp=4: the last stage's 4 ranks attach, stage 0's 4 ranks extract, so every one
 of the 8 ranks records events. The files are OTLP/JSON lines with exactly the attributes pptrace's
@@ -22,8 +24,11 @@ ends with the final stats of a clean exit, as a traced run writes them.
 Each size and format is measured in a fresh subprocess, ``--repeat`` times (3), the formats in
 turn, and its best round shown: load seconds, analysis seconds, and peak resident memory
 (``ru_maxrss``) of that process and its loader worker. "x plain" is a compressed format's load
-+ analyze time over the same version's plain one; "cpu s" is the CPU time both processes spent
-on it (on a busy machine a truer comparison than the wall time).
++ analyze time over the same version's plain one; ``--baseline DIR`` measures the same files
+with the ``pptrace`` package in DIR too, alternating with this checkout in each round, and
+prints every round of both (``--reuse``: the files ``--keep`` left in DIR, not written
+again); "cpu s" is the CPU time both processes spent on it (on a busy machine a truer
+comparison than the wall time).
 """
 
 from __future__ import annotations
@@ -238,6 +243,10 @@ def main() -> None:
     parser.add_argument("--keep", help="write the files here and keep them")
     parser.add_argument("--serial", action="store_true",
                         help="also load each size in one process, for the ratio")
+    parser.add_argument("--baseline", help="also measure with the pptrace package in this "
+                        "folder (a copy of main), alternating; every round printed")
+    parser.add_argument("--reuse", action="store_true",
+                        help="with --keep: read the files kept there instead of writing them")
     parser.add_argument("--measure", help=argparse.SUPPRESS)  # child mode
     parser.add_argument("--measure-serial", help=argparse.SUPPRESS)  # child mode
     args = parser.parse_args()
@@ -259,10 +268,18 @@ def main() -> None:
             written: dict[str, tuple[str, int, float]] = {}  # format -> directory, bytes, s
             for fmt in args.formats:
                 directory = os.path.join(base, f"n{size}-{fmt}")
+                if args.reuse and args.keep and os.path.isdir(directory):
+                    nbytes = sum(os.path.getsize(os.path.join(directory, f))
+                                 for f in os.listdir(directory))
+                    written[fmt] = (directory, nbytes, 0.0)
+                    continue
                 shutil.rmtree(directory, ignore_errors=True)
                 t0 = time.perf_counter()
                 nbytes = generate(directory, size, fmt)
                 written[fmt] = (directory, nbytes, time.perf_counter() - t0)
+            if args.baseline:
+                _side_by_side(args, written)
+                continue
             # Rounds over every format in turn, so that a busy moment costs each format alike;
             # each format's best round is shown.
             best: dict[str, dict[str, float]] = {}
@@ -300,6 +317,25 @@ def main() -> None:
     finally:
         if not args.keep:
             shutil.rmtree(base, ignore_errors=True)
+
+
+def _side_by_side(args: argparse.Namespace, written: dict[str, tuple[str, int, float]]) -> None:
+    """Every round of this checkout and of ``--baseline``, alternating, per format."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    codes = [("this", here), ("baseline", os.path.abspath(args.baseline))]
+    for round_ in range(1, args.repeat + 1):
+        for fmt in args.formats:
+            for label, root in codes:
+                out = subprocess.run(
+                    [sys.executable, os.path.abspath(__file__), "--measure", written[fmt][0]],
+                    check=True, capture_output=True, text=True,
+                    env={**os.environ, "PYTHONPATH": root}, cwd=root).stdout
+                m = json.loads(out.strip().splitlines()[-1])
+                print(f"{fmt:>6} {m['events']:>9} {written[fmt][1] / 1e6:>8.1f} round {round_} "
+                      f"{label:>8}: load {m['load_s']:.2f} s, analyze {m['analyze_s']:.2f} s, "
+                      f"cpu {m['cpu_s']:.2f} s, peak {m['peak_mb']:.0f} MB, findings "
+                      f"{m['findings']}/{m['occurrences']}; load average "
+                      f"{os.getloadavg()[0]:.2f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -58,6 +58,14 @@ def test_with_numbers_is_replace_of_the_four_numbers() -> None:
     assert got == ev._replace(seq=11, start_ns=12, mono_ns=13, duration_ns=14)
 
 
+def test_an_event_is_its_parts_with_the_four_numbers() -> None:
+    ev = full_event()
+    direction, rank, tail = layout.parts_of(ev)
+    got = tuple.__new__(Event, (direction, 11, rank, 12, 13, 14, *tail))
+    assert type(got) is Event
+    assert got == ev._replace(seq=11, start_ns=12, mono_ns=13, duration_ns=14)
+
+
 def test_the_worker_packs_every_field_of_event_by_name() -> None:
     # A field added to Event must be given a way to travel: the worker refuses to import
     # (ImportError naming the field) until FIELD_TABLES has it.

@@ -204,6 +204,11 @@ class TraceBuilder:
         for ev in events:
             buckets.setdefault(process_key(ev.rank), []).append(ev)
 
+    def add_process_messages(self, rank: RankInfo, messages: Iterable[MessageEvent]) -> None:
+        """Add message events read elsewhere, whose processes and sources are merged
+        separately (not noted as the current file's, as ``add_message`` notes them)."""
+        self.messages.setdefault(process_key(self.intern_rank(rank)), []).extend(messages)
+
     def add_events(self, events: Sequence[Event]) -> None:
         """``add_event`` for many events: a line's events share a few processes."""
         last: RankInfo | None = None

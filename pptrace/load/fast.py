@@ -5,7 +5,9 @@ number, monotonic clock, duration). Parsing every span's JSON and attributes cos
 microseconds in CPython; this path cuts those numbers out of the span's text with ``str.find``,
 and uses the rest of the text as a key into a cache of decoded template events. A hit builds the
 event from the template and the numbers; a miss parses the span the ordinary way, checks that
-the numbers it cut out are exactly the ones the decoder read, and caches the result.
+the numbers it cut out are exactly the ones the decoder read, and caches the result. A line
+whose every span is of a cached shape is read in one pass instead (``pptrace.load.fast_line``,
+told of each shape cached here); a line with any other span is read span by span, here.
 
 It is only an accelerator: a line it does not recognise (several resources or scopes, a span it
 cannot split, base64 ids, anything unusual) returns False and is read by the ordinary path.
@@ -23,8 +25,12 @@ from array import array
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from pptrace.load import fast_markers as cuts
 from pptrace.load import fingerprints
-from pptrace.load.fast_messages import MessageShapes
+from pptrace.load.fast_line import KnownShapes, spans_pattern
+from pptrace.load.fast_markers import Fallback as _Fallback
+from pptrace.load.fast_markers import attr
+from pptrace.load.fast_messages import OWN_SPAN, MessageShapes
 from pptrace.load.layout import (
     DROPPED_BEFORE,
     DURATION_NS,
@@ -61,6 +67,9 @@ class EventSink(SpanSink, Protocol):
 
     def add_message(self, rank: RankInfo, message: MessageEvent) -> None: ...
 
+    def add_messages(self, rank: RankInfo, messages: Sequence[MessageEvent],
+                     spans: int) -> None: ...
+
     def problem(self, message: str, line: int | None = None) -> None: ...
 
     def decode_event(self, attrs: Mapping[str, Any], start_ns: int, end_ns: int,
@@ -73,73 +82,12 @@ _TAIL = re.compile(rb'\](?:,"schemaUrl":"[^"\\]*")?\}\](?:,"schemaUrl":"[^"\\]*"
 _TAIL_WINDOW = 400
 
 
-def _attr(key: str) -> bytes:
-    return ('{"key":"' + key + '","value":{"intValue":"').encode()
-
-
-# What is cut out of a span's text, in the order pptrace's exporter writes them.
-_MARKERS = (
-    b'"startTimeUnixNano":"',
-    b'"endTimeUnixNano":"',
-    _attr(schema.SEQ),
-    _attr(schema.THREAD_ID),
-    _attr(schema.MONO_NS),
-    _attr(schema.DURATION_NS),
-    _attr(schema.DROPPED_BEFORE),
-)
-_START, _END, _SEQ, _THREAD, _MONO, _DUR, _DROPPED = range(len(_MARKERS))
-_SPAN_ID = b'"spanId":"'
 _MAX_TEMPLATES = 50_000
 _Resource = tuple[int, str, dict[str, Any]]  # (number, service name, attributes)
 
 
-class _Fallback(Exception):
-    """This line is not for the fast path."""
-
-
-def _cut(chunk: bytes) -> tuple[bytes, list[bytes | None]]:
-    """Split a span's text (after its leading traceId marker) into a key and the cut values.
-
-    The markers must come in ``_MARKERS`` order (as pptrace writes them); anything else falls
-    back to the ordinary path. Values must be ASCII digits, ids ASCII letters and digits.
-    """
-    find = chunk.find
-    last = find(b'"')
-    tid = chunk[:last]
-    if not tid.isalnum():
-        raise _Fallback
-    p = find(_SPAN_ID, last)
-    if p < 0:
-        raise _Fallback
-    s = p + len(_SPAN_ID)
-    e = find(b'"', s)
-    sid = chunk[s:e]
-    if not sid.isalnum():
-        raise _Fallback
-    pieces = [chunk[last:s]]
-    last = e
-    values: list[bytes | None] = []
-    for marker in _MARKERS:
-        p = find(marker, last)
-        if p < 0:
-            if find(marker) >= 0:
-                raise _Fallback  # out of order: not pptrace's writer
-            values.append(None)
-            continue
-        s = p + len(marker)
-        e = find(b'"', s)
-        v = chunk[s:e]
-        if not v.isdigit():  # bytes: ASCII digits only
-            raise _Fallback
-        pieces.append(chunk[last:s])
-        values.append(v)
-        last = e
-    pieces.append(chunk[last:])
-    return b"G\0" + b"\0".join(pieces), values  # "\0" never occurs raw in JSON text
-
-
 def _int_attr_re(key: str) -> bytes:
-    return re.escape(_attr(key)) + rb'(\d{1,20})"\}\},'
+    return re.escape(attr(key)) + rb'(\d{1,20})"\}\},'
 
 
 # pptrace's own layout today: ``schema.event_to_attributes`` writes the attributes that change
@@ -168,63 +116,8 @@ _FINGERPRINTS_JOINED = fingerprints.joined_marker(schema.T_FINGERPRINTS)  # sche
 # letters a message span's name has there.
 _NAME_AT = len(b'0' * 32 + b'","spanId":"' + b'0' * 16 + b'","name":"pptrace.')
 _MESSAGE_LETTERS = (b"s", b"r")
-_START_END = b'"startTimeUnixNano":"'
-_END_AFTER = b'","endTimeUnixNano":"'
-_SEQ_AT = _attr(schema.SEQ)
-_MONO_AT = _attr(schema.MONO_NS)
-_DUR_AFTER = b'"}},' + _attr(schema.DURATION_NS)
+_LINE_SPANS = spans_pattern(_OWN, OWN_SPAN)  # a line of known shapes in one pass
 _new_event = tuple.__new__
-
-
-def _cut_usual(chunk: bytes) -> tuple[bytes, list[bytes | None]] | None:
-    """``_cut`` for the layout pptrace's exporter writes, in four searches; None otherwise.
-
-    It cuts out the span id, the start and end times (adjacent), the sequence number, and the
-    monotonic clock and duration (adjacent). The thread id and ``dropped_before`` stay in the
-    key: they rarely change, and a change only costs one more template.
-    """
-    find = chunk.find
-    tid_end = find(b'"')
-    if not chunk.startswith(b'","spanId":"', tid_end):
-        return None
-    s0 = tid_end + 12
-    e0 = find(b'"', s0)
-    p = find(_START_END, e0)
-    if p < 0:
-        return None
-    s1 = p + len(_START_END)
-    e1 = find(b'"', s1)
-    if not chunk.startswith(_END_AFTER, e1):
-        return None
-    s2 = e1 + len(_END_AFTER)
-    e2 = find(b'"', s2)
-    p = find(_SEQ_AT, e2)
-    if p < 0:
-        return None
-    s3 = p + len(_SEQ_AT)
-    e3 = find(b'"', s3)
-    p = find(_MONO_AT, e3)
-    if p < 0:
-        return None
-    s4 = p + len(_MONO_AT)
-    e4 = find(b'"', s4)
-    if not chunk.startswith(_DUR_AFTER, e4):
-        return None
-    s5 = e4 + len(_DUR_AFTER)
-    e5 = find(b'"', s5)
-    tid, sid = chunk[:tid_end], chunk[s0:e0]
-    start, end, seq = chunk[s1:e1], chunk[s2:e2], chunk[s3:e3]
-    mono, dur = chunk[s4:e4], chunk[s5:e5]
-    if not (tid.isalnum() and sid.isalnum() and start.isdigit() and end.isdigit()
-            and seq.isdigit() and mono.isdigit() and dur.isdigit()):
-        return None
-    key = b"\0".join((b"U", chunk[tid_end:s0], chunk[e0:s1], chunk[e1:s2], chunk[e2:s3],
-                       chunk[e3:s4], chunk[e4:s5], chunk[e5:]))
-    return key, [start, end, seq, None, mono, dur, None]
-
-
-def _int(v: bytes | None) -> int:
-    return 0 if v is None else int(v)
 
 
 class FastLines:
@@ -246,7 +139,9 @@ class FastLines:
         # schema version 2 keeps the process's constants there), service name, attributes.
         self.heads: dict[bytes, _Resource] = {}
         self.hits = self.misses = 0
-        self.messages = MessageShapes(shared)  # message spans' templates (``fast_messages``)
+        self.known = KnownShapes(_LINE_SPANS)  # what a line of known shapes is read by
+        # message spans' templates (``fast_messages``)
+        self.messages = MessageShapes(shared, self.known.learned_message)
 
     def _resource(self, head: bytes, tail: bytes) -> _Resource:
         known = self.heads.get(head)
@@ -280,6 +175,8 @@ class FastLines:
             return False
         try:
             res = self._resource(text[:body_start], m.group(0))
+            if self._known(text, body_start, m.start(), res[0]):
+                return True
             chunks = text.split(_SPLIT)
             chunks[0] = chunks[0][body_start + len(_HEAD):]
             chunks[-1] = chunks[-1][: m.start() - len(text)]  # the tail's length, from the end
@@ -300,6 +197,23 @@ class FastLines:
         except (BadShape, RecursionError) as exc:  # as the ordinary path reports a bad line
             reason = "JSON nested too deeply" if isinstance(exc, RecursionError) else str(exc)
             b.problem(f"{reason}; line skipped")
+        return True
+
+    def _known(self, text: bytes, body_start: int, tail_start: int, head: int) -> bool:
+        """Read a line whose every span is of a known shape in one pass (``fast_line``)."""
+        msg = self.messages
+        try:
+            read = self.known.read(text, body_start, tail_start, head, self.rows, self.prints,
+                                   msg.rows, msg.prints, self.shared)
+        except OverflowError:  # a row beyond int64: each span as the per-span path says
+            return False
+        if read is None:
+            return False
+        b = self.builder
+        b.add_events(read.events)
+        for rank, messages, spans in read.messages:
+            b.add_messages(rank, messages, spans)
+        self.hits += read.hits
         return True
 
     def _spans(self, chunks: list[bytes], res: _Resource) -> tuple[list[Event], list[Any]]:
@@ -384,6 +298,7 @@ class FastLines:
             int(seq), int(begin), int(mono), duration
         ):
             shapes[-1] = ev
+            self.known.learned_event(key[0], key[1], rest, fps is not None, len(shapes) - 1, ev)
         return ev
 
     def _decode(self, span: dict[str, Any], resource: Mapping[str, Any]
@@ -407,10 +322,10 @@ class FastLines:
 
     def _older(self, chunk: bytes, head: int, resource: Mapping[str, Any]) -> Any:
         """A span in another layout (pptrace before attributes were reordered, or another
-        writer): cut by markers, as ``_cut_usual``/``_cut`` say."""
+        writer): cut by markers, as ``fast_markers`` say."""
         templates = self.templates
-        cut = _cut_usual(chunk)
-        key, v = cut if cut is not None else _cut(chunk)
+        usual = cuts.cut_usual(chunk)
+        key, v = usual if usual is not None else cuts.cut(chunk)
         key = b"%d\0%b" % (head, key)
         try:
             hit = templates[key]
@@ -457,10 +372,11 @@ class FastLines:
         if len(self.templates) >= _MAX_TEMPLATES:
             self.templates.clear()
         self.templates[key] = None
-        if v[_START] is None:
+        if v[cuts.START] is None:
             return span
-        if chunk.count(_SPAN_ID) != 1 or any(
-            chunk.count(m) != 1 for m, value in zip(_MARKERS, v, strict=True) if value is not None
+        if chunk.count(cuts.SPAN_ID) != 1 or any(
+            chunk.count(m) != 1
+            for m, value in zip(cuts.MARKERS, v, strict=True) if value is not None
         ):
             return span
         decoded = self._decode(span, resource)
@@ -471,14 +387,14 @@ class FastLines:
         # Every value cut out must be the one the decoder read; a value not cut out (a marker
         # absent, or left in the key) comes from the template, as it did for this span.
         checks = (
-            (ev.seq, v[_SEQ]), (ev.start_ns, v[_START]), (ev.mono_ns, v[_MONO]),
-            (ev.dropped_before, v[_DROPPED]), (ev.thread_id, v[_THREAD]),
+            (ev.seq, v[cuts.SEQ]), (ev.start_ns, v[cuts.START]), (ev.mono_ns, v[cuts.MONO]),
+            (ev.dropped_before, v[cuts.DROPPED]), (ev.thread_id, v[cuts.THREAD]),
         )
-        if v[_SEQ] is not None and all(
+        if v[cuts.SEQ] is not None and all(
             value is None or got == int(value) for got, value in checks
         ) and (
-            not has_duration or ev.duration_ns == _int(v[_DUR])
-        ) and (has_duration or v[_END] is not None or ev.duration_ns == 0):
+            not has_duration or ev.duration_ns == int(v[cuts.DUR] or 0)
+        ) and (has_duration or v[cuts.END] is not None or ev.duration_ns == 0):
             self.templates[key] = (ev, has_duration)
         return ev
 

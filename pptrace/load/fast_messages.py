@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import re
 from array import array
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from pptrace.load import fingerprints
@@ -31,7 +31,7 @@ from pptrace.model.messages import BadMessageSpan, MessageEvent
 from pptrace.model.records import RankInfo
 from pptrace.model.schema import compact_against
 
-__all__ = ["MessageShapes", "rebuild_rows"]
+__all__ = ["OWN_SPAN", "Learned", "MessageShapes", "Parts", "rebuild_rows"]
 
 _HEAD = b'{"traceId":"'
 # A message span of pptrace's writer: hex ids, then its name.
@@ -60,23 +60,29 @@ _FINGERPRINTS_JOINED = fingerprints.joined_marker(M.T_FINGERPRINTS)  # schema ve
 _MAX_SHAPES = 50_000
 _new = tuple.__new__
 
-# The numbers a span gives are four fields in a row, so an event is (its template's fields
-# before them, the numbers, its template's fields after them): one tuple built per event.
-if _FIELDS[_F_SEQ:_F_DUR + 1] != ("seq", "wall_ns", "mono_ns", "duration_ns"):
-    raise ImportError("MessageEvent's seq, wall_ns, mono_ns and duration_ns must be adjacent")
+# The numbers a span gives are four fields in a row after the op and phase, so an event is
+# (its template's op and phase, the numbers, its template's fields after them): one tuple
+# built per event.
+if _FIELDS[:_F_DUR + 1] != ("op", "phase", "seq", "wall_ns", "mono_ns", "duration_ns"):
+    raise ImportError("MessageEvent must begin with op, phase, seq, wall_ns, mono_ns and "
+                      f"duration_ns; it begins with {_FIELDS[:_F_DUR + 1]}")
 _RECV, _BEGIN = M.MessageOp.RECV, "begin"
 
 # (rank, template event, compact: version 2 rebuilds the wall clock and duration from the times,
 # with_begin: the span stands for its receive's begin too, the template's ``Parts``)
 _Shape = tuple[RankInfo, MessageEvent, bool, bool, "Parts"]
+#: Told of each shape cached: (resource number, key text, learned with fingerprints, index in
+#: ``templates``, rank, template, compact, with_begin) (``pptrace.load.fast_line``).
+Learned = Callable[[int, bytes, bool, int, RankInfo, MessageEvent, bool, bool], None]
 
 
 class Parts(NamedTuple):
     """What a shape's events share, taken apart once per shape: an event is the template's
-    ``head`` fields, its four numbers, the template's ``tail``; its begin (when the span stands
-    for one) is op and phase, seq, wall and monotonic clock, -1, ``begin_tail``."""
+    ``op`` and ``phase``, its four numbers, the template's ``tail``; its begin (when the span
+    stands for one) is a receive's begin, seq, wall and monotonic clock, -1, ``begin_tail``."""
 
-    head: tuple[Any, ...]
+    op: M.MessageOp
+    phase: str
     tail: tuple[Any, ...]
     begin_tail: tuple[Any, ...] | None
 
@@ -84,12 +90,12 @@ class Parts(NamedTuple):
     def of(cls, template: MessageEvent, with_begin: bool) -> Parts:
         """The parts of ``template`` (and of its begin, ``model.messages.begin_of``)."""
         begin = M.begin_of(template)[_F_DUR + 1:] if with_begin else None
-        return cls(template[:_F_SEQ], template[_F_DUR + 1:], begin)
+        return cls(template.op, template.phase, template[_F_DUR + 1:], begin)
 
     def events(self, seq: int, wall: int, mono: int, duration: int
                ) -> tuple[MessageEvent, ...]:
         """The events of one span of this shape: its begin first, when it stands for one."""
-        event: MessageEvent = _new(MessageEvent, (*self.head, seq, wall, mono, duration,
+        event: MessageEvent = _new(MessageEvent, (self.op, self.phase, seq, wall, mono, duration,
                                                   *self.tail))
         if self.begin_tail is None:
             return (event,)
@@ -114,6 +120,7 @@ _OWN = re.compile(
     rb'"kind":(?:\d{1,3}|"[A-Z_]{1,40}"),"startTimeUnixNano":")(\d{1,20})","endTimeUnixNano":"'
     rb'(\d{1,20})","attributes":\[' + _int_re(M.SEQ) + b"(?:" + _int_re(M.WALL_NS) + b")?"
     + _int_re(M.MONO_NS) + b"(?:" + _int_re(M.DURATION_NS, b"-?") + b")?")
+OWN_SPAN = _OWN  # (``pptrace.load.fast_line`` reads whole lines of known shapes with it)
 
 
 def _cut(chunk: bytes) -> tuple[bytes, list[bytes | None]] | None:
@@ -161,8 +168,10 @@ class MessageShapes:
     the rows builds the events (``rebuild_rows``).
     """
 
-    def __init__(self, shared: dict[Any, Any] | None = None) -> None:
-        self.shared = shared  # the loader's tuples by value (``fingerprints.put_back``)
+    def __init__(self, shared: dict[Any, Any] | None = None,
+                 learned: Learned | None = None) -> None:
+        self.shared = shared
+        self.learned = learned
         # (resource number, shape text) -> index into ``templates`` (None: not cacheable)
         self.shapes: dict[tuple[int, bytes], int] = {}
         self.templates: list[_Shape | None] = []
@@ -236,6 +245,9 @@ class MessageShapes:
             same = False
         if same:
             self.templates[-1] = shape
+            if self.learned is not None:
+                self.learned(key[0], key[1], fps is not None, len(self.templates) - 1, rank, ev,
+                             compact, with_begin)
         return span  # (read the ordinary way once: its version checked, its process noted)
 
 
@@ -267,22 +279,32 @@ def _rebuild(shape: _Shape, v: list[bytes | None], fps: list[str] | None,
 
 
 def rebuild_rows(templates: Sequence[tuple[MessageEvent, bool] | None], rows: Sequence[int],
-                 prints: Sequence[list[Any]], shared: dict[Any, Any] | None = None
-                 ) -> list[tuple[MessageEvent, ...]]:
-    """The events ``MessageShapes`` rows stand for, one tuple per row (a receive's begin before
-    its end where the span stood for both); ``templates``: per shape index, its template and
-    whether it stands for its begin too. ValueError, IndexError or TypeError when malformed."""
+                 prints: Sequence[list[Any]], lists: Sequence[list[MessageEvent] | None],
+                 shared: dict[Any, Any] | None = None) -> None:
+    """Add the events ``MessageShapes`` rows stand for to ``lists`` (per shape index, the list
+    of its process), in row order, a receive's begin before its end where the span stood for
+    both; ``templates``: per shape index, its template and whether it stands for its begin
+    too. ValueError, IndexError or TypeError when malformed."""
     parts = [None if t is None else Parts.of(*t) for t in templates]  # once per shape
-    out: list[tuple[MessageEvent, ...]] = []
-    append = out.append
+    printed = dict(prints)  # row -> its fingerprints
+    if printed and not 0 <= max(printed) < len(rows) // 5:
+        raise IndexError("a fingerprint names a row that was not sent")
     it = iter(rows)
+    row = -1
     for i, seq, wall, mono, dur in zip(it, it, it, it, it, strict=True):
-        shape = parts[i]
-        if shape is None:
+        shape, bucket = parts[i], lists[i]
+        if shape is None or bucket is None:
             raise ValueError("a row names a message shape that was not cached")
-        append(shape.events(seq, wall, mono, dur))
-    for row, fps in prints:
-        *before, event = out[row]
-        out[row] = (*before, event._replace(
-            tensors=fingerprints.put_back(event.tensors, fps, shared)))
-    return out
+        op, phase, tail, begin_tail = shape
+        event: MessageEvent = _new(MessageEvent, (op, phase, seq, wall, mono, dur, *tail))
+        if printed:
+            row += 1
+            fps = printed.get(row)
+            if fps is not None:
+                event = event._replace(tensors=fingerprints.put_back(event.tensors, fps,
+                                                                      shared))
+        if begin_tail is None:
+            bucket.append(event)
+        else:
+            bucket += (_new(MessageEvent, (_RECV, _BEGIN, seq, wall, mono, -1, *begin_tail)),
+                       event)

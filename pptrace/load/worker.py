@@ -6,7 +6,8 @@ and several files, ``pptrace.load.loader`` starts one worker (``python -m pptrac
 for the later files and reads the earlier ones itself. The worker does not build events: each event
 whose span shape it has seen before (``pptrace.load.fast``) becomes a row of five integers
 ``(shape, seq, start, mono, duration)``, sent as raw int64s; every
-shape and every other event travel as compact JSON (each shared part once, in a table), and
+shape and every other event travel as compact JSON (each shared part once, in a table:
+``pptrace.load.worker_json``), and
 everything else the worker found (stats, foreign spans, problems, per-file errors) as plain
 JSON. No pickle: nothing the worker sends can run code here.
 
@@ -25,23 +26,23 @@ import struct
 import subprocess
 import sys
 from array import array
-from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, fields
+from dataclasses import asdict
 from typing import IO, Any
 
 from pptrace.load import fingerprints
-from pptrace.load.builder import TraceBuilder
+from pptrace.load.builder import ProcessKey, TraceBuilder, process_key
 from pptrace.load.compressed import COMPRESSED_SUFFIXES, expansion
 from pptrace.load.fast_messages import rebuild_rows
 from pptrace.load.files import error_detail, open_regular, read_files
-from pptrace.load.layout import with_numbers
+from pptrace.load.layout import parts_of
 from pptrace.load.messages import from_json, to_json
 from pptrace.load.messages import pack as pack_messages
 from pptrace.load.messages import unpack as unpack_messages
+from pptrace.load.worker_json import FIELD_TABLES, Packer, Unpacker, stats, stats_json
 from pptrace.model.errors import SchemaVersionError, TraceInputError
 from pptrace.model.messages import MessageEvent
-from pptrace.model.records import Direction, Event, RankInfo, RecorderStats, TensorMeta
+from pptrace.model.records import Event, RankInfo
 from pptrace.model.trace import ForeignSpan, InputProblem
 
 __all__ = ["COMPRESSED_WORK", "FIELD_TABLES", "MIN_PARALLEL_BYTES", "Worker", "main",
@@ -122,143 +123,13 @@ def _frame(out: IO[bytes], kind: bytes, data: bytes) -> None:
     out.flush()
 
 
-# How each of ``Event``'s fields travels, by name: "plain" as itself, "strings"/"tuples" as an
-# index into a shared table, "ranks"/"tensors" likewise, "direction" as its value. A field added
-# to ``Event`` without an entry here stops this module at import (and its test names it).
-FIELD_TABLES: dict[str, str] = {
-    "direction": "direction", "seq": "plain", "rank": "ranks", "start_ns": "plain",
-    "mono_ns": "plain", "duration_ns": "plain", "thread_id": "plain", "thread_name": "strings",
-    "subject_type": "strings", "subject_pp_capable": "plain", "tensors": "tensors",
-    "keys_before": "tuples", "keys_after": "tuples", "returned_none": "plain",
-    "error_type": "plain", "error_message": "plain", "inserted_before_error": "tuples",
-    "dropped_before": "plain", "run_id": "strings", "extra": "tuples",
-}
-if set(FIELD_TABLES) != set(Event._fields):
-    raise ImportError(
-        "pptrace.load.worker: Event's fields and FIELD_TABLES differ: "
-        f"{sorted(set(FIELD_TABLES) ^ set(Event._fields))}")
-_PLAN = tuple(FIELD_TABLES[name] for name in Event._fields)
-
-
-def _rank_json(rank: RankInfo) -> list[Any]:
-    return list(asdict(rank).values())
-
-
-def _tensors_json(tensors: tuple[TensorMeta, ...]) -> list[list[Any]]:
-    return [list(m) for m in tensors]
-
-
-def _tuple_json(items: tuple[Any, ...]) -> list[Any]:
-    return [list(x) if isinstance(x, tuple) else x for x in items]
-
-
-def _same(value: Any) -> Any:
-    return value
-
-
-_AS_JSON: dict[str, Callable[[Any], Any]] = {
-    "ranks": _rank_json, "tensors": _tensors_json, "tuples": _tuple_json, "strings": _same}
-
-
-class _Packer:
-    """Events as compact JSON: each shared part (rank, tensors, tuples of keys, strings) once,
-    in a table, and each event as a list of numbers and table indices. Decoding one costs the
-    receiving process about as much as building the event, far less than a schema decode."""
-
-    def __init__(self) -> None:
-        self.tables: dict[str, list[Any]] = {"ranks": [], "tensors": [], "tuples": [],
-                                             "strings": []}
-        self._index: dict[tuple[str, Any], int] = {}
-
-    def _put(self, table: str, obj: Any) -> int:
-        key = (table, obj)
-        i = self._index.get(key)
-        if i is None:
-            rows = self.tables[table]
-            i = self._index[key] = len(rows)
-            rows.append(_AS_JSON[table](obj))
-        return i
-
-    def event(self, ev: Event) -> list[Any]:
-        """One event as a list, field by field in ``Event``'s order."""
-        out: list[Any] = []
-        values: tuple[Any, ...] = ev
-        for kind, value in zip(_PLAN, values, strict=True):
-            if kind == "plain":
-                out.append(value)
-            elif kind == "direction":
-                out.append(value.value)
-            else:
-                out.append(self._put(kind, value))
-        return out
-
-
-class _Unpacker:
-    """The receiving side of ``_Packer``; shared parts go through the builder's interning."""
-
-    def __init__(self, builder: TraceBuilder, tables: dict[str, list[Any]]) -> None:
-        self.tables: dict[str, list[Any]] = {
-            "ranks": [builder.intern_rank(RankInfo(*r)) for r in tables["ranks"]],
-            "tensors": [builder.intern_tensors(tuple(map(_meta, ts))) for ts in tables["tensors"]],
-            "tuples": [
-                builder.intern_tuple(tuple(tuple(x) if isinstance(x, list) else x for x in t))
-                for t in tables["tuples"]
-            ],
-            "strings": [builder.intern_str(t) for t in tables["strings"]],
-        }
-
-    def event(self, packed: list[Any]) -> Event:
-        """The event a ``_Packer.event`` list stands for (ValueError when it is malformed)."""
-        values: list[Any] = []
-        tables = self.tables
-        for kind, value in zip(_PLAN, packed, strict=True):
-            if kind == "plain":
-                values.append(value)
-            elif kind == "direction":
-                values.append(_DIRECTIONS[value])
-            else:
-                values.append(tables[kind][value])
-        event: Event = _new_event(Event, values)
-        return event
-
-
-_DIRECTIONS = {d.value: d for d in Direction}
-_META_FIELDS = TensorMeta._fields
-
-
-def _meta(values: list[Any]) -> TensorMeta:
-    """A ``TensorMeta`` from its fields' values in order (as ``_tensors_json`` gave them)."""
-    if len(values) != len(_META_FIELDS):
-        raise ValueError("a tensor's fields do not match TensorMeta's")
-    named = dict(zip(_META_FIELDS, values, strict=True))
-    named["shape"] = tuple(named["shape"])
-    return TensorMeta(**named)
-
-
-def _stats_json(stats: RecorderStats) -> dict[str, Any]:
-    """Recorder stats field by field (not as span attributes: the schema's encoding may leave
-    out what a resource carries)."""
-    out = {f.name: getattr(stats, f.name) for f in fields(RecorderStats)}
-    out["rank"] = asdict(stats.rank)
-    out["sink_dropped"] = [list(item) for item in stats.sink_dropped]
-    return out
-
-
-def _stats(values: dict[str, Any]) -> RecorderStats:
-    """The ``RecorderStats`` a ``_stats_json`` dict stands for (TypeError when malformed)."""
-    named = dict(values)
-    named["rank"] = RankInfo(**named["rank"])
-    named["sink_dropped"] = tuple((str(k), int(n)) for k, n in named["sink_dropped"])
-    return RecorderStats(**named)
-
-
 def _encode(builder: TraceBuilder, errors: Sequence[TraceInputError],
             fatal: SchemaVersionError | None) -> tuple[bytes, bytes]:
     """(the result as JSON, the rows as int64s) for what ``builder`` read."""
     fast = builder.fast
     packed = fast.rows if fast.rows is not None else array("q")
     msg = fast.messages
-    pack = _Packer()
+    pack = Packer()
     result = {
         "module": _MODULE,
         "shapes": [None if t is None else pack.event(t) for t in fast.shapes],
@@ -270,7 +141,7 @@ def _encode(builder: TraceBuilder, errors: Sequence[TraceInputError],
         "message_prints": msg.prints,
         "events": [pack.event(ev) for evs in builder.events.values() for ev in evs],
         "tables": pack.tables,
-        "stats": [_stats_json(s) for s in builder.stats.values()],
+        "stats": [stats_json(s) for s in builder.stats.values()],
         "ranks": [[*k, asdict(r)] for k, r in builder.ranks.items()],
         "sources": [[*k, v] for k, v in builder.proc_sources.items()],
         "foreign": [list(asdict(s).values()) for s in builder.foreign],
@@ -422,7 +293,7 @@ def take(builder: TraceBuilder, result: dict[str, Any], rows: bytes
     Everything is decoded before anything is added, so that a malformed result (ValueError,
     TypeError, KeyError, IndexError) leaves the builder as it was.
     """
-    unpack = _Unpacker(builder, result["tables"])
+    unpack = Unpacker(builder, result["tables"])
     shapes = [None if s is None else unpack.event(s) for s in result["shapes"]]
     events = [unpack.event(s) for s in result["events"]]
     packed = array("q")
@@ -435,30 +306,11 @@ def take(builder: TraceBuilder, result: dict[str, Any], rows: bytes
     buckets = [None if s is None else by_rank.setdefault(RankInfo(**s[0]), [])
                for s in result.get("message_shapes", ())]
     msg_rows = packed[at:]
-    made_rows = rebuild_rows(templates, msg_rows, result.get("message_prints", ()),
-                             builder.fast.shared)
-    shape_of = msg_rows[::_ROW]
-    for shape, made in zip(shape_of, made_rows, strict=True):
-        bucket = buckets[shape]
-        if bucket is None:  # (rebuild_rows raises first)
-            raise ValueError("a row names a message shape that was not cached")
-        bucket.extend(made)
-    spans = {id(bucket): 0 for bucket in by_rank.values()}
-    for shape, n in Counter(shape_of).items():
-        spans[id(buckets[shape])] += n
+    rebuild_rows(templates, msg_rows, result.get("message_prints", ()), buckets,
+                 builder.fast.shared)
     del packed[at:]
-    it = iter(packed)
-    first = len(events)
-    for i, seq, begin, mono, dur in zip(it, it, it, it, it, strict=True):
-        t = shapes[i]
-        if t is None:
-            raise ValueError("a row names a shape that was not cached")
-        events.append(with_numbers(t, seq, begin, mono, dur))
-    for row, fps in result.get("prints", ()):
-        ev = events[first + row]
-        events[first + row] = ev._replace(
-            tensors=fingerprints.put_back(ev.tensors, fps, builder.fast.shared))
-    stats = [_stats(values) for values in result["stats"]]
+    rows_by_process = _event_rows(shapes, packed, result.get("prints", ()), builder.fast.shared)
+    taken_stats = [stats(values) for values in result["stats"]]
     ranks = [((host, pid, inst), RankInfo(**fields))
              for host, pid, inst, fields in result["ranks"]]
     sources = [((host, pid, inst), list(map(str, found)))
@@ -472,21 +324,49 @@ def take(builder: TraceBuilder, result: dict[str, Any], rows: bytes
     fatal_error = None if fatal is None else SchemaVersionError(fatal[0], path=fatal[1],
                                                                 line=fatal[2])
     builder.add_process_events(events)
-    for s in stats:
+    for key, evs in rows_by_process.items():
+        builder.events.setdefault(key, []).extend(evs)
+    for s in taken_stats:
         builder.add_stats(s)
     for key, rank in ranks:
         builder.merge_rank(key, rank)
     for key, found in sources:
         builder.merge_sources(key, found)
     builder.foreign.extend(foreign)
+    # (their processes' ranks and files came in ``ranks`` and ``sources`` above: the file this
+    # process read last is none of theirs)
     for rank, ms in messages:
-        for m in ms:
-            builder.add_message(rank, m)
+        builder.add_process_messages(rank, ms)
     for rank, ms in by_rank.items():
         if ms:  # (a shape that no row names: its one span was read the ordinary way)
-            builder.add_messages(rank, ms, spans[id(ms)])
+            builder.add_process_messages(rank, ms)
     builder.problems.extend(problems)
     return errors, fatal_error
+
+
+def _event_rows(shapes: Sequence[Event | None], packed: array[int], prints: Sequence[list[Any]],
+                shared: dict[Any, Any] | None) -> dict[ProcessKey, list[Event]]:
+    """The events a worker's attach/extract rows stand for, per process, in row order (each
+    shape's parts and process found once, not per row; ValueError or TypeError when
+    malformed)."""
+    parts = [None if t is None else parts_of(t) for t in shapes]
+    made: list[Event] = []
+    append = made.append
+    it = iter(packed)
+    for i, seq, begin, mono, dur in zip(it, it, it, it, it, strict=True):
+        shape = parts[i]
+        if shape is None:
+            raise ValueError("a row names a shape that was not cached")
+        direction, rank, tail = shape
+        append(_new_event(Event, (direction, seq, rank, begin, mono, dur, *tail)))
+    for row, fps in prints:
+        ev = made[row]
+        made[row] = ev._replace(tensors=fingerprints.put_back(ev.tensors, fps, shared))
+    out: dict[ProcessKey, list[Event]] = {}
+    lists = [None if t is None else out.setdefault(process_key(t.rank), []) for t in shapes]
+    for ev, i in zip(made, packed[::_ROW], strict=True):
+        lists[i].append(ev)  # type: ignore[union-attr]  # (a row of an uncached shape: above)
+    return out
 
 
 if __name__ == "__main__":
