@@ -96,7 +96,7 @@ def pid_alive(pid: int) -> bool:
 
 @dataclass(slots=True)
 class _Post:
-    lines: list[str]
+    lines: list[str | bytes]
     end: Position
     events: int
     messages: int
@@ -120,7 +120,8 @@ class Shipper:
         self.alive = alive
         self.state_path = os.path.join(trace_dir, STATE_NAME)
         self.state = ShipState.load(self.state_path)
-        self.reencoder = Reencoder()
+        # A poster that sends protobuf takes lines written as protobuf from the templates.
+        self.reencoder = Reencoder(protobuf=poster.protobuf)
         self._stop = threading.Event()
         self._ended_at: float | None = None  # when the run was first seen over
         self._delivered_at = time.monotonic()  # the last request the collector took
@@ -275,7 +276,7 @@ class Shipper:
         fs.offset, fs.lines, fs.pending = post.end.offset, post.end.lines, None
         self._save()
 
-    def _post(self, lines: list[str], fs: FileState, post: _Post) -> str | None:
+    def _post(self, lines: list[str | bytes], fs: FileState, post: _Post) -> str | None:
         """"" when delivered, the cause when lost, None when stopped before it got through."""
         while True:
             if self._drained():
