@@ -163,7 +163,8 @@ def main() -> None:
         if not os.path.isdir(trace):
             make_trace(os.path.abspath(trace), args.rate, args.seconds)
         names = [n for n in os.listdir(trace) if n.startswith("pptrace-rank")]
-        print(f"trace files: {', '.join(f'{n} ({os.path.getsize(os.path.join(trace, n)):,} B)' for n in sorted(names))}")
+        sizes = [f"{n} ({os.path.getsize(os.path.join(trace, n)):,} B)" for n in sorted(names)]
+        print(f"trace files: {', '.join(sizes)}")
         if args.profile:
             target = os.path.join(work, "run")
             shutil.copytree(trace, target)
@@ -182,6 +183,7 @@ def main() -> None:
                     slot = slots[(name, protocol, rnd)] = len(slots)
                     runs.setdefault((name, protocol), []).append(
                         ship_once(tree, trace, work, f"{collector.url}/{slot}", protocol))
+    rounds = range(args.rounds)
     for protocol in protocols:
         print(f"\n{protocol}:")
         for name in trees:
@@ -194,8 +196,7 @@ def main() -> None:
                   f"{statistics.median(g['wall'] for g in got):.2f} s; "
                   f"{events} events, {got[0]['totals']['stats_sent']} stats spans delivered, "
                   f"{got[0]['totals']['events_lost']} lost; collector got "
-                  f"{[collector.spans.get(slots[(name, protocol, r)], 0) for r in range(args.rounds)]}"
-                  " spans")
+                  f"{[collector.spans.get(slots[(name, protocol, r)], 0) for r in rounds]} spans")
         bodies = {name: [collector.digests.get(slots[(name, protocol, r)], [])
                          for r in range(args.rounds)] for name in trees}
         for name, per_round in bodies.items():

@@ -73,12 +73,15 @@ def _int_attribute(hole: int) -> Any:
     """The field of integer hole ``hole``: an attribute, field 9: KeyValue(key,
     value=AnyValue(int_value)), int64 as a varint."""
     key = _KEYS[hole]
+    # What goes before a varint of n bytes (1 to 10): the lengths framing it, counted once.
+    before = [b""] + [_framed(b"\x4a", key + _framed(b"\x12", b"\x18" + b"\x00" * n))[:-n]
+                      for n in range(1, 11)]
 
     def field(number: int) -> bytes:
         if not -(2**63) <= number < 2**63:
             raise ValueError(f"integer {number} does not fit int64")
-        any_value = b"\x18" + _varint(number & _MASK64)
-        return _framed(b"\x4a", key + _framed(b"\x12", any_value))
+        value = _varint(number & _MASK64)
+        return before[len(value)] + value
 
     return field
 

@@ -38,7 +38,8 @@ from pptrace.ship.reencode import Reencoded, Reencoder
 from pptrace.ship.state import FileState, ShipState
 from pptrace.ship.tail import Damaged, Position, read_lines
 
-__all__ = ["NICENESS", "TRACE_NAME", "Shipper", "lower_priority", "pid_alive"]
+__all__ = ["NICENESS", "TRACE_NAME", "Shipper", "keep_freed_memory", "lower_priority",
+           "pid_alive"]
 
 #: A trace file (or segment) of a process: ``pptrace-rank3-pid42[.000007].otlp.jsonl[.gz]``.
 TRACE_NAME = re.compile(r"(pptrace-rank\w+?-pid(\d+))(?:\.\d{6})?\.otlp\.jsonl(?:\.gz|\.zst)?")
@@ -46,6 +47,9 @@ TRACE_NAME = re.compile(r"(pptrace-rank\w+?-pid(\d+))(?:\.\d{6})?\.otlp\.jsonl(?
 FIRST_FILE_WAIT = 30.0
 #: How much lower than its starter's the shipper's CPU priority is (``nice``).
 NICENESS = 10
+#: Blocks up to this size come from the heap, and this much free memory stays at its top
+#: (``keep_freed_memory``): a request's lines and body are a few MB at most.
+_HEAP_BLOCKS, _HEAP_KEPT = 16 << 20, 64 << 20
 
 
 def lower_priority() -> None:
@@ -74,6 +78,25 @@ def lower_priority() -> None:
                 f.write(str(NICENESS))
         except OSError:  # no autogroups here (or not permitted): the nice value is all
             pass
+
+
+def keep_freed_memory() -> None:
+    """Let the C allocator reuse the memory of one request for the next (glibc's ``mallopt``).
+
+    Each request's lines and body are blocks of 0.1 to 2 MB. glibc maps such blocks fresh from
+    the kernel and unmaps them when freed (or trims the heap they were in), so every one costs
+    a page fault per 4 kB as it is written: a sixth of an ``http/json`` shipper's CPU, measured
+    (``benchmarks/bench_ship.py``). With these thresholds the heap keeps them for the next.
+    """
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):  # not glibc (musl, macOS): the allocator's own ways
+        return
+    mallopt(-3, _HEAP_BLOCKS)  # M_MMAP_THRESHOLD
+    mallopt(-1, _HEAP_KEPT)  # M_TRIM_THRESHOLD
 
 
 def pid_alive(pid: int) -> bool:
