@@ -85,8 +85,10 @@ def keep_freed_memory() -> None:
 
     Each request's lines and body are blocks of 0.1 to 2 MB. glibc maps such blocks fresh from
     the kernel and unmaps them when freed (or trims the heap they were in), so every one costs
-    a page fault per 4 kB as it is written: a sixth of an ``http/json`` shipper's CPU, measured
-    (``benchmarks/bench_ship.py``). With these thresholds the heap keeps them for the next.
+    a page fault per 4 kB as it is written. With these thresholds the heap keeps them for the
+    next: ``pptrace ship`` over ``http/json`` of ``benchmarks/bench_ship.py``'s trace file
+    (42,004 events) took 10,590 minor faults against 38,974, and 1.00-1.34 s of CPU against
+    1.27-1.47 (three runs each, alternating, load 2.5-3.7).
     """
     try:
         import ctypes
