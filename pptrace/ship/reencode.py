@@ -20,8 +20,8 @@ out are the event's own and the template renders the event exactly as the long w
 line whose every span has a template is written from them, its values read as text, with no
 JSON decoded and no record built; any other line goes the long way (and teaches the keys of its
 spans). A span of a key already seen is matched against the key's text in one pass
-(``span_templates.cut_pattern``), the key that came
-after the previous span's first.
+(``span_templates.cut_pattern``), first the key that followed the previous span's key last
+time.
 
 A shipper that posts protobuf (``http/protobuf``, ``grpc``) gets such a line as a protobuf
 request's bytes instead, written from the values as numbers (``pptrace.export.proto_templates.
@@ -343,8 +343,9 @@ class Reencoder:
         found = None if cut is None else self._templates.get((head, cut.texts))
         if cut is None or found is None:
             return None
-        recent.insert(0, found)
-        del recent[_RECENT:]
+        if found not in recent:  # (a span whose values the pattern does not take: found again)
+            recent.insert(0, found)
+            del recent[_RECENT:]
         return found, cut.values
 
     def _proto_lines(self, sink: FileSink, rows: list[tuple[Any, ...]]) -> list[str | bytes] | None:
