@@ -4,6 +4,7 @@
     git archive main | tar -x -C /tmp/shipbase                       # the tree before, to compare:
     python benchmarks/bench_ship.py --base /tmp/shipbase --rounds 4
     python benchmarks/bench_ship.py --profile http/protobuf          # cProfile of one shipper
+    python benchmarks/bench_ship.py --base /tmp/shipbase --stages    # re-encoding + body only
 
 The trace file is a real one: ``bench_engine_cost.py``'s work loop (SGLang's real transport
 module, 4 tensors) traced with files only at ``--rate`` pairs a second for ``--seconds``, its
@@ -16,6 +17,10 @@ run, so its span ids are the same and the request bodies of two trees can be com
 collector keeps a digest of each body and the report says whether both trees posted the same
 bytes in the same requests (what a change to the shipper's speed must keep), and how many spans
 the collector got against the events and stats spans the state file counts delivered.
+
+``--stages`` measures the re-encoding and the request's body alone, in a process of each tree
+(no posting, no state file): the CPU an event of ``Reencoder.line`` and ``Poster.body`` over
+the file's first 400 lines (50 first, to learn the templates, not counted).
 """
 
 from __future__ import annotations
@@ -43,6 +48,26 @@ import random, sys
 random.seed(25)
 from pptrace.cli.main import main
 sys.exit(main(["ship", sys.argv[1], "--linger", "0"]))
+"""
+_STAGES = """
+import inspect, random, sys, time
+from pptrace.ship.reencode import Reencoder
+from pptrace.export.otlp_json import Poster, Target
+protobuf = sys.argv[2] == "http/protobuf"  # the tree before had no protobuf from values
+kw = {"protobuf": True} if protobuf and "protobuf" in inspect.signature(Reencoder).parameters \
+    else {}
+random.seed(25)
+reencoder, poster = Reencoder(**kw), Poster(Target("http://127.0.0.1:9", protocol=sys.argv[2]))
+with open(sys.argv[1], encoding="ascii") as f:
+    lines = [next(f).rstrip() for _ in range(400)]
+for line in lines[:50]:
+    poster.body(reencoder.line(line).lines)
+began, events = time.process_time(), 0
+for line in lines[50:]:
+    got = reencoder.line(line)
+    events += got.events
+    poster.body(got.lines)
+print((time.process_time() - began) / events * 1e6)
 """
 _PROFILE = """
 import cProfile, pstats, random, sys
@@ -139,6 +164,22 @@ def ship_once(tree: str, trace: str, work: str, url: str, protocol: str) -> dict
     return {"cpu": usage.ru_utime + usage.ru_stime, "wall": wall, "totals": totals}
 
 
+def stages(trees: dict[str, str], protocols: list[str], path: str, rounds: int) -> None:
+    """Print each tree's CPU an event for re-encoding and the body, trees alternating."""
+    got: dict[tuple[str, str], list[float]] = {}
+    for _ in range(rounds):
+        for protocol in protocols:
+            for name, tree in trees.items():
+                out = subprocess.run([sys.executable, "-c", _STAGES, path, protocol],
+                                     env=_env(tree, "http://127.0.0.1:9", protocol), check=True,
+                                     capture_output=True, text=True, cwd=os.path.dirname(path))
+                got.setdefault((name, protocol), []).append(float(out.stdout))
+    for (name, protocol), values in got.items():
+        print(f"{protocol:<14} {name:<5} re-encoding + body: "
+              f"{', '.join(f'{v:.1f}' for v in values)} µs an event")
+    print(f"load after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rate", type=float, default=1000, help="pairs a second (default 1000)")
@@ -152,6 +193,8 @@ def main() -> None:
                         "(made there first when it does not exist; default: a temporary one)")
     parser.add_argument("--profile", metavar="PROTOCOL", help="cProfile one shipper; print it")
     parser.add_argument("--sort", default="tottime", help="the profile's order (tottime)")
+    parser.add_argument("--stages", action="store_true",
+                        help="the re-encoding and the body alone, µs an event, each tree")
     args = parser.parse_args()
     protocols = [p for p in args.protocols.split(",") if p]
     trees = {"now": ROOT, **({"base": os.path.abspath(args.base)} if args.base else {})}
@@ -171,6 +214,9 @@ def main() -> None:
             subprocess.run([sys.executable, "-c", _PROFILE, target, args.sort, "40"],
                            env=_env(ROOT, f"{collector.url}/0", args.profile), cwd=work,
                            check=True)
+            return
+        if args.stages:
+            stages(trees, protocols, os.path.join(trace, sorted(names)[0]), args.rounds)
             return
         runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
         slots: dict[tuple[str, str, int], int] = {}
