@@ -374,7 +374,11 @@ class _Watched:
     def target(self) -> Any:
         return self.poster.target
 
-    def post(self, lines: Sequence[str]) -> str:
+    @property
+    def protobuf(self) -> bool:
+        return self.poster.protobuf
+
+    def post(self, lines: Sequence[str | bytes]) -> str:
         outcome = self.poster.post(lines)
         self.outcomes.append(outcome)
         if outcome.startswith("retry: "):

@@ -9,6 +9,7 @@ duration, a rank and run id that change, stats spans, and lines damaged by hand.
 
 from __future__ import annotations
 
+import random
 import re
 from pathlib import Path
 
@@ -87,3 +88,33 @@ def test_a_key_first_seen_with_a_drop_of_0_makes_no_template(tmp_path: Path) -> 
     long_way, fast = Reencoder(templates=False), Reencoder()
     for text in (zero, zero, line, line):
         _same(long_way, fast, text)
+
+
+def test_a_span_matched_to_a_key_s_pattern_is_cut_as_that_key(tmp_path: Path) -> None:
+    """``cut_pattern``: whatever values a span of a key's texts holds, a match gives what
+    ``cut_span`` gives (its texts, its values), or there is no match; values tried include
+    braces, quotes, commas, underscores and marks' own words, which could make or hide a mark."""
+    from pptrace.export.span_templates import cut_pattern, cut_span, line_spans
+
+    rng = random.Random(5)
+    hexes = ["0", "7", "f", "A", "-"]
+    alphabet = [*hexes, "{", '"', ",", "_", " ", "x", ":", "key", '{"key"', '"value":{']
+    spans = [span for line in trace_lines(tmp_path) for span in (line_spans(line) or ("", []))[1]]
+    matched = 0
+    for span in spans:
+        cut = cut_span(span)
+        assert cut is not None
+        pattern = cut_pattern(cut.texts)
+        match = pattern.fullmatch(span)
+        assert match is not None and list(match.groups()) == cut.values  # its own key
+        for trial in range(20):
+            chars = hexes if trial % 2 else alphabet
+            values = ["".join(rng.choices(chars, k=rng.randint(0, 4))) for _ in cut.values]
+            other = "".join(v + t for v, t in zip(values, cut.texts, strict=True))
+            match = pattern.fullmatch(other)
+            if match is not None:
+                again = cut_span(other)
+                assert again is not None
+                assert (again.texts, list(again.values)) == (cut.texts, list(match.groups()))
+                matched += 1
+    assert matched >= 10 * len(spans)  # every span of hex digits and minus signs matched

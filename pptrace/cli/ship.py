@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
 
     from pptrace.export.ship_launch import LOCK_NAME
     from pptrace.ship.posters import make_poster
-    from pptrace.ship.shipper import Shipper, install_signals, lower_priority
+    from pptrace.ship.shipper import Shipper, install_signals, keep_freed_memory, lower_priority
     from pptrace.ship.state import summary_line
 
     if args.lock_fd is not None:  # taken by whoever started this process, held from then on
@@ -73,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"pptrace: OTLP shipper not started: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
     lower_priority()
+    keep_freed_memory()
     shipper = Shipper(args.dir, poster, watch=args.watch, drain=args.drain,
                       linger=args.linger)
     install_signals(shipper)

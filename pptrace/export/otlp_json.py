@@ -147,23 +147,26 @@ class Poster:
         self.session = session
         self.requests = 0
 
-    def body(self, lines: Sequence[str]) -> bytes:
+    @property
+    def protobuf(self) -> bool:
+        """Whether it posts protobuf: lines may come already encoded (bytes) with the rest."""
+        return self.target.protocol == "http/protobuf"
+
+    def body(self, lines: Sequence[str | bytes]) -> bytes:
         """One request's body: the lines' resourceSpans together, compressed as configured."""
         if self.target.protocol == "http/protobuf":
             from pptrace.export.proto_templates import encode_request
 
             data = encode_request(lines)
         else:
-            # Each line is one ExportTraceServiceRequest: their resourceSpans make one request.
-            inner = ",".join(line[len(_HEAD):-2] for line in lines)
-            data = (_HEAD + inner + "]}").encode("ascii")  # the encoder escapes to ASCII
+            data = _json_body(lines)
         if self.target.compression == "gzip":
             return gzip.compress(data, compresslevel=1)
         if self.target.compression == "deflate":
             return zlib.compress(data, 1)
         return data
 
-    def post(self, lines: Sequence[str]) -> str:
+    def post(self, lines: Sequence[str | bytes]) -> str:
         """Post one request; "" when the collector took it, else why not ("retry: " first
         when it never got it)."""
         target = self.target
@@ -189,6 +192,19 @@ class Poster:
         if status in RETRYABLE:
             return f"retry: collector answered {status}"
         return f"collector answered {status}"
+
+
+def _json_body(lines: Sequence[str | bytes]) -> bytes:
+    """One OTLP/JSON request of the lines' resourceSpans (each line is one request)."""
+    pieces = [_HEAD]
+    for line in lines:
+        if not isinstance(line, str):
+            raise TypeError("a line written as protobuf cannot go into a JSON request")
+        pieces += (line[len(_HEAD):-2], ",")
+    if lines:
+        pieces.pop()  # the last comma
+    pieces.append("]}")
+    return "".join(pieces).encode("ascii")  # the encoder escapes to ASCII
 
 
 def next_backoff(backoff: float) -> float:

@@ -90,7 +90,13 @@ _FRAMED_MAX = 8192
 _SPAN_ATTRIBUTES_TAG = b"\x4a"  # field 9, length-delimited (opentelemetry/proto/trace/v1)
 
 
+#: One-byte varints, made once: most lengths and small integers.
+_SMALL = tuple(bytes((i,)) for i in range(0x80))
+
+
 def _varint(n: int) -> bytes:
+    if 0 <= n < 0x80:
+        return _SMALL[n]
     out = bytearray()
     while n > 0x7F:
         out.append((n & 0x7F) | 0x80)

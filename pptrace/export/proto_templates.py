@@ -13,7 +13,14 @@ and spans. A span's template is cut from the long way's bytes of a probe (the sh
 the ``PROBES`` values, which nothing else in a span can give) where the probe's values are, and
 a line's templates are kept only if they give that line's bytes exactly as the long way does.
 
+A writer that knows a span's values as numbers (the shipper's reencoder, which read them from
+the trace file) writes the span from them with no text between: ``span_template`` gives the
+template of the spans it writes as it wrote a probe, ``envelope`` the request around a line of
+them, each kept only if it gives the long way's bytes of a sample; ``encode_request`` passes
+what they wrote (bytes) through.
+
     body = encode_request(lines)      # the bytes of request(lines).SerializeToString()
+    body = template.write([trace_id, span_id, start, end, seq, mono, duration, dropped])
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from __future__ import annotations
 import json
 import struct
 from collections.abc import Sequence
+from typing import Any
 
 from pptrace.export.otlp_proto import _span, _varint, request
 from pptrace.export.span_templates import (
@@ -32,11 +40,12 @@ from pptrace.export.span_templates import (
     P_SPAN,
     P_START,
     P_TRACE,
+    PROBE_RE,
     cut_span,
     line_spans,
 )
 
-__all__ = ["encode_request"]
+__all__ = ["Encoder", "Envelope", "SpanTemplate", "encode_request", "envelope", "span_template"]
 
 _MASK64 = 2**64 - 1
 _OPEN = '{"traceId":"'
@@ -54,48 +63,81 @@ def _framed(tag: bytes, data: bytes) -> bytes:
     return tag + _varint(len(data)) + data
 
 
-def _hole(hole: int, text: str) -> bytes:
-    """A hole's field as a Span's bytes hold it, from its JSON text (``ValueError`` if bad)."""
-    if hole == 0:
-        value = bytes.fromhex(text)
-        if len(value) != 16:
-            raise ValueError(f"trace id {text!r:.40} is not 16 bytes")
-        return b"\x0a\x10" + value  # trace_id, field 1
-    if hole == 1:
-        value = bytes.fromhex(text)
-        if len(value) != 8:
-            raise ValueError(f"span id {text!r:.40} is not 8 bytes")
-        return b"\x12\x08" + value  # span_id, field 2
-    if hole in (2, 3):  # start and end times, fields 7 and 8: fixed64
-        return (b"\x39" if hole == 2 else b"\x41") + struct.pack("<Q", int(text))
-    # An attribute, field 9: KeyValue(key, value=AnyValue(int_value)), int64 as a varint.
-    number = int(text)
-    if not -(2**63) <= number < 2**63:
-        raise ValueError(f"integer {text!r:.40} does not fit int64")
-    any_value = b"\x18" + _varint(number & _MASK64)
-    return _framed(b"\x4a", _KEYS[hole] + _framed(b"\x12", any_value))
+def _id(value: bytes, tag: bytes, size: int) -> bytes:
+    if len(value) != size:
+        raise ValueError(f"an id of {len(value)} bytes where {size} go")
+    return tag + value
 
 
-class _SpanTemplate:
+def _int_attribute(hole: int) -> Any:
+    """The field of integer hole ``hole``: an attribute, field 9: KeyValue(key,
+    value=AnyValue(int_value)), int64 as a varint."""
+    key = _KEYS[hole]
+    # What goes before a varint of n bytes (1 to 10): the lengths framing it, counted once.
+    before = [b""] + [_framed(b"\x4a", key + _framed(b"\x12", b"\x18" + b"\x00" * n))[:-n]
+                      for n in range(1, 11)]
+
+    def field(number: int) -> bytes:
+        if not -(2**63) <= number < 2**63:
+            raise ValueError(f"integer {number} does not fit int64")
+        value = _varint(number & _MASK64)
+        return before[len(value)] + value
+
+    return field
+
+
+_TIME = struct.Struct("<Q").pack
+#: Each hole's field as a Span's bytes hold it, from its value (ids as bytes, the rest as
+#: integers; ``ValueError`` or ``struct.error`` where it cannot be encoded).
+_FIELDS: tuple[Any, ...] = (
+    lambda v: _id(v, b"\x0a\x10", 16),  # trace_id, field 1
+    lambda v: _id(v, b"\x12\x08", 8),  # span_id, field 2
+    lambda v: b"\x39" + _TIME(v),  # start time, field 7: fixed64
+    lambda v: b"\x41" + _TIME(v),  # end time, field 8: fixed64
+    *(_int_attribute(hole) for hole in range(4, 8)),
+)
+
+
+def _value(hole: int, text: str) -> bytes | int:
+    """A hole's value from its JSON text (``ValueError`` if it is none)."""
+    return bytes.fromhex(text) if hole < 2 else int(text)
+
+
+class SpanTemplate:
     """A shape's Span bytes cut where its holes are: ``parts[0] hole parts[1] ... parts[-1]``."""
 
-    __slots__ = ("holes", "parts")
+    __slots__ = ("fields", "head", "holes", "parts")
 
     def __init__(self, parts: list[bytes], holes: list[int]) -> None:
         self.parts, self.holes = parts, holes
+        self.head = parts[0]
+        self.fields = [(hole, _FIELDS[hole], part) for hole, part in zip(holes, parts[1:],
+                                                                        strict=True)]
+
+    def write(self, values: Sequence[Any]) -> bytes:
+        """The span's bytes from its values, by hole (``ValueError`` or ``struct.error`` where
+        one cannot be encoded)."""
+        out = [self.head]
+        for hole, field, part in self.fields:
+            out += (field(values[hole]), part)
+        return b"".join(out)
 
 
-def _span_template(texts: tuple[str, ...], holes: tuple[int, ...]) -> _SpanTemplate | None:
+def _span_template(texts: tuple[str, ...], holes: tuple[int, ...]) -> SpanTemplate | None:
     """The template of the spans cut as ``texts``, from a probe's long-way bytes."""
     if not {0, 1, 2, 3} <= set(holes):
         return None
     pieces = [_OPEN]  # the trace id (hole 0) opens a cut span: value, text, value, ..., text
     for hole, text in zip(holes, texts, strict=True):
         pieces += (_PROBE_TEXT[hole], text)
-    data = _span(json.loads("".join(pieces) + "}")).SerializeToString()
+    return _cut_bytes(_span(json.loads("".join(pieces) + "}")).SerializeToString(), holes)
+
+
+def _cut_bytes(data: bytes, holes: Sequence[int]) -> SpanTemplate | None:
+    """A probe's long-way bytes cut where the fields of ``holes`` hold its values."""
     found = []
     for hole in holes:
-        probe = _hole(hole, _PROBE_TEXT[hole])
+        probe = _FIELDS[hole](_value(hole, _PROBE_TEXT[hole]))
         at = data.find(probe)
         if at < 0 or data.find(probe, at + 1) >= 0:
             return None
@@ -107,18 +149,43 @@ def _span_template(texts: tuple[str, ...], holes: tuple[int, ...]) -> _SpanTempl
         order.append(hole)
         prev = end
     parts.append(data[prev:])
-    return _SpanTemplate(parts, order)
+    return SpanTemplate(parts, order)
 
 
-def _render(template: _SpanTemplate, holes: tuple[int, ...], values: list[str]) -> bytes:
-    given = dict(zip(holes, values, strict=True))
-    out = [template.parts[0]]
-    for hole, part in zip(template.holes, template.parts[1:], strict=True):
-        out += (_hole(hole, given[hole]), part)
-    return b"".join(out)
+def _render(template: SpanTemplate, holes: tuple[int, ...], values: list[str]) -> bytes:
+    given: list[Any] = [None] * 8
+    for hole, text in zip(holes, values, strict=True):
+        given[hole] = _value(hole, text)
+    return template.write(given)
 
 
-class _Envelope:
+def span_template(probe: str, sample: str, values: Sequence[Any]) -> SpanTemplate | None:
+    """The template of the spans a writer writes as it wrote ``probe`` (a span less its opening
+    and closing, as ``line_spans`` gives it, with the ``PROBES`` values where the writer puts
+    its own); None unless ``probe`` is cut exactly there (so every span so written is cut
+    alike, whatever its values) and the template writes ``sample``, such a span of
+    ``values`` (by hole), as the long way does.
+
+    A cut value that is no probe's is the writer's own constant (a version 1 span without
+    drops says ``dropped_before`` 0): it stays in the template's bytes as the probe has it.
+    """
+    cut, got = cut_span(probe), cut_span(sample)
+    if cut is None or got is None or got.texts != cut.texts:
+        return None
+    holes = [hole for hole, value in zip(cut.holes, cut.values, strict=True)
+             if value == _PROBE_TEXT[hole]]
+    if not {0, 1, 2, 3} <= set(holes) or len(PROBE_RE.findall(probe)) != len(holes):
+        return None  # a value written where no cut is (or not the whole of a cut value)
+    try:
+        template = _cut_bytes(_span(json.loads(_OPEN + probe + "}")).SerializeToString(), holes)
+        ok = template is not None and template.write(values) == _span(
+            json.loads(_OPEN + sample + "}")).SerializeToString()
+    except (ValueError, KeyError, TypeError, struct.error):
+        return None
+    return template if ok else None
+
+
+class Envelope:
     """A line's request around its spans: the resource spans' and scope spans' other fields."""
 
     __slots__ = ("resource", "rs_tail", "scope", "ss_tail")
@@ -145,8 +212,8 @@ class Encoder:
     """The templates of one process's lines (the shipper's: ``encode_request`` uses one)."""
 
     def __init__(self) -> None:
-        self.heads: dict[str, _Envelope | None] = {}
-        self.spans: dict[tuple[str, ...], _SpanTemplate | None] = {}
+        self.heads: dict[str, Envelope | None] = {}
+        self.spans: dict[tuple[str, ...], SpanTemplate | None] = {}
         #: Lines written from templates (for tests and benchmarks).
         self.fast_lines = 0
 
@@ -188,7 +255,7 @@ class Encoder:
         singles = [_span(json.loads(_OPEN + span + "}")).SerializeToString() for span in spans]
         if head not in self.heads:
             try:
-                envelope: _Envelope | None = _Envelope(head)
+                envelope: Envelope | None = Envelope(head)
             except ValueError:
                 envelope = None
             self.heads[head] = envelope if envelope and envelope.wrap(singles) == data else None
@@ -204,9 +271,26 @@ class Encoder:
             self.spans[cut.texts] = template if ok else None
 
 
+def envelope(line: str) -> Envelope | None:
+    """The request around the spans of lines with ``line``'s resource and scope (what comes
+    before its spans); None unless it wraps ``line``'s spans as the long way does."""
+    found = line_spans(line)
+    if found is None:
+        return None
+    try:
+        made = Envelope(found[0])
+        singles = [_span(json.loads(_OPEN + span + "}")).SerializeToString()
+                   for span in found[1]]
+        ok = made.wrap(singles) == request([line]).SerializeToString()
+    except (ValueError, KeyError, TypeError):
+        return None
+    return made if ok else None
+
+
 _ENCODER = Encoder()
 
 
-def encode_request(lines: Sequence[str]) -> bytes:
-    """The serialized ``request(lines)``, each line from templates where it can be."""
-    return b"".join(_ENCODER.line(line) for line in lines)
+def encode_request(lines: Sequence[str | bytes]) -> bytes:
+    """The serialized ``request(lines)``, each line from templates where it can be; a line
+    already written (bytes: ``span_template`` and ``envelope``'s) as it is."""
+    return b"".join(line if isinstance(line, bytes) else _ENCODER.line(line) for line in lines)

@@ -14,6 +14,11 @@ their own templates by it).
 
     head, spans = line_spans(line)      # a FileSink line: its resource text, its spans' texts
     cut = cut_span(spans[0])            # Cut(texts, holes, values)
+    match = cut_pattern(cut.texts).fullmatch(spans[1])   # groups: cut_span(spans[1]).values
+                                                         # when it is cut the same
+
+A reader that has seen a shape asks ``cut_pattern`` whether the next span is cut the same: one
+pass over the span, where ``cut_span`` looks for every mark twice.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from pptrace.model import schema
 
 __all__ = [
     "HOLE_KEYS", "PROBES", "PROBE_RE", "P_DROPPED", "P_DUR", "P_MONO", "P_SEQ", "P_SPAN", "P_START",
-    "P_TRACE", "Cut", "Render", "cut_span", "line_spans", "renderer",
+    "P_TRACE", "Cut", "Render", "cut_pattern", "cut_span", "line_spans", "renderer",
 ]
 
 #: A template: ``render(out, *values)`` extends the list ``out`` with the span's text, in pieces
@@ -129,6 +134,24 @@ def cut_span(span: str) -> Cut | None:
         prev = end
     texts.append(span[prev:])
     return Cut(tuple(texts), tuple(holes), values)
+
+
+#: A value ``cut_pattern`` takes: hex digits and minus signs, nothing any mark holds.
+_VALUE = "([0-9a-fA-F-]*)"
+
+
+def cut_pattern(texts: tuple[str, ...]) -> re.Pattern[str]:
+    """A pattern whose ``fullmatch`` of a span gives the values of ``cut_span(span)`` when its
+    texts are ``texts`` (a ``Cut``'s), and None when the span is not those texts around values
+    of hex digits and minus signs.
+
+    Such values hold no quote, no brace and nothing else of a mark, so every mark in a span it
+    matches lies inside its texts, as in the span that ``texts`` were cut from: ``cut_span``
+    finds the same marks there and cuts the span the same (a value it cannot vouch for, such
+    as ``1_000``, is no match: ``cut_span`` says what it makes of it). Each text opens with its
+    value's closing quote, so a match is one pass.
+    """
+    return re.compile(_VALUE + _VALUE.join(map(re.escape, texts)))
 
 
 def line_spans(line: str) -> tuple[str, list[str]] | None:

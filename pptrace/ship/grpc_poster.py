@@ -114,6 +114,9 @@ class GrpcPoster:
     """Call ``TraceService/Export`` with OTLP/JSON lines as one request; say what became of it
     (see the module docstring for which failures are retried)."""
 
+    #: It sends protobuf: lines may come already encoded (``encode_request``'s bytes).
+    protobuf = True
+
     def __init__(self, target: GrpcTarget) -> None:
         self.target = target
         self.requests = 0  # calls started
@@ -146,7 +149,7 @@ class GrpcPoster:
         self._export(body, timeout=t.timeout, metadata=t.headers or None,
                      compression=grpc.Compression.Gzip if t.gzip else None, wait_for_ready=False)
 
-    def post(self, lines: Sequence[str]) -> str:
+    def post(self, lines: Sequence[str | bytes]) -> str:
         """Make one call; "" when the collector took it, else why not ("retry: " first when the
         request's call was never started)."""
         try:

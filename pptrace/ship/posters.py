@@ -7,6 +7,9 @@
 
     poster = make_poster()          # OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL, ENDPOINT, ...
     outcome = poster.post(lines)    # "" delivered; "retry: ..." never received; else lost
+
+A poster that sends protobuf (``protobuf``) takes lines the reencoder wrote as protobuf
+requests' bytes beside OTLP/JSON ones (``pptrace.export.proto_templates.encode_request``).
 """
 
 from __future__ import annotations
@@ -32,7 +35,12 @@ class Sender(Protocol):
     @property
     def target(self) -> _Where: ...
 
-    def post(self, lines: Sequence[str]) -> str: ...
+    @property
+    def protobuf(self) -> bool:
+        """Whether it sends protobuf, and takes lines already encoded (bytes) with the rest."""
+        ...
+
+    def post(self, lines: Sequence[str | bytes]) -> str: ...
 
 
 def make_poster(env: Mapping[str, str] | None = None) -> Sender:

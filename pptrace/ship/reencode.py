@@ -19,22 +19,47 @@ key's first sighting from the event the long way decoded, and kept only when the
 out are the event's own and the template renders the event exactly as the long way does. A
 line whose every span has a template is written from them, its values read as text, with no
 JSON decoded and no record built; any other line goes the long way (and teaches the keys of its
-spans).
+spans). A span of a key already seen is matched against the key's text in one pass
+(``span_templates.cut_pattern``), first the key that followed the previous span's key last
+time.
+
+A shipper that posts protobuf (``http/protobuf``, ``grpc``) gets such a line as a protobuf
+request's bytes instead, written from the values as numbers (``pptrace.export.proto_templates.
+SpanTemplate``: no version 1 text made, cut and parsed again), the same bytes the version 1
+line's protobuf encoding (``encode_request``) gives: a key's protobuf template is made from its
+version 1 template's probe and kept only if every span it writes is cut alike and it writes the
+key's first span as the long way does; any other line is the version 1 text, as before.
 
     out = Reencoder().line(text)     # Reencoded(lines=[...], events=64, messages=0, ...)
+    out = Reencoder(protobuf=True).line(text)   # lines: [b"...", ...] where written from templates
 """
 
 from __future__ import annotations
 
 import json
+import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from opentelemetry.sdk.resources import Resource
 
-from pptrace.export.file_sink import FileSink
-from pptrace.export.span_templates import Cut, Render, cut_span, line_spans
+from pptrace.export import proto_templates
+from pptrace.export.file_sink import SPANS_PER_LINE, FileSink
+from pptrace.export.span_templates import (
+    P_DROPPED,
+    P_DUR,
+    P_MONO,
+    P_SEQ,
+    P_SPAN,
+    P_START,
+    P_TRACE,
+    Cut,
+    Render,
+    cut_pattern,
+    cut_span,
+    line_spans,
+)
 from pptrace.export.spans import scope_version
 from pptrace.load.messages import decode_span
 from pptrace.load.otlp import for_each_otlp_span
@@ -52,13 +77,17 @@ _EVENT_SPANS = (schema.SPAN_ATTACH, schema.SPAN_EXTRACT)
 
 #: Keys remembered (a template is a few kB); past it the reencoder starts again with none.
 _KEY_LIMIT = 1024
+#: Keys of a resource tried in turn on a span before it is cut (the most recent first).
+_RECENT = 8
+#: A key's protobuf template not made yet.
+_UNTRIED: Any = object()
 
 
 @dataclass(slots=True)
 class Reencoded:
     """One trace-file line, ready to post: its version 1 lines and what they hold."""
 
-    lines: list[str] = field(default_factory=list)
+    lines: list[str | bytes] = field(default_factory=list)  # bytes: a protobuf request's
     events: int = 0  # attach/extract spans
     messages: int = 0  # message-layer spans
     stats: int = 0  # recorder stats spans
@@ -153,26 +182,55 @@ class _Group:
     stats: list[RecorderStats] = field(default_factory=list)
 
 
-@dataclass(frozen=True, slots=True)
 class _Template:
-    """A key's version 1 template and the encoder it renders for."""
+    """A key's version 1 template, the encoder it renders for, and what reading its spans takes:
+    the key's texts as a pattern whose groups are the values, and where each value is."""
 
-    sink: FileSink
-    render: Render
+    __slots__ = ("after", "holes", "pattern", "proto", "render", "sink", "where")
+
+    def __init__(self, sink: FileSink, render: Render, cut: Cut) -> None:
+        self.sink, self.render, self.holes = sink, render, cut.holes
+        self.pattern = cut_pattern(cut.texts)  # the key's spans, cut in one pass
+        at = {hole: i for i, hole in enumerate(cut.holes)}
+        self.where = tuple(at.get(hole, -1) for hole in range(2, 8))
+        self.after: _Template | None = None  # the key of the span after the last one, a guess
+        self.proto: Any = _UNTRIED  # its protobuf template (None where none writes it)
+
+    def probe(self) -> str:
+        """A span of this key with the ``PROBES`` values (less its opening and closing)."""
+        pieces: list[str] = []
+        self.render(pieces, f"{P_TRACE:032x}", f"{P_SPAN:016x}", P_START, P_START + P_DUR,
+                    P_SEQ, P_MONO, P_DUR, P_DROPPED if self.where[5] >= 0 else 0)
+        return _inner("".join(pieces))
+
+
+def _inner(span: str) -> str:
+    """A span's text as ``line_spans`` gives it, less its opening and closing."""
+    return span[len(_OPEN):-1] if span.startswith(_OPEN) and span.endswith("}") else ""
+
+
+_OPEN = '{"traceId":"'
 
 
 class Reencoder:
     """Re-encode trace-file lines as version 1 OTLP/JSON lines (one encoder per resource)."""
 
-    def __init__(self, templates: bool = True) -> None:
+    def __init__(self, templates: bool = True, protobuf: bool = False) -> None:
         self._sinks: dict[Any, tuple[FileSink, _Lines]] = {}
         self._scope = scope_version()
         #: (the line's resource text, a span's text less its values) -> its template, or None
         #: where none renders it; ``templates=False``: every line the long way (for tests).
         self._templates: dict[tuple[str, tuple[str, ...]], _Template | None] | None = (
             {} if templates else None)
-        #: Lines written from templates (for tests and benchmarks).
+        #: A line's resource text -> its keys' templates, the most recently used first.
+        self._recent: dict[str, list[_Template]] = {}
+        #: ``protobuf``: lines written from templates are protobuf requests' bytes; an encoder's
+        #: request around them (None where none wraps them as the long way does).
+        self._protobuf = protobuf
+        self._envelopes: dict[FileSink, proto_templates.Envelope | None] = {}
+        #: Lines written from templates, and of them as protobuf (for tests and benchmarks).
         self.fast_lines = 0
+        self.proto_lines = 0
 
     def _sink(self, rank: RankInfo, run_id: str,
               kept: tuple[tuple[str, Any], ...]) -> tuple[FileSink, _Lines]:
@@ -181,8 +239,10 @@ class Reencoder:
         if found is None:
             if len(self._sinks) > 256:
                 self._sinks.clear()
+                self._envelopes.clear()
                 if self._templates is not None:  # they hold the encoders cleared
                     self._templates.clear()
+                    self._recent.clear()
             attrs = {k: list(v) if isinstance(v, tuple) else v for k, v in kept}
             attrs.update(schema.resource_attributes(rank, run_id, 1))
             out = _Lines()
@@ -191,18 +251,19 @@ class Reencoder:
 
     def line(self, text: str) -> Reencoded:
         """The version 1 lines of one trace-file line (``ValueError`` if it is no JSON)."""
-        spans = self._spans(text)
-        if spans is not None:
-            fast = self._fast(*spans)
+        found = line_spans(text) if self._templates is not None else None
+        if found is not None:
+            fast = self._fast(*found)
             if fast is not None:
                 self.fast_lines += 1
                 return fast
         collect = _Collect()
         for_each_otlp_span(json.loads(text), collect)
-        if spans is not None and len(collect.groups) == 1 and not collect.skipped:
+        if found is not None and len(collect.groups) == 1 and not collect.skipped:
             (rank, run_id, kept), group = next(iter(collect.groups.items()))
-            if not group.messages and not group.stats and len(group.events) == len(spans[1]):
-                self._learn(spans[0], spans[1], group.events, self._sink(rank, run_id, kept)[0])
+            if not group.messages and not group.stats and len(group.events) == len(found[1]):
+                cuts = [cut_span(span) for span in found[1]]
+                self._learn(found[0], cuts, group.events, self._sink(rank, run_id, kept)[0])
         result = Reencoded(skipped=collect.skipped, final=collect.final)
         for (rank, run_id, kept), group in collect.groups.items():
             sink, out = self._sink(rank, run_id, kept)
@@ -221,45 +282,105 @@ class Reencoder:
             result.stats += len(group.stats)
         return result
 
-    def _spans(self, text: str) -> tuple[str, list[Cut | None]] | None:
-        """The line's resource text and its spans cut at their values; None when the line is
-        not one resource's and one scope's spans, or templates are off."""
-        if self._templates is None:
-            return None
-        found = line_spans(text)
-        if found is None:
-            return None
-        return found[0], [cut_span(span) for span in found[1]]
-
-    def _fast(self, head: str, spans: list[Cut | None]) -> Reencoded | None:
+    def _fast(self, head: str, spans: list[str]) -> Reencoded | None:
         """The line written from its spans' templates; None unless every span has one (and
         the same encoder)."""
-        templates = self._templates
-        assert templates is not None
+        recent = self._recent.get(head)
+        if recent is None:
+            return None  # no key of this resource known
         sink: FileSink | None = None
-        out: list[str] = []
-        for cut in spans:
-            found = None if cut is None else templates.get((head, cut.texts))
-            if cut is None or found is None or (sink is not None and found.sink is not sink):
+        rows: list[tuple[Any, ...]] = []
+        last: _Template | None = None
+        for span in spans:
+            got = self._match(head, span, recent, last.after if last is not None else None)
+            if got is None:
+                return None
+            found, values = got
+            if last is not None:
+                last.after = found
+            last = found
+            if sink is not None and found.sink is not sink:
                 return None
             sink = found.sink
-            v: list[Any] = [None] * 8
-            for hole, value in zip(cut.holes, cut.values, strict=True):
-                v[hole] = value
+            i2, i3, i4, i5, i6, i7 = found.where
             try:
-                start, end, seq, mono = int(v[2]), int(v[3]), int(v[4]), int(v[5])
-                duration = int(v[6]) if v[6] is not None else max(0, end - start)
-                dropped = int(v[7]) if v[7] is not None else 0
+                start, end = int(values[i2]), int(values[i3])
+                seq, mono = int(values[i4]), int(values[i5])
+                duration = int(values[i6]) if i6 >= 0 else max(0, end - start)
+                dropped = int(values[i7]) if i7 >= 0 else 0
             except ValueError:  # the long way says what is wrong with it
                 return None
-            if v[7] is not None and not dropped:  # a template with drops is made from drops
+            if i7 >= 0 and not dropped:  # a template with drops is made from drops
                 return None
-            pieces: list[str] = []
-            found.render(pieces, *sink.span_ids(), start, end, seq, mono, duration, dropped)
-            out.append("".join(pieces))
+            rows.append((found, *sink.span_ids(), start, end, seq, mono, duration, dropped))
         if sink is None:
             return None
-        return Reencoded(lines=sink.lines_of(out), events=len(out))
+        if self._protobuf:
+            written = self._proto_lines(sink, rows)
+            if written is not None:
+                self.proto_lines += 1
+                return Reencoded(lines=written, events=len(rows))
+        out = []
+        for template, *row in rows:
+            pieces: list[str] = []
+            template.render(pieces, *row)
+            out.append("".join(pieces))
+        lines: list[str | bytes] = list(sink.lines_of(out))
+        if self._protobuf:
+            self._learn_proto(sink, rows, out, lines)
+        return Reencoded(lines=lines, events=len(rows))
+
+    def _match(self, head: str, span: str, recent: list[_Template],
+               guess: _Template | None) -> tuple[_Template, Sequence[str]] | None:
+        """The span's template and values: ``guess``'s or a recent key's where the span is cut
+        as theirs, else its key's (found by cutting it); None where it has none."""
+        for known in (recent if guess is None else (guess, *recent)):
+            match = known.pattern.fullmatch(span)
+            if match is not None:
+                return known, match.groups()
+        cut = cut_span(span)
+        assert self._templates is not None
+        found = None if cut is None else self._templates.get((head, cut.texts))
+        if cut is None or found is None:
+            return None
+        if found not in recent:  # (a span whose values the pattern does not take: found again)
+            recent.insert(0, found)
+            del recent[_RECENT:]
+        return found, cut.values
+
+    def _proto_lines(self, sink: FileSink, rows: list[tuple[Any, ...]]) -> list[str | bytes] | None:
+        """The rows' spans as protobuf requests' bytes, a line's worth each; None unless
+        every row's key has a protobuf template and each value can be encoded."""
+        envelope = self._envelopes.get(sink)
+        if envelope is None:
+            return None
+        out: list[str | bytes] = []
+        fromhex = bytes.fromhex
+        try:
+            for i in range(0, len(rows), SPANS_PER_LINE):
+                spans = []
+                for template, trace, span, *values in rows[i:i + SPANS_PER_LINE]:
+                    proto = template.proto
+                    if proto is None or proto is _UNTRIED:
+                        return None
+                    spans.append(proto.write((fromhex(trace), fromhex(span), *values)))
+                out.append(envelope.wrap(spans))
+        except (ValueError, struct.error):  # the version 1 text's encoding says what it is
+            return None
+        return out
+
+    def _learn_proto(self, sink: FileSink, rows: list[tuple[Any, ...]], spans: list[str],
+                     lines: list[str | bytes]) -> None:
+        """Make the protobuf templates these rows' keys and their encoder lack (see the module
+        docstring), from the version 1 spans and lines written for them."""
+        if sink not in self._envelopes and lines and isinstance(lines[0], str):
+            self._envelopes[sink] = proto_templates.envelope(lines[0])
+        for (template, trace, span, *values), text in zip(rows, spans, strict=True):
+            if template.proto is _UNTRIED:
+                sample = _inner(text)
+                template.proto = proto_templates.span_template(
+                    template.probe(), sample, (bytes.fromhex(trace), bytes.fromhex(span),
+                                               *values)) if sample else None
 
     def _learn(self, head: str, spans: list[Cut | None], events: list[Event],
                sink: FileSink) -> None:
@@ -272,6 +393,7 @@ class Reencoder:
                 continue
             if len(templates) >= _KEY_LIMIT:
                 templates.clear()
+                self._recent.clear()
             templates[(head, cut.texts)] = None
             if sorted(cut.holes)[:6] != list(range(6)):
                 continue  # ids, times, seq and mono_ns at least, each once
@@ -286,4 +408,5 @@ class Reencoder:
                 continue
             render = sink.template_of(event)
             if render is not None:
-                templates[(head, cut.texts)] = _Template(sink, render)
+                templates[(head, cut.texts)] = _Template(sink, render, cut)
+                self._recent.setdefault(head, [])
