@@ -102,6 +102,20 @@ def said(result: Analysis) -> list[tuple[Any, ...]]:
                    re.sub(r"\d+\.\d{3} s", "N s", f.message)) for f in result.findings)
 
 
+def near_firsts(result: Analysis, within_ns: int) -> set[tuple[Any, ...] | None]:
+    """The first divergence and each other one that could have been first in another run of the
+    same fault: no consequence, as severe, its time within ``within_ns`` of the first's (two
+    ranks that both end up waiting, a few milliseconds apart, take turns being first)."""
+    index = first_divergence(result.findings)
+    if index is None:
+        return {None}
+    top = result.findings[index]
+    present = {id(f) for f in result.findings}
+    return {(f.kind.value, f.channel, f.ranks, f.microbatch) for f in result.findings
+            if (f.cause is None or id(f.cause) not in present) and f.severity is top.severity
+            and abs(f.time_ns - top.time_ns) <= within_ns}
+
+
 def first(result: Analysis) -> tuple[Any, ...] | None:
     """The first divergence (the report's first finding) as the report names it."""
     index = first_divergence(result.findings)

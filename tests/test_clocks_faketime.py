@@ -29,7 +29,7 @@ from pptrace.analyze.analyzer import Analysis, analysis
 from pptrace.load.loader import load_paths
 from pptrace.model.findings import Category
 from pptrace.model.trace import Trace
-from tests.helpers_clocks import MS, backwards, first, on_hosts, said, skewed
+from tests.helpers_clocks import MS, backwards, first, near_firsts, on_hosts, said, skewed
 from tests.helpers_startup import PYTHON, child_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -169,7 +169,10 @@ def test_a_rank_under_faketime_changes_no_finding(faketime: None, fault: str | N
         # Judged as the run without faketime: the same findings, each where it was ...
         assert _found(result) == _found(base), (where, said(result), said(base),
                                                 _seqs(trace), _seqs(base_trace))
-        assert first(result) == first(base), where
+        # (the same first divergence, or one the run without faketime had within its run-to-run
+        # jitter of it: in recv-hangs both stages end up waiting, 0.4 to 4 ms apart, and which
+        # of them waits first varies from run to run, faketime or not)
+        assert first(result) in near_firsts(base, 50 * MS), (where, first(result), first(base))
         # ... and, word for word, as its own trace moved back by the skew: each stage named as
         # a host of its own (as two hosts would name themselves), so that both have two clocks.
         hosts = on_hosts(trace, lambda p: f"node{p.rank.pp_rank}")
