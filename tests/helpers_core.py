@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import os
+import tempfile
 import types
 from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
@@ -25,6 +26,11 @@ import torch
 from pptrace.model.config import Config
 from pptrace.model.records import Event, RankInfo, RecorderStats
 from pptrace.record.recorder import Recorder
+
+# The native reader's builds for the suite: keyed by everything the binary depends on
+# (pptrace.record.native.build_key), so a build here is reused by every test and later session
+# on this machine that needs the same one (about 15 s each), never by another source or torch.
+NATIVE_CACHE = os.path.join(tempfile.gettempdir(), f"pptrace-tests-native-{os.getuid()}")
 
 __all__ = [
     "RANK",

@@ -26,7 +26,7 @@ from pptrace.record import native
 from pptrace.record.recorder import Recorder
 from pptrace.record.wrapper import wrap_transport
 from tests.doubles import Observer, Output
-from tests.helpers_core import ListSink, real_module
+from tests.helpers_core import NATIVE_CACHE, ListSink, real_module
 from tests.helpers_recorder import RANK
 
 REAL = real_module()
@@ -104,8 +104,7 @@ def test_builtin_keys_read_as_their_repr_without_user_code() -> None:
 def wrapper_kind(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
                  monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     if request.param == "native":
-        folder = tmp_path_factory.getbasetemp() / "native-finality"
-        monkeypatch.setenv("PPTRACE_NATIVE_DIR", str(folder))
+        monkeypatch.setenv("PPTRACE_NATIVE_DIR", NATIVE_CACHE)
         try:
             native.build()
         except Exception as exc:

@@ -248,6 +248,7 @@ from pptrace.model.config import Config  # noqa: E402
 from pptrace.model.records import Direction, Event  # noqa: E402
 from pptrace.record import native  # noqa: E402
 from pptrace.record.wrapper import unwrap  # noqa: E402
+from tests.helpers_core import NATIVE_CACHE  # noqa: E402
 from tests.helpers_startup import PYTHON, REPO, child_env, real_module, run_pptrace  # noqa: E402
 
 HAS_COMPILER = bool(os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++"))
@@ -261,11 +262,12 @@ def _reset_native() -> None:
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """This module's build of the native reader (the C wrapper needs it; about 25 s)."""
+def built() -> Path:
+    """The suite's build of the native reader (the C wrapper needs it; about 15 s, once a
+    machine: ``helpers_core.NATIVE_CACHE``)."""
     if not HAS_COMPILER:
         pytest.skip("no C++ compiler to build the native reader (the C wrapper needs it)")
-    folder = tmp_path_factory.mktemp("native-scheduler")
+    folder = Path(NATIVE_CACHE)
     saved = os.environ["PPTRACE_NATIVE_DIR"]
     os.environ["PPTRACE_NATIVE_DIR"] = str(folder)
     try:

@@ -18,7 +18,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import types
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,6 +33,7 @@ from pptrace.model.config import Config
 from pptrace.record import native
 from pptrace.record.wrapper import is_wrapped, unwrap
 from tests.doubles import Observer
+from tests.helpers_core import NATIVE_CACHE
 from tests.helpers_startup import (
     PYTHON,
     REPO,
@@ -48,9 +48,6 @@ KINDS = ("around", "before", "after", "all")
 ORDERS = ("pptrace-first", "hook-first")
 HAS_COMPILER = bool(os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++"))
 _names = itertools.count()
-# Keyed by everything the binary depends on (pptrace.record.native.build_key): a build here is
-# reused by later sessions on this machine, never by a different source or torch.
-NATIVE_CACHE = os.path.join(tempfile.gettempdir(), f"pptrace-tests-native-{os.getuid()}")
 
 
 def hook_registry() -> Any:

@@ -27,7 +27,7 @@ from pptrace.model.records import PREFIX, Direction
 from pptrace.record import native
 from pptrace.record.wrapper import unwrap, wrap_attach, wrap_extract
 from tests.doubles import Observer, Output
-from tests.helpers_core import ListSink, make_recorder, real_module
+from tests.helpers_core import NATIVE_CACHE, ListSink, make_recorder, real_module
 
 REAL = real_module()
 NAMED = {"a": torch.zeros(2, 3), "b": torch.ones(4)}
@@ -148,9 +148,10 @@ def same(bare: tuple[Any, ...], wrapped: tuple[Any, ...]) -> None:
 
 
 @pytest.fixture(scope="session")
-def native_dir(tmp_path_factory: pytest.TempPathFactory) -> Path | str:
-    """A folder holding a build of the native reader, or why there is none."""
-    folder = tmp_path_factory.mktemp("native")
+def native_dir() -> Path | str:
+    """The folder holding the suite's build of the native reader (``helpers_core.
+    NATIVE_CACHE``, built once a machine), or why there is none."""
+    folder = Path(NATIVE_CACHE)
     saved = os.environ["PPTRACE_NATIVE_DIR"]
     os.environ["PPTRACE_NATIVE_DIR"] = str(folder)
     try:
