@@ -169,9 +169,10 @@ def run(args: argparse.Namespace) -> int:
     # fetch is not re-fetched: its temporary file is read again until the viewer closes.
     with input_paths(inputs) as paths:
         # A large trace: its start first, drawn while the viewer reads the whole of it.
-        status.stage("pptrace: reading the start of the trace")
-        head = load_head(paths, min_total=int(start_mb * (1 << 20)),
-                         allow_empty=args.follow) if start_mb else None
+        head = None
+        if start_mb:
+            status.stage("pptrace: reading the start of the trace")
+            head = load_head(paths, min_total=int(start_mb * (1 << 20)), allow_empty=args.follow)
         trace = head.trace if head is not None else load_trace(
             paths, status, allow_empty=args.follow)
         status.stage(f"pptrace: analyzing {trace.event_count:,} events")
