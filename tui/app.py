@@ -167,8 +167,7 @@ class PptraceViewer(App[None]):
                     self.screen, (MessagesScreen, MessagesWaiting))
                 while again and self.screen is not screen:
                     self.pop_screen()
-                self.index = worker.result
-                screen.replace_index(worker.result, whole=True)
+                self._show_reloaded(worker.result, whole=True)
                 if again and self.screen is screen:
                     screen.action_messages()
             if self.follow:
@@ -209,11 +208,11 @@ class PptraceViewer(App[None]):
         if screen is not None:
             screen.checked()
 
-    def _show_reloaded(self, index: TraceIndex) -> None:
+    def _show_reloaded(self, index: TraceIndex, whole: bool = False) -> None:
         self.index = index
         screen = self.main_screen
         if screen is not None:
-            screen.replace_index(index)
+            screen.replace_index(index, whole=whole)
 
     @property
     def main_screen(self) -> MainScreen | None:

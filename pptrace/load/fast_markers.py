@@ -10,10 +10,12 @@ span's text without those numbers (the key of a template) and the numbers.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from pptrace.model import schema
 
 __all__ = ["DROPPED", "DUR", "END", "MARKERS", "MONO", "SEQ", "SPAN_ID", "START", "THREAD",
-           "Fallback", "attr", "cut", "cut_usual"]
+           "Fallback", "attr", "cut", "cut_usual", "walk"]
 
 
 def attr(key: str) -> bytes:
@@ -40,6 +42,34 @@ class Fallback(Exception):
 
 
 
+def walk(chunk: bytes, last: int, markers: tuple[bytes, ...], number: Callable[[bytes], bool]
+         ) -> tuple[list[bytes], list[bytes | None]] | None:
+    """From ``last`` on, each marker's string value cut out, in ``markers`` order: (the text
+    between them, ending with the rest of the span; the values, None for a marker that is
+    absent); None when a marker comes out of order (not pptrace's writer) or a value is not a
+    ``number``."""
+    find = chunk.find
+    pieces: list[bytes] = []
+    values: list[bytes | None] = []
+    for marker in markers:
+        p = find(marker, last)
+        if p < 0:
+            if find(marker) >= 0:
+                return None
+            values.append(None)
+            continue
+        s = p + len(marker)
+        e = find(b'"', s)
+        v = chunk[s:e]
+        if not number(v):
+            return None
+        pieces.append(chunk[last:s])
+        values.append(v)
+        last = e
+    pieces.append(chunk[last:])
+    return pieces, values
+
+
 def cut(chunk: bytes) -> tuple[bytes, list[bytes | None]]:
     """Split a span's text (after its leading traceId marker) into a key and the cut values.
 
@@ -59,26 +89,11 @@ def cut(chunk: bytes) -> tuple[bytes, list[bytes | None]]:
     sid = chunk[s:e]
     if not sid.isalnum():
         raise Fallback
-    pieces = [chunk[last:s]]
-    last = e
-    values: list[bytes | None] = []
-    for marker in MARKERS:
-        p = find(marker, last)
-        if p < 0:
-            if find(marker) >= 0:
-                raise Fallback  # out of order: not pptrace's writer
-            values.append(None)
-            continue
-        s = p + len(marker)
-        e = find(b'"', s)
-        v = chunk[s:e]
-        if not v.isdigit():  # bytes: ASCII digits only
-            raise Fallback
-        pieces.append(chunk[last:s])
-        values.append(v)
-        last = e
-    pieces.append(chunk[last:])
-    return b"G\0" + b"\0".join(pieces), values  # "\0" never occurs raw in JSON text
+    walked = walk(chunk, e, MARKERS, bytes.isdigit)  # (bytes: ASCII digits only)
+    if walked is None:
+        raise Fallback
+    pieces, values = walked
+    return b"G\0" + b"\0".join([chunk[last:s], *pieces]), values  # "\0" never occurs raw in JSON
 
 
 _START_END = b'"startTimeUnixNano":"'

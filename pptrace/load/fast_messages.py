@@ -25,6 +25,7 @@ from typing import Any, NamedTuple
 
 from pptrace.load import fingerprints
 from pptrace.load import messages as load_messages
+from pptrace.load.fast_markers import walk
 from pptrace.load.otlp import BadShape, attributes, to_int
 from pptrace.model import messages as M
 from pptrace.model.messages import BadMessageSpan, MessageEvent
@@ -134,29 +135,14 @@ def _cut(chunk: bytes) -> tuple[bytes, list[bytes | None]] | None:
     m = _NAME.match(chunk)
     if m is None:
         return None
-    find = chunk.find
-    pieces = [chunk[32:m.start(1)]]  # the ids cut out: the trace id's 32 characters, the span's
-    last = m.end(1)
-    values: list[bytes | None] = []
-    for marker in _MARKERS:
-        p = find(marker, last)
-        if p < 0:
-            if find(marker) >= 0:
-                return None  # out of order: not pptrace's writer
-            values.append(None)
-            continue
-        s = p + len(marker)
-        e = find(b'"', s)
-        v = chunk[s:e]
-        if not _number(v):
-            return None
-        pieces.append(chunk[last:s])
-        values.append(v)
-        last = e
+    walked = walk(chunk, m.end(1), _MARKERS, _number)
+    if walked is None:
+        return None
+    pieces, values = walked
     if values[_START] is None or values[_END] is None or values[_SEQ] is None:
         return None
-    pieces.append(chunk[last:])
-    return b"\0".join(pieces), values
+    # (the ids cut out: the trace id's 32 characters, the span's)
+    return b"\0".join([chunk[32:m.start(1)], *pieces]), values
 
 
 class MessageShapes:

@@ -58,14 +58,19 @@ class Head:
     time: ``budget`` bytes, and past it on until ``ready()`` says enough is read, or ``over``
     more bytes were; ``cut`` once lines were left unread."""
 
-    __slots__ = ("cut", "left", "over", "ready")
+    __slots__ = ("budget", "cut", "left", "over", "ready")
 
     def __init__(self, budget: int, over: int = 0,
                  ready: Callable[[], bool] = lambda: True) -> None:
-        self.left = budget
+        self.budget = self.left = budget
         self.over = over
         self.ready = ready
         self.cut = False
+
+    @property
+    def read(self) -> int:
+        """Bytes of lines read so far."""
+        return self.budget - self.left
 
 
 def _kind(mode: int) -> str:

@@ -141,8 +141,7 @@ def load_head(paths: Iterable[str], budget: int = BUDGET, min_total: int = MIN_T
         # process's later segments)
         horizon = min(builder.moment(f) for f in cut)
         trace = _cut_at(finish(builder, files, errors), horizon, builder)
-    read = sum(budget * work[f] // total - h.left if h.cut else work[f]
-               for f, h in heads.items())
+    read = sum(h.read if h.cut else work[f] for f, h in heads.items())
     return Head(trace, read=read, total=total, on_disk=sum(sizes.values()), horizon_ns=horizon)
 
 
