@@ -19,6 +19,9 @@ compares variants measured within the same few milliseconds):
 - ``caller/python`` and ``flight/python``: when the native metadata reader is built
   (``pptrace native build``), ``stream/caller`` and ``flight`` use it, and these two are the same
   recorders on the Python reads;
+- ``caller/landed``: with the reader built, ``stream/caller``'s recorder once more, its
+  wrappers made before the build and handed to it as a build landing while the process runs
+  is (``pptrace run``'s background build): the Python wrapper's frame, then the C wrapper;
 - ``otel-span``: the naive peer: an OpenTelemetry SDK span (TracerProvider + BatchSpanProcessor
   + a no-op exporter) around each call, with per-tensor attributes;
 - ``reads only``: not a tracer: what a plain Python wrapper pays to read what every pptrace
@@ -46,6 +49,7 @@ import statistics
 import sys
 import tempfile
 import time
+import types
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -173,6 +177,25 @@ def refs_only(attach: Callable[..., Any], extract: Callable[..., Any]
     return refs_attach, refs_extract
 
 
+def landed_later(bare: tuple[Any, Any], rec: Recorder) -> tuple[Any, Any]:
+    """Wrappers made while this process had found no native build, then handed to the reader
+    by the recorder thread once it is there: what a process started before ``pptrace run``'s
+    background build ended records with."""
+    saved = native._loaded, native._awaited
+    native._loaded, native._awaited = (None, "not built (as before a build)"), \
+        native.library_path()
+    try:
+        pair = wrap_transport(*bare, rec)
+    finally:
+        native._loaded, native._awaited = saved
+    end = time.monotonic() + 10
+    while rec._upkeep and time.monotonic() < end:  # the recorder thread's next round
+        time.sleep(0.05)
+    if rec._upkeep or type(pair[0]) is not types.FunctionType:
+        sys.exit("the landed reader was not taken up by the recorder thread")
+    return pair
+
+
 def timed_loop(attach: Callable[..., Any] | None, extract: Callable[..., Any] | None,
                output: Output, observer: Observer, calls: int) -> tuple[float, float]:
     """(CPU, wall) nanoseconds over ``calls`` attach+extract pairs (GC off).
@@ -223,8 +246,12 @@ def run(n: int, repeats: int, calls: int, tmp: str) -> None:
         py_flight = recorder(mode="flight", native=False)
         hand_flushed["caller/python"] = py_caller
         closing = [py_caller, py_flight]
+        landed = recorder(flush_interval=3600.0)
+        hand_flushed["caller/landed"] = landed
+        closing.append(landed)
         python_reads = {"caller/python": wrap_transport(*bare, py_caller),
-                        "flight/python": wrap_transport(*bare, py_flight)}
+                        "flight/python": wrap_transport(*bare, py_flight),
+                        "caller/landed": landed_later(bare, landed)}
     provider = TracerProvider()
     provider.add_span_processor(BatchSpanProcessor(NullExporter()))
     variants: dict[str, tuple[Any, Any]] = {

@@ -2,7 +2,8 @@
 path (``pptrace.activation.autobuild``).
 
 With a compiler and no build for this torch and Python, the launcher starts a detached build,
-said in one line, and the command runs at once; processes started after it get the C wrapper.
+said in one line, and the command runs at once; a process running when it lands hands its calls
+to the C wrapper from then on, and processes started after it get the C wrapper.
 ``PPTRACE_NATIVE=0`` and ``--native-build off`` attempt nothing; a failed build is one line and
 the Python wrapper; ``--native-build wait`` builds before the command. Each test has its own
 ``PPTRACE_NATIVE_DIR``; one of them compiles for real (about 25 s).
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from pptrace.activation import autobuild
+from pptrace.load.loader import load_paths
 from tests.helpers_startup import BARE_SGLANG, PYTHON, REPO, child_env, run_pptrace
 
 HAS_COMPILER = bool(os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++"))
@@ -29,6 +31,37 @@ PROBE = BARE_SGLANG + """
 import sglang.srt.sampling.sampling_observer_pp as mod
 from pptrace.record import native
 print(type(mod.add_auxiliary_output_to_pp_tensors).__name__, native.status().loaded)
+"""
+
+
+# A traced process that runs while the build goes on: it calls the transport until its wrapper
+# hands its calls to the C wrapper (or argv[1] seconds pass), then five pairs more.
+RUNNING = BARE_SGLANG + """
+import sys, time, torch
+import sglang.srt.sampling.sampling_observer_pp as mod
+from pptrace.record import native
+attach, extract = mod.add_auxiliary_output_to_pp_tensors, mod.pop_auxiliary_output_from_pp_tensors
+print(type(attach).__name__, native.status().loaded, flush=True)
+class Out:
+    def to_pp_tensors(self):
+        return {"a": torch.ones(2, 3)}
+class Obs:
+    def from_pp_tensors(self, tensors):
+        return tensors
+def handed_to():
+    return dict(zip(attach.__code__.co_freevars, attach.__closure__))["native_hot"].cell_contents
+def pair():
+    d = {"next_token_ids": torch.zeros(1)}
+    attach(d, Out())
+    extract(d, Obs())
+end = time.monotonic() + float(sys.argv[1])
+while handed_to() is None and time.monotonic() < end:
+    pair()
+    time.sleep(0.02)  # about 50 pairs a second, as a slow engine step would make them
+for _ in range(5):
+    pair()
+print(type(handed_to()).__name__, native.status().loaded,
+      mod.add_auxiliary_output_to_pp_tensors is attach, flush=True)
 """
 
 
@@ -115,6 +148,19 @@ def test_the_reader_is_built_in_the_background_and_used_from_the_next_start(
     (line,) = _said(first)
     assert line.startswith("pptrace: building the native reader for torch ")
     assert "in the background" in line and str(tmp_path / "native") in line
+    # A process started while the build goes on takes it up when it lands, in place.
+    running = run_pptrace([PYTHON, "-c", RUNNING, "500"], {**env, "PPTRACE_DIR": str(
+        tmp_path / "running")}, tmp_path, timeout=560)
+    assert running.returncode == 0, running.stderr
+    assert running.stdout == "function False\nHot True True\n", running.stderr
+    trace = load_paths([str(tmp_path / "running")])
+    (process,) = trace.processes
+    assert process.stats is not None and process.stats.final
+    assert process.stats.internal_errors == 0 and process.stats.dropped == 0
+    assert process.stats.exported == process.stats.recorded == len(process.events)
+    described = {(e.direction, e.names, tuple((t.shape, t.dtype, t.device, t.contiguous)
+                                              for t in e.tensors)) for e in process.events}
+    assert len(described) == 2 and len(process.events) >= 12  # the same events, both ways
     stamp = _wait_for_stamp(env, 500)
     assert stamp.ok and os.path.exists(stamp.library), stamp
 

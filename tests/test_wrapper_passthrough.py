@@ -15,6 +15,8 @@ Both wrappers are tried: the Python one and, where the native reader is built, i
 from __future__ import annotations
 
 import os
+import shutil
+import types
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,8 @@ import torch
 from pptrace.model.config import Config
 from pptrace.model.records import PREFIX, Direction
 from pptrace.record import native
+from pptrace.record.binding import bind
+from pptrace.record.recorder import Recorder
 from pptrace.record.wrapper import unwrap, wrap_attach, wrap_extract
 from tests.doubles import Observer, Output
 from tests.helpers_core import NATIVE_CACHE, ListSink, make_recorder, real_module
@@ -164,17 +168,42 @@ def native_dir() -> Path | str:
 
 
 # native builds the reader (about 15 s): the slow tier
-@pytest.fixture(params=["python", pytest.param("native", marks=pytest.mark.slow)])
-def reader(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """The Python wrapper, or the C wrapper (where the native reader builds here)."""
-    if request.param == "native":
+@pytest.fixture(params=["python", pytest.param("native", marks=pytest.mark.slow),
+                        pytest.param("landed", marks=pytest.mark.slow)])
+def reader(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch,
+           tmp_path: Path) -> Iterator[str]:
+    """The Python wrapper, the C wrapper (where the native reader builds here), or the Python
+    wrapper made before a build that then lands (``land``): it hands its calls to the C one."""
+    if request.param != "python":
         folder = request.getfixturevalue("native_dir")
         if isinstance(folder, str):
             pytest.skip(folder)
-        monkeypatch.setenv("PPTRACE_NATIVE_DIR", str(folder))
+        # landed: no build where the process looks until land() puts it there
+        monkeypatch.setenv("PPTRACE_NATIVE_DIR", str(
+            folder if request.param == "native" else tmp_path / "landing"))
     native._loaded = None
     yield request.param
     native._loaded = None
+
+
+def land(rec: Recorder) -> bool:
+    """The suite's build put where this process looks, as a background build's rename does,
+    then the recorder thread's next upkeep round (run here, not waited for). Whether the
+    wrappers waited for it."""
+    path = native.library_path()
+    path.parent.mkdir(parents=True)
+    shutil.copyfile(Path(NATIVE_CACHE) / path.parent.name / path.name, path.with_suffix(".tmp"))
+    os.replace(path.with_suffix(".tmp"), path)
+    waited = bool(rec._upkeep)
+    rec._run_upkeep()
+    assert not rec._upkeep and rec.internal_errors == 0
+    return waited
+
+
+def handed_over(wrapper: Any) -> Any:
+    """What a Python wrapper hands its calls to (None: it records them itself)."""
+    cells = dict(zip(wrapper.__code__.co_freevars, wrapper.__closure__ or (), strict=True))
+    return cells["native_hot"].cell_contents
 
 
 def wrap(fn: Callable[..., Any], direction: str, rec: Any) -> Any:
@@ -190,11 +219,20 @@ def test_bare_and_wrapped_calls_agree(reader: str, name: str, args: tuple[Any, .
     bare_fn, direction = {**sglang, **user_transports(seen_bare)}[name]
     user_fn = {**sglang, **user_transports(seen_wrapped)}[name][0]
     sink = ListSink()
-    rec = make_recorder(sink, Config(exporters=("none",), native=reader == "native"))
+    rec = make_recorder(sink, Config(exporters=("none",), native=reader != "python"))
     wrapped = wrap(user_fn, direction, rec)
     assert unwrap(wrapped) is user_fn
     if reader == "native" and name.startswith(("sglang", "attach_named")):
         assert type(wrapped).__name__ == "Hot"  # the C wrapper is the one under test
+    if reader == "landed":
+        assert type(wrapped) is types.FunctionType and handed_over(wrapped) is None
+        # Those the C wrapper can take (two positional parameters first) wait for the build.
+        assert land(rec) is bind(user_fn).standard
+        assert unwrap(wrapped) is user_fn
+        hot = handed_over(wrapped)
+        assert (type(hot).__name__ == "Hot") is bind(user_fn).standard
+        if name.startswith(("sglang", "attach_named")):
+            assert hot is not None
     out, obs = Output(dict(NAMED)), Observer()
     bare = run(bare_fn, args, kwargs, out, obs)
     got = run(wrapped, args, kwargs, out, obs)

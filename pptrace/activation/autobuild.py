@@ -1,7 +1,8 @@
 """The native reader built by itself where a C++ compiler is present, never on the engine's path.
 
     pptrace run -- COMMAND                       # no build for this torch and Python yet: one
-                                                 # starts in the background (used from then on)
+                                                 # starts in the background (taken up when it
+                                                 # lands, by the running processes too)
     pptrace run --native-build wait -- COMMAND   # build it (if missing) before COMMAND starts
     pptrace run --native-build off -- COMMAND    # never; PPTRACE_NATIVE=0 keeps it off too
 
@@ -15,7 +16,8 @@ and Python, says so in one line, then writes its output to ``build.log`` in the 
 (it never holds the engine's terminal or pipes), builds (``native.build``: cached as ``pptrace
 native build`` caches it, written atomically) and writes the stamp: built, or the build's
 one-line error, which the next ``pptrace run`` says once before using the Python wrapper. One
-build runs at a time (a lock); a process that starts after the build uses the reader.
+build runs at a time (a lock); a process that starts after the build uses the reader, and one
+already running takes it up when it lands (``pptrace.record.hot``).
 """
 
 from __future__ import annotations
@@ -196,7 +198,7 @@ def _background() -> int:
         path = native.library_path()
         if not path.exists():
             print(f"pptrace: building the native reader for torch {torch.__version__} in the "
-                  "background (about 20 s, once; processes started after it use it): "
+                  "background (about 20 s, once; running processes take it up when it lands): "
                   f"{path.parent}", file=sys.stderr, flush=True)
             _to_log(stamp.parent / "build.log")
             try:

@@ -18,7 +18,8 @@ exits), for its own bookkeeping.
 
 Where a C++ compiler is present and this torch and Python have no build of pptrace's native
 reader (the fast path), the launcher starts one in a detached background process, said in one
-line and used by the processes started after it; ``--native-build wait`` builds it before
+line: the processes already running take it up when it lands (within about a second), those
+started after it use it from the start; ``--native-build wait`` builds it before
 COMMAND starts instead, ``--native-build off`` or ``PPTRACE_NATIVE=0`` never builds
 (``pptrace.activation.autobuild``).
 """
@@ -132,7 +133,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--native-build", choices=autobuild.MODES, default="auto",
                    help="build pptrace's native reader (the faster hot path) where this torch "
                         "and Python have none and a C++ compiler is present: auto (default) in "
-                        "a background process, used by processes started after it; wait: "
+                        "a background process, taken up by the running processes when it lands "
+                        "(about 20 s) and used by those started after it; wait: "
                         "before COMMAND starts; off: never (so does PPTRACE_NATIVE=0)")
     p.add_argument("--print-env", action="store_true",
                    help="print the variables as shell 'export' lines instead of running")

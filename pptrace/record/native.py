@@ -40,7 +40,7 @@ import torch
 from pptrace.model.errors import PptraceError
 from pptrace.model.raw import RAW_FIELDS
 
-__all__ = ["Status", "build", "decode", "library_path", "reader", "status"]
+__all__ = ["Status", "arrived", "build", "decode", "library_path", "reader", "status", "waiting"]
 
 SOURCE = Path(__file__).with_name("native_meta.cpp")
 MODULE = "pptrace_meta"
@@ -144,6 +144,10 @@ def _build_into(path: Path, verbose: bool) -> Path:
 
 _lock = threading.Lock()
 _loaded: tuple[ModuleType | None, str] | None = None
+#: Where the build was looked for when ``reader()`` found none: a build landing there later
+#: (``pptrace run``'s background build) is taken up by ``arrived()``. None once loaded, or when
+#: the reader failed for another reason (those are not tried again).
+_awaited: Path | None = None
 
 
 def _import(path: Path) -> ModuleType:
@@ -210,7 +214,28 @@ def reader() -> ModuleType | None:
     return _loaded[0]
 
 
+def arrived() -> ModuleType | None:
+    """``reader()``, loading the reader now if it was not built when this process first asked
+    and has been built since: a background build that landed while the process ran. One
+    ``stat`` while none has landed; never builds, never blocks on a build."""
+    global _loaded, _awaited
+    if reader() is None and _awaited is not None and _awaited.exists():
+        with _lock:
+            if _awaited is not None:  # another thread may have loaded it meanwhile
+                _loaded = _load()
+    return reader()
+
+
+def waiting() -> bool:
+    """Whether ``arrived()`` may still load a reader: none was built at the first ask (a reader
+    that failed to load or its self-test stays unused)."""
+    reader()
+    return _awaited is not None
+
+
 def _load() -> tuple[ModuleType | None, str]:
+    global _awaited
+    _awaited = None
     if sysconfig.get_config_var("Py_GIL_DISABLED"):
         # Its C code relies on the GIL (dict iteration, the record's append).
         return None, "not for a free-threaded Python (the Python wrapper records instead)"
@@ -219,6 +244,7 @@ def _load() -> tuple[ModuleType | None, str]:
     except Exception as exc:  # an unreadable source file: the package is broken, not the engine
         return None, f"cannot name the build ({type(exc).__name__}: {exc})"
     if not path.exists():
+        _awaited = path
         return None, "not built for this torch and Python (run: pptrace native build)"
     try:
         module = _import(path)

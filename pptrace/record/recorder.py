@@ -117,6 +117,10 @@ class Recorder(Accounts):
         self._warm = False
         #: The message layer's log (``pptrace.record.messages``), written at each flush.
         self.messages: Any = None
+        #: Tasks the recorder thread runs about once a second until each says it is done
+        #: (``upkeep``), and when it runs them next.
+        self._upkeep: list[Callable[[], bool]] = []
+        self._upkeep_due = 0.0
 
     # --- the wrappers' contract --------------------------------------------------------------
 
@@ -216,6 +220,8 @@ class Recorder(Accounts):
                 self._wake.clear()
             if self._stop:
                 break
+            if self._upkeep and time.monotonic() >= self._upkeep_due:
+                self._run_upkeep()
             if self.flight:
                 self._trim()
             deadline = None
@@ -229,6 +235,24 @@ class Recorder(Accounts):
                 self.flush(deadline=deadline, background=True)
             except BaseException as exc:  # the thread must survive anything a sink raises
                 self.internal_error("background flush", exc)
+
+    def upkeep(self, task: Callable[[], bool]) -> None:
+        """Run ``task`` on the recorder thread about once a second until it returns True; a
+        task that raises is counted as an internal error and not run again. For work that
+        waits on something outside the process (a native build landing), off the engine's
+        thread."""
+        self._upkeep.append(task)
+
+    def _run_upkeep(self) -> None:
+        self._upkeep_due = time.monotonic() + _UPKEEP
+        for task in list(self._upkeep):
+            try:
+                done = task()
+            except Exception as exc:
+                self.internal_error("upkeep", exc)
+                done = True
+            if done:
+                self._upkeep.remove(task)
 
     def _drain(self) -> list[Raw]:
         return drain(self._buf)
@@ -464,6 +488,7 @@ class Recorder(Accounts):
 
 #: How often the background thread looks at the dump flag (seconds).
 _TICK = 0.05
+_UPKEEP = 1.0  # seconds between the recorder thread's upkeep rounds
 #: Events per sink call: bounds one export's memory and lets the exit flush keep its deadline.
 _CHUNK = 512
 #: Flight mode: room beyond ``flight_size`` for the events of one ``_TICK`` (and more) before the

@@ -30,11 +30,9 @@ function when shutdown began is looked at again just before its append, and kept
 buffer (the C wrapper's check and append run no Python code in between, so no thread runs
 there; the Python wrapper's are a few bytecodes apart).
 
-Where ``pptrace native build`` has built the native reader (``pptrace.record.native``), the
-functions returned are its C wrapper instead: it records the common case itself (the same raw
-tuple, the tensors' metadata packed in one call) and hands every other call to the Python wrapper
-below, before the engine's function runs, and the engine's exceptions to the same ``failed``
-recorders.
+Where the native reader is built, the functions returned are its C wrapper instead, which takes
+the common case itself; a wrapper made before a build landed hands its calls to one once it
+has (``pptrace.record.hot``: each Python wrapper's ``native_hot`` cell).
 
 ``is_wrapped`` knows pptrace's wrappers by identity (their code, the C wrapper's type), never by
 an attribute: ``functools.wraps`` copies attributes onto whoever wraps pptrace's wrapper next
@@ -60,13 +58,13 @@ import torch
 
 from pptrace.model import raw as R
 from pptrace.model.records import PREFIX, Direction
-from pptrace.record import native
+from pptrace.record import hot
 from pptrace.record.binding import Slots, bind
 from pptrace.record.convert import qualname
 from pptrace.record.reads import fingerprints as _fingerprints
 from pptrace.record.reads import flat, inserted_items, meta, removed, under
 from pptrace.record.reads import general as _items
-from pptrace.record.recorder import HOT_READS, Recorder
+from pptrace.record.recorder import Recorder
 
 __all__ = ["is_wrapped", "unwrap", "wrap_attach", "wrap_extract", "wrap_transport"]
 
@@ -76,7 +74,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 # (SGLang's plugin HookRegistry does), and that wrapper is not pptrace's to replace or unwrap.
 # By id (a lookup per module global when patching), each kept alive here so its id stays its own.
 _OWN_CODES: dict[int, types.CodeType] = {}
-_OWN_TYPES: dict[int, type] = {}
 #: A body's code with a transport's parameter names, made once per (body, names).
 _RENAMED: dict[tuple[int, tuple[str, str]], types.CodeType] = {}
 _Function = types.FunctionType
@@ -99,43 +96,6 @@ def _thread() -> threading.Thread:
     except AttributeError:
         _here.thread = thread = _current_thread()
         return thread
-
-
-def _native_reader(rec: Recorder) -> Any:
-    """The native metadata reader when the config allows it and it loads here, else None."""
-    if not rec.config.native:
-        return None
-    try:
-        return native.reader()
-    except Exception as exc:  # the Python reads record the same events
-        rec.internal_error("native reader", exc)
-        return None
-
-
-def _hot(rec: Recorder, reader: Any, fn: Any, slow: Any, direction: Direction,
-         seq: Any, prefix: str | None, on_error: Any, on_items: Any, slots: Slots) -> Any:
-    """The native reader's C wrapper around ``fn`` when it can take the common case, else the
-    Python wrapper ``slow`` (which the C one hands every other case to: extra or keyword
-    arguments). A transport whose first two parameters are not (tensors, subject) by position
-    gets the Python wrapper alone: the C one reads its two positional arguments as those."""
-    if reader is None or rec.fingerprint or not slots.standard:
-        return slow
-    try:
-        hot = reader.hot(fn=fn, slow=slow, rec=rec, reads=HOT_READS, direction=direction,
-                         seq=seq, buf=rec.buffer, append=rec.append, cap=rec.capacity,
-                         ring=rec.flight, prefix=prefix, on_error=on_error, on_items=on_items,
-                         thread=_current_thread, drop_new=rec.drop_new,
-                         internal_error=rec.internal_error, learn_rank=rec.learn_rank)
-        functools.update_wrapper(hot, fn)  # its __wrapped__ is fn: unwrap() reads it there
-        _own(type(hot))
-        # Pickled by name, as a function is: it works where the module's name is bound to it.
-        name = getattr(fn, "__qualname__", None)
-        if isinstance(name, str):
-            hot.__reduce_ex__ = lambda _protocol: name
-    except Exception as exc:  # the Python wrapper records the same events
-        rec.internal_error("native wrapper", exc)
-        return slow
-    return hot
 
 
 def _keys(d: Any) -> tuple[Any, ...]:
@@ -192,9 +152,12 @@ def _entry(fn: Any, slots: Slots, exact: tuple[str, str] | None, body: Any,
     if exact is not None:
         return functools.update_wrapper(_renamed(body, exact), fn)
     standard = slots.standard
+    native_hot: Any = None  # set by hot.later: the C wrapper, which takes it all
 
     @functools.wraps(fn)
     def pptrace_call(*args: Any, **kwargs: Any) -> Any:
+        if native_hot is not None:
+            return native_hot(*args, **kwargs)
         if not rec.enabled:
             return fn(*args, **kwargs)
         picked = args if not kwargs and len(args) == 2 and standard else slots.pick(args, kwargs)
@@ -206,17 +169,12 @@ def _entry(fn: Any, slots: Slots, exact: tuple[str, str] | None, body: Any,
     return pptrace_call
 
 
-def _own(made: type) -> None:
-    """Note the type of a wrapper pptrace made (by identity; once)."""
-    _OWN_TYPES.setdefault(id(made), made)
-
-
 def is_wrapped(fn: Any) -> bool:
     """True when ``fn`` is a wrapper pptrace made (someone else's wrapper around one is not)."""
     tp = type(fn)  # type(), not isinstance(): no user __class__ or metaclass code runs here
     if tp is _Function:
         return id(fn.__code__) in _OWN_CODES
-    return id(tp) in _OWN_TYPES
+    return id(tp) in hot.OWN_TYPES
 
 
 def _inner(wrapper: Any) -> Any:
@@ -246,14 +204,18 @@ def wrap_attach(fn: F, recorder: Recorder) -> F:
     append = rec.append  # deque.append: the cap is checked here, inline
     time_ns, mono_ns = time.time_ns, time.monotonic_ns
     attach = Direction.ATTACH
-    reader = _native_reader(rec)
+    reader = hot.reader(rec)
     inserted = reader.inserted if reader is not None else None
 
     slots = bind(fn)
     exact = _exact_names(fn)
     call = fn if exact else _through  # the general entry hands its call over in _pending
 
+    native_hot: Any = None  # set by hot.later (the exact entry is this body)
+
     def pptrace_attach(tensors: Any, output: Any) -> Any:
+        if native_hot is not None:
+            return native_hot(tensors, output)
         if not rec.enabled:
             return call(tensors, output)
         items: Any
@@ -331,8 +293,10 @@ def wrap_attach(fn: F, recorder: Recorder) -> F:
             rec.internal_error("attach record", inner)
 
     slow = _entry(fn, slots, exact, pptrace_attach, rec)
-    return _hot(rec, reader, fn, slow, attach, seq, None, failed,  # type: ignore
-                inserted_items, slots)
+    args = (fn, attach, seq, None, failed, inserted_items, slots)
+    if reader is None:
+        hot.later(rec, slow, *args)
+    return hot.make(rec, reader, slow, *args)  # type: ignore[no-any-return]
 
 
 def wrap_extract(fn: F, recorder: Recorder, prefix: str | None = PREFIX) -> F:
@@ -350,14 +314,18 @@ def wrap_extract(fn: F, recorder: Recorder, prefix: str | None = PREFIX) -> F:
     want = "" if prefix is None else prefix  # the keys picked (a learning extract picks none)
     # The recorder thread finds the packed tensors' keys with its own prefix: only that one here
     # (the C wrapper picks keys by a prefix, so a learning extract is Python's alone).
-    reader = _native_reader(rec) if not learning and prefix == rec.prefix else None
+    reader = hot.reader(rec) if not learning and prefix == rec.prefix else None
     prefixed = reader.prefixed if reader is not None else None
 
     slots = bind(fn)
     exact = _exact_names(fn)
     call = fn if exact else _through
 
+    native_hot: Any = None  # set by hot.later (the exact entry is this body)
+
     def pptrace_extract(tensors: Any, observer: Any) -> Any:
+        if native_hot is not None:
+            return native_hot(tensors, observer)
         if not rec.enabled:
             return call(tensors, observer)
         try:
@@ -445,8 +413,10 @@ def wrap_extract(fn: F, recorder: Recorder, prefix: str | None = PREFIX) -> F:
             rec.internal_error("extract record", inner)
 
     slow = _entry(fn, slots, exact, pptrace_extract, rec)
-    return _hot(rec, reader, fn, slow, extract, seq, prefix, failed,  # type: ignore
-                None, slots)
+    args = (fn, extract, seq, prefix, failed, None, slots)
+    if reader is None and not learning and prefix == rec.prefix:
+        hot.later(rec, slow, *args)
+    return hot.make(rec, reader, slow, *args)  # type: ignore[no-any-return]
 
 
 def wrap_transport(attach: F, extract: Callable[..., Any], recorder: Recorder,
