@@ -95,9 +95,11 @@ def plain(events: list[Any]) -> list[Any]:
     return [e._replace(seq=0, start_ns=0, mono_ns=0, duration_ns=0) for e in events]
 
 
-def test_the_wrappers_take_up_a_build_that_lands_on_the_recorder_thread(landing: Any) -> None:
+@pytest.mark.parametrize("mode", ["stream", "flight"])
+def test_the_wrappers_take_up_a_build_that_lands_on_the_recorder_thread(
+        landing: Any, mode: str) -> None:
     sink = MemorySink()
-    rec = recorder(Config(flush_interval=3600), sink).start()
+    rec = recorder(Config(flush_interval=3600, mode=mode), sink).start()
     attach, extract = wrapped(rec)
     assert type(attach) is types.FunctionType and handed_to(attach) is None
     pair(attach, extract)
