@@ -2,6 +2,7 @@
 
     python benchmarks/bench_engine_cost.py                     # 1000 and 200 pairs/s, 12 rounds
     python benchmarks/bench_engine_cost.py --rates 1000 --rounds 20 --variants files
+    python benchmarks/bench_engine_cost.py --rates 1000 --variants "bare again,files"  # + noise
     python benchmarks/bench_engine_cost.py --profile files     # cProfile of the recorder thread
     git archive main | tar -x -C /tmp/base                     # A/B, in the same rounds:
     python benchmarks/bench_engine_cost.py --base /tmp/base    # each traced variant twice
@@ -14,6 +15,9 @@ SGLang's real transport module (``sampling_observer_pp``, loaded without its GPU
 4 tensors):
 
 - ``bare``: the module untraced;
+- ``bare again``: a second untraced process, measured as the others are: its ratio to
+  ``bare`` is this machine's noise on the figure (1.000x on a machine that gives two
+  processes the same speed), the resolution the traced variants' figures have here;
 - ``files``: ``pptrace.instrument()`` writing trace files (the default exporter);
 - ``files+otlp sdk``: files and OTLP over ``http/protobuf`` in the engine's process
   (``PPTRACE_OTLP_SHIP=inline``): SDK spans, the official exporter;
@@ -77,8 +81,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-VARIANTS = ("bare", "files", "files+otlp sdk", "files+otlp json", "files+otlp shipped",
-            "files+otlp shipped protobuf")
+VARIANTS = ("bare", "bare again", "files", "files+otlp sdk", "files+otlp json",
+            "files+otlp shipped", "files+otlp shipped protobuf")
 PROTOCOL = {"files+otlp sdk": "http/protobuf", "files+otlp json": "http/json",
             "files+otlp shipped": "http/json", "files+otlp shipped protobuf": "http/protobuf"}
 INLINE = ("files+otlp sdk", "files+otlp json")  # OTLP posted from the engine's process
@@ -169,7 +173,7 @@ class Worker:
             sys.exit("SGLang's transport module is not installed (pip install --no-deps sglang)")
         self.variant, self.rate, self.trace_dir = variant, rate, trace_dir
         self.state: Any = None
-        if variant != "bare":
+        if not variant.startswith("bare"):
             import pptrace
             from pptrace.activation import startup
 
@@ -472,7 +476,7 @@ def run_rate(rate: float, variants: list[str], args: argparse.Namespace, endpoin
              counts: Any) -> None:
     labels = list(variants)
     if args.base:
-        labels += [f"base: {v}" for v in variants if v != "bare"]
+        labels += [f"base: {v}" for v in variants if not v.startswith("bare")]
     with tempfile.TemporaryDirectory(prefix="pptrace-bench-cost-") as tmp:
         before = list(counts)
         procs = {}

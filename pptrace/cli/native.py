@@ -22,8 +22,10 @@ C++ call. It is optional: without it the wrappers record the same events with Py
 build    compile it for the torch and Python of this environment (a C++ compiler and about
          20 s; nothing is downloaded). pptrace run does this by itself in the background
          when no build exists (--native-build); run it by hand for an engine started some
-         other way. The library goes to $PPTRACE_NATIVE_DIR (default ~/.cache/pptrace/native),
-         in a folder named by the source, torch build, Python and platform it was built for.
+         other way. Traced processes already running take the build up within about a
+         second (their recorder thread looks for it); no restart is needed. The library goes
+         to $PPTRACE_NATIVE_DIR (default ~/.cache/pptrace/native), in a folder named by the
+         source, torch build, Python and platform it was built for.
 status   say where this environment's build is and whether a rank process would use it.
 
 Every process checks the library at load: it must be built for exactly its torch and Python
