@@ -59,9 +59,10 @@ async def _reach(pilot, path: tuple[str, ...]) -> Screen[object]:  # type: ignor
     return pilot.app.screen  # type: ignore[no-any-return]
 
 
-async def _look(pilot, path: tuple[str, ...]) -> Found:  # type: ignore[no-untyped-def]
+async def _look(pilot, path: tuple[str, ...],  # type: ignore[no-untyped-def]
+                screen: Screen[object]) -> Found:
+    """What ``screen`` (reached by ``path``, on top) offers, and what ? and the palette list."""
     app = pilot.app
-    screen = await _reach(pilot, path)
     descriptions = {b.description for b in _keys_of(app, screen) if b.description}
     palette = {c.title for c in app.get_system_commands(screen)}
     await pilot.press("question_mark")
@@ -86,8 +87,7 @@ def _walk(tmp_path: Path, scenario: str) -> dict[str, Found]:
             if name in found:
                 return
             keys = [b for b in _keys_of(app, screen) if b.action not in _NOT_PRESSED]
-        async with viewer(scenario, export_dir=tmp_path).run_test(size=SIZE) as pilot:
-            found[name] = await _look(pilot, path)
+            found[name] = await _look(pilot, path, screen)  # this app ends with help on top
         # One app for as many keys as leave it on this screen with no text box focused
         # (a key that opens a screen, or the search box, starts a fresh one for the next).
         pending = list(keys)
