@@ -1,7 +1,7 @@
 """The optional native metadata reader (``pptrace.record.native``): built for real, read for real.
 
-The reader is compiled once per session (about 20 s) with the machine's C++ compiler against the
-installed torch. Then:
+The reader is compiled (about 20 s) with the machine's C++ compiler against the installed torch,
+into the suite's shared folder, once a machine for each source, torch and Python. Then:
 
 - it reads what the Python reads read, for every dtype torch can make here and for odd shapes,
   strides, views and devices, and it leaves to Python everything it must not read;
@@ -40,11 +40,12 @@ from pptrace.record import native
 from pptrace.record.recorder import Recorder
 from pptrace.record.wrapper import wrap_transport
 from tests.doubles import Observer, Output
+from tests.helpers_core import NATIVE_CACHE
 from tests.helpers_recorder import RANK, MemorySink, check_raw, recorder, wrapped
 
 ROOT = Path(__file__).resolve().parent.parent
 HAS_COMPILER = bool(os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++"))
-pytestmark = [pytest.mark.slow,  # each session compiles the reader (about 15 s)
+pytestmark = [pytest.mark.slow,  # the reader is compiled (about 15 s) once a machine
               pytest.mark.skipif(not HAS_COMPILER, reason="no C++ compiler to build the reader")]
 
 
@@ -55,9 +56,11 @@ def _reset() -> None:
 
 
 @pytest.fixture(scope="session")
-def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A folder holding this session's build of the reader."""
-    folder = tmp_path_factory.mktemp("native")
+def built() -> Iterator[Path]:
+    """The folder holding the suite's build of the reader (``helpers_core.NATIVE_CACHE``),
+    built here if this machine has none for this source, torch and Python yet. A build from
+    nothing, as ``pptrace run`` makes it, is ``tests/test_startup_native_build.py``'s."""
+    folder = Path(NATIVE_CACHE)
     saved = os.environ["PPTRACE_NATIVE_DIR"]
     os.environ["PPTRACE_NATIVE_DIR"] = str(folder)
     try:
