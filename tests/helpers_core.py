@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
 import tempfile
 import types
 from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -31,6 +33,29 @@ from pptrace.record.recorder import Recorder
 # (pptrace.record.native.build_key), so a build here is reused by every test and later session
 # on this machine that needs the same one (about 15 s each), never by another source or torch.
 NATIVE_CACHE = os.path.join(tempfile.gettempdir(), f"pptrace-tests-native-{os.getuid()}")
+
+
+def land_build(content: bytes | None = None) -> Path:
+    """Put the suite's build of the native reader (or ``content``) where this process looks for
+    it (``PPTRACE_NATIVE_DIR``), renamed into place as ``native.build`` writes it: a build that
+    lands while the process runs."""
+    from pptrace.record import native
+
+    path = native.library_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    part = path.with_name(".part")
+    if content is None:
+        shutil.copyfile(Path(NATIVE_CACHE) / path.parent.name / path.name, part)
+    else:
+        part.write_bytes(content)
+    os.replace(part, path)  # whole or not at all
+    return path
+
+
+def handed_to(wrapper: Any) -> Any:
+    """What a Python wrapper hands its calls to (``native_hot``; None: it records them)."""
+    cells = dict(zip(wrapper.__code__.co_freevars, wrapper.__closure__ or (), strict=True))
+    return cells["native_hot"].cell_contents
 
 __all__ = [
     "RANK",

@@ -22,7 +22,6 @@ differential suite against SGLang's real module runs on landed wrappers in
 from __future__ import annotations
 
 import os
-import shutil
 import types
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +30,7 @@ from typing import Any
 import pytest
 import torch
 
+import pptrace.record.engine as engine
 from pptrace.model import raw as R
 from pptrace.model.config import Config
 from pptrace.model.records import PREFIX
@@ -38,7 +38,7 @@ from pptrace.record import native
 from pptrace.record.recorder import Recorder
 from pptrace.record.wrapper import is_wrapped, unwrap, wrap_extract
 from tests.doubles import Observer, Output
-from tests.helpers_core import NATIVE_CACHE
+from tests.helpers_core import NATIVE_CACHE, handed_to, land_build
 from tests.helpers_recorder import MemorySink, recorder, wait_for, wrapped
 
 pytestmark = pytest.mark.slow  # the suite's build of the reader (about 15 s, once a machine)
@@ -62,26 +62,8 @@ def landing(build: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Ite
     """An empty build folder for this process; calling the result puts the build there."""
     monkeypatch.setenv("PPTRACE_NATIVE_DIR", str(tmp_path / "native"))
     native._loaded = None
-
-    def land(content: bytes | None = None) -> Path:
-        path = native.library_path()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        part = path.with_name(".part")
-        if content is None:
-            shutil.copyfile(build, part)
-        else:
-            part.write_bytes(content)
-        os.replace(part, path)  # as native.build writes it: whole or not at all
-        return path
-
-    yield land
+    yield land_build
     native._loaded = None
-
-
-def handed_to(wrapper: Any) -> Any:
-    """What a Python wrapper hands its calls to (None: it records them itself)."""
-    cells = dict(zip(wrapper.__code__.co_freevars, wrapper.__closure__ or (), strict=True))
-    return cells["native_hot"].cell_contents
 
 
 def pair(attach: Any, extract: Any, n: int = 2) -> None:
@@ -108,7 +90,8 @@ def test_the_wrappers_take_up_a_build_that_lands_on_the_recorder_thread(
     # The recorder thread's next upkeep round (about once a second), not this thread.
     assert wait_for(lambda: not rec._upkeep, 10), "the build was not taken up"
     assert native.status().loaded and native.status().reason == "in use"
-    for w, fn in ((attach, engine_attach()), (extract, engine_extract())):
+    for w, fn in ((attach, engine.add_auxiliary_output_to_pp_tensors),
+                  (extract, engine.pop_auxiliary_output_from_pp_tensors)):
         assert type(handed_to(w)).__name__ == "Hot"
         assert is_wrapped(w) and unwrap(w) is fn and is_wrapped(handed_to(w))
     pair(attach, extract)
@@ -118,18 +101,6 @@ def test_the_wrappers_take_up_a_build_that_lands_on_the_recorder_thread(
     before, after = plain(sink.events[:2]), plain(sink.events[2:])
     assert len(after) == 2 and after == before  # the same events, read in C
     assert [e.seq for e in sink.events] == [0, 0, 1, 1]  # one sequence across the hand-over
-
-
-def engine_attach() -> Any:
-    import pptrace.record.engine as engine
-
-    return engine.add_auxiliary_output_to_pp_tensors
-
-
-def engine_extract() -> Any:
-    import pptrace.record.engine as engine
-
-    return engine.pop_auxiliary_output_from_pp_tensors
 
 
 def test_calls_the_c_wrapper_leaves_are_recorded_by_python_after_the_hand_over(
@@ -221,6 +192,6 @@ def test_nothing_waits_where_the_c_wrapper_would_not_be_made(
 
 def test_a_learning_extract_does_not_wait(landing: Any) -> None:
     rec: Recorder = recorder(Config(flush_interval=3600), MemorySink())
-    wrap_extract(engine_extract(), rec, prefix=None)
+    wrap_extract(engine.pop_auxiliary_output_from_pp_tensors, rec, prefix=None)
     assert rec._upkeep == []
     rec.shutdown(5.0)

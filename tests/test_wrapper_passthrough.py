@@ -15,7 +15,6 @@ Both wrappers are tried: the Python one and, where the native reader is built, i
 from __future__ import annotations
 
 import os
-import shutil
 import types
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -31,7 +30,14 @@ from pptrace.record.binding import bind
 from pptrace.record.recorder import Recorder
 from pptrace.record.wrapper import unwrap, wrap_attach, wrap_extract
 from tests.doubles import Observer, Output
-from tests.helpers_core import NATIVE_CACHE, ListSink, make_recorder, real_module
+from tests.helpers_core import (
+    NATIVE_CACHE,
+    ListSink,
+    handed_to,
+    land_build,
+    make_recorder,
+    real_module,
+)
 
 REAL = real_module()
 NAMED = {"a": torch.zeros(2, 3), "b": torch.ones(4)}
@@ -187,23 +193,13 @@ def reader(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch,
 
 
 def land(rec: Recorder) -> bool:
-    """The suite's build put where this process looks, as a background build's rename does,
-    then the recorder thread's next upkeep round (run here, not waited for). Whether the
-    wrappers waited for it."""
-    path = native.library_path()
-    path.parent.mkdir(parents=True)
-    shutil.copyfile(Path(NATIVE_CACHE) / path.parent.name / path.name, path.with_suffix(".tmp"))
-    os.replace(path.with_suffix(".tmp"), path)
+    """The suite's build put where this process looks, then the recorder thread's next upkeep
+    round (run here, not waited for). Whether the wrappers waited for it."""
+    land_build()
     waited = bool(rec._upkeep)
     rec._run_upkeep()
     assert not rec._upkeep and rec.internal_errors == 0
     return waited
-
-
-def handed_over(wrapper: Any) -> Any:
-    """What a Python wrapper hands its calls to (None: it records them itself)."""
-    cells = dict(zip(wrapper.__code__.co_freevars, wrapper.__closure__ or (), strict=True))
-    return cells["native_hot"].cell_contents
 
 
 def wrap(fn: Callable[..., Any], direction: str, rec: Any) -> Any:
@@ -225,11 +221,11 @@ def test_bare_and_wrapped_calls_agree(reader: str, name: str, args: tuple[Any, .
     if reader == "native" and name.startswith(("sglang", "attach_named")):
         assert type(wrapped).__name__ == "Hot"  # the C wrapper is the one under test
     if reader == "landed":
-        assert type(wrapped) is types.FunctionType and handed_over(wrapped) is None
+        assert type(wrapped) is types.FunctionType and handed_to(wrapped) is None
         # Those the C wrapper can take (two positional parameters first) wait for the build.
         assert land(rec) is bind(user_fn).standard
         assert unwrap(wrapped) is user_fn
-        hot = handed_over(wrapped)
+        hot = handed_to(wrapped)
         assert (type(hot).__name__ == "Hot") is bind(user_fn).standard
         if name.startswith(("sglang", "attach_named")):
             assert hot is not None

@@ -2,7 +2,7 @@
 later, when a build lands while the process runs.
 
 Where ``pptrace native build`` (or ``pptrace run``'s background build) has built the native
-reader (``pptrace.record.native``), a wrapper is its C wrapper (``make``): it records the
+reader (``pptrace.record.native``), a wrapper is its C wrapper (``wrapper``): it records the
 common case itself (the same raw tuple, the tensors' metadata packed in one call) and hands
 every other call to the Python wrapper before the engine's function runs, and the engine's
 exceptions to the same ``failed`` recorders.
@@ -10,7 +10,7 @@ exceptions to the same ``failed`` recorders.
 A process that found no build when it wrapped (the first start of ``pptrace run`` in a new
 environment builds in the background, about 20 s) gets the Python wrapper, and keeps it
 wherever the engine holds it (module globals, a consumer's ``from ... import``, a bound
-reference). ``later`` has the recorder thread look for the build once a second
+reference). ``wrapper`` has the recorder thread look for the build once a second
 (``Recorder.upkeep``: one ``stat``, off the engine's thread); once it is there and passes its
 self-test, the C wrapper is made as it would have been, and set in the Python wrapper's
 ``native_hot`` cell: from the next call on, the Python wrapper's first bytecodes hand the call
@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import threading
 import types
+from collections.abc import Callable
 from typing import Any
 
 from pptrace.model.records import Direction
@@ -30,7 +31,7 @@ from pptrace.record import native
 from pptrace.record.binding import Slots
 from pptrace.record.recorder import HOT_READS, Recorder
 
-__all__ = ["OWN_TYPES", "later", "make", "reader"]
+__all__ = ["OWN_TYPES", "reader", "wrapper"]
 
 #: The C wrapper's type, by id (``wrapper.is_wrapped`` reads it), each kept alive here.
 OWN_TYPES: dict[int, type] = {}
@@ -49,13 +50,32 @@ def reader(rec: Recorder) -> Any:
         return None
 
 
-def make(rec: Recorder, loaded: Any, slow: Any, fn: Any, direction: Direction,
-         seq: Any, prefix: str | None, on_error: Any, on_items: Any, slots: Slots) -> Any:
-    """The ``loaded`` reader's C wrapper around ``fn`` when it can take the common case, else
-    the Python wrapper ``slow`` (which the C one hands every other case to: extra or keyword
-    arguments). A transport whose first two parameters are not (tensors, subject) by position
-    gets the Python wrapper alone: the C one reads its two positional arguments as those."""
-    if loaded is None or rec.fingerprint or not slots.standard:
+def wrapper(rec: Recorder, loaded: Any, entry: types.FunctionType, fn: Any,
+            direction: Direction, seq: Any, prefix: str | None, on_error: Any, on_items: Any,
+            slots: Slots, *, native_ok: bool = True) -> Any:
+    """What wrapping ``fn`` returns: with the ``loaded`` reader, its C wrapper in front of the
+    Python wrapper ``entry`` (``_make``); without one, ``entry``, handed to the C wrapper by the
+    recorder thread once a build lands (``_later``). ``native_ok``: False where the C wrapper is
+    never made for this wrapper (an extract that learns its prefix, or another prefix)."""
+    if loaded is not None:
+        return _make(rec, loaded, entry, fn, direction, seq, prefix, on_error, on_items, slots)
+    if native_ok and rec.config.native and _fits(rec, slots) and native.waiting():
+        rec.upkeep(_later(rec, entry, fn, direction, seq, prefix, on_error, on_items, slots))
+    return entry
+
+
+def _fits(rec: Recorder, slots: Slots) -> bool:
+    """Whether the C wrapper can take this transport's common case: no fingerprints (read by
+    Python), and (tensors, subject) as its first two positional parameters (what it reads)."""
+    return not rec.fingerprint and slots.standard
+
+
+def _make(rec: Recorder, loaded: Any, slow: Any, fn: Any, direction: Direction,
+          seq: Any, prefix: str | None, on_error: Any, on_items: Any, slots: Slots) -> Any:
+    """The ``loaded`` reader's C wrapper around ``fn`` when it ``_fits``, else the Python
+    wrapper ``slow`` (which the C one hands every other case to: extra or keyword
+    arguments)."""
+    if not _fits(rec, slots):
         return slow
     try:
         hot = loaded.hot(fn=fn, slow=slow, rec=rec, reads=HOT_READS, direction=direction,
@@ -75,14 +95,12 @@ def make(rec: Recorder, loaded: Any, slow: Any, fn: Any, direction: Direction,
     return hot
 
 
-def later(rec: Recorder, entry: types.FunctionType, fn: Any, direction: Direction, seq: Any,
-          prefix: str | None, on_error: Any, on_items: Any, slots: Slots) -> None:
-    """Have the recorder thread hand ``entry`` (a Python wrapper made without a reader) to the
-    C wrapper once a build lands, if ``make`` would make one for it then."""
-    if not rec.config.native or rec.fingerprint or not slots.standard:
-        return
-    if not native.waiting():  # a build that failed to load or its self-test: never used
-        return
+def _later(rec: Recorder, entry: types.FunctionType, fn: Any, direction: Direction, seq: Any,
+           prefix: str | None, on_error: Any, on_items: Any, slots: Slots
+           ) -> Callable[[], bool]:
+    """The recorder thread's task: once a build lands (and loads), make the C wrapper and set
+    it in ``entry``'s cell, its fallback a copy of ``entry`` whose cell stays empty; done then,
+    or once no build can come any more (a library that failed to load or its self-test)."""
 
     def take() -> bool:
         loaded = native.arrived()
@@ -94,9 +112,9 @@ def later(rec: Recorder, entry: types.FunctionType, fn: Any, direction: Directio
         slow = types.FunctionType(entry.__code__, entry.__globals__, entry.__name__,
                                   entry.__defaults__, empty)
         functools.update_wrapper(slow, fn)
-        hot = make(rec, loaded, slow, fn, direction, seq, prefix, on_error, on_items, slots)
+        hot = _make(rec, loaded, slow, fn, direction, seq, prefix, on_error, on_items, slots)
         if hot is not slow:
             cells[at].cell_contents = hot
         return True
 
-    rec.upkeep(take)
+    return take

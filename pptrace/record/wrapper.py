@@ -152,7 +152,7 @@ def _entry(fn: Any, slots: Slots, exact: tuple[str, str] | None, body: Any,
     if exact is not None:
         return functools.update_wrapper(_renamed(body, exact), fn)
     standard = slots.standard
-    native_hot: Any = None  # set by hot.later: the C wrapper, which takes it all
+    native_hot: Any = None  # set by hot.wrapper: the C wrapper, which takes it all
 
     @functools.wraps(fn)
     def pptrace_call(*args: Any, **kwargs: Any) -> Any:
@@ -211,7 +211,7 @@ def wrap_attach(fn: F, recorder: Recorder) -> F:
     exact = _exact_names(fn)
     call = fn if exact else _through  # the general entry hands its call over in _pending
 
-    native_hot: Any = None  # set by hot.later (the exact entry is this body)
+    native_hot: Any = None  # set by hot.wrapper (the exact entry is this body)
 
     def pptrace_attach(tensors: Any, output: Any) -> Any:
         if native_hot is not None:
@@ -293,10 +293,8 @@ def wrap_attach(fn: F, recorder: Recorder) -> F:
             rec.internal_error("attach record", inner)
 
     slow = _entry(fn, slots, exact, pptrace_attach, rec)
-    args = (fn, attach, seq, None, failed, inserted_items, slots)
-    if reader is None:
-        hot.later(rec, slow, *args)
-    return hot.make(rec, reader, slow, *args)  # type: ignore[no-any-return]
+    return hot.wrapper(rec, reader, slow, fn, attach, seq,  # type: ignore[no-any-return]
+                       None, failed, inserted_items, slots)
 
 
 def wrap_extract(fn: F, recorder: Recorder, prefix: str | None = PREFIX) -> F:
@@ -314,14 +312,15 @@ def wrap_extract(fn: F, recorder: Recorder, prefix: str | None = PREFIX) -> F:
     want = "" if prefix is None else prefix  # the keys picked (a learning extract picks none)
     # The recorder thread finds the packed tensors' keys with its own prefix: only that one here
     # (the C wrapper picks keys by a prefix, so a learning extract is Python's alone).
-    reader = hot.reader(rec) if not learning and prefix == rec.prefix else None
+    native_ok = not learning and prefix == rec.prefix
+    reader = hot.reader(rec) if native_ok else None
     prefixed = reader.prefixed if reader is not None else None
 
     slots = bind(fn)
     exact = _exact_names(fn)
     call = fn if exact else _through
 
-    native_hot: Any = None  # set by hot.later (the exact entry is this body)
+    native_hot: Any = None  # set by hot.wrapper (the exact entry is this body)
 
     def pptrace_extract(tensors: Any, observer: Any) -> Any:
         if native_hot is not None:
@@ -413,10 +412,8 @@ def wrap_extract(fn: F, recorder: Recorder, prefix: str | None = PREFIX) -> F:
             rec.internal_error("extract record", inner)
 
     slow = _entry(fn, slots, exact, pptrace_extract, rec)
-    args = (fn, extract, seq, prefix, failed, None, slots)
-    if reader is None and not learning and prefix == rec.prefix:
-        hot.later(rec, slow, *args)
-    return hot.make(rec, reader, slow, *args)  # type: ignore[no-any-return]
+    return hot.wrapper(rec, reader, slow, fn, extract, seq,  # type: ignore[no-any-return]
+                       prefix, failed, None, slots, native_ok=native_ok)
 
 
 def wrap_transport(attach: F, extract: Callable[..., Any], recorder: Recorder,
