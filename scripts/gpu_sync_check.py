@@ -105,16 +105,22 @@ def check(mode: str, mod: Any, use_native: bool) -> str | None:
 
 def check_messages() -> str | None:
     """A send and a receive of CUDA tensor dicts through the message wrappers, written to a
-    trace file while the check is on; return what synchronised, or None."""
-    import os
+    trace file while the check is on (in a temporary folder, removed after); return what
+    synchronised, or None."""
     import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="pptrace-gpu-") as folder:
+        return _messages_in(folder)
+
+
+def _messages_in(folder: str) -> str | None:
+    import os
 
     from pptrace.export.sinks import build_sink
     from pptrace.load.loader import load_paths
     from pptrace.model.records import RankInfo
     from pptrace.record.messages import MessageLog, wrap_recv, wrap_send
 
-    folder = tempfile.mkdtemp(prefix="pptrace-gpu-")
     cfg = Config(trace_dir=folder, run_id="gpu", flush_interval=0.05, fingerprint=False)
     rank = RankInfo(rank=1, world_size=2, pp_rank=1, pp_size=2, tp_rank=0, tp_size=1)
     rec = Recorder(cfg, sink_factory=lambda r: build_sink(cfg, r),

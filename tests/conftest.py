@@ -19,7 +19,9 @@ the type checker), which the README's test command and CI run. ``-m`` still sele
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,8 +32,12 @@ for _name in [n for n in os.environ if n.startswith(("PPTRACE_", "OTEL_"))]:
     if not _name.startswith("PPTRACE_TEST_"):  # the suite's own knobs stay
         del os.environ[_name]
 
-os.environ["PPTRACE_NATIVE_DIR"] = os.environ.get("PPTRACE_TEST_NATIVE_DIR") or os.path.join(
-    tempfile.gettempdir(), f"pptrace-tests-no-native-{os.getpid()}")
+if os.environ.get("PPTRACE_TEST_NATIVE_DIR"):
+    os.environ["PPTRACE_NATIVE_DIR"] = os.environ["PPTRACE_TEST_NATIVE_DIR"]
+else:  # a folder of this session's own, with no build in it: removed when the session ends
+    os.environ["PPTRACE_NATIVE_DIR"] = _NO_NATIVE = os.path.join(
+        tempfile.gettempdir(), f"pptrace-tests-no-native-{os.getpid()}")
+    atexit.register(shutil.rmtree, _NO_NATIVE, ignore_errors=True)
 
 
 def pytest_sessionstart(session: object) -> None:

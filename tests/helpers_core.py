@@ -12,6 +12,7 @@ with the same arguments produce equal logs.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import os
 import shutil
@@ -33,6 +34,14 @@ from pptrace.record.recorder import Recorder
 # (pptrace.record.native.build_key), so a build here is reused by every test and later session
 # on this machine that needs the same one (about 15 s each), never by another source or torch.
 NATIVE_CACHE = os.path.join(tempfile.gettempdir(), f"pptrace-tests-native-{os.getuid()}")
+
+
+def scratch(prefix: str) -> str:
+    """A new folder under the temporary directory, removed when this process exits: for the
+    traces a cached helper makes once a session (pytest's ``tmp_path`` is a test's own)."""
+    folder = tempfile.mkdtemp(prefix=prefix)
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
 
 
 def land_build(content: bytes | None = None) -> Path:
@@ -68,6 +77,7 @@ __all__ = [
     "make_recorder",
     "real_module",
     "render_key",
+    "scratch",
     "value_pool",
 ]
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import random
-import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -26,9 +25,10 @@ __all__ = ["healthy_trace_dir", "punch"]
 @functools.cache
 def healthy_trace_dir() -> Path:
     """A healthy 3-rank run of the sample pipeline (real gloo processes), once a session."""
+    from tests.helpers_core import scratch
     from tests.helpers_samples import run_sample
 
-    out = Path(tempfile.mkdtemp(prefix="pptrace-partial-"))
+    out = Path(scratch("pptrace-partial-"))
     result, _ = run_sample(str(out), ranks=3, steps=12)
     assert result.ok, result
     return out

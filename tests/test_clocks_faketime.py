@@ -18,7 +18,6 @@ import os
 import shutil
 import statistics
 import subprocess
-import tempfile
 import time
 from typing import Any
 
@@ -30,6 +29,7 @@ from pptrace.load.loader import load_paths
 from pptrace.model.findings import Category
 from pptrace.model.trace import Trace
 from tests.helpers_clocks import MS, backwards, first, near_firsts, on_hosts, said, skewed
+from tests.helpers_core import scratch
 from tests.helpers_startup import PYTHON, child_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -89,7 +89,7 @@ def faketime() -> None:
 def _run(fault: str | None, spec: str | None) -> tuple[Trace, tuple[int, ...], str]:
     """One real run, the last stage's rank under ``faketime -f spec`` (None: no faketime);
     its trace, its ranks' exit codes and their output."""
-    out, store = tempfile.mkdtemp(prefix="pptrace-faketime-"), tempfile.mkdtemp()
+    out, store = scratch("pptrace-faketime-"), scratch("pptrace-faketime-store-")
     opts = PipelineOptions(ranks=2, steps=6, comm_timeout=4.0, fault=fault, out_dir=out,
                            run_id=f"faketime-{fault}-{spec}", env=_WHOLE, flush_interval=60,
                            store_path=os.path.join(store, "store")).resolved()

@@ -11,7 +11,6 @@ messages and stats moves, the monotonic clock does not (``tests/helpers_clocks.p
 from __future__ import annotations
 
 import functools
-import tempfile
 from typing import Any
 
 import pytest
@@ -23,6 +22,7 @@ from pptrace.model.findings import Severity
 from pptrace.model.trace import Trace
 from pptrace.report.perfetto import MESSAGE_FLOW, to_chrome_trace
 from tests.helpers_clocks import MS, arrows_back, backwards, first, on_hosts, said, skewed
+from tests.helpers_core import scratch
 from tests.helpers_samples import run_sample
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -45,7 +45,7 @@ def _trace(fault: str | None) -> Trace:
         tp = ALL_FAULTS[fault].needs_tp
         options.update(ranks=2 * tp, tp=tp, fault=fault)
         options.update(_OPTIONS.get(fault, {}))
-    out = tempfile.mkdtemp(prefix=f"pptrace-clocks-{fault or 'healthy'}-")
+    out = scratch(f"pptrace-clocks-{fault or 'healthy'}-")
     run_sample(out, **options)
     trace = load_paths([out])
     assert not trace.problems, trace.problems

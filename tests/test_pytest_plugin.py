@@ -193,6 +193,11 @@ def inner(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.
     for name in list(os.environ):
         if name.startswith(("PPTRACE_", "OTEL_")) and name != "PPTRACE_NATIVE_DIR":
             monkeypatch.delenv(name)
+    # Its own temporary directory: the plugin keeps a failing test's traces in a folder made
+    # there (the inner runs' failing tests are on purpose), removed with pytester's.
+    tmp = pytester.path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))
     return pytester
 
 
