@@ -3,6 +3,7 @@
     python benchmarks/bench_engine_cost.py                     # 1000 and 200 pairs/s, 12 rounds
     python benchmarks/bench_engine_cost.py --rates 1000 --rounds 20 --variants files
     python benchmarks/bench_engine_cost.py --rates 1000 --variants "bare again,files"  # + noise
+    python benchmarks/bench_engine_cost.py --rates 1000 --within --variants files  # + its own bare
     python benchmarks/bench_engine_cost.py --profile files     # cProfile of the recorder thread
     git archive main | tar -x -C /tmp/base                     # A/B, in the same rounds:
     python benchmarks/bench_engine_cost.py --base /tmp/base    # each traced variant twice
@@ -31,11 +32,14 @@ SGLang's real transport module (``sampling_observer_pp``, loaded without its GPU
 The variants take turns in short slices (``--warm`` seconds of the loop, then ``--seconds``
 measured), a round being one slice of each in a rotated order, so that a change in the machine's
 load hits them alike; between its slices a variant's process waits (its recorder and shipper
-finish what its last slice left them). The warm part of a slice covers a flush period (half
-``PPTRACE_FLUSH_INTERVAL``), so that the measured part holds the steady state: the flushes of
-events recorded before it, as many as it leaves to the next. Each figure is the median of the
-per-round ratios to the bare slice of the same round, with a 95% bootstrap interval over the
-rounds and the min-max:
+finish what its last slice left them). Each variant runs as ``--procs`` processes (default 3),
+round r measuring the r % procs-th of each: two processes of the same code differ in speed by
+a few percent here (``bare again`` measured 0.964x and 0.994x in two single-process runs), and
+with one process a variant every round would compare the same pair. The warm part of a slice
+covers a flush period (half ``PPTRACE_FLUSH_INTERVAL``), so that the measured part holds the
+steady state: the flushes of events recorded before it, as many as it leaves to the next.
+Each figure is the median of the per-round ratios to the bare slice of the same round, with a
+95% bootstrap interval over the rounds and the min-max:
 
 - ``wall``: work units done in the measured seconds (what the issue's targets speak of; other
   processes' load moves it);
@@ -56,6 +60,12 @@ rounds and the min-max:
 - ``pptrace ms/s``: CPU a second of the process's other threads (the recorder, an exporter);
   ``shipper ms/s``: CPU a second of the shipper process (its threads together), during the
   measured seconds; ``runq ms/s``: the loop thread's wait for a CPU (the machine's load).
+
+``--within`` adds a second table that no process's luck enters: each traced process also runs
+a bare slice of its own just before each traced one, calling the engine's functions under
+pptrace's wrappers (``unwrap``) with pptrace's threads left running, idle (its recorder wakes
+every 50 ms; its shipper has shipped the last traced slice while the other variants ran), and
+each traced slice is compared with that one.
 
 The collector is a local HTTP server in its own process that counts the spans it receives (no
 parsing beyond that); the delivery lines compare them with the events the run recorded and the
@@ -196,14 +206,22 @@ class Worker:
 
         self.attach = module.add_auxiliary_output_to_pp_tensors
         self.extract = module.pop_auxiliary_output_from_pp_tensors
+        # The engine's own functions under pptrace's wrappers: a slice of this process that
+        # calls these instead is its bare reference (pptrace's threads left idle).
+        self.functions = {False: (self.attach, self.extract), True: (self.attach, self.extract)}
+        if self.state is not None:
+            from pptrace.record.wrapper import unwrap
+
+            self.functions[True] = (unwrap(self.attach), unwrap(self.extract))
         self.output, self.observer = Output(), Observer()
         self.token = torch.zeros(4, dtype=torch.long)
         self.tid = threading.get_native_id()
 
-    def loop(self, duration: float) -> tuple[int, int, float]:
+    def loop(self, duration: float, bare: bool = False) -> tuple[int, int, float]:
         """Work units and pairs done in ``duration`` seconds, and the loop thread's CPU seconds
-        inside the pairs' calls (the wrappers' hot path, when traced)."""
-        attach, extract, output, observer = self.attach, self.extract, self.output, self.observer
+        inside the pairs' calls (the wrappers' hot path, when traced; ``bare``: the engine's
+        functions under them)."""
+        (attach, extract), output, observer = self.functions[bare], self.output, self.observer
         token, units, pairs, in_calls = self.token, 0, 0, 0
         cpu = time.thread_time_ns
         start = time.perf_counter()
@@ -228,9 +246,10 @@ class Worker:
 
         return list(ship_launch._started)
 
-    def slice(self, warm: float, seconds: float) -> dict[str, Any]:
-        """One slice: ``warm`` seconds of the loop, then ``seconds`` measured."""
-        self.loop(warm)
+    def slice(self, warm: float, seconds: float, bare: bool = False) -> dict[str, Any]:
+        """One slice: ``warm`` seconds of the loop, then ``seconds`` measured (``bare``: calling
+        the engine's functions under pptrace's wrappers)."""
+        self.loop(warm, bare)
         me = f"/proc/self/task/{self.tid}"
         shippers = self.shippers()
         _, wait0, vol0 = _sched(me)
@@ -238,7 +257,7 @@ class Worker:
         others0 = _cpu_ns("self", skip=self.tid)
         ship0 = sum(_cpu_ns(pid) for pid in shippers)
         began = time.perf_counter()
-        units, pairs, in_calls = self.loop(seconds)
+        units, pairs, in_calls = self.loop(seconds, bare)
         wall = time.perf_counter() - began
         run = time.thread_time() - run0
         _, wait1, vol1 = _sched(me)
@@ -289,7 +308,8 @@ def child(variant: str, rate: float, trace_dir: str) -> None:
     for line in sys.stdin:
         cmd = line.split()
         if cmd[0] == "slice":
-            print(json.dumps(worker.slice(float(cmd[1]), float(cmd[2]))), flush=True)
+            print(json.dumps(worker.slice(float(cmd[1]), float(cmd[2]), cmd[3:] == ["bare"])),
+                  flush=True)
         elif cmd[0] == "end":
             print(json.dumps(worker.end()), flush=True)
             return
@@ -365,6 +385,13 @@ def _ratios(mine: list[dict[str, Any]], bare: list[dict[str, Any]],
     return [figure(m) / figure(b) for m, b in zip(mine, bare, strict=True)]
 
 
+def _kept(mine: list[dict[str, Any]], bare: list[dict[str, Any]]) -> list[float]:
+    """Each round's work kept once the loop thread's loss to pptrace alone is taken out: its
+    GIL waits, and its CPU in the calls beyond the bare calls' (for as many pairs)."""
+    return [1 - (m["blocked"] + m["in_calls"] - b["in_calls"] / b["pairs"] * m["pairs"])
+            / m["wall"] for m, b in zip(mine, bare, strict=True)]
+
+
 def _per_second(slices: list[dict[str, Any]], key: str) -> float:
     return statistics.median(s[key] / s["wall"] for s in slices) * 1e3
 
@@ -380,10 +407,7 @@ def report(rate: float, variants: list[str], slices: dict[str, list[dict[str, An
         mine = slices[variant]
         wall = _ratios(mine, bare, lambda s: s["units"] / s["wall"])
         free = _ratios(mine, bare, lambda s: s["units"] / (s["run"] + s["blocked"]))
-        # The loop thread's loss to pptrace alone: its GIL waits, and its CPU in the calls
-        # beyond the bare calls' for as many pairs.
-        kept = [1 - (m["blocked"] + m["in_calls"] - b["in_calls"] / b["pairs"] * m["pairs"])
-                / m["wall"] for m, b in zip(mine, bare, strict=True)]
+        kept = _kept(mine, bare)
         print(f"  {variant:<34} {_ratio_cell(wall):<30} {_ratio_cell(free):<30} "
               f"{_ratio_cell(kept):<30}")
     print(f"\n  {'variant':<34} {'calls µs/pair':>13} {'GIL ms/s':>8} {'waits/s':>7} "
@@ -397,6 +421,21 @@ def report(rate: float, variants: list[str], slices: dict[str, list[dict[str, An
               f"{statistics.median(m['waits'] / m['wall'] for m in mine):>7.0f} "
               f"{_per_second(mine, 'others'):>12.1f} {_per_second(mine, 'shipper'):>12.1f} "
               f"{_per_second(mine, 'runq'):>9.1f} {statistics.median(loop):>11.3f}x")
+
+
+def report_within(own: dict[str, list[dict[str, Any]]],
+                  slices: dict[str, list[dict[str, Any]]]) -> None:
+    """Each traced slice against the bare slice its own process ran just before it."""
+    print("\n  within one process (--within): each traced slice to the bare slice the same "
+          "process ran just before it, calling the engine's functions under the wrappers")
+    print(f"  {'variant':<34} {'wall':<30} {'GIL + calls':<30} {'loop µs/unit':>12}")
+    for label, bare in own.items():
+        mine = slices[label]
+        wall = _ratios(mine, bare, lambda s: s["units"] / s["wall"])
+        kept = _kept(mine, bare)
+        loop = _ratios(mine, bare, lambda s: s["run"] / s["units"])
+        print(f"  {label:<34} {_ratio_cell(wall):<30} {_ratio_cell(kept):<30} "
+              f"{statistics.median(loop):>11.3f}x")
 
 
 def _load() -> str:
@@ -441,6 +480,14 @@ def main() -> None:
                         help="seconds of the loop before each measured part (default 0.6)")
     parser.add_argument("--variants", default=",".join(VARIANTS),
                         help=f"comma-separated, of {', '.join(VARIANTS)} (default all)")
+    parser.add_argument("--procs", type=int, default=3,
+                        help="processes of each variant, taking turns round by round (default 3):"
+                        " two processes of the same code differ in speed by a few percent here, "
+                        "so one process a variant would measure its luck as much as pptrace")
+    parser.add_argument("--within", action="store_true",
+                        help="also give each traced process a bare slice of its own before each "
+                        "traced one (the engine's functions under the wrappers, pptrace's threads "
+                        "idle), and the ratios within each process: no luck of the process in them")
     parser.add_argument("--base", metavar="DIR",
                         help="also run each traced variant with the pptrace of DIR (a `git "
                         "archive` of another commit), as 'base: VARIANT', in the same rounds")
@@ -459,7 +506,7 @@ def main() -> None:
     rates = [float(r) for r in args.rates.split(",")]
     ctx = multiprocessing.get_context("spawn")
     port_q: Any = ctx.Queue()
-    counts: Any = ctx.Array("q", 2 * len(VARIANTS))
+    counts: Any = ctx.Array("q", 2 * len(VARIANTS) * max(1, args.procs))
     server = ctx.Process(target=_serve, args=(port_q, counts), daemon=True)
     server.start()
     endpoint = f"http://127.0.0.1:{port_q.get(timeout=30)}"
@@ -480,36 +527,58 @@ def run_rate(rate: float, variants: list[str], args: argparse.Namespace, endpoin
     labels = list(variants)
     if args.base:
         labels += [f"base: {v}" for v in variants if not v.startswith("bare")]
+    n = max(1, args.procs)
     with tempfile.TemporaryDirectory(prefix="pptrace-bench-cost-") as tmp:
         before = list(counts)
-        procs = {}
-        for slot, label in enumerate(labels):  # the collector counts each slot's spans apart
-            variant = label.removeprefix("base: ")
-            procs[label] = Proc(variant, rate, f"{endpoint}/{slot}", os.path.join(tmp, str(slot)),
-                                args.base if label.startswith("base: ") else None)
+        # Each label's processes, each with a slot of its own: the collector counts each slot's
+        # spans apart. Round r measures every label's process r % n, so that the per-round
+        # ratios compare a different pair of processes from one round to the next.
+        procs: dict[str, list[Proc]] = {label: [] for label in labels}
+        slots: dict[str, list[int]] = {label: [] for label in labels}
+        for i in range(n):
+            for label in labels:
+                slot = len(labels) * i + labels.index(label)
+                variant = label.removeprefix("base: ")
+                procs[label].append(Proc(variant, rate, f"{endpoint}/{slot}",
+                                         os.path.join(tmp, str(slot)),
+                                         args.base if label.startswith("base: ") else None))
+                slots[label].append(slot)
         try:
-            for p in procs.values():
-                p.ask(None)  # ready
+            for group in procs.values():
+                for p in group:
+                    p.ask(None)  # ready
             slices: dict[str, list[dict[str, Any]]] = {v: [] for v in labels}
+            # --within: each traced process's own bare slice, just before its traced one (after
+            # the other variants' slices: its recorder and shipper are done with its last one).
+            own: dict[str, list[dict[str, Any]]] = {
+                v: [] for v in labels if args.within and not v.startswith("bare")}
             for rnd in range(args.rounds):
                 order = labels[rnd % len(labels):] + labels[:rnd % len(labels)]
                 for label in order:
-                    slices[label].append(procs[label].ask(f"slice {args.warm} {args.seconds}"))
+                    proc = procs[label][rnd % n]
+                    if label in own:
+                        own[label].append(proc.ask(f"slice {args.warm} {args.seconds} bare"))
+                    slices[label].append(proc.ask(f"slice {args.warm} {args.seconds}"))
             report(rate, labels, slices, args)
-            for slot, label in enumerate(labels):
-                got = procs[label].ask("end")
+            if own:
+                report_within(own, slices)
+            for label in labels:
+                ends = [p.ask("end") for p in procs[label]]
                 if label.removeprefix("base: ") not in PROTOCOL:
                     continue
-                received = counts[slot] - before[slot]  # counted before the post was answered
-                print(f"  {label}: recorded {got['recorded']}, dropped {got['dropped']}, "
-                      f"otlp lost {got['otlp_lost']}, confirmed {got['otlp_confirmed']}, "
-                      f"collector got {received} spans" + (
+                got = {k: sum(e[k] for e in ends) for k in ends[0]}
+                # counted before each post was answered
+                received = sum(counts[slot] - before[slot] for slot in slots[label])
+                print(f"  {label} ({n} processes): recorded {got['recorded']}, dropped "
+                      f"{got['dropped']}, otlp lost {got['otlp_lost']}, confirmed "
+                      f"{got['otlp_confirmed']}, collector got {received} spans" + (
                           f"; the shipper's CPU, start-up included: {got['shipper_cpu']:.2f} s, "
                           f"{got['shipper_cpu'] / max(1, got['otlp_confirmed']) * 1e6:.0f} µs "
                           "an event" if "shipper_cpu" in got else ""))
         finally:
-            for p in procs.values():
-                p.close()
+            for group in procs.values():
+                for p in group:
+                    p.close()
 
 if __name__ == "__main__":
     main()
