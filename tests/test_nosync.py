@@ -8,6 +8,7 @@ On a GPU, ``scripts/gpu_sync_check.py`` runs the same calls under
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -108,18 +109,22 @@ def test_recording_calls_no_syncing_method(mode: str, monkeypatch: pytest.Monkey
     assert len(sink.events) == 2
 
 
-@pytest.mark.slow  # a subprocess that may build the native reader (about 20 s)
+@pytest.mark.slow  # a subprocess that builds the native reader if the suite has not (20 s)
 def test_the_gpu_check_runs_its_own_code_on_the_cpu() -> None:
     """``scripts/gpu_sync_check.py`` runs only where a GPU is lent: ``--cpu`` runs its checks'
     code here, so that a moved import or a changed record breaks a test, not the next GPU run
-    (it once imported a module that had moved)."""
+    (it once imported a module that had moved). Its build of the native reader is the suite's
+    one (``helpers_core.NATIVE_CACHE``, keyed by what the binary depends on)."""
     import subprocess
     import sys
     from pathlib import Path
 
+    from tests.helpers_core import NATIVE_CACHE
+
     script = Path(__file__).resolve().parent.parent / "scripts" / "gpu_sync_check.py"
     done = subprocess.run([sys.executable, str(script), "--cpu"], capture_output=True,
-                          text=True, timeout=300)
+                          text=True, timeout=300,
+                          env={**os.environ, "PPTRACE_NATIVE_DIR": NATIVE_CACHE})
     assert done.returncode == 0, done.stdout + done.stderr
     verdicts = [line for line in done.stdout.splitlines() if line.startswith("  ")]
     assert any(line.split()[:2] == ["python", "stream"] for line in verdicts), done.stdout
