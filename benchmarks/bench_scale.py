@@ -71,52 +71,68 @@ def _tensors(kind: str, batch: int) -> tuple[tuple[str, ...], tuple[Any, ...]]:
     return tuple(t.key for t in ts) + ("__msg_type__",), ts
 
 
+#: The pipeline's clock: step ``s`` begins at ``_BEGIN + s * _period(last)`` on every rank (one
+#: host, one clock), and stage ``p``'s part of it at ``p * HOP`` into the step.
+_BEGIN, HOP = 1_000_000, 100_000
+
+
+def _period(last: int) -> int:
+    """A step's length: the proxies down the stages, the output back, and room to spare."""
+    return max(1_000_000, (last + 2) * HOP)
+
+
 def _messages(index: int, procs: int, count: int, fingerprints: bool = False) -> list[Any]:
-    """About ``count`` message records of rank ``index``: sends and two-record receives."""
+    """About ``count`` message records of rank ``index``: sends and two-record receives, one
+    microbatch a step, timed as a real pipeline's are (a send begins before its receive ends:
+    the clocks' pass finds them consistent, as on one host it must)."""
     from pptrace.model.messages import MessageEvent, MessageOp
 
     r = _rank(index, procs)
     tp, last = r.tp_size or 1, (r.pp_size or 1) - 1
     pp = r.pp_rank or 0
     out: list[Any] = []
+    if last == 0:  # one stage: no message layer
+        return out
     seq = {MessageOp.SEND: 0, MessageOp.RECV: 0}
-    step, mono = 0, 1_000_000
+    me = r.tp_rank or 0
+    step = 0
     while len(out) < count:
         batch = BATCH[step % len(BATCH)]
-        calls = []
-        if pp > 0:
-            calls.append((MessageOp.RECV, (pp - 1) * tp + (r.tp_rank or 0), "proxy"))
-        elif last > 0:
-            calls.append((MessageOp.RECV, last * tp + (r.tp_rank or 0), "output"))
-        if pp < last:
-            calls.append((MessageOp.SEND, (pp + 1) * tp + (r.tp_rank or 0), "proxy"))
-        elif last > 0:
-            calls.append((MessageOp.SEND, r.tp_rank or 0, "output"))
-        for op, peer, kind in calls:
+        base = _BEGIN + step * _period(last)
+        # (op, peer, kind, start, duration): stage 0 sends the proxy, then waits for the output
+        # the last stage sends once the proxy has come down every stage.
+        calls: list[tuple[MessageOp, int, str, int, int]] = []
+        if pp == 0:
+            calls.append((MessageOp.SEND, tp + me, "proxy", base + 50_000, 12_000 + step % 31))
+            calls.append((MessageOp.RECV, last * tp + me, "output", base + 100_000,
+                          (last + 1) * HOP - 50_000 + step % 97))
+        else:
+            calls.append((MessageOp.RECV, (pp - 1) * tp + me, "proxy",
+                          base + (pp - 1) * HOP + 20_000, HOP - 10_000 + step % 97))
+            calls.append((MessageOp.SEND, (pp + 1) * tp + me if pp < last else me,
+                          "proxy" if pp < last else "output", base + pp * HOP + 50_000,
+                          12_000 + step % 31))
+        for op, peer, kind, start, duration in calls:
             keys, ts = _tensors(kind, batch)
             if fingerprints:  # the send's and its receive's agree: one message, one content
                 tag = (min(index, peer) * 7919 + seq[op]) * 4 + (kind == "output")
                 ts = _fingerprinted(ts, tag)
-            common = dict(seq=seq[op], wall_ns=_START + mono, mono_ns=mono,
+            common = dict(seq=seq[op], wall_ns=_START + start, mono_ns=start,
                           thread_id=7, peer=peer, peer_pp_rank=peer // tp,
                           peer_tp_rank=peer % tp, kind=kind, keys=keys, tensors=ts)
             if op is MessageOp.RECV:
                 out.append(MessageEvent(op=op, phase="begin", duration_ns=-1, **common))
-                out.append(MessageEvent(op=op, phase="end", duration_ns=41_000 + step % 97,
-                                        **{**common, "mono_ns": mono}))
+                out.append(MessageEvent(op=op, phase="end", duration_ns=duration, **common))
             else:
-                out.append(MessageEvent(op=op, phase="end", duration_ns=12_000 + step % 31,
-                                        **common))
+                out.append(MessageEvent(op=op, phase="end", duration_ns=duration, **common))
             seq[op] += 1
-            mono += 50_000
         step += 1
-        mono += 1_000_000
     return out
 
 
 def _events(index: int, procs: int, count: int, fingerprints: bool = False) -> list[Any]:
-    """``count`` events of rank ``index``: the last stage attaches, stage 0 extracts (the
-    output message carries them between), the other stages neither."""
+    """``count`` events of rank ``index``: the last stage attaches (just before it sends the
+    output message), stage 0 extracts (once it has received it), the other stages neither."""
     from pptrace.model.records import PREFIX, Direction, Event, TensorMeta
 
     r = _rank(index, procs)
@@ -124,6 +140,7 @@ def _events(index: int, procs: int, count: int, fingerprints: bool = False) -> l
     if r.pp_rank not in (0, last):
         return []
     direction = Direction.ATTACH if r.pp_rank == last else Direction.EXTRACT
+    at = last * HOP + 40_000 if direction is Direction.ATTACH else (last + 1) * HOP + 60_000
     out: list[Any] = []
     for i in range(count):
         batch = BATCH[i % len(BATCH)]
@@ -135,10 +152,10 @@ def _events(index: int, procs: int, count: int, fingerprints: bool = False) -> l
             metas = _fingerprinted(metas, i)  # (every TP rank attaches the same tensors)
         keys = ("next_token_ids", "next_token_logprobs")
         after = keys + tuple(m.key for m in metas)
-        t = i * 1_000_000 + (900_000 if direction is Direction.EXTRACT else 0)
+        t = _BEGIN + i * _period(last) + at
         out.append(Event(
             rank=r, direction=direction, seq=i, start_ns=_START + t,
-            mono_ns=1_000_000 + t, duration_ns=3_000 + i % 13, thread_id=7,
+            mono_ns=t, duration_ns=3_000 + i % 13, thread_id=7,
             thread_name="MainThread", subject_type="GenerationBatchResult", tensors=metas,
             keys_before=keys if direction is Direction.ATTACH else after,
             keys_after=after if direction is Direction.ATTACH else keys, run_id="bench-run"))
