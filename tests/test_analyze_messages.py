@@ -436,6 +436,27 @@ def test_the_analysis_hands_out_each_send_with_the_receive_it_reached() -> None:
                                             e.keys)
 
 
+def test_each_send_s_receive_is_made_on_first_use_and_the_same_as_made_at_once() -> None:
+    """A long run's trace holds a million pairs: the analysis hands them over as its own
+    pairing, made into ``MessageId``s when a reader (the viewer, the Perfetto export) first
+    asks; ``pptrace analyze`` never does."""
+    from pptrace.analyze.analyzer import analysis
+    from pptrace.analyze.pairs import SentTo
+
+    trace = clean_pp4().trace()
+    pairs = analysis(trace).message_pairs
+    assert isinstance(pairs, SentTo)
+    assert pairs._built is None and len(pairs) == 16  # counted without being made
+    assert pairs._built is None
+    made = {k: v for k, v in pairs.items()}
+    assert pairs._built is not None and made == pairs == dict(pairs)
+    assert all(pairs[k] is v and pairs.get(k) is v and k in pairs for k, v in made.items())
+    assert pairs.get(MessageId(0, MessageOp.RECV, 0)) is None
+    assert MessageId(0, MessageOp.RECV, 0) not in pairs
+    again = analysis(trace).message_pairs  # compared before it was made: as a mapping
+    assert again == made and made == again and again != {}
+
+
 def test_the_summary_counts_a_failed_receive_apart_from_the_received() -> None:
     # A receive that failed at its timeout ended without a message: "received" counts only the
     # receives that returned one (a run once read "93 messages sent, 95 received").

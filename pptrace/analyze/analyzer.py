@@ -114,7 +114,7 @@ class _Analysis:
         self.paired = paired  # the message channels' alignments, if the clocks' pass made them
         self.procs = [_Proc(i, p) for i, p in enumerate(trace.processes)]
         self.raws: list[Raw] = []
-        self.message_pairs: dict[MessageId, MessageId] = {}
+        self.message_pairs: Mapping[MessageId, MessageId] = {}
         self.broadcast_pairs: Mapping[MessageId, tuple[MessageId, ...]] = {}
         self.lowered: dict[str, str] = {}  # channel -> why its absence findings are less sure
         # Channels one of whose ends lacks events in its window: their pairs may be matched

@@ -40,7 +40,7 @@ by itself. Pure: no I/O.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 from pptrace import engines
@@ -50,6 +50,7 @@ from pptrace.analyze.broadcasts import check_broadcasts
 from pptrace.analyze.holes import Holes
 from pptrace.analyze.message_payload import differences
 from pptrace.analyze.message_sides import Carried, Pair, Paired, Side, carried_by
+from pptrace.analyze.pairs import SentTo
 from pptrace.analyze.rules import listed, rank_id, who
 from pptrace.analyze.slices import tp_slices
 from pptrace.analyze.summary import Raw
@@ -77,7 +78,7 @@ class MessageVerdict(NamedTuple):
     """What the message checks hand back besides their findings."""
 
     carried: Carried  # (sending process, attach seq) -> the output message that carried it
-    pairs: dict[MessageId, MessageId]  # each send -> the receive it reached
+    pairs: Mapping[MessageId, MessageId]  # each send -> the receive it reached (``SentTo``)
     #: each broadcast's send -> the receive it reached on each other member, in group order
     broadcasts: dict[MessageId, tuple[MessageId, ...]] = {}
 
@@ -433,10 +434,7 @@ class _Check:
             self.hops(side)
         self.hole = ""
         self.waits()
-        new = tuple.__new__  # (MessageId's own __new__ is Python: one call per pair)
-        pairs = {new(MessageId, (s, SEND, seq, False)): MessageId.of(r.index, e)
-                 for (s, seq), (r, e) in self.received.items()}
-        return MessageVerdict(self.carried, pairs, self.broadcasts)
+        return MessageVerdict(self.carried, SentTo(self.received), self.broadcasts)
 
 
 def check_messages(trace: Trace, raws: list[Raw], runs: Sequence[str], prefixes: Sequence[str],

@@ -24,19 +24,30 @@ more; a channel whose every other pair differs costs one run a pair, no more tha
         run.differs             # every pair of the run: the two payloads differ (or none does)
     for process, direction, seq in pairs.unpaired: ...
 
+The message layer's pairing is handed over the same way, as each send's receive
+(``SentTo``: ``MessageId`` to ``MessageId``), made on first use: a long run's trace holds a
+million of them, which ``pptrace analyze`` never reads and the viewer and the Perfetto export
+do.
+
+    sent_to = SentTo(received)      # {(sending process, send seq): (receiving side, receive)}
+    sent_to[MessageId(3, MessageOp.SEND, 12)]    # MessageId(0, MessageOp.RECV, 12)
+
 Pure: no I/O.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import ItemsView, Iterable, Iterator, KeysView, Mapping, Sequence, ValuesView
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from pptrace.analyze.pairing import Alignment
+from pptrace.model.findings import MessageId
+from pptrace.model.messages import MessageEvent, MessageOp
 from pptrace.model.records import Direction, Event
 
-__all__ = ["PairBook", "PairRun", "Pairs"]
+__all__ = ["PairBook", "PairRun", "Pairs", "SentTo"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,3 +173,56 @@ class PairBook:
     def pairs(self) -> Pairs:
         """What was collected."""
         return Pairs(tuple(self._runs), tuple(self._unpaired))
+
+
+class _Receiver(Protocol):
+    @property
+    def index(self) -> int: ...
+
+
+class SentTo(Mapping[MessageId, MessageId]):
+    """Each point-to-point send -> the receive it reached, as ``MessageId``s made on first use
+    (``received``: the message checks' own pairing, kept as they made it)."""
+
+    __slots__ = ("_built", "_received")
+
+    def __init__(self, received: Mapping[tuple[int, int], tuple[_Receiver, MessageEvent]]
+                 ) -> None:
+        self._received = received
+        self._built: dict[MessageId, MessageId] | None = None
+
+    def _pairs(self) -> dict[MessageId, MessageId]:
+        built = self._built
+        if built is None:  # (two threads asking at once both make it, alike: no lock here)
+            new, send, of = tuple.__new__, MessageOp.SEND, MessageId.of
+            # (tuple.__new__ in C: MessageId's own __new__ is a Python call a pair)
+            built = self._built = {new(MessageId, (s, send, seq, False)): of(r.index, e)
+                                   for (s, seq), (r, e) in self._received.items()}
+        return built
+
+    def __getitem__(self, key: MessageId) -> MessageId:
+        return self._pairs()[key]
+
+    def __iter__(self) -> Iterator[MessageId]:
+        return iter(self._pairs())
+
+    def __len__(self) -> int:
+        return len(self._received)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._pairs()
+
+    def get(self, key: MessageId, default: Any = None) -> Any:
+        return self._pairs().get(key, default)
+
+    def keys(self) -> KeysView[MessageId]:
+        return self._pairs().keys()
+
+    def items(self) -> ItemsView[MessageId, MessageId]:
+        return self._pairs().items()
+
+    def values(self) -> ValuesView[MessageId]:
+        return self._pairs().values()
+
+    def __repr__(self) -> str:
+        return f"SentTo({self._pairs()!r})"
