@@ -282,8 +282,10 @@ class _Check:
         auxiliary ones, which stage 0 extracts)."""
         if side.rank.pp_rank is None or side.rank.is_last_stage or side.cut:
             return  # a cut process's receives and forwards may be cut at different messages
-        got = [e for e in side.ends if e.ok and not e.stashed and e.kind in FORWARDED]
-        out = [m for m in side.sends if m.ok and m.kind in FORWARDED
+        # (the kind first: most messages are not forwarded ones; ``ok`` read as its field)
+        got = [e for e in side.ends
+               if e.kind in FORWARDED and e.error_type is None and not e.stashed]
+        out = [m for m in side.sends if m.kind in FORWARDED and m.error_type is None
                and (side.index, m.seq) not in self.relabelled]
         for e, m in zip(got, out, strict=False):
             if m.keys == e.keys:
@@ -405,7 +407,7 @@ class _Check:
                 ended = {m.seq: m for m in ends}
                 for seq, b in sorted(begins.items()):
                     end = ended.get(seq)
-                    if seq in lost or (end is not None and end.ok):
+                    if seq in lost or (end is not None and end.error_type is None):
                         continue
                     retried = across.retry_of(begins.values(), b) if end is not None else None
                     waits.append(Wait(side.index, side.rank, side.run, side.prefix, b, end,
