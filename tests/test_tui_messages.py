@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 from pptrace_tui.app import PptraceViewer
-from pptrace_tui.message_index import FINDING, Glyph, MessageIndex
+from pptrace_tui.message_index import FINDING, Glyph, MessageIndex, place
 from pptrace_tui.screens.messages import MessagesScreen
 from pptrace_tui.widgets.message_detail import MISSING, render_detail
 from pptrace_tui.widgets.message_timeline import GLYPHS, MessageTimeline
@@ -256,7 +256,11 @@ def _open(trace: Trace, check: Check, *keys: str, size: tuple[int, int] = (120, 
                     return
                 except AssertionError:
                     pass
-            check(screen, screen_text(app))
+            text = screen_text(app)
+            try:
+                check(screen, text)
+            except AssertionError as exc:  # the whole screen with it (pytest cuts the middle)
+                raise AssertionError(f"{exc}\n--- the screen ---\n{text}") from None
 
     asyncio.run(run())
 
@@ -356,8 +360,17 @@ def test_real_recv_hangs_selects_the_hang_first(tmp_path: Path) -> None:
         index, col = screen.index, screen.timeline.cursor
         assert index.glyph(col) is Glyph.WAIT
         assert [f.kind for f in index.findings_at(col)] == [FindingKind.MSG_HANG]
-        assert "waits for `output` from rank 1 (pp1)" in text
-        assert "it failed" in text and "rank 1 last sent it" in text
+        # Rank 0's receive of the output hangs; rank 1 then waits for the next proxy: a cycle,
+        # a hang on each rank, and which of the two waits began first is the run's timing
+        # (either may be the report's first divergence). The detail names the one selected.
+        sel = index.message(col)
+        call = sel.begin or sel.event
+        me, peer = sel.rank, call.peer
+        other = index.rank_of(peer)
+        assert other is not None and {me.rank, peer} == {0, 1}
+        assert (f"rank {me.rank} ({place(me)}) waits for `{call.expected_kind}` from "
+                f"rank {peer} ({place(other)})") in text
+        assert "it failed" in text and f"rank {peer} last sent it" in text
 
     _open(trace, on_the_hang)
 
