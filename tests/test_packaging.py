@@ -52,6 +52,7 @@ def test_the_wheel_ships_what_runs_outside_python(wheel: zipfile.ZipFile) -> Non
     names = set(wheel.namelist())
     assert "pptrace_tui/app.tcss" in names
     assert "pptrace/record/native_meta.cpp" in names
+    assert "pptrace/record/native_render.cpp" in names
     assert "pptrace/activation/_bootstrap/sitecustomize.py" in names
 
 

@@ -43,7 +43,8 @@ __all__ = ["MODES", "Stamp", "build_now", "launch", "stamp_path"]
 
 #: ``--native-build`` values: in the background (default), before the command, never.
 MODES = ("auto", "wait", "off")
-_SOURCE = Path(__file__).resolve().parent.parent / "record" / "native_meta.cpp"
+_SOURCES = tuple(Path(__file__).resolve().parent.parent / "record" / name
+                 for name in ("native_meta.cpp", "native_render.cpp"))
 _STAMP_BYTES = 64 * 1024  # a stamp is a few hundred bytes; anything longer is not one
 
 
@@ -81,7 +82,7 @@ def stamp_path(env: Mapping[str, str]) -> Path | None:
     version = Path(list(spec.submodule_search_locations)[0]) / "version.py"
     root = _cache_root(env)
     parts = [sys.executable.encode(), sys.version.encode(), platform.machine().encode(),
-             platform.system().encode(), str(root).encode(), _SOURCE.read_bytes(),
+             platform.system().encode(), str(root).encode(), *(p.read_bytes() for p in _SOURCES),
              version.read_bytes() if version.is_file() else b""]
     key = hashlib.sha256(b"\0".join(parts)).hexdigest()[:20]
     return root / "auto" / f"{key}.json"

@@ -32,14 +32,17 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import math
 import random
 from collections.abc import Callable, Mapping, Sequence
-from json.encoder import encode_basestring_ascii as _esc  # what json.dumps uses (ensure_ascii)
 from typing import Any, Protocol
 
 from opentelemetry.sdk.resources import Resource
 
+from pptrace.export.otlp_values import VALUES as _VALUES
+from pptrace.export.otlp_values import array as _array
+from pptrace.export.otlp_values import attributes as _attributes
+from pptrace.export.otlp_values import esc as _esc
+from pptrace.export.otlp_values import no_form as _no_form
 from pptrace.export.segments import TraceSegments
 from pptrace.export.span_templates import (
     P_DROPPED,
@@ -56,7 +59,7 @@ from pptrace.export.span_templates import (
 )
 from pptrace.model import messages, schema
 from pptrace.model.messages import MessageEvent
-from pptrace.model.records import Event, RankInfo, RecorderStats
+from pptrace.model.records import Direction, Event, RankInfo, RecorderStats
 from pptrace.record.convert import RawEvents
 
 __all__ = ["FileSink", "LineOut"]
@@ -69,7 +72,6 @@ _CACHE_LIMIT = 50_000
 #: Shapes remembered (a template is a few kB); past it the sink starts again with none.
 _TEMPLATE_LIMIT = 1024
 
-_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _MASK64 = 2**64 - 1
 # A span's envelope. Whole (version 1: what goes to a collector, Jaeger's tag search included):
 # the kind by name, an empty status and the flags that say the (absent) parent is not remote.
@@ -80,52 +82,8 @@ _MASK64 = 2**64 - 1
 _WHOLE = ('"kind":"SPAN_KIND_INTERNAL"', ',"status":{},"flags":256}', ',"flags":256}')
 _COMPACT = ('"kind":1', "}", "}")
 _RESOURCE_CONSTANTS = frozenset(schema.RESOURCE_KEYS.values())
+_ATTACH, _EXTRACT = Direction.ATTACH, Direction.EXTRACT
 
-
-def _int(value: int) -> str:
-    if not _INT64_MIN <= value <= _INT64_MAX:
-        raise ValueError(f"integer attribute {value} does not fit OTLP's int64")
-    return f'{{"intValue":"{value}"}}'
-
-
-def _float(value: float) -> str:
-    if not math.isfinite(value):
-        raise ValueError(f"float attribute {value} is not finite")
-    return f'{{"doubleValue":{value!r}}}'
-
-
-def _array(value: Sequence[Any]) -> str:
-    if not value:
-        return '{"arrayValue":{}}'
-    return '{"arrayValue":{"values":[' + ",".join([_value(v, _SCALARS) for v in value]) + "]}}"
-
-
-# One lookup per value instead of a chain of type tests; exact types only (a subclass of str or
-# int never reaches here: the schema and the converter hand plain values).
-_SCALARS: dict[type, Callable[[Any], str]] = {
-    str: lambda v: '{"stringValue":' + _esc(v) + "}",
-    bool: lambda v: '{"boolValue":true}' if v else '{"boolValue":false}',
-    int: _int,
-    float: _float,
-}
-_VALUES: dict[type, Callable[[Any], str]] = {**_SCALARS, tuple: _array, list: _array}
-
-
-def _no_form(value: Any) -> str:
-    raise ValueError(f"attribute value of type {type(value).__name__} has no OTLP form here")
-
-
-def _value(value: Any, encoders: Mapping[type, Callable[[Any], str]] = _VALUES) -> str:
-    """One attribute value as an OTLP/JSON ``AnyValue``."""
-    return encoders.get(type(value), _no_form)(value)
-
-
-def _attributes(attrs: Mapping[str, Any]) -> str:
-    """``"attributes":[...]`` with a leading comma, or "" when there are none."""
-    if not attrs:
-        return ""
-    return ',"attributes":[' + ",".join(
-        ['{"key":' + _esc(k) + ',"value":' + _value(v) + "}" for k, v in attrs.items()]) + "]"
 
 class LineOut(Protocol):
     """Where a ``FileSink`` writes its lines: a ``TraceSegments``, or OTLP's shipper
@@ -199,6 +157,9 @@ class FileSink:
         # flush to the next while it stays the same. ``_seen``: shape -> True once seen, False
         # when no template fits.
         self._templates: dict[Any, Render] = {}
+        #: The same templates as pieces and holes, for the native library's renderer (the
+        #: recorder's converter hands it over when it is loaded): {key: (parts, order)}.
+        self._native: dict[Any, tuple[tuple[str, ...], bytes]] = {}
         self._seen: dict[Any, bool] = {}
         self._context: object = None
         #: Templates built (for tests and benchmarks).
@@ -262,7 +223,7 @@ class FileSink:
             self._subject, learnt = subject, True
         if learnt:
             self._heads.clear()
-            self._templates, self._seen, self._context = {}, {}, None
+            self._templates, self._native, self._seen, self._context = {}, {}, {}, None
 
     def _attributes(self, attrs: Mapping[str, Any]) -> str:
         cache, values = self._cache, _VALUES
@@ -344,16 +305,31 @@ class FileSink:
                               if (e := batch.event(i)) is not None), None)
             self._use(batch.convert.rank, batch.convert.run_id, first)
         if batch.convert.context != self._context:
-            self._templates, self._seen = {}, {}
+            self._templates, self._native, self._seen = {}, {}, {}
             self._context = batch.convert.context
-        templates = self._templates
+        templates, natives = self._templates, self._native
         shape = batch.convert.shape
         new_ids = self._ids
         head, tail = self._head, self._tail
         lines: list[str] = []
         pieces = [head]
         count = spans = 0
-        for i, raw in enumerate(batch.raws):
+        raws = batch.raws
+        # The native library's renderer writes each run of raws it can (a shape with a
+        # template, in the common forms: native_render.cpp) and stops at the first it cannot,
+        # which this loop writes; the same text, spans and ids either way.
+        native = batch.convert.render if type(raws) is list else None
+        ctx = (self._count, self._prefix, head, tail, batch.convert.threads, _ATTACH, _EXTRACT,
+               SPANS_PER_LINE)
+        at, end = 0, len(raws)
+        while at < end:
+            if native is not None and natives:
+                at, count, moved = native(raws, at, natives, ctx, pieces, lines, count)
+                spans += moved
+                if at == end:
+                    break
+            i, raw = at, raws[at]
+            at += 1
             found = shape(raw)
             render = None
             if found is not None:
@@ -403,32 +379,38 @@ class FileSink:
         if state is None:
             if len(seen) >= _TEMPLATE_LIMIT:
                 self._templates.clear()
+                self._native.clear()
                 seen.clear()
             seen[key] = True
             return
-        render = self._verified(event, text, ids)
-        if render is None:
+        made = self._verified(event, text, ids)
+        if made is None:
             seen[key] = False
             return
-        self._templates[key] = render
+        self._templates[key], cut = made
+        if all(part.isascii() for part in cut[0]):  # (a JSON escape makes every part ASCII)
+            self._native[key] = cut
         self.templates_built += 1
 
-    def _verified(self, event: Event, text: str, ids: tuple[int, int]) -> Render | None:
-        """The template of ``event``'s shape if it renders ``event`` (with ``ids``) as ``text``."""
-        render = self._template(event)
-        if render is not None:
+    def _verified(self, event: Event, text: str, ids: tuple[int, int]
+                  ) -> tuple[Render, tuple[tuple[str, ...], bytes]] | None:
+        """The template of ``event``'s shape if it renders ``event`` (with ``ids``) as ``text``,
+        and its pieces and holes."""
+        made = self._template(event)
+        if made is not None:
             out: list[str] = []
-            render(out, f"{ids[0]:032x}", f"{ids[1]:016x}", event.start_ns, event.end_ns,
-                   event.seq, event.mono_ns, event.duration_ns, event.dropped_before)
+            made[0](out, f"{ids[0]:032x}", f"{ids[1]:016x}", event.start_ns, event.end_ns,
+                    event.seq, event.mono_ns, event.duration_ns, event.dropped_before)
             if "".join(out) != text:
                 return None
-        return render
+        return made
 
     def template_of(self, event: Event) -> Render | None:
         """A template of ``event``'s shape that renders it exactly as ``export`` would (None
         when none does), for a caller that knows the shape of what it renders next."""
         ids = self._ids()
-        return self._verified(event, self._event_span(event, ids), ids)
+        made = self._verified(event, self._event_span(event, ids), ids)
+        return None if made is None else made[0]
 
     def span_ids(self) -> tuple[str, str]:
         """A new span's trace id and span id, in hex, as ``export`` draws them."""
@@ -439,12 +421,14 @@ class FileSink:
         """The lines ``export`` writes for these span texts (``SPANS_PER_LINE`` a line)."""
         return self._lines(spans)
 
-    def _template(self, event: Event) -> Render | None:
+    def _template(self, event: Event) -> tuple[Render, tuple[tuple[str, ...], bytes]] | None:
         probe = event._replace(seq=P_SEQ, start_ns=P_START, mono_ns=P_MONO, duration_ns=P_DUR,
                                dropped_before=P_DROPPED if event.dropped_before else 0)
         text = self._event_span(probe, (P_TRACE, P_SPAN))
         order = [PROBES[m] for m in PROBE_RE.findall(text)]
-        return renderer(PROBE_RE.split(text), order)
+        parts = PROBE_RE.split(text)
+        render = renderer(parts, order)
+        return None if render is None else (render, (tuple(parts), bytes(order)))
 
     def export_messages(self, events: Sequence[MessageEvent], rank: RankInfo,
                         run_id: str) -> None:

@@ -46,6 +46,10 @@ class Source(Protocol):
         """A pending fingerprint's text."""
         ...
 
+    def native_render(self) -> Callable[..., Any] | None:
+        """The native library's renderer of templated spans, or None."""
+        ...
+
 
 def qualname(tp: type) -> str:
     """A type's qualified name (``module.Name``; builtins by their bare name)."""
@@ -167,6 +171,9 @@ class Converter:
         self.prefix = source.prefix or ""
         self._decode = source.decode_packed
         self._resolve = source.resolve_fingerprint
+        #: The native library's renderer (``pptrace/record/native_render.cpp``): ``FileSink``
+        #: writes through it each run of raws whose shape has a template. None without it.
+        self.render = source.native_render()
         #: What events get from the converter rather than from their raw: with ``shape``'s key,
         #: all an event is made of (the thread's name is in the key).
         self.context = (rank, self.run_id, self.prefix)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import itertools
 import os
 import platform
 import shutil
@@ -39,10 +40,14 @@ import torch
 
 from pptrace.model.errors import PptraceError
 from pptrace.model.raw import RAW_FIELDS
+from pptrace.model.records import Direction
 
-__all__ = ["Status", "arrived", "build", "decode", "library_path", "reader", "status", "waiting"]
+__all__ = ["Status", "arrived", "build", "decode", "library_path", "loaded", "reader", "status",
+           "waiting"]
 
 SOURCE = Path(__file__).with_name("native_meta.cpp")
+#: Every source the library is compiled from: the reader, and the file sink's templates in C.
+SOURCES = (SOURCE, Path(__file__).with_name("native_render.cpp"))
 MODULE = "pptrace_meta"
 ENV_DIR = "PPTRACE_NATIVE_DIR"
 
@@ -69,7 +74,7 @@ def cache_root() -> Path:
 def build_key() -> str:
     """What the binary depends on, hashed: a change in any of them means a new build."""
     parts = [
-        SOURCE.read_bytes(),
+        *(p.read_bytes() for p in SOURCES),
         torch.__version__.encode(),
         str(getattr(torch.version, "git_version", "")).encode(),
         str(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", "")).encode(),
@@ -97,7 +102,7 @@ def _compile_command(out: Path) -> list[str]:
     cmd = [cxx, "-O2", "-std=c++20", "-shared", "-fPIC", "-fvisibility=hidden",
            f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "-DTORCH_API_INCLUDE_EXTENSION_H"]
     cmd += [f"-isystem{p}" for p in cpp_extension.include_paths()]
-    cmd += [f"-isystem{sysconfig.get_paths()['include']}", str(SOURCE), "-o", str(out)]
+    cmd += [f"-isystem{sysconfig.get_paths()['include']}", *map(str, SOURCES), "-o", str(out)]
     cmd += [f"-L{p}" for p in libs] + [f"-Wl,-rpath,{p}" for p in libs]
     cmd += ["-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python"]
     return cmd
@@ -200,6 +205,31 @@ def _self_test(module: ModuleType) -> str:
     for odd in ([1], torch.nn.Parameter(torch.zeros(1)), torch.zeros(2).to_sparse()):
         if module.inserted({"x": odd}, 0) is not None:
             return f"the reader took a {type(odd).__name__} it must leave to Python"
+    return _render_test(module)
+
+
+def _render_test(module: ModuleType) -> str:
+    """'' when the library's span renderer fills a template's holes from a raw of Python's
+    layout as ``FileSink`` does (each field a value of its own, so a field read from the wrong
+    place shows), else what differed."""
+    fields = dict.fromkeys(RAW_FIELDS)
+    fields.update(direction=Direction.ATTACH, seq=7, wall_ns=1_000_003, mono_ns=50_011,
+                  duration_ns=29, thread=5, subject=int, keys_before=("a",),
+                  keys_after=("a", "b"), items=b"\x01", returned_none=True, dropped=3)
+    raw = tuple(fields[name] for name in RAW_FIELDS)
+    key = (True, 5, "main", int, ("a",), ("a", "b"), b"\x01", True, None)
+    parts = tuple("<>|" + chr(65 + i) for i in range(9))
+    prefix, mask = 0xABC, 2**64 - 1
+    ctx = (itertools.count(41).__next__, prefix, "[", "]", {5: "main"}, Direction.ATTACH,
+           Direction.EXTRACT, 64)
+    pieces: list[str] = ["["]
+    got = module.render([raw, raw], 0, {(key, True): (parts, bytes(range(8)))}, ctx, pieces,
+                        [], 0)
+    values = [f"{prefix << 64 | 41:032x}", f"{(prefix + 41) & mask:016x}", "1000003",
+              "1000032", "7", "50011", "29", "3"]
+    want = "".join(p + v for p, v in zip(parts, [*values, ""], strict=True))
+    if got != (2, 2, 0) or pieces[1] != want:
+        return "the span renderer's text differs from the template's"
     return ""
 
 
@@ -212,6 +242,12 @@ def reader() -> ModuleType | None:
             if _loaded is None:
                 _loaded = _load()
     return _loaded[0]
+
+
+def loaded() -> ModuleType | None:
+    """The reader if this process has loaded it, else None; never loads it."""
+    found = _loaded
+    return None if found is None else found[0]
 
 
 def arrived() -> ModuleType | None:

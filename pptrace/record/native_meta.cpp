@@ -23,6 +23,9 @@
 #include <cstdint>
 #include <vector>
 
+// The file sink's templates in C (native_render.cpp, compiled into the same library).
+extern "C" PyObject* pptrace_render(PyObject* module, PyObject* const* args, Py_ssize_t nargs);
+
 namespace {
 
 // Appends one tensor's fields; false when this reader must leave the value to Python.
@@ -656,6 +659,10 @@ PyObject* make_hot(PyObject*, PyObject* args, PyObject* kwargs) {
 }
 
 PyMethodDef methods[] = {
+    {"render", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(pptrace_render)),
+     METH_FASTCALL,
+     "render(raws, start, templates, ctx, pieces, lines, count) -> (next, count, moved): "
+     "the file sink's templated spans (native_render.cpp)"},
     {"hot", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(make_hot)),
      METH_VARARGS | METH_KEYWORDS,
      "hot(*, fn, slow, rec, reads, direction, seq, buf, append, cap, ring, prefix, on_error, "

@@ -42,6 +42,7 @@ wrapper reads on each call.
 from __future__ import annotations
 
 import collections
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -161,6 +162,14 @@ class Recorder(Accounts):
         from pptrace.record.native import decode
 
         return decode(packed)
+
+    def native_render(self) -> Callable[..., Any] | None:
+        """The native library's renderer of templated spans (``FileSink`` writes each run of
+        raws it takes through it), when this process loaded the library; never loads it."""
+        native = sys.modules.get("pptrace.record.native")  # (not imported: nothing loaded)
+        if native is None or not self.config.native:
+            return None
+        return getattr(native.loaded(), "render", None)
 
     @staticmethod
     def resolve_fingerprint(pending: Any) -> str | None:
