@@ -76,12 +76,9 @@ class Recorder(Accounts):
     #: mode's ring never refuses); the wrappers inline that check on their success paths.
     append: Callable[[Raw], None]
 
-    def __init__(
-        self,
-        config: Config | None = None,
-        sink_factory: Callable[[RankInfo], Sink] | None = None,
-        rank_provider: Callable[[], tuple[RankInfo, bool]] | None = None,
-    ) -> None:
+    def __init__(self, config: Config | None = None,
+                 sink_factory: Callable[[RankInfo], Sink] | None = None,
+                 rank_provider: Callable[[], tuple[RankInfo, bool]] | None = None) -> None:
         self.config = config or Config()
         super().__init__(self.config.buffer_size)
         #: False once ``shutdown`` began (or when the config disables pptrace): the wrappers
@@ -164,12 +161,9 @@ class Recorder(Accounts):
         return decode(packed)
 
     def native_render(self) -> Callable[..., Any] | None:
-        """The native library's renderer of templated spans (``FileSink`` writes each run of
-        raws it takes through it), when this process loaded the library; never loads it."""
-        native = sys.modules.get("pptrace.record.native")  # (not imported: nothing loaded)
-        if native is None or not self.config.native:
-            return None
-        return getattr(native.loaded(), "render", None)
+        """The native library's span renderer (``FileSink``'s), if this process loaded it."""
+        native = sys.modules.get("pptrace.record.native")  # not imported: nothing loaded
+        return getattr(native.loaded(), "render", None) if native and self.config.native else None
 
     @staticmethod
     def resolve_fingerprint(pending: Any) -> str | None:
