@@ -17,6 +17,7 @@ functions the recorder hands in, so that the export side can import it without t
 from __future__ import annotations
 
 import operator
+import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple, Protocol, overload
@@ -44,10 +45,6 @@ class Source(Protocol):
 
     def resolve_fingerprint(self, pending: Any) -> str | None:
         """A pending fingerprint's text."""
-        ...
-
-    def native_render(self) -> Callable[..., Any] | None:
-        """The native library's renderer of templated spans, or None."""
         ...
 
 
@@ -171,9 +168,12 @@ class Converter:
         self.prefix = source.prefix or ""
         self._decode = source.decode_packed
         self._resolve = source.resolve_fingerprint
-        #: The native library's renderer (``pptrace/record/native_render.cpp``): ``FileSink``
-        #: writes through it each run of raws whose shape has a template. None without it.
-        self.render = source.native_render()
+        #: The native library's renderer (``pptrace/record/native_render.cpp``), when this
+        #: process loaded the library (never loaded here: not imported, nothing loaded):
+        #: ``FileSink`` writes through it each run of raws whose shape has a template.
+        native = sys.modules.get("pptrace.record.native")
+        self.render: Callable[..., Any] | None = getattr(
+            native.loaded(), "render", None) if native and source.config.native else None
         #: What events get from the converter rather than from their raw: with ``shape``'s key,
         #: all an event is made of (the thread's name is in the key).
         self.context = (rank, self.run_id, self.prefix)

@@ -42,7 +42,6 @@ wrapper reads on each call.
 from __future__ import annotations
 
 import collections
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -160,11 +159,6 @@ class Recorder(Accounts):
 
         return decode(packed)
 
-    def native_render(self) -> Callable[..., Any] | None:
-        """The native library's span renderer (``FileSink``'s), if this process loaded it."""
-        native = sys.modules.get("pptrace.record.native")  # not imported: nothing loaded
-        return getattr(native.loaded(), "render", None) if native and self.config.native else None
-
     @staticmethod
     def resolve_fingerprint(pending: Any) -> str | None:
         """A pending content fingerprint's text."""
@@ -274,12 +268,12 @@ class Recorder(Accounts):
               background: bool = False) -> int:
         """Convert and export everything buffered now; return the number of events exported.
 
-        Events go to the sink in chunks of ``_CHUNK``; past ``deadline`` (a ``time.monotonic``
-        value) the rest are counted as dropped instead of exported. ``background``: the
-        thread's write, paced in stream mode (``pptrace.record.pace``). A stream flush without
-        a deadline, or the thread's, gives way to ``shutdown`` between chunks (the rest goes
-        back to the buffer, for the exit flush). ``final``: then count what is still
-        outstanding as dropped and write the final stats span; later flushes write nothing.
+        Events go to the sink in chunks of ``_CHUNK``; past ``deadline`` (``time.monotonic``)
+        the rest are counted as dropped. ``background``: the thread's write, paced in stream
+        mode (``pptrace.record.pace``). A stream flush without a deadline, or the thread's,
+        gives way to ``shutdown`` between chunks (the rest goes back to the buffer, for the
+        exit flush). ``final``: then count what is still outstanding as dropped and write the
+        final stats span; later flushes write nothing.
         """
         with self._flush_lock:
             if self._final is not None:  # late appends were counted by the final flush
@@ -305,12 +299,16 @@ class Recorder(Accounts):
                 if final:
                     self._finalize()
                 return 0
-            opener = getattr(sink, "open_sink", None)  # a deferred sink: opened before the timing,
-            if raws and opener is not None:  # so its one-off cost is never taken for a rate
+            # A deferred sink, opened once: never timed for a rate, nor taken from the write's
+            # time (the thread's own lateness, up to 0.5 s beside a busy engine thread).
+            opener = getattr(sink, "open_sink", None)
+            if raws and opener is not None:
+                began = time.monotonic()
                 try:
                     opener()
                 except Exception:  # the export meets the same error, and counts its loss
                     pass
+                deadline = None if deadline is None else deadline + time.monotonic() - began
             if background and deadline is not None and not self.flight:
                 self._shed(raws, deadline)
             exported = self._export(sink, rank, raws, deadline, background)
@@ -486,7 +484,6 @@ class Recorder(Accounts):
             self._warn_lost(lost)
         else:
             self._sink = self._sink_factory = None  # hold nothing once closed
-
 
 
 #: How often the background thread looks at the dump flag (seconds).
