@@ -108,8 +108,10 @@ def recorder(config: Config, sink_factory: Callable[[RankInfo], Any]) -> Recorde
 def file_row(tmp: str, events: int) -> dict[str, float]:
     """Events per second through Recorder.flush to a file, and per-event costs side by side (us
     of recorder-thread CPU): the flush as the recorder runs it (raw tuples through FileSink's
-    per-shape templates), and the record path it replaces (raw -> Event, then FileSink from
-    Event records) on the same raws."""
+    per-shape templates: with the native library loaded, each run of them through its
+    renderer), the same flush of the same raws with the Python loop alone (``PPTRACE_NATIVE=0``
+    for the flush), and the record path both replace (raw -> Event, then FileSink from Event
+    records)."""
     config = Config(trace_dir=tmp, flush_interval=3600)
     rec = recorder(config, lambda rank: build_sink(config, rank))
     fill(rec, events)
@@ -132,10 +134,18 @@ def file_row(tmp: str, events: int) -> dict[str, float]:
     wall = time.perf_counter() - start
     rec.shutdown(2.0)
     assert done == events, (done, events)
+    python = Config(trace_dir=tmp + "/python", flush_interval=3600, native=False)
+    alone = recorder(python, lambda rank: build_sink(python, rank))
+    alone._buf.extend(raws)  # the same raws (packed ones too: decoded without the renderer)
+    c2 = clock()
+    assert alone.flush() == events
+    c3 = clock()
+    alone.shutdown(2.0)
     n = len(raws)
     return {
         "events/s": events / wall,
         "flush": (c1 - c0) / n * 1e6,
+        "flush, Python loop": (c3 - c2) / n * 1e6,
         "record path": (t3 - t0) / n * 1e6,
         "of which to_event": (t1 - t0) / n * 1e6,
         "FileSink(Event)": (t3 - t2) / n * 1e6,

@@ -12,7 +12,10 @@ more; a write in one interval of a few milliseconds is a promise no thread can k
 
 What the bound does not cover is how late the thread itself runs: the slack is the last
 chunk's and the stats span's overrun of the deadline, and the thread's waits for the GIL and a
-CPU (a thread that writes a file waits its turn behind threads that never wait). To keep the
+CPU (a thread that writes a file waits its turn behind threads that never wait), and the
+opening of a deferred sink at the first write (the recorder moves that write's deadline by it:
+0.3-0.6 s of GIL hand-overs beside a busy engine thread, which dropping events would not
+shorten). To keep the
 overrun small, a write plans against the rates it measured: each chunk is sized to take a
 ``SHARE`` of the time left (less what a stats span takes), the write stops when even
 ``MIN_CHUNK`` would not fit, and what it did not write is dropped and counted. When the backlog
