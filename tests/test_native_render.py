@@ -282,3 +282,29 @@ def test_it_refuses_arguments_of_another_form(render: Callable[..., Any]) -> Non
         render([], -1, {}, ctx, [], [], 0)
     with pytest.raises(ValueError, match="out of its range"):
         render([], 0, {}, ctx[:7] + (0,), [], [], 0)
+
+
+def test_a_template_it_cannot_write_is_left_before_any_id_is_drawn(
+        render: Callable[..., Any]) -> None:
+    """A template whose pieces are not ASCII (never FileSink's: its JSON escapes everything) or
+    that is not (render, pieces, holes) is the Python loop's: nothing written, no id drawn."""
+    from pptrace.model.raw import RAW_FIELDS
+
+    fields = dict.fromkeys(RAW_FIELDS)
+    fields.update(direction=Direction.ATTACH, seq=1, wall_ns=10, mono_ns=20, duration_ns=3,
+                  thread=5, subject=int, keys_before=(), keys_after=("a",), items=b"",
+                  returned_none=True, dropped=0)
+    raw = tuple(fields[name] for name in RAW_FIELDS)
+    key = ((True, 5, "main", int, (), ("a",), b"", True, None), False)
+    drawn = iter(range(1, 100))
+    ctx = (drawn.__next__, 1, "[", "]", {5: "main"}, Direction.ATTACH, Direction.EXTRACT, 64)
+    for template in ((None, ("é", "|"), bytes([4])), (None, ("<", "|"), bytes([9])),
+                     (("<", "|"), bytes([4])), (None, ("<", "|", ">"), bytes([4]))):
+        pieces: list[str] = ["["]
+        assert render([raw], 0, {key: template}, ctx, pieces, [], 0) == (0, 0, 0), template
+        assert pieces == ["["]
+    assert next(drawn) == 1  # no id drawn for any of them
+    pieces = ["["]
+    assert render([raw], 0, {key: (None, ("<", ">"), bytes([4]))}, ctx, pieces, [], 0) == (
+        1, 1, 0)
+    assert pieces == ["[", "<1>"] and next(drawn) == 3

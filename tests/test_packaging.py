@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from pptrace.record import native_files
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -51,8 +53,8 @@ def test_the_wheel_installs_only_pptrace_names(wheel: zipfile.ZipFile) -> None:
 def test_the_wheel_ships_what_runs_outside_python(wheel: zipfile.ZipFile) -> None:
     names = set(wheel.namelist())
     assert "pptrace_tui/app.tcss" in names
-    assert "pptrace/record/native_meta.cpp" in names
-    assert "pptrace/record/native_render.cpp" in names
+    assert {f"pptrace/record/{p.name}" for p in native_files()} <= names
+    assert len(native_files()) == 3  # the reader, the renderer, their header
     assert "pptrace/activation/_bootstrap/sitecustomize.py" in names
 
 

@@ -38,13 +38,12 @@ from typing import IO, NamedTuple
 
 from pptrace.model.config import Config
 from pptrace.model.errors import PptraceError
+from pptrace.record import native_files
 
 __all__ = ["MODES", "Stamp", "build_now", "launch", "stamp_path"]
 
 #: ``--native-build`` values: in the background (default), before the command, never.
 MODES = ("auto", "wait", "off")
-_SOURCES = tuple(Path(__file__).resolve().parent.parent / "record" / name
-                 for name in ("native_meta.cpp", "native_render.cpp"))
 _STAMP_BYTES = 64 * 1024  # a stamp is a few hundred bytes; anything longer is not one
 
 
@@ -82,7 +81,8 @@ def stamp_path(env: Mapping[str, str]) -> Path | None:
     version = Path(list(spec.submodule_search_locations)[0]) / "version.py"
     root = _cache_root(env)
     parts = [sys.executable.encode(), sys.version.encode(), platform.machine().encode(),
-             platform.system().encode(), str(root).encode(), *(p.read_bytes() for p in _SOURCES),
+             platform.system().encode(), str(root).encode(),
+             *(p.read_bytes() for p in native_files()),
              version.read_bytes() if version.is_file() else b""]
     key = hashlib.sha256(b"\0".join(parts)).hexdigest()[:20]
     return root / "auto" / f"{key}.json"

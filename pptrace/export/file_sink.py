@@ -83,6 +83,9 @@ _WHOLE = ('"kind":"SPAN_KIND_INTERNAL"', ',"status":{},"flags":256}', ',"flags":
 _COMPACT = ('"kind":1', "}", "}")
 _RESOURCE_CONSTANTS = frozenset(schema.RESOURCE_KEYS.values())
 _ATTACH, _EXTRACT = Direction.ATTACH, Direction.EXTRACT
+#: A shape's template: its render, and the pieces and holes it interleaves (what the native
+#: library's renderer reads: ``pptrace/record/native_render.cpp``).
+Template = tuple[Render, tuple[str, ...], bytes]
 
 
 class LineOut(Protocol):
@@ -156,10 +159,7 @@ class FileSink:
         # Templates hold the converter's context (rank, run id, prefix): they are kept from one
         # flush to the next while it stays the same. ``_seen``: shape -> True once seen, False
         # when no template fits.
-        self._templates: dict[Any, Render] = {}
-        #: The same templates as pieces and holes, for the native library's renderer (the
-        #: recorder's converter hands it over when it is loaded): {key: (parts, order)}.
-        self._native: dict[Any, tuple[tuple[str, ...], bytes]] = {}
+        self._templates: dict[Any, Template] = {}
         self._seen: dict[Any, bool] = {}
         self._context: object = None
         #: Templates built (for tests and benchmarks).
@@ -223,7 +223,7 @@ class FileSink:
             self._subject, learnt = subject, True
         if learnt:
             self._heads.clear()
-            self._templates, self._native, self._seen, self._context = {}, {}, {}, None
+            self._templates, self._seen, self._context = {}, {}, None
 
     def _attributes(self, attrs: Mapping[str, Any]) -> str:
         cache, values = self._cache, _VALUES
@@ -305,9 +305,9 @@ class FileSink:
                               if (e := batch.event(i)) is not None), None)
             self._use(batch.convert.rank, batch.convert.run_id, first)
         if batch.convert.context != self._context:
-            self._templates, self._native, self._seen = {}, {}, {}
+            self._templates, self._seen = {}, {}
             self._context = batch.convert.context
-        templates, natives = self._templates, self._native
+        templates = self._templates
         shape = batch.convert.shape
         new_ids = self._ids
         head, tail = self._head, self._tail
@@ -316,15 +316,15 @@ class FileSink:
         count = spans = 0
         raws = batch.raws
         # The native library's renderer writes each run of raws it can (a shape with a
-        # template, in the common forms: native_render.cpp) and stops at the first it cannot,
-        # which this loop writes; the same text, spans and ids either way.
+        # template of ASCII pieces, in the common forms: native_render.cpp) and stops at the
+        # first it cannot, which this loop writes; the same text, spans and ids either way.
         native = batch.convert.render if type(raws) is list else None
         ctx = (self._count, self._prefix, head, tail, batch.convert.threads, _ATTACH, _EXTRACT,
                SPANS_PER_LINE)
         at, end = 0, len(raws)
         while at < end:
-            if native is not None and natives:
-                at, count, moved = native(raws, at, natives, ctx, pieces, lines, count)
+            if native is not None and templates:
+                at, count, moved = native(raws, at, templates, ctx, pieces, lines, count)
                 spans += moved
                 if at == end:
                     break
@@ -335,9 +335,11 @@ class FileSink:
             if found is not None:
                 key = (found[0], found[5] != 0)  # a shape with drops is written with its count
                 try:
-                    render = templates.get(key)
+                    template = templates.get(key)
                 except Exception:  # a value whose hash or == fails: convert it on its own
                     found = None
+                else:
+                    render = None if template is None else template[0]
             if render is None or found is None:
                 event = batch.event(i)
                 if event is None:  # the recorder counted it
@@ -379,7 +381,6 @@ class FileSink:
         if state is None:
             if len(seen) >= _TEMPLATE_LIMIT:
                 self._templates.clear()
-                self._native.clear()
                 seen.clear()
             seen[key] = True
             return
@@ -387,15 +388,11 @@ class FileSink:
         if made is None:
             seen[key] = False
             return
-        self._templates[key], cut = made
-        if all(part.isascii() for part in cut[0]):  # (a JSON escape makes every part ASCII)
-            self._native[key] = cut
+        self._templates[key] = made
         self.templates_built += 1
 
-    def _verified(self, event: Event, text: str, ids: tuple[int, int]
-                  ) -> tuple[Render, tuple[tuple[str, ...], bytes]] | None:
-        """The template of ``event``'s shape if it renders ``event`` (with ``ids``) as ``text``,
-        and its pieces and holes."""
+    def _verified(self, event: Event, text: str, ids: tuple[int, int]) -> Template | None:
+        """The template of ``event``'s shape if it renders ``event`` (with ``ids``) as ``text``."""
         made = self._template(event)
         if made is not None:
             out: list[str] = []
@@ -421,14 +418,14 @@ class FileSink:
         """The lines ``export`` writes for these span texts (``SPANS_PER_LINE`` a line)."""
         return self._lines(spans)
 
-    def _template(self, event: Event) -> tuple[Render, tuple[tuple[str, ...], bytes]] | None:
+    def _template(self, event: Event) -> Template | None:
         probe = event._replace(seq=P_SEQ, start_ns=P_START, mono_ns=P_MONO, duration_ns=P_DUR,
                                dropped_before=P_DROPPED if event.dropped_before else 0)
         text = self._event_span(probe, (P_TRACE, P_SPAN))
         order = [PROBES[m] for m in PROBE_RE.findall(text)]
         parts = PROBE_RE.split(text)
         render = renderer(parts, order)
-        return None if render is None else (render, (tuple(parts), bytes(order)))
+        return None if render is None else (render, tuple(parts), bytes(order))
 
     def export_messages(self, events: Sequence[MessageEvent], rank: RankInfo,
                         run_id: str) -> None:

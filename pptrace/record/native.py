@@ -41,13 +41,11 @@ import torch
 from pptrace.model.errors import PptraceError
 from pptrace.model.raw import RAW_FIELDS
 from pptrace.model.records import Direction
+from pptrace.record import native_files
 
 __all__ = ["Status", "arrived", "build", "decode", "library_path", "loaded", "reader", "status",
            "waiting"]
 
-SOURCE = Path(__file__).with_name("native_meta.cpp")
-#: Every source the library is compiled from: the reader, and the file sink's templates in C.
-SOURCES = (SOURCE, Path(__file__).with_name("native_render.cpp"))
 MODULE = "pptrace_meta"
 ENV_DIR = "PPTRACE_NATIVE_DIR"
 
@@ -74,7 +72,7 @@ def cache_root() -> Path:
 def build_key() -> str:
     """What the binary depends on, hashed: a change in any of them means a new build."""
     parts = [
-        *(p.read_bytes() for p in SOURCES),
+        *(p.read_bytes() for p in native_files()),
         torch.__version__.encode(),
         str(getattr(torch.version, "git_version", "")).encode(),
         str(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", "")).encode(),
@@ -102,7 +100,8 @@ def _compile_command(out: Path) -> list[str]:
     cmd = [cxx, "-O2", "-std=c++20", "-shared", "-fPIC", "-fvisibility=hidden",
            f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "-DTORCH_API_INCLUDE_EXTENSION_H"]
     cmd += [f"-isystem{p}" for p in cpp_extension.include_paths()]
-    cmd += [f"-isystem{sysconfig.get_paths()['include']}", *map(str, SOURCES), "-o", str(out)]
+    cmd += [f"-isystem{sysconfig.get_paths()['include']}"]
+    cmd += [str(p) for p in native_files() if p.suffix == ".cpp"] + ["-o", str(out)]
     cmd += [f"-L{p}" for p in libs] + [f"-Wl,-rpath,{p}" for p in libs]
     cmd += ["-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python"]
     return cmd
@@ -223,8 +222,8 @@ def _render_test(module: ModuleType) -> str:
     ctx = (itertools.count(41).__next__, prefix, "[", "]", {5: "main"}, Direction.ATTACH,
            Direction.EXTRACT, 64)
     pieces: list[str] = ["["]
-    got = module.render([raw, raw], 0, {(key, True): (parts, bytes(range(8)))}, ctx, pieces,
-                        [], 0)
+    got = module.render([raw, raw], 0, {(key, True): (None, parts, bytes(range(8)))}, ctx,
+                        pieces, [], 0)
     values = [f"{prefix << 64 | 41:032x}", f"{(prefix + 41) & mask:016x}", "1000003",
               "1000032", "7", "50011", "29", "3"]
     want = "".join(p + v for p, v in zip(parts, [*values, ""], strict=True))

@@ -23,6 +23,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "native_raw.h"
+
 // The file sink's templates in C (native_render.cpp, compiled into the same library).
 extern "C" PyObject* pptrace_render(PyObject* module, PyObject* const* args, Py_ssize_t nargs);
 
@@ -212,27 +214,8 @@ PyObject* device(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 // on each call are named by ``reads`` (pptrace.record.recorder.HOT_READS), its methods come as
 // bound methods.
 
-// The raw record's fields, by position: pptrace/model/raw.py's RAW_FIELDS (the module exports
-// the names at these positions as RAW_FIELDS, and pptrace.record.native refuses a library whose
-// layout differs from Python's).
-enum RawField : Py_ssize_t {
-  kDirection,
-  kSeq,
-  kWallNs,
-  kMonoNs,
-  kDurationNs,
-  kThread,
-  kSubject,
-  kKeysBefore,
-  kKeysAfter,
-  kItems,
-  kReturnedNone,
-  kError,
-  kDropped,
-  kFingerprints,
-  kRawLen
-};
-
+// The raw record's fields, by position (native_raw.h): the module exports their names at these
+// positions as RAW_FIELDS.
 struct FieldName {
   RawField field;
   const char* name;

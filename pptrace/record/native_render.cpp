@@ -23,13 +23,9 @@
 #include <cstdint>
 #include <cstring>
 
-namespace {
+#include "native_raw.h"
 
-// pptrace.model.raw's layout (native_meta.cpp names it in RAW_FIELDS, checked at load).
-enum Field {
-  kDirection = 0, kSeq, kWallNs, kMonoNs, kDurationNs, kThread, kSubject, kKeysBefore,
-  kKeysAfter, kItems, kReturnedNone, kError, kDropped, kFingerprints, kLen
-};
+namespace {
 
 constexpr int64_t kLimit = int64_t(1) << 62;  // Converter.shape's bound on every number
 constexpr int kHoles = 8;  // trace id, span id, start, end, seq, mono_ns, duration_ns, dropped
@@ -155,22 +151,37 @@ struct Ctx {
   Py_ssize_t per_line;
 };
 
-// The template's text with the values in its holes: a new str, nullptr when the template is not
-// of the form taken here (no exception set), or nullptr with an exception set.
-PyObject* fill(PyObject* tmpl, const uint64_t values[kHoles], uint64_t prefix) {
-  if (!PyTuple_CheckExact(tmpl) || PyTuple_GET_SIZE(tmpl) != 2) return nullptr;
-  PyObject* parts = PyTuple_GET_ITEM(tmpl, 0);
-  PyObject* order = PyTuple_GET_ITEM(tmpl, 1);
-  if (!PyTuple_CheckExact(parts) || !PyBytes_CheckExact(order)) return nullptr;
+// Whether a template (FileSink's: render, pieces, holes) is of the form written here: ASCII
+// pieces, one more than the holes, each hole one of the kHoles values.
+bool writable(PyObject* tmpl) {
+  if (!PyTuple_CheckExact(tmpl) || PyTuple_GET_SIZE(tmpl) != 3) return false;
+  PyObject* parts = PyTuple_GET_ITEM(tmpl, 1);
+  PyObject* order = PyTuple_GET_ITEM(tmpl, 2);
+  if (!PyTuple_CheckExact(parts) || !PyBytes_CheckExact(order)) return false;
   Py_ssize_t holes = PyBytes_GET_SIZE(order);
-  if (PyTuple_GET_SIZE(parts) != holes + 1 || holes > 16) return nullptr;
+  if (PyTuple_GET_SIZE(parts) != holes + 1 || holes > 16) return false;
+  const unsigned char* at = reinterpret_cast<const unsigned char*>(PyBytes_AS_STRING(order));
+  for (Py_ssize_t i = 0; i < holes; i++) {
+    if (at[i] >= kHoles) return false;
+  }
+  for (Py_ssize_t i = 0; i <= holes; i++) {
+    PyObject* part = PyTuple_GET_ITEM(parts, i);
+    if (!PyUnicode_CheckExact(part) || !PyUnicode_IS_COMPACT_ASCII(part)) return false;
+  }
+  return true;
+}
+
+// A writable template's text with the values in its holes: a new str (nullptr: no memory).
+PyObject* fill(PyObject* tmpl, const uint64_t values[kHoles], uint64_t prefix) {
+  PyObject* parts = PyTuple_GET_ITEM(tmpl, 1);
+  PyObject* order = PyTuple_GET_ITEM(tmpl, 2);
+  Py_ssize_t holes = PyBytes_GET_SIZE(order);
   const unsigned char* at = reinterpret_cast<const unsigned char*>(PyBytes_AS_STRING(order));
   char text[16][32];
   int lens[16];
   Py_ssize_t total = 0;
   for (Py_ssize_t i = 0; i < holes; i++) {
     int hole = at[i];
-    if (hole >= kHoles) return nullptr;
     if (hole == 0) {  // the trace id: the prefix, then the counter's 64 bits
       hex16(prefix, text[i]);
       hex16(values[0], text[i] + 16);
@@ -184,9 +195,7 @@ PyObject* fill(PyObject* tmpl, const uint64_t values[kHoles], uint64_t prefix) {
     total += lens[i];
   }
   for (Py_ssize_t i = 0; i <= holes; i++) {
-    PyObject* part = PyTuple_GET_ITEM(parts, i);
-    if (!PyUnicode_CheckExact(part) || !PyUnicode_IS_COMPACT_ASCII(part)) return nullptr;
-    total += PyUnicode_GET_LENGTH(part);
+    total += PyUnicode_GET_LENGTH(PyTuple_GET_ITEM(parts, i));
   }
   PyObject* out = PyUnicode_New(total, 127);
   if (out == nullptr) return nullptr;
@@ -207,7 +216,7 @@ PyObject* fill(PyObject* tmpl, const uint64_t values[kHoles], uint64_t prefix) {
 // The span of raw as its template writes it: a new str; nullptr and no exception when raw is
 // not taken here; nullptr with an exception set on an error to raise.
 PyObject* span_of(PyObject* raw, PyObject* templates, Ctx& ctx, Threads& threads) {
-  if (!PyTuple_CheckExact(raw) || PyTuple_GET_SIZE(raw) != kLen) return nullptr;
+  if (!PyTuple_CheckExact(raw) || PyTuple_GET_SIZE(raw) != kRawLen) return nullptr;
   PyObject** f = &PyTuple_GET_ITEM(raw, 0);
   PyObject* attach;
   if (f[kDirection] == ctx.attach) {
@@ -258,6 +267,10 @@ PyObject* span_of(PyObject* raw, PyObject* templates, Ctx& ctx, Threads& threads
     if (PyErr_Occurred()) cleared();
     return nullptr;
   }
+  if (!writable(tmpl)) {  // (non-ASCII pieces): Python's, before any id is drawn
+    Py_DECREF(tmpl);
+    return nullptr;
+  }
   // The ids, as FileSink._ids draws them: trace = prefix << 64 | n, span = (prefix + n) or 1.
   PyObject* n = PyObject_CallNoArgs(ctx.count);
   if (n == nullptr) {
@@ -277,10 +290,6 @@ PyObject* span_of(PyObject* raw, PyObject* templates, Ctx& ctx, Threads& threads
       static_cast<uint64_t>(dropped)};
   PyObject* text = fill(tmpl, values, ctx.prefix);
   Py_DECREF(tmpl);
-  if (text == nullptr && !PyErr_Occurred()) {
-    // A template of another form: the ids are drawn, so the text must come from somewhere.
-    PyErr_SetString(PyExc_ValueError, "a native template of an unknown form");
-  }
   return text;
 }
 
@@ -288,8 +297,8 @@ PyObject* span_of(PyObject* raw, PyObject* templates, Ctx& ctx, Threads& threads
 
 // render(raws, start, templates, ctx, pieces, lines, count) -> (next, count, moved)
 //
-// From raws[start], each raw whose shape has a native template in `templates` ({(key, drops):
-// (parts, order)}) is written as FileSink._raw_lines writes it: "," before all but a line's
+// From raws[start], each raw whose shape has a writable template in `templates` ({(key, drops):
+// (render, parts, order)}: FileSink's own) is written as FileSink._raw_lines writes it: "," before all but a line's
 // first span, and once a line holds ctx's per_line spans, its tail, joined into `lines`, then a
 // new line from its head in `pieces` (cleared in place). `ctx`: (count, prefix, head, tail,
 // threads, attach, extract, per_line). Returns the index of the first raw not written here
